@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what Grove needs and is missing; safe to run again (it only prints what it installs).
+#   Debian packages: compilers' libraries Grove builds against (needs root, or sudo)
+#   .venv:           the pinned torch wheel (its libtorch is what Grove links) + test-only packages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(cmake ninja-build ccache pkg-config g++ python3-venv
+  libboost-dev libboost-program-options-dev libtomlplusplus-dev libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev libpcre2-dev libgtest-dev)
+TORCH_VERSION=2.11.0
+PYTHON=${PYTHON:-python3}
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null; then SUDO=sudo; else
+      echo "deps: error: need root to install ${missing[*]}; run as root or install them with apt-get" >&2; exit 1
+    fi
+  fi
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+    echo "deps: error: apt-get failed (no network or no Debian mirror?). Install by hand: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "deps: creating .venv"
+  "$PYTHON" -m venv .venv || { echo "deps: error: '$PYTHON -m venv' failed; install python3-venv" >&2; exit 1; }
+fi
+have=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
+if [ "$have" != "$TORCH_VERSION" ]; then
+  echo "deps: installing torch==$TORCH_VERSION into .venv (a large download the first time)"
+  .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" \
+    || { echo "deps: error: pip could not install torch==$TORCH_VERSION (no network, or PyPI unreachable?)" >&2; exit 1; }
+fi
+# test-only Python packages (reference implementations the tests compare against)
+if ! .venv/bin/python -c "import numpy" 2>/dev/null; then
+  echo "deps: installing numpy into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check numpy \
+    || { echo "deps: error: pip could not install numpy" >&2; exit 1; }
+fi
+echo "deps: ok"

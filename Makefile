@@ -1,0 +1,36 @@
+# Grove's short commands over CMake (the real build). Everything installs what it is missing first.
+#   make quickstart   deps + build + the main job
+#   make test         deps + build + every test (ctest)
+#   make install PREFIX=/opt/grove
+BUILD ?= build
+PREFIX ?= /usr/local
+JOBS ?= 2
+export CCACHE_DIR ?= $(HOME)/.cache/grove-ccache
+
+.PHONY: all deps configure build test quickstart install clean
+
+all: build
+
+deps:
+	@bash .ci/deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+quickstart: build
+	$(BUILD)/bin/grove plugins list
+	$(BUILD)/bin/grove check examples/arithmetic/grove.toml
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,89 @@
+// The TOML manifest that composes a run. Every key, its type, default, valid range and meaning is
+// declared once, in the schema table (manifest_schema.cpp); the validator, `grove check`'s resolved
+// output and docs/manifest.md all come from that table.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace toml {
+inline namespace v3 {
+class table;
+}
+}  // namespace toml
+
+namespace grove {
+
+enum class KeyType { string, integer, number, boolean, string_array, table };
+
+struct KeySpec {
+    const char* section;       // "model", "generation", ...; "" = top level; "rewards[]" = each reward
+    const char* key;
+    KeyType type;
+    const char* default_toml;  // TOML literal of the default; nullptr = unset unless given
+    const char* help;
+    const char* choices = nullptr;  // "a|b|c" for strings
+    double min = -1e300;            // inclusive bounds for numbers
+    double max = 1e300;
+    bool min_exclusive = false;
+    bool required = false;
+    bool is_path = false;  // resolved against the manifest's folder
+    const char* trl_name = nullptr;  // the GRPOConfig / TrainingArguments option it mirrors
+};
+
+const std::vector<KeySpec>& manifest_schema();
+
+// One plugin use: a reward, the adapter, or the reduction.
+struct PluginUse {
+    std::string plugin;  // name or path (paths already resolved)
+    std::string name;    // rewards: the metric name (defaults to the plugin name)
+    double weight = 1.0;
+    std::shared_ptr<toml::table> config;  // the plugin's own table (never null)
+    std::string origin;  // "grove.toml:12:1 [[rewards]] #1" — where the use is declared
+};
+
+class Manifest {
+public:
+    // Parses, applies `overrides` ("section.key=value", as --set), validates, fills defaults and
+    // resolves the batch configuration. world_size: processes of the run (from WORLD_SIZE).
+    // Throws grove::Error(manifest) with file:line:col, what is wrong and what is valid.
+    static Manifest load(const std::string& path, const std::vector<std::string>& overrides = {},
+                         int world_size = 1);
+    static Manifest parse(const std::string& text, const std::string& source_name,
+                          const std::vector<std::string>& overrides = {}, int world_size = 1);
+
+    // Typed access by "section.key"; the key must be declared in the schema (a typo is a bug:
+    // std::logic_error). Optional keys that are unset give std::nullopt.
+    std::string string(const std::string& key) const;
+    int64_t integer(const std::string& key) const;
+    double number(const std::string& key) const;
+    bool boolean(const std::string& key) const;
+    std::optional<int64_t> optional_integer(const std::string& key) const;
+    std::optional<double> optional_number(const std::string& key) const;
+    std::vector<std::string> strings(const std::string& key) const;
+
+    const std::vector<PluginUse>& rewards() const { return rewards_; }
+    const PluginUse& adapter() const { return adapter_; }
+    const PluginUse& reduction() const { return reduction_; }
+    const std::string& path() const { return path_; }
+    const std::string& directory() const { return directory_; }
+    int world_size() const { return world_size_; }
+
+    // The whole configuration with every default and derived value, as TOML with one comment per key.
+    std::string resolved_toml() const;
+
+private:
+    std::string path_, directory_;
+    int world_size_ = 1;
+    std::shared_ptr<toml::table> values_;  // resolved section -> key -> value
+    std::vector<PluginUse> rewards_;
+    PluginUse adapter_, reduction_;
+};
+
+// docs/manifest.md, generated from the schema (a test keeps the committed file identical).
+std::string manifest_reference_markdown();
+
+}  // namespace grove

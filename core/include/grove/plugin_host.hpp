@@ -1,0 +1,132 @@
+// The plugin host: finds plugin libraries, loads them with Boost.DLL, checks their ABI version,
+// validates each instance's configuration against the keys the plugin declares, creates and
+// destroys instances, and turns every plugin failure into one grove::Error that names the plugin
+// and its file. Nothing here depends on libtorch.
+#pragma once
+
+#include <grove/grove_plugin.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace toml {
+inline namespace v3 {
+class table;
+class node;
+}  // namespace v3
+}  // namespace toml
+
+namespace grove {
+
+class PluginLibrary;  // a loaded shared library; kept alive while any of its plugins is in use
+
+const char* plugin_kind_name(uint32_t kind);  // "reward", "reduction", "adapter", "unknown"
+
+// One plugin as found in a library.
+struct PluginInfo {
+    std::string name;
+    uint32_t kind = 0;  // grove_plugin_kind
+    std::string version;
+    std::string description;
+    std::string file;  // absolute path of the library
+    uint32_t abi_major = 0;
+    uint32_t abi_minor = 0;
+    uint64_t flags = 0;
+    std::vector<grove_config_key> keys;     // strings point into the library (kept alive below)
+    std::vector<std::string> metric_names;
+    const grove_plugin_descriptor* descriptor = nullptr;
+    std::shared_ptr<PluginLibrary> library;
+
+    std::string display() const;  // "'format' (/path/libgrove_format.so)"
+};
+
+// Where plugins are looked for, in order: directories given explicitly (the manifest's
+// plugin_dirs), then $GROVE_PLUGIN_PATH (colon-separated), then <exe>/../lib/grove/plugins (which
+// is the build tree's plugin folder for a built grove and the installed one for an installed grove).
+std::vector<std::string> plugin_search_path(const std::vector<std::string>& explicit_dirs);
+
+class PluginHost {
+public:
+    explicit PluginHost(std::vector<std::string> search_dirs);
+
+    // Every plugin in the search path. Libraries that cannot be used (not a plugin, wrong ABI) are
+    // skipped and described in `skipped`. A name provided by two different files is an error.
+    std::vector<PluginInfo> list(std::vector<std::string>* skipped = nullptr);
+
+    // `reference` is a name ("format") or a path to a library ("./libmy_reward.so", anything with a
+    // '/' or ending in ".so"). With a path, the library must hold exactly one plugin of that kind,
+    // or `name` selects one. `expected_kind` 0 accepts any kind.
+    PluginInfo find(const std::string& reference, uint32_t expected_kind = 0);
+
+    // Loads one library file and returns all its plugins (errors name the file).
+    std::vector<PluginInfo> load_file(const std::string& path);
+
+    const std::vector<std::string>& search_dirs() const { return search_dirs_; }
+
+private:
+    std::vector<std::string> search_dirs_;
+};
+
+// An instance's validated configuration in C ABI form. Owns all storage the grove_config points to.
+class PluginConfig {
+public:
+    // Checks `table` against the plugin's declared keys: unknown keys (with a suggestion), wrong
+    // types, missing required keys. `origin` names the table in messages when a key has no source
+    // position (e.g. it came from --set). Throws grove::Error(manifest).
+    PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin);
+    // From TOML text (tests, `grove plugins info`).
+    static PluginConfig from_toml_text(const PluginInfo& plugin, const std::string& toml_text,
+                                       const std::string& origin);
+    PluginConfig(PluginConfig&&) noexcept;
+    ~PluginConfig();
+
+    const grove_config* get() const { return &config_; }
+    // "file:line:col" of a key, or the origin when unknown.
+    std::string location_of(const std::string& key) const;
+    const std::string& origin() const { return origin_; }
+
+private:
+    struct Storage;
+    std::unique_ptr<Storage> storage_;
+    grove_config config_{};
+    std::string origin_;
+};
+
+// One live instance; destroyed (and its library released) with this object.
+class PluginInstance {
+public:
+    PluginInstance(PluginInfo plugin, PluginConfig config);  // throws grove::Error(plugin)
+    PluginInstance(PluginInstance&&) noexcept;
+    PluginInstance& operator=(PluginInstance&&) = delete;
+    PluginInstance(const PluginInstance&) = delete;
+    ~PluginInstance();
+
+    const PluginInfo& info() const { return plugin_; }
+    void* handle() const { return instance_; }
+
+    // Reward call. scores/metrics are resized and NaN-filled by the host before the call.
+    void score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics) const;
+    // Reduction call. weight is resized to rows*columns.
+    void weights(const grove_reduction_context& context, std::vector<float>& weight) const;
+
+    // Throws grove::Error(plugin) naming this plugin, the call and the plugin's message when
+    // status != GROVE_OK. Exposed for the adapter host.
+    void check(grove_status status, const char* call, const struct ErrorCapture& capture) const;
+
+private:
+    PluginInfo plugin_;
+    PluginConfig config_;
+    void* instance_ = nullptr;
+};
+
+// Collects what a plugin reports through a grove_error_sink.
+struct ErrorCapture {
+    ErrorCapture();
+    grove_error_sink sink;
+    std::string key;
+    std::string message;
+    bool reported = false;
+};
+
+}  // namespace grove

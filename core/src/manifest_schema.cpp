@@ -1,0 +1,171 @@
+// Every manifest key, once. Defaults follow TRL's GRPOConfig / TrainingArguments at the reference
+// snapshot (../shared/reference/trl-grpo-semantics.md §1) unless the help text says otherwise.
+#include "grove/manifest.hpp"
+
+namespace grove {
+
+namespace {
+KeySpec key(const char* section, const char* name, KeyType type, const char* default_toml, const char* help) {
+    KeySpec spec{};
+    spec.section = section;
+    spec.key = name;
+    spec.type = type;
+    spec.default_toml = default_toml;
+    spec.help = help;
+    return spec;
+}
+KeySpec range(KeySpec s, double min, double max, bool min_exclusive = false) {
+    s.min = min;
+    s.max = max;
+    s.min_exclusive = min_exclusive;
+    return s;
+}
+KeySpec required(KeySpec s) { s.required = true; return s; }
+KeySpec path(KeySpec s) { s.is_path = true; return s; }
+KeySpec trl(KeySpec s, const char* name) { s.trl_name = name; return s; }
+KeySpec pick(KeySpec s, const char* c) { s.choices = c; return s; }
+constexpr double kInf = 1e300;
+}  // namespace
+
+const std::vector<KeySpec>& manifest_schema() {
+    using T = KeyType;
+    static const std::vector<KeySpec> schema = {
+        path(key("", "plugin_dirs", T::string_array, "[]",
+                 "extra folders searched for plugins, before GROVE_PLUGIN_PATH and the built-in folder")),
+
+        required(path(key("model", "path", T::string, nullptr,
+                          "Hugging Face model folder (config.json, safetensors, tokenizer)"))),
+        pick(key("model", "dtype", T::string, "\"float32\"",
+                 "weights' dtype; TRL loads float32 master weights (bf16 autocast on CUDA)"),
+             "float32|bfloat16"),
+        pick(key("model", "device", T::string, "\"auto\"", "auto = cuda when available, else cpu"), "auto|cpu|cuda"),
+        pick(key("model", "chat_template", T::string, "\"auto\"",
+                 "auto = recognised from the checkpoint; none = prompts are used as plain text"),
+             "auto|chatml|llama3|llama2|plain|none"),
+        trl(key("model", "gradient_checkpointing", T::boolean, "true", "recompute activations in backward to save memory"),
+            "gradient_checkpointing"),
+
+        required(key("data", "source", T::string, nullptr,
+                      "training prompts: a JSONL file (relative to the manifest) or builtin:NAME")),
+        key("data", "eval_source", T::string, nullptr, "held-out prompts for `grove eval`: JSONL file or builtin:NAME"),
+        key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),
+        trl(key("data", "shuffle", T::boolean, "true", "shuffle prompts each epoch with the run seed"), "shuffle_dataset"),
+
+        trl(range(key("generation", "num_generations", T::integer, "8", "completions per prompt (G), at least 2"), 2, kInf),
+            "num_generations"),
+        trl(range(key("generation", "max_completion_length", T::integer, "512", "longest completion in tokens"), 1, kInf),
+            "max_completion_length"),
+        trl(range(key("generation", "temperature", T::number, "1.0",
+                      "sampling temperature; log-probabilities are computed at the same temperature"),
+                  0, kInf, true),
+            "temperature"),
+        trl(range(key("generation", "top_p", T::number, "1.0", "nucleus sampling mass, (0, 1]"), 0, 1, true), "top_p"),
+        trl(range(key("generation", "top_k", T::integer, "0", "keep the k most likely tokens; 0 disables"), 0, kInf),
+            "top_k"),
+        trl(range(key("generation", "min_p", T::number, "0.0", "drop tokens below min_p x the top probability; 0 disables"),
+                  0, 1),
+            "min_p"),
+        trl(range(key("generation", "repetition_penalty", T::number, "1.0", "1.0 disables"), 0, kInf, true),
+            "repetition_penalty"),
+
+        required(key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library")),
+        trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),
+        key("rewards[]", "name", T::string, nullptr, "name in metrics (rewards/<name>/mean); defaults to the plugin name"),
+        key("rewards[]", "config", T::table, "{}", "the plugin's own settings (`grove plugins info NAME`)"),
+
+        key("adapter", "plugin", T::string, "\"full\"", "what trains: full (all base weights) or lora"),
+        key("adapter", "config", T::table, "{}", "the adapter's settings, e.g. { r = 16, alpha = 32 }"),
+
+        trl(key("reduction", "plugin", T::string, "\"dapo\"",
+                "loss normalisation: grpo, bnpo, dr_grpo or dapo (TRL's loss_type)"),
+            "loss_type"),
+        key("reduction", "config", T::table, "{}", "the reduction's settings"),
+
+        trl(range(key("loss", "beta", T::number, "0.0",
+                      "KL coefficient; 0 loads no reference model. 0.001 keeps long runs stable at little cost"),
+                  0, kInf),
+            "beta"),
+        trl(range(key("loss", "epsilon", T::number, "0.2", "lower clip range of the ratio"), 0, kInf), "epsilon"),
+        trl(range(key("loss", "epsilon_high", T::number, nullptr, "upper clip range; unset = epsilon (DAPO: 0.28)"), 0,
+                  kInf),
+            "epsilon_high"),
+        trl(range(key("loss", "delta", T::number, nullptr, "two-sided clip: ratio capped at delta; unset disables"), 0,
+                  kInf, true),
+            "delta"),
+        trl(pick(key("loss", "importance_sampling_level", T::string, "\"token\"", "token, or sequence (GSPO)"),
+                 "token|sequence"),
+            "importance_sampling_level"),
+        trl(range(key("loss", "num_iterations", T::integer, "1", "passes over each generation batch (mu)"), 1, kInf),
+            "num_iterations"),
+        trl(pick(key("loss", "scale_rewards", T::string, "\"group\"",
+                     "divide advantages by the group std, the batch std, or not at all"),
+                 "group|batch|none"),
+            "scale_rewards"),
+        trl(pick(key("loss", "aggregation", T::string, "\"sum_then_normalize\"",
+                     "combine several rewards before (default) or after normalising each (GDPO)"),
+                 "sum_then_normalize|normalize_then_sum"),
+            "multi_objective_aggregation"),
+        trl(key("loss", "mask_truncated_completions", T::boolean, "false",
+                "exclude completions that hit max_completion_length from the loss"),
+            "mask_truncated_completions"),
+
+        trl(range(key("train", "per_device_train_batch_size", T::integer, "8",
+                      "completions (not prompts) per micro-batch per process"),
+                  1, kInf),
+            "per_device_train_batch_size"),
+        trl(range(key("train", "gradient_accumulation_steps", T::integer, "1", "micro-batches per optimizer step"), 1,
+                  kInf),
+            "gradient_accumulation_steps"),
+        trl(range(key("train", "generation_batch_size", T::integer, nullptr,
+                      "completions generated at once over all processes; unset = batch x processes x steps_per_generation"),
+                  1, kInf),
+            "generation_batch_size"),
+        trl(range(key("train", "steps_per_generation", T::integer, nullptr,
+                      "micro-batches per generation batch; unset = gradient_accumulation_steps"),
+                  1, kInf),
+            "steps_per_generation"),
+        trl(range(key("train", "learning_rate", T::number, "1e-6", "peak learning rate (TRL's GRPO default)"), 0, kInf),
+            "learning_rate"),
+        trl(pick(key("train", "lr_scheduler_type", T::string, "\"linear\"", "decay after warmup: to 0 linearly, cosine, or none"),
+                 "linear|cosine|constant"),
+            "lr_scheduler_type"),
+        trl(range(key("train", "warmup_steps", T::integer, "0", "linear warmup steps; overrides warmup_ratio when > 0"), 0,
+                  kInf),
+            "warmup_steps"),
+        trl(range(key("train", "warmup_ratio", T::number, "0.0", "warmup as a fraction of all steps"), 0, 1),
+            "warmup_ratio"),
+        trl(range(key("train", "weight_decay", T::number, "0.0", "AdamW decay; never applied to norms and biases"), 0,
+                  kInf),
+            "weight_decay"),
+        trl(range(key("train", "adam_beta1", T::number, "0.9", "AdamW beta1"), 0, 1), "adam_beta1"),
+        trl(range(key("train", "adam_beta2", T::number, "0.999", "AdamW beta2"), 0, 1), "adam_beta2"),
+        trl(range(key("train", "adam_epsilon", T::number, "1e-8", "AdamW epsilon"), 0, kInf, true), "adam_epsilon"),
+        trl(range(key("train", "max_grad_norm", T::number, "1.0", "global gradient-norm clip; 0 disables"), 0, kInf),
+            "max_grad_norm"),
+        trl(range(key("train", "max_steps", T::integer, "-1", "optimizer steps; -1 = num_train_epochs decides"), -1,
+                  kInf),
+            "max_steps"),
+        trl(range(key("train", "num_train_epochs", T::number, "3.0", "passes over the prompts when max_steps = -1"), 0,
+                  kInf, true),
+            "num_train_epochs"),
+        trl(key("train", "seed", T::integer, "42", "seed of sampling, shuffling and initialisation"), "seed"),
+
+        path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
+        trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf),
+            "save_steps"),
+        trl(range(key("output", "save_total_limit", T::integer, nullptr, "keep only the newest N checkpoints; unset keeps all"),
+                  1, kInf),
+            "save_total_limit"),
+
+        trl(range(key("logging", "logging_steps", T::integer, "10", "write metrics every N optimizer steps"), 1, kInf),
+            "logging_steps"),
+        trl(key("logging", "log_completions", T::boolean, "false", "write sample completions to completions.jsonl"),
+            "log_completions"),
+        trl(range(key("logging", "num_completions_to_print", T::integer, nullptr, "completions written per logging step; unset = all"),
+                  0, kInf),
+            "num_completions_to_print"),
+    };
+    return schema;
+}
+
+}  // namespace grove

@@ -1,0 +1,493 @@
+/*
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.0.
+ *
+ * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
+ * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
+ * C, C++, Rust or Zig, because everything that crosses the boundary is plain C.
+ *
+ *   1. What a plugin is, and the three kinds           (reward, reduction, adapter)
+ *   2. Versions: ABI major/minor and struct_size
+ *   3. Errors: status codes and the error sink
+ *   4. Configuration: the plugin's TOML table, typed
+ *   5. The descriptor and the one exported entry point
+ *   6. Reward plugins
+ *   7. Reduction plugins
+ *   8. Adapter plugins and the host tensor-op table
+ *   9. A complete reward plugin in 40 lines          (see also examples/custom-reward/)
+ *
+ * Rules that hold everywhere (the host relies on them):
+ *   - Exceptions, longjmp and aborts never cross this boundary. Return a status instead. (The C++
+ *     layer <grove/plugin.hpp> wraps every entry in try/catch for you.)
+ *   - Every struct that crosses the boundary starts with `uint32_t struct_size`. A reader that finds
+ *     a struct smaller than it knows treats the missing trailing fields as absent (zero / NULL).
+ *   - Pointers the host passes in are BORROWED: valid only for the duration of that call. Copy what
+ *     you want to keep.
+ *   - Memory is never freed across the boundary: the host copies your messages, the host owns every
+ *     output buffer it hands you, and your descriptors live in static storage.
+ *   - Text is UTF-8, passed as pointer + byte length (not necessarily NUL-terminated) unless the
+ *     field says "NUL-terminated".
+ */
+#ifndef GROVE_PLUGIN_H
+#define GROVE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ============================================================================================
+ * 1. What a plugin is
+ * ============================================================================================
+ * Grove's core owns generation, grouping, advantages, the policy loss and the optimizer. A plugin
+ * customises one of three things:
+ *
+ *   GROVE_PLUGIN_KIND_REWARD     scores a batch of completions: one float per completion
+ *                                (NaN = "not applicable", TRL's None). Weights, NaN handling,
+ *                                normalisation and advantages stay in the host.
+ *   GROVE_PLUGIN_KIND_REDUCTION  turns the completion mask of a micro-batch into per-token loss
+ *                                weights; the host forms loss = sum(weight * (policy + beta*kl)).
+ *   GROVE_PLUGIN_KIND_ADAPTER    decides what trains: "full" (base weights) or extra parameters
+ *                                (LoRA) built through a host tensor-op table, so it needs no libtorch.
+ *
+ * One library may hold several plugins. Each has a kind, a unique name, and create/destroy for
+ * its instances: the manifest's table for that plugin becomes the `grove_config` of one instance.
+ */
+typedef enum grove_plugin_kind {
+    GROVE_PLUGIN_KIND_REWARD = 1,
+    GROVE_PLUGIN_KIND_REDUCTION = 2,
+    GROVE_PLUGIN_KIND_ADAPTER = 3
+} grove_plugin_kind;
+
+/* ============================================================================================
+ * 2. Versions
+ * ============================================================================================
+ * The major version changes when anything existing changes; the host refuses a plugin built for
+ * another major, with a message that names the plugin. The minor version grows when fields or
+ * functions are APPENDED; a v1.0 plugin keeps working with a v1.7 host and vice versa, because
+ * each side reads only as far as the other side's struct_size says.
+ */
+#define GROVE_ABI_MAJOR 1
+#define GROVE_ABI_MINOR 0
+
+/* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
+#if defined(_WIN32)
+#define GROVE_EXPORT __declspec(dllexport)
+#else
+#define GROVE_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* True when a struct of the given size contains the field: use it to read appended fields. */
+#define GROVE_HAS_FIELD(ptr, type, field) \
+    ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+/* ============================================================================================
+ * 3. Errors
+ * ============================================================================================
+ * Every plugin function that can fail returns a grove_status. On failure it first describes the
+ * problem through the error sink it was given; the host COPIES the message immediately, so a
+ * stack buffer is fine. If the problem concerns one configuration key, name it: the host then
+ * prints the manifest's file:line of that key next to your message.
+ */
+typedef enum grove_status {
+    GROVE_OK = 0,
+    GROVE_ERROR_INVALID_ARGUMENT = 1, /* the input batch or context is malformed */
+    GROVE_ERROR_CONFIG = 2,           /* a configuration value is unacceptable */
+    GROVE_ERROR_UNSUPPORTED = 3,      /* valid, but this plugin cannot do it */
+    GROVE_ERROR_OUT_OF_MEMORY = 4,
+    GROVE_ERROR_INTERNAL = 5          /* a bug, or an exception caught at the boundary */
+} grove_status;
+
+typedef struct grove_error_sink grove_error_sink;
+struct grove_error_sink {
+    uint32_t struct_size;
+    void* host_data; /* the host's; do not touch */
+    /* key: the configuration key concerned, or NULL. message: NUL-terminated, copied by the host. */
+    void (*report)(grove_error_sink* sink, const char* key, const char* message);
+};
+
+/* Convenience: report and return in one line, e.g. `return grove_fail(err, GROVE_ERROR_CONFIG,
+ * "pattern", "the regex does not compile");` */
+static inline grove_status grove_fail(grove_error_sink* sink, grove_status status, const char* key,
+                                      const char* message) {
+    if (sink && sink->report) sink->report(sink, key, message);
+    return status;
+}
+
+/* ============================================================================================
+ * 4. Configuration
+ * ============================================================================================
+ * The manifest gives each plugin instance a TOML table, for example
+ *
+ *     [[rewards]]
+ *     plugin = "length_penalty"
+ *     weight = 0.5
+ *     config = { mode = "overlong", max_length = 256, cache = 64 }
+ *
+ * A plugin DECLARES the keys it accepts (grove_config_key, in its descriptor). The host then checks
+ * the table before create(): unknown keys (with a "did you mean"), wrong types and missing required
+ * keys are reported at the manifest's file:line, and integers are widened to floats where a float is
+ * declared. create() receives only declared keys, each with its declared type; absent keys are
+ * simply not in the list, so the plugin applies its own documented default. Nested tables and
+ * anything else unusual arrive untouched in `raw_toml` (the whole table as TOML text).
+ */
+typedef enum grove_value_type {
+    GROVE_VALUE_STRING = 1,
+    GROVE_VALUE_INT = 2,
+    GROVE_VALUE_FLOAT = 3,
+    GROVE_VALUE_BOOL = 4,
+    GROVE_VALUE_STRING_ARRAY = 5,
+    GROVE_VALUE_INT_ARRAY = 6,
+    GROVE_VALUE_FLOAT_ARRAY = 7
+} grove_value_type;
+
+typedef struct grove_config_key {
+    uint32_t struct_size;
+    const char* name;          /* NUL-terminated */
+    uint32_t type;             /* grove_value_type */
+    uint32_t required;         /* 1: the host refuses a table without it */
+    const char* default_text;  /* shown by `grove plugins info`, e.g. "16"; NULL if required */
+    const char* help;          /* one line */
+} grove_config_key;
+
+typedef struct grove_config_value {
+    uint32_t struct_size;
+    const char* key;                 /* NUL-terminated */
+    uint32_t type;                   /* grove_value_type, always the declared one */
+    const char* string_value;        /* NUL-terminated; GROVE_VALUE_STRING */
+    int64_t int_value;               /* GROVE_VALUE_INT */
+    double float_value;              /* GROVE_VALUE_FLOAT */
+    int32_t bool_value;              /* GROVE_VALUE_BOOL: 0 or 1 */
+    uint32_t array_length;           /* the *_ARRAY types */
+    const char* const* string_array; /* each NUL-terminated */
+    const int64_t* int_array;
+    const double* float_array;
+} grove_config_value;
+
+typedef struct grove_config {
+    uint32_t struct_size;
+    uint32_t count;
+    const grove_config_value* values;
+    const char* raw_toml;     /* NUL-terminated: the instance's whole table as TOML */
+    const char* source_name;  /* NUL-terminated, e.g. "grove.toml:14 [[rewards]] #2"; for messages */
+} grove_config;
+
+/* Find a key; NULL if the manifest did not set it. */
+static inline const grove_config_value* grove_config_find(const grove_config* config, const char* key) {
+    uint32_t i;
+    if (!config) return NULL;
+    for (i = 0; i < config->count; ++i) {
+        const char* a = config->values[i].key;
+        const char* b = key;
+        while (*a && *a == *b) { ++a; ++b; }
+        if (*a == *b) return &config->values[i];
+    }
+    return NULL;
+}
+static inline double grove_config_float(const grove_config* c, const char* key, double fallback) {
+    const grove_config_value* v = grove_config_find(c, key);
+    return v ? v->float_value : fallback;
+}
+static inline int64_t grove_config_int(const grove_config* c, const char* key, int64_t fallback) {
+    const grove_config_value* v = grove_config_find(c, key);
+    return v ? v->int_value : fallback;
+}
+static inline int grove_config_bool(const grove_config* c, const char* key, int fallback) {
+    const grove_config_value* v = grove_config_find(c, key);
+    return v ? v->bool_value : fallback;
+}
+static inline const char* grove_config_string(const grove_config* c, const char* key, const char* fallback) {
+    const grove_config_value* v = grove_config_find(c, key);
+    return v ? v->string_value : fallback;
+}
+
+/* ============================================================================================
+ * 5. The descriptor and the entry point
+ * ============================================================================================
+ * A library exports exactly one symbol:
+ *
+ *     GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host);
+ *
+ * The host calls it once after loading the library, passing its own API table (which outlives
+ * every call into the library). It returns a list with static storage. The list's first three
+ * fields are frozen forever so that any host can read the ABI version of any plugin.
+ */
+#define GROVE_PLUGIN_ENTRY_SYMBOL "grove_plugin_entry"
+
+typedef enum grove_plugin_flags {
+    GROVE_PLUGIN_THREAD_SAFE = 1u << 0,  /* instances may be called from several threads at once */
+    GROVE_PLUGIN_DETERMINISTIC = 1u << 1, /* same inputs (and seed) give the same outputs */
+    /* reductions: the sum of micro-batch losses over any equal-size split of a generation batch
+     * (with gradient accumulation over the split) equals the whole-batch loss */
+    GROVE_PLUGIN_SPLIT_INVARIANT = 1u << 2,
+    /* adapters: the base model's own weights are trained (the "full" adapter sets it) */
+    GROVE_PLUGIN_TRAINS_BASE_WEIGHTS = 1u << 3
+} grove_plugin_flags;
+
+typedef struct grove_host_api grove_host_api;
+typedef struct grove_reward_api grove_reward_api;
+typedef struct grove_reduction_api grove_reduction_api;
+typedef struct grove_adapter_api grove_adapter_api;
+
+typedef struct grove_plugin_descriptor {
+    uint32_t struct_size;
+    uint32_t kind;                /* grove_plugin_kind */
+    const char* name;             /* unique among all plugins Grove can see; [a-z0-9_-]+ */
+    const char* version;          /* the plugin's own version, e.g. "1.2.0" */
+    const char* description;      /* one line for `grove plugins list` */
+    uint64_t flags;               /* grove_plugin_flags */
+    const grove_config_key* config_keys;
+    uint32_t config_key_count;
+    const char* const* metric_names; /* rewards: names of the per-row metrics it reports */
+    uint32_t metric_count;
+
+    /* create one instance from its configuration; *instance may stay NULL if no state is needed */
+    grove_status (*create)(const grove_config* config, void** instance, grove_error_sink* err);
+    void (*destroy)(void* instance); /* may be NULL; never fails */
+
+    /* exactly one of these is non-NULL, matching `kind` */
+    const grove_reward_api* reward;
+    const grove_reduction_api* reduction;
+    const grove_adapter_api* adapter;
+} grove_plugin_descriptor;
+
+typedef struct grove_plugin_list {
+    uint32_t struct_size; /* frozen: first three fields of every ABI major */
+    uint32_t abi_major;   /* set to GROVE_ABI_MAJOR */
+    uint32_t abi_minor;   /* set to GROVE_ABI_MINOR */
+    uint32_t count;
+    const grove_plugin_descriptor* const* plugins;
+} grove_plugin_list;
+
+/* What the host offers every plugin. Keep the pointer: it outlives the library's use. */
+struct grove_host_api {
+    uint32_t struct_size;
+    uint32_t abi_major;
+    uint32_t abi_minor;
+    const char* host_version; /* e.g. "0.1.0" */
+    /* level: 0 debug, 1 info, 2 warning. plugin_name and message NUL-terminated, copied. */
+    void (*log)(int32_t level, const char* plugin_name, const char* message);
+};
+
+typedef const grove_plugin_list* (*grove_plugin_entry_fn)(const grove_host_api* host);
+
+/* ============================================================================================
+ * 6. Reward plugins
+ * ============================================================================================
+ * score() is called once per batch, not once per completion. Rows are GROUP-MAJOR: rows
+ * [g*G, (g+1)*G) are the G = num_generations completions of the same prompt. The host pre-fills
+ * scores (and metrics) with NaN; write one float per row. Leave NaN where the reward does not
+ * apply (e.g. no reference answer): the host then excludes that row from this reward's sum, as TRL
+ * does with None.
+ */
+typedef struct grove_text {
+    const char* data; /* UTF-8, NOT necessarily NUL-terminated */
+    size_t size;      /* bytes */
+} grove_text;
+
+typedef struct grove_reward_batch {
+    uint32_t struct_size;
+    uint32_t count;           /* rows n = prompts x num_generations (local to this process) */
+    uint32_t num_generations; /* G */
+    const grove_text* prompts;     /* [n] the prompt as the model saw it (chat template applied) */
+    const grove_text* completions; /* [n] decoded completion, special tokens removed */
+    /* completion token ids in CSR form: row i is tokens[offsets[i] .. offsets[i+1]) */
+    const int64_t* completion_token_offsets; /* [n+1] */
+    const int32_t* completion_tokens;
+    const uint8_t* truncated; /* [n] 1 when the completion hit max_completion_length without EOS */
+    const grove_text* row_json; /* [n] the dataset row's other columns as a JSON object */
+    int64_t step;             /* optimizer step that generated this batch */
+    uint64_t seed;            /* derived from the run seed and step: use it for any randomness */
+    uint32_t rank;            /* this process, of world_size (torch.distributed terms) */
+    uint32_t world_size;
+    uint64_t global_row_offset; /* index of row 0 in the global generation batch */
+} grove_reward_batch;
+
+typedef struct grove_reward_output {
+    uint32_t struct_size;
+    float* scores;         /* [n], host-owned, pre-filled with NaN */
+    uint32_t metric_count; /* = the descriptor's metric_count */
+    float* metrics;        /* [metric_count * n]: metric m of row i at metrics[m*n + i]; NaN-filled */
+} grove_reward_output;
+
+struct grove_reward_api {
+    uint32_t struct_size;
+    grove_status (*score)(void* instance, const grove_reward_batch* batch, grove_reward_output* out,
+                          grove_error_sink* err);
+};
+
+/* ============================================================================================
+ * 7. Reduction plugins
+ * ============================================================================================
+ * Every loss normalisation in use (TRL's grpo, bnpo, dr_grpo, dapo) is a per-token weight that
+ * depends only on the mask and a few counts. The host computes, with autograd,
+ *
+ *     loss(micro-batch) = sum_{b,t} weight[b,t] * (policy_term[b,t] + beta * kl[b,t])
+ *
+ * so the KL term is always reduced exactly like the policy term. The loss returned per micro-batch
+ * is what is back-propagated: if your normalisation needs a division by gradient-accumulation steps,
+ * put it in the weights. Masked positions must get weight 0. Denominators must be clamped to >= 1 so
+ * that a fully masked batch gives weight 0 everywhere, never NaN.
+ */
+typedef struct grove_reduction_context {
+    uint32_t struct_size;
+    uint32_t rows;    /* B: rows of this micro-batch on this process */
+    uint32_t columns; /* T: completion positions per row (padded) */
+    const float* mask; /* [B*T] row-major, 1 = completion token that counts, 0 = padding/masked */
+    uint32_t gradient_accumulation_steps; /* micro-batches per optimizer step */
+    uint32_t steps_per_generation;        /* micro-batches per generation batch */
+    uint32_t world_size;                  /* processes; DDP averages gradients over them */
+    uint32_t max_completion_length;
+    /* masked-token and sequence counts of the whole generation batch, summed over all processes */
+    double generation_batch_tokens;
+    double generation_batch_sequences;
+    /* masked-token count of the micro-batches whose gradients accumulate into the SAME optimizer
+     * step as this one, summed over all processes. Equals generation_batch_tokens when
+     * steps_per_generation == gradient_accumulation_steps (the default). */
+    double optimizer_window_tokens;
+} grove_reduction_context;
+
+struct grove_reduction_api {
+    uint32_t struct_size;
+    /* fill weight[B*T] (row-major, host-owned) for this micro-batch */
+    grove_status (*weights)(void* instance, const grove_reduction_context* ctx, float* weight,
+                            grove_error_sink* err);
+};
+
+/* ============================================================================================
+ * 8. Adapter plugins and the host tensor-op table
+ * ============================================================================================
+ * An adapter decides which parameters train. The host walks the model's linear layers and calls
+ * attach() for each; the adapter may create parameters for that layer through `ops` and return a
+ * layer state. On every forward of an attached layer the host calls forward() with the layer input
+ * x [..., in] and adds the returned delta [..., out] to the base output W x + b. Tensors are opaque
+ * handles; the host runs each op in libtorch and records autograd, so gradients reach your
+ * parameters without you linking libtorch.
+ *
+ * Handle lifetime: parameters live as long as the adapter instance. Every other handle (op results,
+ * the x you are given) lives until the call that produced it returns.
+ */
+typedef struct grove_tensor_opaque* grove_tensor;
+typedef struct grove_op_context grove_op_context; /* the host's, per call */
+
+typedef enum grove_init {
+    GROVE_INIT_ZEROS = 1,
+    GROVE_INIT_KAIMING_UNIFORM = 2, /* U(-b, b), b = gain*sqrt(3/fan_in), gain = sqrt(2/(1+a^2)); arg = a */
+    GROVE_INIT_NORMAL = 3,          /* N(0, arg^2) */
+    GROVE_INIT_ONES = 4
+} grove_init;
+
+typedef struct grove_tensor_ops {
+    uint32_t struct_size;
+    /* A trainable parameter of the current layer. `name` is its PEFT-style suffix, e.g.
+     * "lora_A.weight"; saved as "base_model.model.<layer name>.<name>". attach() only. */
+    grove_status (*parameter)(grove_op_context* ctx, const char* name, uint32_t ndim, const int64_t* shape,
+                              uint32_t init, double init_arg, grove_tensor* out, grove_error_sink* err);
+    /* y = x @ w^T  (x [..., in], w [out, in]) */
+    grove_tensor (*linear)(grove_op_context* ctx, grove_tensor x, grove_tensor w);
+    /* a @ b for 2-D tensors */
+    grove_tensor (*matmul)(grove_op_context* ctx, grove_tensor a, grove_tensor b);
+    grove_tensor (*add)(grove_op_context* ctx, grove_tensor a, grove_tensor b);
+    grove_tensor (*mul)(grove_op_context* ctx, grove_tensor a, grove_tensor b);
+    grove_tensor (*scale)(grove_op_context* ctx, grove_tensor a, double factor);
+    /* dropout with probability p; identity when the host is not training or p == 0 */
+    grove_tensor (*dropout)(grove_op_context* ctx, grove_tensor a, double p);
+    /* number of dimensions; writes up to max_dims sizes */
+    uint32_t (*shape)(grove_op_context* ctx, grove_tensor a, int64_t* sizes, uint32_t max_dims);
+} grove_tensor_ops;
+/* Ops return NULL on failure (shape mismatch, ...): the host has then already recorded why; return
+ * any non-OK status and it will report the first failure. */
+
+typedef struct grove_linear_info {
+    uint32_t struct_size;
+    const char* name;       /* full module name, e.g. "model.layers.0.self_attn.q_proj" */
+    const char* short_name; /* last component, e.g. "q_proj" */
+    int64_t in_features;
+    int64_t out_features;
+    uint32_t layer_index;   /* decoder layer, or UINT32_MAX outside the decoder stack */
+    uint32_t has_bias;
+} grove_linear_info;
+
+/* Where an adapter writes text for the host (its saved configuration). The host copies it. */
+typedef struct grove_text_sink grove_text_sink;
+struct grove_text_sink {
+    uint32_t struct_size;
+    void* host_data;
+    void (*append)(grove_text_sink* sink, const char* data, size_t size);
+};
+
+struct grove_adapter_api {
+    uint32_t struct_size;
+    /* Called once per linear layer. Set *layer_state to non-NULL to attach (your own pointer, or
+     * any non-NULL token) and create its parameters with ops->parameter; leave NULL to skip. */
+    grove_status (*attach)(void* instance, const grove_linear_info* layer, const grove_tensor_ops* ops,
+                           grove_op_context* ctx, void** layer_state, grove_error_sink* err);
+    /* The delta to add to the base output. params: this layer's parameters, in creation order. */
+    grove_status (*forward)(void* instance, void* layer_state, const grove_tensor_ops* ops,
+                            grove_op_context* ctx, const grove_tensor* params, uint32_t param_count,
+                            grove_tensor x, grove_tensor* delta, grove_error_sink* err);
+    /* The weight delta [out, in] that merging adds to W (for export without the adapter). */
+    grove_status (*merged_delta)(void* instance, void* layer_state, const grove_tensor_ops* ops,
+                                 grove_op_context* ctx, const grove_tensor* params, uint32_t param_count,
+                                 grove_tensor* delta_weight, grove_error_sink* err);
+    /* Release a layer state from attach(); may be NULL. */
+    void (*detach)(void* instance, void* layer_state);
+    /* The adapter's saved configuration as a JSON object (PEFT's adapter_config.json); may be NULL
+     * for adapters that save nothing beyond the model. */
+    grove_status (*saved_config_json)(void* instance, grove_text_sink* out, grove_error_sink* err);
+};
+
+/* ============================================================================================
+ * 9. A complete reward plugin, in C
+ * ============================================================================================
+ *
+ *   #include <grove/grove_plugin.h>
+ *   #include <string.h>
+ *
+ *   // 1.0 when the completion is non-empty and shorter than `max_bytes` (default 100)
+ *   typedef struct { int64_t max_bytes; } short_answer;
+ *
+ *   static const grove_config_key keys[] = {
+ *       {sizeof(grove_config_key), "max_bytes", GROVE_VALUE_INT, 0, "100", "longest accepted completion"},
+ *   };
+ *   static grove_status create(const grove_config* c, void** instance, grove_error_sink* err) {
+ *       short_answer* s = malloc(sizeof *s);
+ *       if (!s) return grove_fail(err, GROVE_ERROR_OUT_OF_MEMORY, NULL, "out of memory");
+ *       s->max_bytes = grove_config_int(c, "max_bytes", 100);
+ *       if (s->max_bytes <= 0) { free(s); return grove_fail(err, GROVE_ERROR_CONFIG, "max_bytes", "must be > 0"); }
+ *       *instance = s;
+ *       return GROVE_OK;
+ *   }
+ *   static void destroy(void* instance) { free(instance); }
+ *   static grove_status score(void* instance, const grove_reward_batch* b, grove_reward_output* out,
+ *                             grove_error_sink* err) {
+ *       const short_answer* s = instance;
+ *       for (uint32_t i = 0; i < b->count; ++i)
+ *           out->scores[i] = (b->completions[i].size > 0 && (int64_t)b->completions[i].size < s->max_bytes);
+ *       return GROVE_OK;
+ *   }
+ *   static const grove_reward_api api = {sizeof(grove_reward_api), score};
+ *   static const grove_plugin_descriptor descriptor = {
+ *       sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_REWARD, "short_answer", "1.0.0",
+ *       "1.0 for a non-empty completion shorter than max_bytes",
+ *       GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, keys, 1, NULL, 0,
+ *       create, destroy, &api, NULL, NULL};
+ *   static const grove_plugin_descriptor* const all[] = {&descriptor};
+ *   static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all};
+ *
+ *   GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {
+ *       (void)host;
+ *       return &list;
+ *   }
+ *
+ * Build it against the installed SDK (CMake: find_package(GroveSDK) and link GroveSDK::sdk, or
+ * pkg-config grove-sdk), name it in a manifest by path (`plugin = "./libshort_answer.so"`) or put
+ * it in a directory on GROVE_PLUGIN_PATH and name it "short_answer".
+ */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GROVE_PLUGIN_H */

@@ -1,0 +1,273 @@
+// grove/plugin.hpp — an optional, header-only C++17 layer over <grove/grove_plugin.h>.
+//
+// It turns a plain C++ class into a plugin and guarantees that no exception ever crosses the C ABI:
+// every entry point is wrapped, a grove::sdk::Error becomes its status (and names its config key),
+// any other exception becomes GROVE_ERROR_INTERNAL with what() as the message.
+//
+//   struct MyReward {
+//       explicit MyReward(const grove::sdk::Config& config) : bonus_(config.get_float("bonus", 1.0)) {}
+//       void score(const grove_reward_batch& batch, grove_reward_output& out) {
+//           for (uint32_t i = 0; i < batch.count; ++i) out.scores[i] = bonus_;
+//       }
+//       double bonus_;
+//   };
+//   static const grove_config_key kKeys[] = {grove::sdk::key("bonus", GROVE_VALUE_FLOAT, "1.0", "score")};
+//   static const auto kMyReward = grove::sdk::reward_descriptor<MyReward>(
+//       "my_reward", "1.0.0", "gives every completion `bonus`", GROVE_PLUGIN_DETERMINISTIC, kKeys);
+//   GROVE_PLUGIN_LIBRARY(&kMyReward)
+//
+// Reductions implement `void weights(const grove_reduction_context&, float* weight)`; adapters
+// implement attach/forward/merged_delta (see AdapterPlugin below).
+#ifndef GROVE_PLUGIN_HPP
+#define GROVE_PLUGIN_HPP
+
+#include <grove/grove_plugin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace grove::sdk {
+
+// Throw this from plugin code to fail with a specific status and, optionally, a config key.
+class Error : public std::runtime_error {
+public:
+    Error(grove_status status, std::string message, std::string key = {})
+        : std::runtime_error(std::move(message)), status_(status), key_(std::move(key)) {}
+    grove_status status() const noexcept { return status_; }
+    const std::string& key() const noexcept { return key_; }
+
+private:
+    grove_status status_;
+    std::string key_;
+};
+
+inline Error config_error(std::string key, std::string message) {
+    return Error(GROVE_ERROR_CONFIG, std::move(message), std::move(key));
+}
+
+// Runs fn; converts any exception into a status + message on the sink. Never throws.
+template <class Fn>
+grove_status guard(grove_error_sink* err, Fn&& fn) noexcept {
+    try {
+        fn();
+        return GROVE_OK;
+    } catch (const Error& e) {
+        return grove_fail(err, e.status(), e.key().empty() ? nullptr : e.key().c_str(), e.what());
+    } catch (const std::bad_alloc&) {
+        return grove_fail(err, GROVE_ERROR_OUT_OF_MEMORY, nullptr, "out of memory");
+    } catch (const std::exception& e) {
+        std::string message = std::string("unexpected C++ exception: ") + e.what();
+        return grove_fail(err, GROVE_ERROR_INTERNAL, nullptr, message.c_str());
+    } catch (...) {
+        return grove_fail(err, GROVE_ERROR_INTERNAL, nullptr, "unknown C++ exception");
+    }
+}
+
+// Read-only view of an instance's configuration with typed getters and defaults.
+class Config {
+public:
+    explicit Config(const grove_config* config) : config_(config) {}
+    bool has(const char* key) const { return grove_config_find(config_, key) != nullptr; }
+    double get_float(const char* key, double fallback) const { return grove_config_float(config_, key, fallback); }
+    int64_t get_int(const char* key, int64_t fallback) const { return grove_config_int(config_, key, fallback); }
+    bool get_bool(const char* key, bool fallback) const { return grove_config_bool(config_, key, fallback) != 0; }
+    std::string get_string(const char* key, std::string fallback) const {
+        const grove_config_value* v = grove_config_find(config_, key);
+        return v ? std::string(v->string_value) : fallback;
+    }
+    std::vector<std::string> get_strings(const char* key, std::vector<std::string> fallback) const {
+        const grove_config_value* v = grove_config_find(config_, key);
+        if (!v) return fallback;
+        return std::vector<std::string>(v->string_array, v->string_array + v->array_length);
+    }
+    const char* raw_toml() const { return config_ && config_->raw_toml ? config_->raw_toml : ""; }
+
+private:
+    const grove_config* config_;
+};
+
+constexpr grove_config_key key(const char* name, grove_value_type type, const char* default_text, const char* help) {
+    return grove_config_key{sizeof(grove_config_key), name, static_cast<uint32_t>(type), 0, default_text, help};
+}
+constexpr grove_config_key required_key(const char* name, grove_value_type type, const char* help) {
+    return grove_config_key{sizeof(grove_config_key), name, static_cast<uint32_t>(type), 1, nullptr, help};
+}
+
+inline std::string_view view(const grove_text& text) { return std::string_view(text.data, text.size); }
+
+// ---- lifecycle shared by all kinds -----------------------------------------------------------
+template <class T>
+struct Lifecycle {
+    static grove_status create(const grove_config* config, void** instance, grove_error_sink* err) noexcept {
+        return guard(err, [&] { *instance = new T(Config(config)); });
+    }
+    static void destroy(void* instance) noexcept { delete static_cast<T*>(instance); }
+};
+
+// ---- rewards ---------------------------------------------------------------------------------
+template <class T>
+struct RewardPlugin : Lifecycle<T> {
+    static grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out,
+                              grove_error_sink* err) noexcept {
+        return guard(err, [&] { static_cast<T*>(instance)->score(*batch, *out); });
+    }
+    static constexpr grove_reward_api api{sizeof(grove_reward_api), &score};
+};
+
+// ---- reductions ------------------------------------------------------------------------------
+template <class T>
+struct ReductionPlugin : Lifecycle<T> {
+    static grove_status weights(void* instance, const grove_reduction_context* ctx, float* weight,
+                                grove_error_sink* err) noexcept {
+        return guard(err, [&] { static_cast<T*>(instance)->weights(*ctx, weight); });
+    }
+    static constexpr grove_reduction_api api{sizeof(grove_reduction_api), &weights};
+};
+
+// ---- adapters --------------------------------------------------------------------------------
+// A thin wrapper over the host op table that throws grove::sdk::Error when an op fails.
+class Ops {
+public:
+    Ops(const grove_tensor_ops* ops, grove_op_context* ctx) : ops_(ops), ctx_(ctx) {}
+    grove_tensor parameter(const char* name, std::vector<int64_t> shape, grove_init init, double arg = 0.0) const {
+        grove_tensor out = nullptr;
+        ErrorCapture capture;
+        if (ops_->parameter(ctx_, name, static_cast<uint32_t>(shape.size()), shape.data(), init, arg, &out,
+                            &capture.sink) != GROVE_OK)
+            throw Error(GROVE_ERROR_INVALID_ARGUMENT, capture.message);
+        return out;
+    }
+    grove_tensor linear(grove_tensor x, grove_tensor w) const { return check(ops_->linear(ctx_, x, w)); }
+    grove_tensor matmul(grove_tensor a, grove_tensor b) const { return check(ops_->matmul(ctx_, a, b)); }
+    grove_tensor add(grove_tensor a, grove_tensor b) const { return check(ops_->add(ctx_, a, b)); }
+    grove_tensor mul(grove_tensor a, grove_tensor b) const { return check(ops_->mul(ctx_, a, b)); }
+    grove_tensor scale(grove_tensor a, double f) const { return check(ops_->scale(ctx_, a, f)); }
+    grove_tensor dropout(grove_tensor a, double p) const { return check(ops_->dropout(ctx_, a, p)); }
+
+private:
+    struct ErrorCapture {
+        grove_error_sink sink{sizeof(grove_error_sink), this, &ErrorCapture::report};
+        std::string message;
+        static void report(grove_error_sink* s, const char*, const char* m) {
+            static_cast<ErrorCapture*>(s->host_data)->message = m ? m : "";
+        }
+    };
+    // the host has recorded why an op failed; a distinct status lets it report that first failure
+    static grove_tensor check(grove_tensor t) {
+        if (!t) throw Error(GROVE_ERROR_INVALID_ARGUMENT, "a host tensor op failed");
+        return t;
+    }
+    const grove_tensor_ops* ops_;
+    grove_op_context* ctx_;
+};
+
+// T implements:
+//   void* attach(const grove_linear_info&, const Ops&)      -> non-null layer state to attach
+//   grove_tensor forward(void* state, const Ops&, const grove_tensor* params, uint32_t n, grove_tensor x)
+//   grove_tensor merged_delta(void* state, const Ops&, const grove_tensor* params, uint32_t n)
+//   void detach(void* state)
+//   std::string saved_config_json() const
+template <class T>
+struct AdapterPlugin : Lifecycle<T> {
+    static grove_status attach(void* instance, const grove_linear_info* layer, const grove_tensor_ops* ops,
+                               grove_op_context* ctx, void** state, grove_error_sink* err) noexcept {
+        return guard(err, [&] { *state = static_cast<T*>(instance)->attach(*layer, Ops(ops, ctx)); });
+    }
+    static grove_status forward(void* instance, void* state, const grove_tensor_ops* ops, grove_op_context* ctx,
+                                const grove_tensor* params, uint32_t n, grove_tensor x, grove_tensor* delta,
+                                grove_error_sink* err) noexcept {
+        return guard(err, [&] { *delta = static_cast<T*>(instance)->forward(state, Ops(ops, ctx), params, n, x); });
+    }
+    static grove_status merged_delta(void* instance, void* state, const grove_tensor_ops* ops, grove_op_context* ctx,
+                                     const grove_tensor* params, uint32_t n, grove_tensor* out,
+                                     grove_error_sink* err) noexcept {
+        return guard(err, [&] { *out = static_cast<T*>(instance)->merged_delta(state, Ops(ops, ctx), params, n); });
+    }
+    static void detach(void* instance, void* state) noexcept {
+        try {
+            static_cast<T*>(instance)->detach(state);
+        } catch (...) {
+        }
+    }
+    static grove_status saved_config_json(void* instance, grove_text_sink* out, grove_error_sink* err) noexcept {
+        return guard(err, [&] {
+            std::string json = static_cast<T*>(instance)->saved_config_json();
+            out->append(out, json.data(), json.size());
+        });
+    }
+    static constexpr grove_adapter_api api{sizeof(grove_adapter_api), &attach, &forward, &merged_delta, &detach,
+                                           &saved_config_json};
+};
+
+// ---- descriptors -----------------------------------------------------------------------------
+namespace detail {
+template <class Plugin, std::size_t NK, std::size_t NM>
+constexpr grove_plugin_descriptor make(grove_plugin_kind kind, const char* name, const char* version,
+                                       const char* description, uint64_t flags, const grove_config_key (&keys)[NK],
+                                       const char* const (&metrics)[NM]) {
+    grove_plugin_descriptor d{};
+    d.struct_size = sizeof(grove_plugin_descriptor);
+    d.kind = static_cast<uint32_t>(kind);
+    d.name = name;
+    d.version = version;
+    d.description = description;
+    d.flags = flags;
+    d.config_keys = keys;
+    // kNoKeys is a single entry with an empty name: it means "no keys"
+    d.config_key_count = (NK == 1 && keys[0].name[0] == '\0') ? 0u : static_cast<uint32_t>(NK);
+    d.metric_names = NM > 0 && metrics[0] ? metrics : nullptr;
+    d.metric_count = NM > 0 && metrics[0] ? static_cast<uint32_t>(NM) : 0;
+    d.create = &Plugin::create;
+    d.destroy = &Plugin::destroy;
+    return d;
+}
+inline constexpr const char* const kNoMetrics[1] = {nullptr};
+}  // namespace detail
+
+template <class T, std::size_t NK, std::size_t NM = 1>
+constexpr grove_plugin_descriptor reward_descriptor(const char* name, const char* version, const char* description,
+                                                    uint64_t flags, const grove_config_key (&keys)[NK],
+                                                    const char* const (&metrics)[NM] = detail::kNoMetrics) {
+    auto d = detail::make<RewardPlugin<T>>(GROVE_PLUGIN_KIND_REWARD, name, version, description, flags, keys, metrics);
+    d.reward = &RewardPlugin<T>::api;
+    return d;
+}
+template <class T, std::size_t NK>
+constexpr grove_plugin_descriptor reduction_descriptor(const char* name, const char* version,
+                                                       const char* description, uint64_t flags,
+                                                       const grove_config_key (&keys)[NK]) {
+    auto d = detail::make<ReductionPlugin<T>>(GROVE_PLUGIN_KIND_REDUCTION, name, version, description, flags, keys,
+                                              detail::kNoMetrics);
+    d.reduction = &ReductionPlugin<T>::api;
+    return d;
+}
+template <class T, std::size_t NK>
+constexpr grove_plugin_descriptor adapter_descriptor(const char* name, const char* version, const char* description,
+                                                     uint64_t flags, const grove_config_key (&keys)[NK]) {
+    auto d = detail::make<AdapterPlugin<T>>(GROVE_PLUGIN_KIND_ADAPTER, name, version, description, flags, keys,
+                                            detail::kNoMetrics);
+    d.adapter = &AdapterPlugin<T>::api;
+    return d;
+}
+
+// A plugin with no configuration keys passes this.
+inline constexpr grove_config_key kNoKeys[1] = {
+    {sizeof(grove_config_key), "", 0, 0, nullptr, nullptr}};
+
+}  // namespace grove::sdk
+
+// Defines the library's entry point over the given descriptors (pointers to static descriptors).
+#define GROVE_PLUGIN_LIBRARY(...)                                                                        \
+    extern "C" GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api*) {       \
+        static const grove_plugin_descriptor* const grove_all_[] = {__VA_ARGS__};                       \
+        static const grove_plugin_list grove_list_{sizeof(grove_plugin_list), GROVE_ABI_MAJOR,          \
+                                                   GROVE_ABI_MINOR,                                      \
+                                                   sizeof(grove_all_) / sizeof(grove_all_[0]), grove_all_}; \
+        return &grove_list_;                                                                             \
+    }
+
+#endif  // GROVE_PLUGIN_HPP

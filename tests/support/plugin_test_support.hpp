@@ -1,0 +1,36 @@
+// Helpers for tests that exercise one plugin through the real plugin host (the same loading,
+// config checking and error reporting `grove` uses). Plugins are found in the build's plugin folder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace grove::test {
+
+// One completion to score. row_json: the dataset row's other columns, a JSON object.
+struct RewardRow {
+    std::string prompt;
+    std::string completion;
+    std::vector<int32_t> tokens;  // completion token ids; empty means "one token per byte"
+    bool truncated = false;
+    std::string row_json = "{}";
+};
+
+struct RewardResult {
+    std::vector<float> scores;                 // one per row (NaN = not applicable)
+    std::vector<std::string> metric_names;     // as declared by the plugin
+    std::vector<std::vector<float>> metrics;   // metrics[m][row]
+};
+
+// Creates an instance of `plugin` from `config_toml` (the body of its `config` table, e.g.
+// "preset = \"think_answer\"") and scores all rows as one group-major batch.
+// Throws grove::Error (what() = the message `grove` would print) when loading, config checking,
+// create or score fails.
+RewardResult score_rewards(const std::string& plugin, const std::string& config_toml,
+                           const std::vector<RewardRow>& rows, uint32_t num_generations = 1);
+
+// Path of the build's plugin folder (lib/grove/plugins).
+std::string build_plugin_dir();
+
+}  // namespace grove::test
