@@ -103,9 +103,17 @@ public:
         return path_;
     }
 
+    std::string key_where(const toml::key& key, const toml::node& value, const std::string& dotted) const {
+        const auto& source = key.source();
+        if (source.path && source.begin.line > 0)
+            return *source.path + ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);
+        return where(value, dotted);
+    }
+
     // Checks one value against its spec; returns the value to store (numbers widened to float).
-    std::unique_ptr<toml::node> check(const KeySpec& spec, const toml::node& node, const std::string& dotted) const {
-        std::string at = where(node, dotted);
+    // `at` is the key's position: that is the line a user fixes.
+    std::unique_ptr<toml::node> check(const KeySpec& spec, const toml::node& node, const std::string& dotted,
+                                      const std::string& at) const {
         std::string name = dotted;
         auto wrong_type = [&]() {
             return manifest_error(at, name + " must be " + type_phrase(spec.type) + " (" + spec.help + ")");
@@ -190,13 +198,14 @@ public:
                 std::string key(key_node.str());
                 const KeySpec* spec = find_spec(section, key);
                 std::string dotted = dotted_prefix + key;
+                std::string at = key_where(key_node, node, dotted);
                 if (!spec) {
                     auto known = keys_of(section);
                     std::string header = section.empty() ? "at the top level" : "in " + section_header(section);
-                    throw manifest_error(where(node, dotted), "unknown key '" + key + "' " + header + did_you_mean(key, known) +
-                                                                  "; valid keys: " + join(known, ", "));
+                    throw manifest_error(at, "unknown key '" + key + "' " + header + did_you_mean(key, known) +
+                                                 "; valid keys: " + join(known, ", "));
                 }
-                out.insert_or_assign(key, *check(*spec, node, dotted));
+                out.insert_or_assign(key, *check(*spec, node, dotted, at));
             }
         }
         for (const auto& spec : manifest_schema()) {
@@ -301,7 +310,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         if (!is_section && !find_spec("", key)) {
             auto candidates = sections;
             for (const auto& k : keys_of("")) candidates.push_back(k);
-            throw manifest_error(v.where(node, key), "unknown section or key '" + key + "'" + did_you_mean(key, candidates) +
+            throw manifest_error(v.key_where(key_node, node, key), "unknown section or key '" + key + "'" + did_you_mean(key, candidates) +
                                                          "; valid: " + join(candidates, ", "));
         }
         if (!is_section) top_scalars.insert(key, node);
@@ -388,11 +397,14 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     int64_t generations = m.integer("generation.num_generations");
     auto gbs = m.optional_integer("train.generation_batch_size");
     auto spg = m.optional_integer("train.steps_per_generation");
-    if (gbs && spg)
-        throw manifest_error(at("train.steps_per_generation"),
-                             "set either train.generation_batch_size or train.steps_per_generation, not both "
-                             "(generation_batch_size = per_device_train_batch_size x world size x steps_per_generation)");
     int64_t per_step = batch * world_size;
+    // TRL refuses both; Grove accepts both when they agree, so a resolved manifest checks again
+    if (gbs && spg && *gbs != per_step * *spg)
+        throw manifest_error(at("train.steps_per_generation"),
+                             "train.generation_batch_size = " + std::to_string(*gbs) + " and train.steps_per_generation = " +
+                                 std::to_string(*spg) + " disagree: generation_batch_size must be per_device_train_batch_size "
+                                 "x world size x steps_per_generation = " + std::to_string(per_step * *spg) +
+                                 "; set only one of them");
     if (gbs) {
         if (*gbs % per_step != 0)
             throw manifest_error(at("train.generation_batch_size"),

@@ -217,8 +217,8 @@ std::vector<PluginInfo> PluginHost::list(std::vector<std::string>* skipped) {
 PluginInfo PluginHost::find(const std::string& reference, uint32_t expected_kind) {
     auto check_kind = [&](const PluginInfo& info) {
         if (expected_kind && info.kind != expected_kind)
-            throw plugin_error("plugin " + info.display() + " is a " + plugin_kind_name(info.kind) +
-                               " plugin, but a " + plugin_kind_name(expected_kind) + " plugin is needed here");
+            throw plugin_error("plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) +
+                               "', but a " + plugin_kind_name(expected_kind) + " plugin is needed here");
         return info;
     };
     if (looks_like_path(reference)) {

@@ -1,0 +1,209 @@
+// The manifest: TRL defaults, strict keys with positions and suggestions, types, ranges, batch
+// arithmetic, --set overrides, relative paths, and the generated reference in docs/.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "grove/error.hpp"
+#include "grove/manifest.hpp"
+
+namespace {
+
+const std::string kMinimal = R"(
+[model]
+path = "models/tiny"
+
+[data]
+source = "prompts.jsonl"
+
+[[rewards]]
+plugin = "correctness"
+)";
+
+std::string manifest_error(const std::string& text, const std::vector<std::string>& overrides = {},
+                           grove::ErrorKind kind = grove::ErrorKind::manifest) {
+    try {
+        grove::Manifest::parse(text, "/runs/exp/grove.toml", overrides);
+    } catch (const grove::Error& e) {
+        EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
+        return e.what();
+    }
+    ADD_FAILURE() << "manifest accepted";
+    return "";
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
+
+}  // namespace
+
+TEST(Manifest, DefaultsFollowTrl) {
+    auto m = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml");
+    EXPECT_EQ(m.integer("generation.num_generations"), 8);
+    EXPECT_EQ(m.integer("generation.max_completion_length"), 512);
+    EXPECT_DOUBLE_EQ(m.number("generation.temperature"), 1.0);
+    EXPECT_EQ(m.integer("generation.top_k"), 0);
+    EXPECT_DOUBLE_EQ(m.number("loss.beta"), 0.0);
+    EXPECT_DOUBLE_EQ(m.number("loss.epsilon"), 0.2);
+    EXPECT_DOUBLE_EQ(m.number("loss.epsilon_high"), 0.2);  // unset -> epsilon
+    EXPECT_FALSE(m.optional_number("loss.delta").has_value());
+    EXPECT_EQ(m.string("loss.scale_rewards"), "group");
+    EXPECT_EQ(m.reduction().plugin, "dapo");
+    EXPECT_EQ(m.adapter().plugin, "full");
+    EXPECT_DOUBLE_EQ(m.number("train.learning_rate"), 1e-6);
+    EXPECT_EQ(m.integer("train.per_device_train_batch_size"), 8);
+    EXPECT_EQ(m.integer("train.steps_per_generation"), 1);     // = gradient_accumulation_steps
+    EXPECT_EQ(m.integer("train.generation_batch_size"), 8);    // = 8 x 1 process x 1
+    EXPECT_DOUBLE_EQ(m.number("train.max_grad_norm"), 1.0);
+    EXPECT_EQ(m.string("train.lr_scheduler_type"), "linear");
+    EXPECT_EQ(m.integer("train.seed"), 42);
+    EXPECT_EQ(m.integer("logging.logging_steps"), 10);
+    ASSERT_EQ(m.rewards().size(), 1u);
+    EXPECT_EQ(m.rewards()[0].name, "correctness");
+    EXPECT_DOUBLE_EQ(m.rewards()[0].weight, 1.0);
+}
+
+TEST(Manifest, RelativePathsResolveAgainstTheManifestFolder) {
+    auto m = grove::Manifest::parse(kMinimal + "\n[output]\ndir = \"../out\"\n", "/runs/exp/grove.toml");
+    EXPECT_EQ(m.string("model.path"), "/runs/exp/models/tiny");
+    EXPECT_EQ(m.string("data.source"), "/runs/exp/prompts.jsonl");
+    EXPECT_EQ(m.string("output.dir"), "/runs/out");
+    auto builtin = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml", {"data.source=builtin:arithmetic"});
+    EXPECT_EQ(builtin.string("data.source"), "builtin:arithmetic");
+}
+
+TEST(Manifest, UnknownKeyHasLineColumnAndSuggestion) {
+    auto message = manifest_error(kMinimal + "\n[generation]\ntemprature = 0.7\n");
+    EXPECT_CONTAINS(message, "/runs/exp/grove.toml:12:1: error: unknown key 'temprature' in [generation]");
+    EXPECT_CONTAINS(message, "did you mean 'temperature'?");
+}
+
+TEST(Manifest, UnknownSectionHasSuggestion) {
+    auto message = manifest_error(kMinimal + "\n[genration]\nnum_generations = 4\n");
+    EXPECT_CONTAINS(message, "unknown section or key 'genration'");
+    EXPECT_CONTAINS(message, "did you mean 'generation'?");
+}
+
+TEST(Manifest, UnknownKeyInsideARewardTable) {
+    auto message = manifest_error(kMinimal + "wieght = 2.0\n");
+    EXPECT_CONTAINS(message, "grove.toml:10:1");
+    EXPECT_CONTAINS(message, "unknown key 'wieght' in [[rewards]]; did you mean 'weight'?");
+}
+
+TEST(Manifest, TypeErrorsSayWhatIsExpected) {
+    auto message = manifest_error(kMinimal + "\n[generation]\nnum_generations = \"8\"\n");
+    EXPECT_CONTAINS(message, "grove.toml:12:1");
+    EXPECT_CONTAINS(message, "generation.num_generations must be an integer");
+    message = manifest_error(kMinimal + "\n[loss]\nmask_truncated_completions = 1\n");
+    EXPECT_CONTAINS(message, "loss.mask_truncated_completions must be true or false");
+}
+
+TEST(Manifest, RangeErrorsSayWhatIsValid) {
+    auto message = manifest_error(kMinimal + "\n[generation]\nnum_generations = 1\n");
+    EXPECT_CONTAINS(message, "generation.num_generations = 1 is out of range; it must be >= 2");
+    message = manifest_error(kMinimal + "\n[generation]\ntop_p = 0.0\n");
+    EXPECT_CONTAINS(message, "generation.top_p = 0 is out of range; it must be > 0 and <= 1");
+    message = manifest_error(kMinimal + "\n[loss]\nbeta = -0.1\n");
+    EXPECT_CONTAINS(message, "loss.beta = -0.10000000000000001 is out of range; it must be >= 0");
+}
+
+TEST(Manifest, ChoicesAreListedWithSuggestion) {
+    auto message = manifest_error(kMinimal + "\n[loss]\nscale_rewards = \"grup\"\n");
+    EXPECT_CONTAINS(message, "use one of \"group\", \"batch\", \"none\"; did you mean 'group'?");
+    message = manifest_error(kMinimal + "\n[loss]\nscale_rewards = true\n");
+    EXPECT_CONTAINS(message, "TRL's true is \"group\", false is \"none\"");
+}
+
+TEST(Manifest, GenerationBatchMustHoldWholeGroups) {
+    auto message = manifest_error(kMinimal + "\n[generation]\nnum_generations = 4\n[train]\nper_device_train_batch_size = 6\n");
+    EXPECT_CONTAINS(message, "the generation batch of 6 completions");
+    EXPECT_CONTAINS(message, "cannot hold whole groups of num_generations = 4");
+    EXPECT_CONTAINS(message, "use num_generations in {2, 3, 6}");
+    EXPECT_CONTAINS(message, "train.generation_batch_size = 12");
+    // TRL's test_train_num_generations_larger_than_batch_size: bs 3, G 6, GA 2 is valid
+    auto ok = grove::Manifest::parse(kMinimal + "\n[generation]\nnum_generations = 6\n[train]\n"
+                                                "per_device_train_batch_size = 3\ngradient_accumulation_steps = 2\n",
+                                     "grove.toml");
+    EXPECT_EQ(ok.integer("train.generation_batch_size"), 6);
+    EXPECT_EQ(ok.integer("train.steps_per_generation"), 2);
+}
+
+TEST(Manifest, BatchResolutionFollowsTrlAndCountsProcesses) {
+    auto m = grove::Manifest::parse(kMinimal + "\n[train]\nper_device_train_batch_size = 4\ngeneration_batch_size = 32\n",
+                                    "grove.toml", {}, 2);
+    EXPECT_EQ(m.integer("train.steps_per_generation"), 4);  // 32 / (4 x 2 processes)
+    auto message = manifest_error(kMinimal + "\n[train]\nper_device_train_batch_size = 4\ngeneration_batch_size = 10\n");
+    EXPECT_CONTAINS(message, "must be a multiple of per_device_train_batch_size x world size = 4");
+    message = manifest_error(kMinimal + "\n[train]\ngeneration_batch_size = 16\nsteps_per_generation = 1\n");
+    EXPECT_CONTAINS(message, "disagree: generation_batch_size must be per_device_train_batch_size x world size x "
+                             "steps_per_generation = 8; set only one of them");
+    auto both = grove::Manifest::parse(kMinimal + "\n[train]\ngeneration_batch_size = 16\nsteps_per_generation = 2\n"
+                                                  "per_device_train_batch_size = 8\n", "grove.toml");
+    EXPECT_EQ(both.integer("train.generation_batch_size"), 16);
+}
+
+TEST(Manifest, SetOverridesValuesAndIsCheckedLikeTheFile) {
+    auto m = grove::Manifest::parse(kMinimal, "grove.toml",
+                                    {"generation.temperature=0.7", "rewards.0.weight=2", "model.dtype=bfloat16",
+                                     "rewards.0.config.reference_column=\"solution\""});
+    EXPECT_DOUBLE_EQ(m.number("generation.temperature"), 0.7);
+    EXPECT_DOUBLE_EQ(m.rewards()[0].weight, 2.0);  // an integer widened to a number
+    EXPECT_EQ(m.string("model.dtype"), "bfloat16");  // not TOML: taken as a string
+    EXPECT_EQ(m.rewards()[0].config->at_path("reference_column").value<std::string>().value_or(""), "solution");
+    auto message = manifest_error(kMinimal, {"generation.temprature=0.7"});
+    EXPECT_CONTAINS(message, "--set generation.temprature: error: unknown key 'temprature'");
+    EXPECT_CONTAINS(message, "did you mean 'temperature'?");
+    message = manifest_error(kMinimal, {"loss.beta=-1"});
+    EXPECT_CONTAINS(message, "--set loss.beta: error: loss.beta = -1 is out of range");
+    message = manifest_error(kMinimal, {"rewards.3.weight=1"}, grove::ErrorKind::usage);
+    EXPECT_CONTAINS(message, "'3' is not an index of the 1 entries there");
+    message = manifest_error(kMinimal, {"nonsense"}, grove::ErrorKind::usage);
+    EXPECT_CONTAINS(message, "expected section.key=value");
+}
+
+TEST(Manifest, RewardsAreRequiredAndUniquelyNamed) {
+    auto message = manifest_error("[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n");
+    EXPECT_CONTAINS(message, "no reward: add at least one [[rewards]] table");
+    message = manifest_error(kMinimal + "\n[[rewards]]\nplugin = \"correctness\"\n");
+    EXPECT_CONTAINS(message, "two rewards are named 'correctness'");
+    auto m = grove::Manifest::parse(kMinimal + "\n[[rewards]]\nplugin = \"correctness\"\nname = \"strict\"\n"
+                                               "config = { tolerance = 0.0 }\n",
+                                    "grove.toml");
+    ASSERT_EQ(m.rewards().size(), 2u);
+    EXPECT_EQ(m.rewards()[1].name, "strict");
+}
+
+TEST(Manifest, MissingRequiredKey) {
+    auto message = manifest_error("[data]\nsource = \"d.jsonl\"\n[[rewards]]\nplugin = \"x\"\n");
+    EXPECT_CONTAINS(message, "missing required key model.path");
+}
+
+TEST(Manifest, InvalidTomlReportsPosition) {
+    auto message = manifest_error("[model]\npath = \"unterminated\n");
+    EXPECT_CONTAINS(message, "/runs/exp/grove.toml:2:");
+    EXPECT_CONTAINS(message, "invalid TOML");
+}
+
+TEST(Manifest, ResolvedTomlRoundTrips) {
+    auto m = grove::Manifest::parse(kMinimal + "\n[loss]\ndelta = 3.0\n[train]\ngradient_accumulation_steps = 2\n",
+                                    "/runs/exp/grove.toml");
+    std::string resolved = m.resolved_toml();
+    EXPECT_CONTAINS(resolved, "# save_total_limit = (unset)");
+    EXPECT_CONTAINS(resolved, "steps_per_generation = 2");
+    auto again = grove::Manifest::parse(resolved, "/elsewhere/resolved.toml");
+    EXPECT_EQ(again.string("model.path"), "/runs/exp/models/tiny");  // absolute after resolution
+    EXPECT_DOUBLE_EQ(again.number("loss.delta"), 3.0);
+    EXPECT_EQ(again.integer("train.generation_batch_size"), 16);
+    EXPECT_EQ(again.resolved_toml().substr(again.resolved_toml().find('\n')), resolved.substr(resolved.find('\n')));
+}
+
+TEST(Manifest, DocsReferenceIsGeneratedFromTheSchema) {
+    std::ifstream file(std::string(GROVE_TEST_SOURCE_DIR) + "/docs/manifest.md");
+    ASSERT_TRUE(file) << "docs/manifest.md is missing: build/bin/grove manifest-reference > docs/manifest.md";
+    std::stringstream text;
+    text << file.rdbuf();
+    EXPECT_EQ(text.str(), grove::manifest_reference_markdown())
+        << "docs/manifest.md is stale: regenerate it with build/bin/grove manifest-reference > docs/manifest.md";
+}
