@@ -30,5 +30,5 @@ target_include_directories(grove_torch_deps SYSTEM INTERFACE
 target_compile_definitions(grove_torch_deps INTERFACE _GLIBCXX_USE_CXX11_ABI=${GROVE_TORCH_CXX11_ABI})
 # --no-as-needed: nothing references libtorch_cuda directly, and without this flag the linker drops
 # it, CUDA kernels are never registered and torch silently reports no GPU.
-target_link_options(grove_torch_deps INTERFACE "LINKER:--no-as-needed" "LINKER:-rpath,${GROVE_TORCH_DIR}/lib")
+target_link_options(grove_torch_deps INTERFACE "LINKER:--no-as-needed")
 target_link_libraries(grove_torch_deps INTERFACE ${_grove_torch_paths})
