@@ -29,9 +29,16 @@ if ((${#missing[@]})); then
   fi
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  echo "deps: creating .venv"
-  "$PYTHON" -m venv .venv || { echo "deps: error: '$PYTHON -m venv' failed; install python3-venv" >&2; exit 1; }
+# The environment is several GB (torch + CUDA wheels), so it lives once per machine, shared by every
+# clone (CI starts from a clean clone): .venv is a link to it. GROVE_VENV chooses another place.
+VENV=${GROVE_VENV:-$HOME/.cache/grove/venv-torch-$TORCH_VERSION}
+if [ ! -e .venv ]; then
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "deps: creating the virtual environment $VENV"
+    mkdir -p "$(dirname "$VENV")"
+    "$PYTHON" -m venv "$VENV" || { echo "deps: error: '$PYTHON -m venv' failed; install python3-venv" >&2; exit 1; }
+  fi
+  ln -s "$VENV" .venv
 fi
 have=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
 if [ "$have" != "$TORCH_VERSION" ]; then

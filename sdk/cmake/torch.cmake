@@ -32,3 +32,6 @@ target_compile_definitions(grove_torch_deps INTERFACE _GLIBCXX_USE_CXX11_ABI=${G
 # it, CUDA kernels are never registered and torch silently reports no GPU.
 target_link_options(grove_torch_deps INTERFACE "LINKER:--no-as-needed")
 target_link_libraries(grove_torch_deps INTERFACE ${_grove_torch_paths})
+
+# libtorch stays in the virtual environment's wheel: installed Grove libraries find it there
+list(APPEND CMAKE_INSTALL_RPATH "${GROVE_TORCH_DIR}/lib")
