@@ -46,10 +46,13 @@ if [ "$have" != "$TORCH_VERSION" ]; then
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" \
     || { echo "deps: error: pip could not install torch==$TORCH_VERSION (no network, or PyPI unreachable?)" >&2; exit 1; }
 fi
-# test-only Python packages (reference implementations the tests compare against)
-if ! .venv/bin/python -c "import numpy" 2>/dev/null; then
-  echo "deps: installing numpy into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check numpy \
-    || { echo "deps: error: pip could not install numpy" >&2; exit 1; }
+# test-only Python packages (reference implementations the tests compare against), reinstalled only
+# when .ci/requirements-test.txt changes
+stamp=.venv/.grove-test-requirements
+if ! cmp -s .ci/requirements-test.txt "$stamp"; then
+  echo "deps: installing test packages into .venv: $(grep -v '^#' .ci/requirements-test.txt | tr '\n' ' ')"
+  .venv/bin/pip install -q --disable-pip-version-check -r .ci/requirements-test.txt \
+    || { echo "deps: error: pip could not install .ci/requirements-test.txt (no network, or PyPI unreachable?)" >&2; exit 1; }
+  cp .ci/requirements-test.txt "$stamp"
 fi
 echo "deps: ok"

@@ -13,6 +13,7 @@ enum class ErrorKind : int {
     usage = 2,     // bad command line
     manifest = 3,  // the manifest or an override is invalid
     plugin = 4,    // a plugin could not be loaded, configured or created, or failed a call
+    input = 5,     // a model, tokenizer or data file is missing or invalid
 };
 
 class Error : public std::runtime_error {

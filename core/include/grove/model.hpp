@@ -1,0 +1,117 @@
+// The policy: one libtorch implementation of the Llama-family decoder (Llama 2/3 incl. llama3 rope
+// scaling, Qwen2/2.5 with q/k/v biases, Mistral, SmolLM/SmolLM2, TinyLlama), loaded from and saved
+// to a Hugging Face folder. Numerics follow transformers' modeling_llama / modeling_qwen2: RMSNorm in
+// float32, rotary embeddings computed in float32, SwiGLU, grouped-query attention via
+// at::scaled_dot_product_attention.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace grove {
+
+class AdapterHost;
+class AdaptedLinear;
+
+struct RopeScaling {
+    std::string type;  // "" (none) or "llama3"
+    double factor = 1.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+    std::string model_type;    // llama, qwen2, mistral
+    std::string architecture;  // LlamaForCausalLM, ...
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t num_attention_heads = 0;
+    int64_t num_key_value_heads = 0;
+    int64_t head_dim = 0;
+    int64_t max_position_embeddings = 0;
+    double rms_norm_eps = 1e-6;
+    double rope_theta = 10000.0;
+    RopeScaling rope_scaling;
+    bool tie_word_embeddings = false;
+    bool attention_bias = false;  // q/k/v (and o for llama's attention_bias) projections have biases
+    bool o_proj_bias = false;
+    bool mlp_bias = false;
+    std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
+    std::optional<int64_t> bos_token_id;
+    std::optional<int64_t> pad_token_id;
+    std::string config_json;  // the original config.json, written back on save
+    std::string generation_config_json;  // "" when the folder has none
+};
+
+// Reads config.json (+ generation_config.json). Unsupported architectures are refused with the list
+// of supported ones; missing or ill-typed keys name the file and the key.
+ModelConfig load_model_config(const std::string& folder);
+
+// Preallocated keys/values for incremental decoding: [layers][B, kv_heads, capacity, head_dim].
+struct KVCache {
+    std::vector<at::Tensor> keys, values;
+    int64_t length = 0;    // positions filled
+    int64_t capacity = 0;
+};
+
+struct Linear {
+    std::string name;  // module name, e.g. "model.layers.0.self_attn.q_proj"
+    at::Tensor weight;
+    std::optional<at::Tensor> bias;
+    std::unique_ptr<AdaptedLinear> adapter;  // set when an adapter attached to this layer
+    at::Tensor operator()(const at::Tensor& x) const;
+};
+
+class Model {
+public:
+    // device: "cpu", "cuda", "cuda:N" or "auto"; dtype: "float32" or "bfloat16".
+    static std::unique_ptr<Model> load(const std::string& folder, const std::string& device = "cpu",
+                                       const std::string& dtype = "float32");
+    ~Model();
+
+    const ModelConfig& config() const { return config_; }
+    at::Device device() const;
+    at::ScalarType dtype() const;
+
+    // Final hidden states [B, T, H] (after the last norm). attention_mask [B, cache.length + T]
+    // covers the cached and the new positions (1 = attend); position_ids [B, T].
+    at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                             const at::Tensor& position_ids, KVCache* cache = nullptr) const;
+    // logits = lm_head(hidden)
+    at::Tensor logits(const at::Tensor& hidden) const;
+    at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                       KVCache* cache = nullptr) const {
+        return logits(hidden_states(input_ids, attention_mask, position_ids, cache));
+    }
+    const at::Tensor& lm_head_weight() const;
+
+    KVCache make_cache(int64_t batch, int64_t capacity) const;
+
+    // Parameters under their Hugging Face names (tied lm_head is not listed separately).
+    std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+    // Every linear layer of the decoder stack, for adapters.
+    std::vector<Linear*> linear_layers();
+    void attach_adapter(AdapterHost& host);
+
+    // Writes config.json, generation_config.json and model.safetensors (atomically) into folder.
+    void save(const std::string& folder) const;
+
+private:
+    struct Layer;
+    Model() = default;
+    ModelConfig config_;
+    at::Tensor embed_tokens_;
+    std::vector<std::unique_ptr<Layer>> layers_;
+    at::Tensor norm_;
+    std::optional<at::Tensor> lm_head_;  // absent when tied
+    at::Tensor inv_freq_;                // [head_dim / 2], float32
+};
+
+}  // namespace grove

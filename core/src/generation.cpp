@@ -1,0 +1,159 @@
+#include "grove/generation.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+#include "grove/error.hpp"
+#include "grove/model.hpp"
+
+namespace grove {
+
+namespace {
+
+// HF's logits processors, in generate()'s order: repetition penalty, then temperature, top-k,
+// top-p, min-p. `seen` [N, V] bool marks tokens already in the row (prompt and completion).
+at::Tensor process_logits(at::Tensor logits, const at::Tensor& seen, const SamplingOptions& o) {
+    logits = logits.to(at::kFloat);
+    if (o.repetition_penalty != 1.0) {
+        at::Tensor penalised = at::where(logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty);
+        logits = at::where(seen, penalised, logits);
+    }
+    logits = logits / o.temperature;
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    if (o.top_k > 0 && o.top_k < logits.size(-1)) {
+        at::Tensor kth = std::get<0>(at::topk(logits, o.top_k, -1)).narrow(-1, o.top_k - 1, 1);
+        logits = logits.masked_fill(logits < kth, neg_inf);
+    }
+    if (o.top_p < 1.0) {
+        auto [sorted, order] = at::sort(logits, -1, /*descending=*/false);
+        at::Tensor cumulative = sorted.softmax(-1).cumsum(-1);
+        at::Tensor remove_sorted = cumulative <= (1.0 - o.top_p);
+        remove_sorted.narrow(-1, remove_sorted.size(-1) - 1, 1).fill_(false);  // keep at least one token
+        at::Tensor remove = at::zeros_like(remove_sorted).scatter(-1, order, remove_sorted);
+        logits = logits.masked_fill(remove, neg_inf);
+    }
+    if (o.min_p > 0.0) {
+        at::Tensor probs = logits.softmax(-1);
+        at::Tensor threshold = probs.amax(-1, true) * o.min_p;
+        logits = logits.masked_fill(probs < threshold, neg_inf);
+    }
+    return logits;
+}
+
+}  // namespace
+
+GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const SamplingOptions& o) {
+    if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
+    if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
+    if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
+    at::NoGradGuard no_grad;
+    const int64_t N = int64_t(prompts.size());
+    int64_t P = 0;
+    for (const auto& p : prompts) {
+        if (p.empty()) throw Error(ErrorKind::usage, "generate: a prompt has no tokens");
+        P = std::max<int64_t>(P, int64_t(p.size()));
+    }
+    const int64_t C = o.max_new_tokens, V = model.config().vocab_size;
+    at::Device device = model.device();
+    auto long_cpu = at::TensorOptions().dtype(at::kLong);
+
+    // left-padded prompts, mask, positions counted from each row's first real token
+    at::Tensor ids = at::full({N, P}, o.pad_token_id, long_cpu);
+    at::Tensor mask = at::zeros({N, P + C}, long_cpu);
+    for (int64_t b = 0; b < N; ++b) {
+        int64_t n = int64_t(prompts[b].size());
+        ids[b].narrow(0, P - n, n).copy_(at::tensor(prompts[b], long_cpu));
+        mask[b].narrow(0, P - n, n).fill_(1);
+    }
+    ids = ids.to(device);
+    mask = mask.to(device);
+    at::Tensor prompt_mask = mask.narrow(1, 0, P);
+    at::Tensor positions = (prompt_mask.cumsum(-1) - 1).clamp_min(0);
+    at::Tensor next_position = prompt_mask.sum(-1, true);  // [N, 1]
+    at::Tensor seen = at::zeros({N, V}, at::TensorOptions().dtype(at::kBool).device(device));
+    if (o.repetition_penalty != 1.0) seen.scatter_(1, ids, prompt_mask.to(at::kBool));
+
+    at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor()
+                                             : at::tensor(o.eos_token_ids, long_cpu).to(device);
+    at::Tensor out_ids = at::full({N, C}, o.pad_token_id, long_cpu.device(device));
+    at::Tensor out_logp = at::zeros({N, C}, at::TensorOptions().dtype(at::kFloat).device(device));
+    at::Tensor finished = at::zeros({N}, at::TensorOptions().dtype(at::kBool).device(device));
+    at::Tensor lengths = at::zeros({N}, long_cpu.device(device));
+    // one seeded CPU generator: the same uniforms on every device, hence the same completions
+    at::Generator generator = at::detail::createCPUGenerator(o.seed);
+
+    KVCache cache = model.make_cache(N, P + C);
+    at::Tensor hidden = model.hidden_states(ids, prompt_mask, positions, &cache);
+    at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
+    int64_t steps = 0;
+    for (int64_t t = 0; t < C; ++t) {
+        at::Tensor token;
+        at::Tensor log_probs = (logits.to(at::kFloat) / (o.greedy ? 1.0 : o.temperature)).log_softmax(-1);
+        if (o.greedy) {
+            token = logits.argmax(-1);
+        } else {
+            at::Tensor processed = process_logits(logits, seen, o);
+            at::Tensor probs = processed.softmax(-1);
+            at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
+            at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
+            // inverse CDF; clamp guards the rounding of the last bucket
+            token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
+        }
+        at::Tensor active = finished.logical_not();
+        token = at::where(active, token, at::full_like(token, o.pad_token_id));
+        out_ids.select(1, t).copy_(token);
+        out_logp.select(1, t).copy_(at::where(active, log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1),
+                                              at::zeros({N}, out_logp.options())));
+        lengths += active.to(at::kLong);
+        mask.select(1, P + t).copy_(active.to(at::kLong));
+        if (o.repetition_penalty != 1.0) seen.scatter_(1, token.unsqueeze(-1), active.unsqueeze(-1));
+        if (eos.defined()) finished = finished.logical_or(at::isin(token, eos).logical_and(active));
+        steps = t + 1;
+        if (t + 1 == C || finished.all().item<bool>()) break;
+        // a finished row keeps decoding a masked pad: cheaper than compacting the batch
+        hidden = model.hidden_states(token.unsqueeze(-1), mask.narrow(1, 0, P + t + 1), next_position, &cache);
+        next_position = next_position + 1;
+        logits = model.logits(hidden).squeeze(1);
+    }
+
+    GenerationResult r;
+    r.completion_ids = out_ids.narrow(1, 0, steps).cpu();
+    at::Tensor lengths_cpu = lengths.cpu();
+    r.completion_mask = (at::arange(steps, long_cpu).unsqueeze(0) < lengths_cpu.unsqueeze(1)).to(at::kLong);
+    r.truncated = finished.logical_not().cpu();
+    r.sampled_logprobs = out_logp.narrow(1, 0, steps).cpu();
+    r.lengths.assign(lengths_cpu.data_ptr<int64_t>(), lengths_cpu.data_ptr<int64_t>() + N);
+    return r;
+}
+
+at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
+                          int64_t chunk_rows) {
+    int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+    at::Tensor flat_hidden = hidden.reshape({B * T, H});
+    at::Tensor flat_targets = targets.reshape({B * T, 1}).to(hidden.device());
+    std::vector<at::Tensor> pieces;
+    for (int64_t start = 0; start < B * T; start += chunk_rows) {
+        int64_t n = std::min(chunk_rows, B * T - start);
+        at::Tensor logits = at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight()).to(at::kFloat) / temperature;
+        at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
+        pieces.push_back(picked - at::logsumexp(logits, -1));
+    }
+    return at::cat(pieces).view({B, T});
+}
+
+at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
+                               const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature) {
+    int64_t P = prompt_ids.size(1), C = completion_ids.size(1);
+    at::Device device = model.device();
+    at::Tensor ids = at::cat({prompt_ids, completion_ids}, 1).to(device);
+    at::Tensor mask = at::cat({prompt_mask, completion_mask}, 1).to(device);
+    at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
+    at::Tensor hidden = model.hidden_states(ids, mask, positions);
+    // position t predicts token t+1: the last prompt position predicts the first completion token
+    return token_logprobs(model, hidden.narrow(1, P - 1, C), completion_ids.to(device), temperature);
+}
+
+}  // namespace grove

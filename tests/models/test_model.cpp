@@ -1,0 +1,264 @@
+// Grove's Llama-family model against transformers on tiny random checkpoints made by transformers
+// (tests/models/make_tiny_models.py): logits, greedy generation, log-probabilities, save/load.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "grove/error.hpp"
+#include "grove/generation.hpp"
+#include "grove/model.hpp"
+#include "grove/safetensors.hpp"
+#include "grove/tensor_io.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
+const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "mistral_mha"};
+
+std::map<std::string, at::Tensor> reference(const std::string& name) {
+    grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
+    std::map<std::string, at::Tensor> out;
+    for (const auto& t : file.tensors()) out[t.name] = grove::tensor_from_entry(t, file.path());
+    return out;
+}
+
+double masked_max_diff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
+    at::Tensor diff = (a - b).abs().amax(-1);  // [B, T]
+    return (diff * mask.to(at::kFloat)).max().item<double>();
+}
+
+std::vector<std::vector<int64_t>> unpadded_prompts(const at::Tensor& ids, const at::Tensor& mask) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t b = 0; b < ids.size(0); ++b) {
+        std::vector<int64_t> row;
+        for (int64_t t = 0; t < ids.size(1); ++t)
+            if (mask[b][t].item<int64_t>()) row.push_back(ids[b][t].item<int64_t>());
+        prompts.push_back(row);
+    }
+    return prompts;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const grove::Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
+
+}  // namespace
+
+TEST(Model, LogitsMatchTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        at::NoGradGuard no_grad;
+        at::Tensor logits = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+        double diff = masked_max_diff(logits, ref["logits"], ref["attention_mask"]);
+        EXPECT_LT(diff, 1e-4) << name;
+        EXPECT_GT(ref["logits"].abs().max().item<double>(), 0.1) << name << ": reference logits are degenerate";
+    }
+}
+
+TEST(Model, GreedyGenerationMatchesTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        grove::SamplingOptions options;
+        options.greedy = true;
+        options.max_new_tokens = 8;
+        auto result = grove::generate(*model, unpadded_prompts(ref["input_ids"], ref["attention_mask"]), options);
+        EXPECT_TRUE(at::equal(result.completion_ids, ref["greedy"])) << name << "\n" << result.completion_ids << "\n" << ref["greedy"];
+        EXPECT_TRUE(result.truncated.all().item<bool>()) << name;  // no EOS configured
+    }
+}
+
+TEST(Model, CompletionLogprobsMatchTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        at::NoGradGuard no_grad;
+        at::Tensor completion = ref["greedy"];
+        at::Tensor logprobs = grove::completion_logprobs(*model, ref["input_ids"], ref["attention_mask"], completion,
+                                                         at::ones_like(completion), 0.7);
+        EXPECT_LT((logprobs - ref["logprobs"]).abs().max().item<double>(), 1e-4) << name;
+    }
+}
+
+TEST(Model, ChunkedLogprobsEqualUnchunked) {
+    auto model = grove::Model::load(kModels + "/llama_gqa");
+    auto ref = reference("llama_gqa");
+    at::NoGradGuard no_grad;
+    at::Tensor hidden = model->hidden_states(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+    at::Tensor targets = ref["input_ids"];
+    at::Tensor whole = grove::token_logprobs(*model, hidden, targets, 0.9, 1 << 20);
+    at::Tensor chunked = grove::token_logprobs(*model, hidden, targets, 0.9, 3);
+    EXPECT_TRUE(at::allclose(whole, chunked, 1e-6, 1e-6));
+    at::Tensor direct = (model->logits(hidden) / 0.9).log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+    EXPECT_TRUE(at::allclose(whole, direct, 1e-5, 1e-5));
+}
+
+TEST(Model, SamplingIsSeededAndStopsAtAnyEos) {
+    auto model = grove::Model::load(kModels + "/llama3_rope");
+    auto ref = reference("llama3_rope");
+    auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
+    grove::SamplingOptions options;
+    options.max_new_tokens = 12;
+    options.temperature = 1.3;
+    options.top_k = 50;
+    options.top_p = 0.95;
+    options.seed = 7;
+    auto a = grove::generate(*model, prompts, options);
+    auto b = grove::generate(*model, prompts, options);
+    EXPECT_TRUE(at::equal(a.completion_ids, b.completion_ids));
+    options.seed = 8;
+    auto c = grove::generate(*model, prompts, options);
+    EXPECT_FALSE(at::equal(a.completion_ids, c.completion_ids));
+
+    // make the first greedy token an EOS id: that row stops at once, its mask covers the EOS only
+    grove::SamplingOptions greedy;
+    greedy.greedy = true;
+    greedy.max_new_tokens = 8;
+    int64_t first = ref["greedy"][1][0].item<int64_t>();
+    greedy.eos_token_ids = {1000, first};
+    greedy.pad_token_id = 0;
+    auto stopped = grove::generate(*model, prompts, greedy);
+    EXPECT_FALSE(stopped.truncated[1].item<bool>());
+    EXPECT_EQ(stopped.lengths[1], 1);
+    EXPECT_EQ(stopped.completion_mask[1].sum().item<int64_t>(), 1);
+    EXPECT_EQ(stopped.completion_ids[1][0].item<int64_t>(), first);
+    for (int64_t t = 1; t < stopped.completion_ids.size(1); ++t) EXPECT_EQ(stopped.completion_ids[1][t].item<int64_t>(), 0);
+    // the sampled log-probs are the model's log softmax of the chosen tokens
+    EXPECT_LT(stopped.sampled_logprobs[1][0].item<double>(), 0.0);
+    EXPECT_EQ(stopped.sampled_logprobs[1][1].item<double>(), 0.0);
+}
+
+TEST(Model, EosIdsComeFromConfigAndGenerationConfig) {
+    auto config = grove::load_model_config(kModels + "/llama3_rope");
+    EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(config.rope_scaling.type, "llama3");
+}
+
+TEST(Model, SavedFolderLoadsBackAndInTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        std::string out = std::string(GROVE_TEST_BINARY_DIR) + "/models/saved/" + name;
+        fs::remove_all(out);
+        model->save(out);
+        auto again = grove::Model::load(out);
+        auto ref = reference(name);
+        at::NoGradGuard no_grad;
+        at::Tensor a = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+        at::Tensor b = again->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+        EXPECT_TRUE(at::equal(a, b)) << name;
+        std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
+                              "/tests/models/check_saved.py " + out + " " + kModels + "/" + name + "/reference.safetensors";
+        EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    }
+}
+
+TEST(Model, Bfloat16LogitsStayClose) {
+    auto model = grove::Model::load(kModels + "/qwen2_tied", "cpu", "bfloat16");
+    auto ref = reference("qwen2_tied");
+    at::NoGradGuard no_grad;
+    at::Tensor logits = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]).to(at::kFloat);
+    EXPECT_EQ(model->dtype(), at::kBFloat16);
+    EXPECT_LT(masked_max_diff(logits, ref["logits"], ref["attention_mask"]), 0.15);
+}
+
+TEST(Model, BadCheckpointsGiveClearErrors) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/bad";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto copy = [&](const std::string& name) {
+        std::string d = dir + "/" + name;
+        fs::create_directories(d);
+        fs::copy(kModels + "/llama_gqa/config.json", d + "/config.json");
+        fs::copy(kModels + "/llama_gqa/model.safetensors", d + "/model.safetensors");
+        return d;
+    };
+    // truncated weights file
+    std::string truncated = copy("truncated");
+    fs::resize_file(truncated + "/model.safetensors", 1000);
+    auto message = error_of([&] { grove::Model::load(truncated); });
+    EXPECT_CONTAINS(message, "truncated/model.safetensors: invalid safetensors file");
+    // header that claims more bytes than exist
+    std::string huge = copy("huge_header");
+    {
+        std::fstream f(huge + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+        uint64_t size = 1ull << 40;
+        f.write(reinterpret_cast<const char*>(&size), 8);
+    }
+    EXPECT_CONTAINS(error_of([&] { grove::Model::load(huge); }), "exceeds the format's limit");
+    // unsupported architecture
+    std::string arch = copy("gpt2");
+    {
+        std::ofstream(arch + "/config.json") << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})";
+    }
+    message = error_of([&] { grove::Model::load(arch); });
+    EXPECT_CONTAINS(message, "unsupported model");
+    EXPECT_CONTAINS(message, "LlamaForCausalLM (llama)");
+    // a config that disagrees with the weights names the tensor
+    std::string shape = copy("shape");
+    {
+        std::ifstream in(kModels + "/llama_gqa/config.json");
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        text.replace(text.find("\"intermediate_size\": 112"), 24, "\"intermediate_size\": 100");
+        std::ofstream(shape + "/config.json") << text;
+    }
+    message = error_of([&] { grove::Model::load(shape); });
+    EXPECT_CONTAINS(message, "tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [112, 64]");
+    // missing key
+    std::string key = copy("key");
+    { std::ofstream(key + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})"; }
+    EXPECT_CONTAINS(error_of([&] { grove::Model::load(key); }), "config.json: missing key \"vocab_size\"");
+    // no weights at all
+    std::string none = dir + "/none";
+    fs::create_directories(none);
+    fs::copy(kModels + "/llama_gqa/config.json", none + "/config.json");
+    EXPECT_CONTAINS(error_of([&] { grove::Model::load(none); }), "no model.safetensors");
+}
+
+TEST(Safetensors, HeaderFieldsAreValidated) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/st";
+    fs::create_directories(dir);
+    auto write = [&](const std::string& name, const std::string& header, size_t data_bytes) {
+        std::string path = dir + "/" + name;
+        std::ofstream f(path, std::ios::binary);
+        uint64_t n = header.size();
+        f.write(reinterpret_cast<const char*>(&n), 8);
+        f << header << std::string(data_bytes, '\0');
+        return path;
+    };
+    auto open_error = [&](const std::string& path) { return error_of([&] { grove::SafetensorsFile file(path); }); };
+    EXPECT_CONTAINS(open_error(write("a", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4)),
+                    "tensor 'w': shape x dtype size = 8 bytes, but data_offsets span 4");
+    EXPECT_CONTAINS(open_error(write("b", R"({"w": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1)),
+                    "tensor 'w': unsupported dtype \"F8\"");
+    EXPECT_CONTAINS(open_error(write("c", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+                                          R"("x": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", 6)),
+                    "overlap");
+    EXPECT_CONTAINS(open_error(write("d", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 2)),
+                    "lie outside the data section");
+    EXPECT_CONTAINS(open_error(write("e", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)),
+                    "negative");
+    EXPECT_CONTAINS(open_error(write("f", "{not json", 0)), "not valid JSON");
+    // the writer round-trips, atomically (no temporary left behind)
+    std::vector<float> values{1.5f, -2.0f, 3.25f};
+    grove::write_safetensors(dir + "/ok.safetensors", {{"v", grove::DType::f32, {3}, values.data(), 12}}, {{"k", "v"}});
+    grove::SafetensorsFile ok(dir + "/ok.safetensors");
+    ASSERT_NE(ok.find("v"), nullptr);
+    EXPECT_EQ(ok.metadata().at("k"), "v");
+    EXPECT_EQ(reinterpret_cast<const float*>(ok.find("v")->data)[2], 3.25f);
+    for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().filename().string().rfind(".tmp-", 0), std::string::npos);
+}
