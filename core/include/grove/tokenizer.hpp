@@ -1,0 +1,58 @@
+// Tokenizers of Hugging Face checkpoints: byte-level BPE from tokenizer.json (GPT-2 / Llama 3 /
+// Qwen2 / SmolLM2 style; pre-tokenizer regexes run by PCRE2, NFC by ICU) and sentencepiece models
+// (tokenizer.model, through libsentencepiece). Special tokens come from tokenizer_config.json; the
+// pad token may equal the EOS token, so masks are never derived from token ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace grove {
+
+struct TokenizerConfig {
+    std::optional<std::string> bos_token, eos_token, pad_token, unk_token;
+    std::optional<int64_t> bos_id, eos_id, pad_id;
+    bool add_bos_token = false;  // sentencepiece: prepend BOS when add_special_tokens
+    bool add_eos_token = false;
+    std::string chat_template;   // the checkpoint's Jinja text, if any (used to recognise the family)
+};
+
+class Tokenizer {
+public:
+    // tokenizer.json when present (byte-level BPE), else tokenizer.model (sentencepiece), plus
+    // tokenizer_config.json. Unsupported components are refused naming the file and the component.
+    static std::unique_ptr<Tokenizer> load(const std::string& folder);
+    virtual ~Tokenizer() = default;
+
+    virtual std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = true) const = 0;
+    virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = true) const = 0;
+    virtual int64_t vocab_size() const = 0;
+    virtual std::optional<int64_t> token_to_id(const std::string& token) const = 0;
+    virtual bool is_special(int64_t id) const = 0;
+
+    const TokenizerConfig& config() const { return config_; }
+
+protected:
+    TokenizerConfig config_;
+};
+
+// Chat templates of the common families, rendered natively (no Jinja): each produces exactly what
+// transformers' apply_chat_template produces with that family's reference template.
+enum class ChatTemplate { chatml, llama3, llama2, plain };
+
+struct ChatMessage {
+    std::string role;  // system, user, assistant
+    std::string content;
+};
+
+// "auto" recognises the family from the checkpoint's template text (ChatML markers, Llama 3 header
+// ids, [INST]); "none"/"plain" joins contents. Unknown names are refused with the list.
+ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config);
+std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                        const TokenizerConfig& config);
+
+}  // namespace grove

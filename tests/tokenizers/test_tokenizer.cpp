@@ -1,0 +1,123 @@
+// Tokenizers against the `tokenizers` library and sentencepiece's own encoder, and chat templates
+// against transformers' apply_chat_template (references made by make_tokenizers.py).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "grove/error.hpp"
+#include "grove/tokenizer.hpp"
+
+namespace {
+const std::string kDir = std::string(GROVE_TEST_BINARY_DIR) + "/tokenizers/generated";
+
+nlohmann::json read(const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+}
+}  // namespace
+
+TEST(Tokenizer, ByteLevelBpeMatchesTokenizersLibrary) {
+    for (const char* family : {"gpt2_style", "llama3_style", "qwen2_style", "smollm2_style"}) {
+        auto tokenizer = grove::Tokenizer::load(kDir + "/" + family);
+        auto cases = read(kDir + "/" + family + "/expected.json");
+        ASSERT_GT(cases.size(), 10u);
+        for (const auto& c : cases) {
+            std::string text = c["text"];
+            EXPECT_EQ(tokenizer->encode(text, true), c["ids"].get<std::vector<int64_t>>()) << family << ": " << text;
+            EXPECT_EQ(tokenizer->encode(text, false), c["ids_plain"].get<std::vector<int64_t>>()) << family << ": " << text;
+            auto ids = c["ids"].get<std::vector<int64_t>>();
+            EXPECT_EQ(tokenizer->decode(ids, true), c["decoded_skip"].get<std::string>()) << family << ": " << text;
+            EXPECT_EQ(tokenizer->decode(ids, false), c["decoded_keep"].get<std::string>()) << family << ": " << text;
+        }
+    }
+}
+
+TEST(Tokenizer, SpecialTokensResolveFromTokenizerConfigAndPadMayEqualEos) {
+    auto tokenizer = grove::Tokenizer::load(kDir + "/llama3_style");
+    const auto& c = tokenizer->config();
+    ASSERT_TRUE(c.bos_id && c.eos_id && c.pad_id);
+    EXPECT_EQ(*c.pad_id, *c.eos_id);
+    EXPECT_EQ(tokenizer->encode("hi", true).front(), *c.bos_id);  // TemplateProcessing adds BOS
+    EXPECT_TRUE(tokenizer->is_special(*c.eos_id));
+    EXPECT_EQ(tokenizer->token_to_id("<|im_start|>").has_value(), true);
+}
+
+TEST(Tokenizer, SentencePieceMatchesSpmEncodeAndRoundTrips) {
+    auto tokenizer = grove::Tokenizer::load(kDir + "/sentencepiece");
+    auto cases = read(kDir + "/sentencepiece/expected.json");
+    for (const auto& c : cases) {
+        std::string text = c["text"];
+        auto ids = tokenizer->encode(text, true);
+        EXPECT_EQ(ids, c["ids"].get<std::vector<int64_t>>()) << text;
+        EXPECT_EQ(tokenizer->decode(ids, true), c["decoded"].get<std::string>()) << text;
+        EXPECT_EQ(tokenizer->encode(tokenizer->decode(ids, true), true), ids) << "normalised text round-trips";
+    }
+}
+
+TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
+    auto tokenizer = grove::Tokenizer::load(kDir + "/llama3_style");
+    auto data = read(kDir + "/chat_templates.json");
+    int checked = 0;
+    for (const auto& c : data["cases"]) {
+        std::vector<grove::ChatMessage> messages;
+        for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+        auto family = grove::chat_template_from_name(c["family"], tokenizer->config());
+        EXPECT_EQ(grove::render_chat(family, messages, c["add_generation_prompt"], tokenizer->config()),
+                  c["text"].get<std::string>())
+            << c["family"] << " " << c["messages"].dump();
+        ++checked;
+    }
+    EXPECT_GE(checked, 8);
+}
+
+TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
+    auto data = read(kDir + "/chat_templates.json");
+    grove::TokenizerConfig config;
+    config.chat_template = data["templates"]["chatml"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml);
+    config.chat_template = data["templates"]["llama3"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
+    config.chat_template = data["templates"]["llama2"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama2);
+    config.chat_template = "";
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::plain);
+    try {
+        grove::chat_template_from_name("chatmel", config);
+        FAIL();
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("did you mean 'chatml'?"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Tokenizer, BrokenFilesNameTheFileAndComponent) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/tokenizers/broken";
+    std::filesystem::create_directories(dir);
+    auto error_of = [&](const std::string& json_text) {
+        std::ofstream(dir + "/tokenizer.json") << json_text;
+        try {
+            grove::Tokenizer::load(dir);
+        } catch (const grove::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(no error)");
+    };
+    EXPECT_NE(error_of("{not json").find("tokenizer.json: invalid JSON"), std::string::npos);
+    EXPECT_NE(error_of(R"({"model": {"type": "WordPiece", "vocab": {}}})").find("model type \"WordPiece\" is not supported"),
+              std::string::npos);
+    std::string message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})");
+    EXPECT_NE(message.find("pre-tokenizer regex does not compile"), std::string::npos) << message;
+    message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
+    EXPECT_NE(message.find("pre-tokenizer \"Metaspace\" is not supported"), std::string::npos) << message;
+    std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+        "pre_tokenizer": {"type": "ByteLevel"}})";
+    std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "</s>"})";
+    try {
+        grove::Tokenizer::load(dir);
+        FAIL();
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: eos_token \"</s>\" is not in the vocabulary"),
+                  std::string::npos) << e.what();
+    }
+}
