@@ -31,7 +31,9 @@ target_compile_definitions(grove_torch_deps INTERFACE _GLIBCXX_USE_CXX11_ABI=${G
 # --no-as-needed: nothing references libtorch_cuda directly, and without this flag the linker drops
 # it, CUDA kernels are never registered and torch silently reports no GPU.
 target_link_options(grove_torch_deps INTERFACE "LINKER:--no-as-needed")
-target_link_libraries(grove_torch_deps INTERFACE ${_grove_torch_paths})
+# libstdc++ first: libtorch.so exports its own (incompatible) copy of std::filesystem, and whichever
+# library comes first in the NEEDED list wins symbol lookup (std::filesystem::remove_all crashed).
+target_link_libraries(grove_torch_deps INTERFACE stdc++ ${_grove_torch_paths})
 
 # libtorch stays in the virtual environment's wheel: installed Grove libraries find it there
 list(APPEND CMAKE_INSTALL_RPATH "${GROVE_TORCH_DIR}/lib")

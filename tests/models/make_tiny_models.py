@@ -10,10 +10,11 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config)
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, Qwen2Config
 
 OUT = sys.argv[1]
-COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
               max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
 
 CONFIGS = {
@@ -48,6 +49,38 @@ def left_padded_batch():
     return ids, mask, positions
 
 
+def save_tokenizer(folder):
+    """A byte-level BPE tokenizer sized to the tiny vocabulary, so the CLI can be tested on text."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=COMMON["vocab_size"], special_tokens=["<pad>", "<s>", "<|im_end|>", "<|im_start|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["What is 2 + 2? The answer is 4.", "Hello world, hello there."] * 50, trainer)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<|im_end|>",
+                   "pad_token": "<pad>",
+                   "chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                                    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+                                    "{{ '<|im_start|>assistant\\n' }}{% endif %}"}, f)
+
+
+def cli_reference(folder, model):
+    """What transformers generates greedily for a text prompt, plain and with the chat template."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    out = {}
+    for name, text in [("plain", "What is 2 + 2?"),
+                       ("chat", tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}],
+                                                              tokenize=False, add_generation_prompt=True))]:
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=(name == "plain")).input_ids
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                       max_new_tokens=6, min_new_tokens=6, pad_token_id=0, eos_token_id=None)
+        out[name] = {"prompt_ids": ids[0].tolist(), "completion_ids": generated[0, ids.shape[1]:].tolist()}
+    return out
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(1234)
@@ -76,8 +109,12 @@ def main():
         save_file({"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits": logits.contiguous(),
                    "greedy": completion.contiguous(), "logprobs": logprobs.contiguous()},
                   os.path.join(folder, "reference.safetensors"))
+        extra = {}
+        if name == "llama_gqa":
+            save_tokenizer(folder)
+            extra = cli_reference(folder, model)
         with open(os.path.join(folder, "reference.json"), "w") as f:
-            json.dump({"temperature": temperature}, f)
+            json.dump({"temperature": temperature, **extra}, f)
     print(f"tiny models written to {OUT}")
 
 

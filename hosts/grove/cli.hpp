@@ -1,0 +1,25 @@
+// Shared by the grove subcommands: option parsing with uniform --help and usage errors.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+namespace grove::cli {
+
+namespace po = boost::program_options;
+
+// Parses a subcommand's options; --help prints them and exits 0; mistakes are usage errors (exit 2).
+po::variables_map parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options,
+                        const po::positional_options_description& positional, const std::string& synopsis);
+
+int world_size_from_environment();
+
+// commands (one translation unit each group; only commands_model.cpp includes libtorch)
+int plugins_list(const std::vector<std::string>& args);
+int plugins_info(const std::vector<std::string>& args);
+int check(const std::vector<std::string>& args);
+int generate(const std::vector<std::string>& args);
+int logprobs(const std::vector<std::string>& args);
+
+}  // namespace grove::cli

@@ -1,0 +1,133 @@
+// grove plugins list|info, grove check: everything that needs the plugin host and the manifest
+// but no libtorch.
+#include <iomanip>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "grove/error.hpp"
+#include "grove/manifest.hpp"
+#include "grove/plugin_host.hpp"
+#include "grove/text_util.hpp"
+
+namespace grove::cli {
+
+using grove::Error;
+using grove::ErrorKind;
+
+namespace {
+std::string flags_text(uint64_t flags) {
+    std::vector<std::string> names;
+    if (flags & GROVE_PLUGIN_THREAD_SAFE) names.push_back("thread-safe");
+    if (flags & GROVE_PLUGIN_DETERMINISTIC) names.push_back("deterministic");
+    if (flags & GROVE_PLUGIN_SPLIT_INVARIANT) names.push_back("split-invariant");
+    if (flags & GROVE_PLUGIN_TRAINS_BASE_WEIGHTS) names.push_back("trains-base-weights");
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + names[i];
+    return out.empty() ? "-" : out;
+}
+
+const char* value_type_text(uint32_t type) {
+    switch (type) {
+        case GROVE_VALUE_STRING: return "string";
+        case GROVE_VALUE_INT: return "integer";
+        case GROVE_VALUE_FLOAT: return "number";
+        case GROVE_VALUE_BOOL: return "boolean";
+        case GROVE_VALUE_STRING_ARRAY: return "string array";
+        case GROVE_VALUE_INT_ARRAY: return "integer array";
+        case GROVE_VALUE_FLOAT_ARRAY: return "number array";
+        default: return "?";
+    }
+}
+
+}  // namespace
+
+int plugins_list(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("json", "machine-readable output");
+    auto vm = parse("plugins list", args, options, {}, "[--json]");
+    grove::PluginHost host(grove::plugin_search_path({}));
+    std::vector<std::string> skipped;
+    auto plugins = host.list(&skipped);
+    if (vm.count("json")) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& p : plugins)
+            out.push_back({{"name", p.name},
+                           {"kind", grove::plugin_kind_name(p.kind)},
+                           {"version", p.version},
+                           {"abi", std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor)},
+                           {"file", p.file},
+                           {"description", p.description}});
+        std::cout << out.dump(2) << "\n";
+    } else {
+        std::cout << std::left << std::setw(18) << "NAME" << std::setw(11) << "KIND" << std::setw(9) << "VERSION"
+                  << std::setw(6) << "ABI" << "FILE\n";
+        for (const auto& p : plugins)
+            std::cout << std::setw(18) << p.name << std::setw(11) << grove::plugin_kind_name(p.kind) << std::setw(9)
+                      << p.version << std::setw(6) << (std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor))
+                      << p.file << "\n";
+        if (plugins.empty()) std::cout << "(no plugins found in: " << grove::join(host.search_dirs(), ", ") << ")\n";
+    }
+    for (const auto& s : skipped) std::cerr << "grove: warning: skipped " << s << "\n";
+    return 0;
+}
+
+int plugins_info(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("plugin", po::value<std::string>()->required(), "plugin name or library path");
+    po::positional_options_description positional;
+    positional.add("plugin", 1);
+    auto vm = parse("plugins info", args, options, positional, "NAME|PATH");
+    grove::PluginHost host(grove::plugin_search_path({}));
+    auto p = host.find(vm["plugin"].as<std::string>());
+    std::cout << p.name << " " << p.version << " — " << p.description << "\n"
+              << "  kind:    " << grove::plugin_kind_name(p.kind) << "\n"
+              << "  file:    " << p.file << "\n"
+              << "  ABI:     " << p.abi_major << "." << p.abi_minor << "\n"
+              << "  flags:   " << flags_text(p.flags) << "\n"
+              << "  config keys:" << (p.keys.empty() ? " (none)" : "") << "\n";
+    for (const auto& k : p.keys)
+        std::cout << "    " << std::left << std::setw(20) << k.name << std::setw(14) << value_type_text(k.type)
+                  << std::setw(28) << (k.required ? "required" : "default " + std::string(k.default_text ? k.default_text : "-"))
+                  << (k.help ? k.help : "") << "\n";
+    if (!p.metric_names.empty()) {
+        std::cout << "  metrics:";
+        for (const auto& m : p.metric_names) std::cout << " " << m;
+        std::cout << "\n";
+    }
+    return 0;
+}
+
+int check(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("manifest", po::value<std::string>()->required(), "the run's TOML manifest")(
+        "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)");
+    po::positional_options_description positional;
+    positional.add("manifest", 1);
+    auto vm = parse("check", args, options, positional, "MANIFEST [--set section.key=value ...]");
+    std::vector<std::string> overrides;
+    if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
+    auto manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+
+    grove::PluginHost host(grove::plugin_search_path(manifest.strings("plugin_dirs")));
+    auto instantiate = [&](const grove::PluginUse& use, uint32_t kind) {
+        auto info = host.find(use.plugin, kind);
+        grove::PluginConfig config(info, use.config.get(), use.origin + " config");
+        return grove::PluginInstance(std::move(info), std::move(config));
+    };
+    std::vector<grove::PluginInstance> instances;
+    for (const auto& reward : manifest.rewards()) instances.push_back(instantiate(reward, GROVE_PLUGIN_KIND_REWARD));
+    instances.push_back(instantiate(manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
+    instances.push_back(instantiate(manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
+
+    std::cout << manifest.resolved_toml();
+    std::cout << "\n# plugins (all created successfully)\n";
+    for (const auto& instance : instances)
+        std::cout << "#   " << std::left << std::setw(10) << grove::plugin_kind_name(instance.info().kind) << " "
+                  << instance.info().name << " " << instance.info().version << "  " << instance.info().file << "\n";
+    std::cerr << "grove: " << manifest.path() << " is valid\n";
+    return 0;
+}
+
+}  // namespace grove::cli
