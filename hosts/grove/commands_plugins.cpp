@@ -126,7 +126,7 @@ int check(const std::vector<std::string>& args) {
     for (const auto& instance : instances)
         std::cout << "#   " << std::left << std::setw(10) << grove::plugin_kind_name(instance.info().kind) << " "
                   << instance.info().name << " " << instance.info().version << "  " << instance.info().file << "\n";
-    std::cerr << "grove: " << manifest.path() << " is valid\n";
+    std::cout << "# " << manifest.path() << " is valid\n";
     return 0;
 }
 
