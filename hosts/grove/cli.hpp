@@ -21,5 +21,6 @@ int plugins_info(const std::vector<std::string>& args);
 int check(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
 int logprobs(const std::vector<std::string>& args);
+int convert(const std::vector<std::string>& args);
 
 }  // namespace grove::cli

@@ -41,6 +41,7 @@ const char* kUsage =
     "  manifest-reference              print the manifest reference (Markdown) generated from the schema\n"
     "  generate --model DIR ...        sample completions from a Hugging Face model folder\n"
     "  logprobs --model DIR --input F  per-token log-probabilities of completions (JSONL in, JSONL out)\n"
+    "  convert gguf FILE.gguf OUT_DIR  import a llama-family GGUF as a Hugging Face folder\n"
     "\n"
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
@@ -67,6 +68,7 @@ int run(int argc, char** argv) {
     if (first == "check") return grove::cli::check(rest);
     if (first == "generate") return grove::cli::generate(rest);
     if (first == "logprobs") return grove::cli::logprobs(rest);
+    if (first == "convert") return grove::cli::convert(rest);
     if (first == "manifest-reference") {
         std::cout << grove::manifest_reference_markdown();
         return 0;

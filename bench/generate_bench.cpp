@@ -1,0 +1,39 @@
+// Times grove::generate alone (model loading excluded) on random prompt ids, for bench/generate.py.
+//   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device]
+// Prints one JSON line: {"seconds": ..., "tokens": ..., "tokens_per_second": ...}.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "grove/generation.hpp"
+#include "grove/model.hpp"
+
+int main(int argc, char** argv) {
+    if (argc < 5) {
+        std::cerr << "usage: grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [float32|bfloat16] [cpu|cuda]\n";
+        return 2;
+    }
+    std::string dtype = argc > 5 ? argv[5] : "float32", device = argc > 6 ? argv[6] : "cpu";
+    int64_t batch = std::stoll(argv[2]), prompt_len = std::stoll(argv[3]), new_tokens = std::stoll(argv[4]);
+    auto model = grove::Model::load(argv[1], device, dtype);
+    at::manual_seed(0);
+    at::Tensor ids = at::randint(4, model->config().vocab_size, {batch, prompt_len});
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t b = 0; b < batch; ++b)
+        prompts.emplace_back(ids[b].data_ptr<int64_t>(), ids[b].data_ptr<int64_t>() + prompt_len);
+    grove::SamplingOptions options;
+    options.max_new_tokens = new_tokens;
+    options.temperature = 1.0;
+    options.seed = 1;  // no EOS ids: every row generates new_tokens, as min_new_tokens does in transformers
+    grove::generate(*model, {prompts[0]}, [&] { auto o = options; o.max_new_tokens = 2; return o; }());  // warm-up
+    auto start = std::chrono::steady_clock::now();
+    auto result = grove::generate(*model, prompts, options);
+    if (device != "cpu") at::zeros({1}, at::TensorOptions().device(device)).cpu();  // synchronise
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    int64_t tokens = 0;
+    for (int64_t l : result.lengths) tokens += l;
+    std::cout << "{\"seconds\": " << seconds << ", \"tokens\": " << tokens << ", \"tokens_per_second\": " << tokens / seconds
+              << "}\n";
+    return 0;
+}
