@@ -439,6 +439,22 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
     return out;
 }
 
+void Model::set_base_trainable(bool trainable) {
+    for (auto& [name, tensor] : named_parameters()) tensor.requires_grad_(trainable);
+}
+
+std::vector<at::Tensor> Model::trainable_parameters() const {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, tensor] : named_parameters())
+        if (tensor.requires_grad()) out.push_back(tensor);
+    for (const auto& layer : layers_)
+        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+            if (lin->adapter)
+                for (const auto& [name, tensor] : lin->adapter->parameters())
+                    if (tensor.requires_grad()) out.push_back(tensor);
+    return out;
+}
+
 std::vector<Linear*> Model::linear_layers() {
     std::vector<Linear*> out;
     for (auto& l : layers_)

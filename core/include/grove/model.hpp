@@ -96,6 +96,10 @@ public:
 
     // Parameters under their Hugging Face names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+    // Base weights train (full fine-tuning) or stay frozen (adapters; inference).
+    void set_base_trainable(bool trainable);
+    // Every tensor that currently requires a gradient: base weights and/or adapter parameters.
+    std::vector<at::Tensor> trainable_parameters() const;
     // Every linear layer of the decoder stack, for adapters.
     std::vector<Linear*> linear_layers();
     void attach_adapter(AdapterHost& host);
