@@ -199,7 +199,7 @@ ModelConfig load_model_config(const std::string& folder) {
 
 // ---------------------------------------------------------------------------------------------
 at::Tensor Linear::operator()(const at::Tensor& x) const {
-    if (adapter) return adapter->forward(x);
+    if (adapter && (!adapters_enabled || *adapters_enabled)) return adapter->forward(x);
     return bias ? at::linear(x, weight, *bias) : at::linear(x, weight);
 }
 
@@ -468,7 +468,17 @@ void Model::attach_adapter(AdapterHost& host) {
                             &layers_[i]->up, &layers_[i]->down}) {
             LinearLayer layer{lin->name, uint32_t(i), lin->weight, lin->bias};
             lin->adapter = host.attach(layer);
+            lin->adapters_enabled = &adapters_enabled_;
         }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& layer : layers_)
+        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+            if (lin->adapter)
+                for (const auto& p : lin->adapter->parameters()) out.push_back(p);
+    return out;
 }
 
 void Model::save(const std::string& folder) const {

@@ -22,5 +22,7 @@ int check(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
 int logprobs(const std::vector<std::string>& args);
 int convert(const std::vector<std::string>& args);
+int train(const std::vector<std::string>& args);
+int export_model(const std::vector<std::string>& args);
 
 }  // namespace grove::cli

@@ -9,6 +9,8 @@
 #include "cli.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
+#include "grove/manifest.hpp"
+#include "grove/trainer.hpp"
 #include "grove/model.hpp"
 #include "grove/tokenizer.hpp"
 
@@ -207,6 +209,49 @@ int logprobs(const std::vector<std::string>& args) {
                    .dump()
             << "\n";
     }
+    return 0;
+}
+
+}  // namespace grove::cli
+
+namespace grove::cli {
+
+int train(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("manifest", po::value<std::string>()->required(), "the run's TOML manifest")(
+        "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)")(
+        "resume", po::value<std::string>()->implicit_value("latest"), "continue from the latest checkpoint, or from DIR")(
+        "overwrite", "replace an output folder that holds another run");
+    po::positional_options_description positional;
+    positional.add("manifest", 1);
+    auto vm = parse("train", args, options, positional, "MANIFEST [--set k=v ...] [--resume [DIR|latest]] [--overwrite]");
+    std::vector<std::string> overrides;
+    if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
+    auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+    TrainerOptions o;
+    o.overwrite = vm.count("overwrite") > 0;
+    if (vm.count("resume")) o.resume = vm["resume"].as<std::string>();
+    o.world_size = manifest.world_size();
+    o.log = &std::cerr;
+    Trainer trainer(manifest, o);
+    std::cerr << "grove: training " << manifest.path() << ": " << trainer.total_steps() << " steps, output "
+              << manifest.string("output.dir") << "\n";
+    int64_t ran = trainer.run();
+    std::cerr << "grove: done: " << ran << " steps this run, step " << trainer.global_step() << "/" << trainer.total_steps()
+              << "; metrics in " << manifest.string("output.dir") << "/metrics.jsonl\n";
+    return 0;
+}
+
+int export_model(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("merge", po::value<std::string>()->required(), "the LoRA adapter folder (a checkpoint)")(
+        "base", po::value<std::string>()->required(), "the base model folder")(
+        "output", po::value<std::string>()->required(), "where to write the merged Hugging Face folder");
+    po::positional_options_description positional;
+    positional.add("output", 1);
+    auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR --base MODEL_DIR OUT_DIR");
+    export_merged(vm["merge"].as<std::string>(), vm["base"].as<std::string>(), vm["output"].as<std::string>());
+    std::cout << "wrote " << vm["output"].as<std::string>() << "\n";
     return 0;
 }
 

@@ -42,6 +42,8 @@ const char* kUsage =
     "  generate --model DIR ...        sample completions from a Hugging Face model folder\n"
     "  logprobs --model DIR --input F  per-token log-probabilities of completions (JSONL in, JSONL out)\n"
     "  convert gguf FILE.gguf OUT_DIR  import a llama-family GGUF as a Hugging Face folder\n"
+    "  train MANIFEST [--resume] ...   GRPO training (metrics.jsonl, checkpoints in output.dir)\n"
+    "  export --merge A --base M OUT   merge a LoRA checkpoint into its base model\n"
     "\n"
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
@@ -69,6 +71,8 @@ int run(int argc, char** argv) {
     if (first == "generate") return grove::cli::generate(rest);
     if (first == "logprobs") return grove::cli::logprobs(rest);
     if (first == "convert") return grove::cli::convert(rest);
+    if (first == "train") return grove::cli::train(rest);
+    if (first == "export") return grove::cli::export_model(rest);
     if (first == "manifest-reference") {
         std::cout << grove::manifest_reference_markdown();
         return 0;

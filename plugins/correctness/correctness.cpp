@@ -106,7 +106,7 @@ struct Correctness {
         int error = 0;
         PCRE2_SIZE offset = 0;
         const char* pattern = R"([-+]?\$?\d(?:[\d,]*\d)?(?:\.\d+)?(?:[eE][-+]?\d+)?%?)";
-        number_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF, &error,
+        number_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &error,
                                     &offset, nullptr));
         if (!number_) throw grove::sdk::Error(GROVE_ERROR_INTERNAL, "number regex does not compile");
     }

@@ -36,7 +36,8 @@ struct Format {
         }
         int error = 0;
         PCRE2_SIZE offset = 0;
-        uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_DOTALL;
+        // MATCH_INVALID_UTF: a completion cut mid-character still matches in its valid parts
+        uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_DOTALL | PCRE2_MATCH_INVALID_UTF;
         pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), options, &error,
                                          &offset, nullptr);
         if (!code) {

@@ -80,9 +80,13 @@ TEST(FormatReward, CustomPatternScoresAndSearchMode) {
     EXPECT_EQ(unicode.scores, (std::vector<float>{1, 1, 0}));
 }
 
-TEST(FormatReward, InvalidUtf8IsAMissNotAnError) {
-    auto result = score_rewards("format", "pattern = '.*'", {completion(std::string("ok \xe6\x97", 5))});
-    EXPECT_EQ(result.scores[0], 0.0f);
+TEST(FormatReward, InvalidUtf8NeverMatchesButTheValidPartsDo) {
+    // a completion cut mid-character: '.' cannot cover the broken bytes, a search still finds "ok"
+    auto whole = score_rewards("format", "pattern = '.*'", {completion(std::string("ok \xe6\x97", 5))});
+    EXPECT_EQ(whole.scores[0], 0.0f);
+    auto search = score_rewards("format", "pattern = 'ok'\nfull_match = false",
+                                {completion(std::string("\xff ok \xe6\x97", 7))});
+    EXPECT_EQ(search.scores[0], 1.0f);
 }
 
 TEST(FormatReward, ConfigErrorsNameTheKey) {

@@ -66,6 +66,7 @@ struct Linear {
     at::Tensor weight;
     std::optional<at::Tensor> bias;
     std::unique_ptr<AdaptedLinear> adapter;  // set when an adapter attached to this layer
+    const bool* adapters_enabled = nullptr;  // the model's switch (reference log-probs of LoRA runs)
     at::Tensor operator()(const at::Tensor& x) const;
 };
 
@@ -103,6 +104,10 @@ public:
     // Every linear layer of the decoder stack, for adapters.
     std::vector<Linear*> linear_layers();
     void attach_adapter(AdapterHost& host);
+    // With adapters disabled the model is the base model (TRL's reference for PEFT runs).
+    void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
+    // Adapter parameters under their saved (PEFT) names.
+    std::vector<std::pair<std::string, at::Tensor>> adapter_parameters() const;
 
     // Writes config.json, generation_config.json and model.safetensors (atomically) into folder.
     void save(const std::string& folder) const;
@@ -116,6 +121,7 @@ private:
     at::Tensor norm_;
     std::optional<at::Tensor> lm_head_;  // absent when tied
     at::Tensor inv_freq_;                // [head_dim / 2], float32
+    bool adapters_enabled_ = true;
 };
 
 }  // namespace grove

@@ -1,0 +1,48 @@
+// The GRPO training loop (reference §0 and §3): TRL's batching, rewards from plugins, group-relative
+// advantages, the clipped policy loss reduced by a reduction plugin, AdamW with gradient clipping and
+// a learning-rate schedule, TRL-named metrics, atomic checkpoints and exact resume.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+namespace grove {
+
+class Manifest;
+
+struct TrainerOptions {
+    bool overwrite = false;                // replace an output folder that holds another run
+    std::optional<std::string> resume;     // "latest" or a checkpoint folder
+    int rank = 0, world_size = 1;          // torch.distributed terms; > 1 is refused until c10d lands
+    std::ostream* log = nullptr;           // progress lines (nullptr: silent)
+};
+
+class Trainer {
+public:
+    Trainer(const Manifest& manifest, const TrainerOptions& options);
+    ~Trainer();
+
+    // One optimizer step (gradient_accumulation_steps micro-steps); returns its metrics.
+    std::map<std::string, double> step();
+    // Steps until max_steps (or the epochs) are done, logging and checkpointing as configured; stops
+    // early, after a checkpoint, when SIGINT or SIGTERM arrives. Returns the number of steps run.
+    int64_t run();
+    // Writes <output>/checkpoint-<step> atomically (temporary folder, then rename); keeps the last K.
+    std::string save_checkpoint();
+
+    int64_t global_step() const;
+    int64_t total_steps() const;
+    class Model& model();
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
+
+// `grove export --merge ADAPTER_DIR --base MODEL_DIR OUT_DIR`: base weights + merged LoRA deltas.
+void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir);
+
+}  // namespace grove

@@ -1,0 +1,702 @@
+#include "grove/trainer.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "grove/adapter_host.hpp"
+#include "grove/advantages.hpp"
+#include "grove/dataset.hpp"
+#include "grove/error.hpp"
+#include "grove/generation.hpp"
+#include "grove/manifest.hpp"
+#include "grove/model.hpp"
+#include "grove/plugin_host.hpp"
+#include "grove/policy_loss.hpp"
+#include "grove/safetensors.hpp"
+#include "grove/tensor_io.hpp"
+#include "grove/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace grove {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_requested = 0;
+extern "C" void request_stop(int) { g_stop_requested = 1; }
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One micro-batch of a generation batch, ready for the loss.
+struct MicroBatch {
+    at::Tensor prompt_ids, prompt_mask, completion_ids, completion_mask, advantages;
+    std::optional<at::Tensor> old_logps, ref_logps;
+};
+
+// HF's learning-rate schedules (transformers.get_scheduler), as a multiplier of the peak rate.
+double schedule(const std::string& type, int64_t step, int64_t warmup, int64_t total) {
+    if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
+    if (type == "constant") return 1.0;
+    double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
+    if (type == "cosine") return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+    return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
+}
+
+}  // namespace
+
+struct Trainer::State {
+    State(const Manifest& m, const TrainerOptions& o) : manifest(m), options(o) {}
+    Manifest manifest;
+    TrainerOptions options;
+    std::unique_ptr<Model> model, reference;  // reference only for beta > 0 with the full adapter
+    std::unique_ptr<Tokenizer> tokenizer;
+    ChatTemplate chat = ChatTemplate::plain;
+    std::unique_ptr<PluginHost> host;
+    std::vector<PluginInstance> rewards;
+    std::vector<std::string> reward_names;
+    std::vector<double> reward_weights;
+    std::unique_ptr<PluginInstance> adapter, reduction;
+    std::unique_ptr<AdapterHost> adapter_host;
+    bool lora = false;
+
+    std::vector<PromptRow> rows;
+    std::vector<std::vector<int64_t>> prompt_tokens;  // per row, tokenized once
+    std::vector<std::string> prompt_texts;
+
+    // batching (reference §3)
+    int64_t G = 8, batch = 8, accumulation = 1, steps_per_generation = 1, iterations = 1, generation_batch = 8;
+    int64_t total = 0, warmup = 0;
+
+    // sampler: epoch permutation and position; seeded per epoch so resume needs only (epoch, position)
+    int64_t epoch = 0, position = 0;
+    std::vector<int64_t> permutation;
+
+    // optimizer (AdamW, torch semantics)
+    std::vector<at::Tensor> params, exp_avg, exp_avg_sq;
+    std::vector<bool> decay;
+    int64_t optimizer_steps = 0;
+
+    int64_t micro_step = 0, global_step = 0, generation_index = 0, num_tokens = 0;
+    std::vector<MicroBatch> buffer;
+    double generation_tokens = 0;
+    std::map<std::string, double> generation_metrics;
+    double generate_seconds = 0, reward_seconds = 0;
+
+    std::string output;
+    std::ofstream metrics_file, completions_file;
+
+    void load();
+    void fill_permutation() {
+        at::Generator g = at::detail::createCPUGenerator(uint64_t(manifest.integer("train.seed")) * 1000003ull + uint64_t(epoch));
+        at::Tensor p = manifest.boolean("data.shuffle") ? at::randperm(int64_t(rows.size()), g, at::kLong)
+                                                       : at::arange(int64_t(rows.size()), at::kLong);
+        permutation.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+    }
+    std::vector<int64_t> next_prompts(int64_t count) {
+        // TRL's RepeatSampler drops an incomplete last chunk of prompts
+        std::vector<int64_t> out;
+        if (position + count > int64_t(rows.size())) {
+            ++epoch;
+            position = 0;
+            fill_permutation();
+        }
+        for (int64_t i = 0; i < count; ++i) out.push_back(permutation[size_t(position + i)]);
+        position += count;
+        return out;
+    }
+    void generate_buffer();
+    at::Tensor logps_no_grad(Model& m, const MicroBatch& b);
+    void optimizer_step(double lr);
+};
+
+// ---------------------------------------------------------------------------------------------
+void Trainer::State::load() {
+    const Manifest& m = manifest;
+    if (options.world_size != 1)
+        throw Error(ErrorKind::usage, "multi-process training (world size " + std::to_string(options.world_size) +
+                                          ") runs on torch.distributed, which this build does not include yet; run one process");
+    G = m.integer("generation.num_generations");
+    batch = m.integer("train.per_device_train_batch_size");
+    accumulation = m.integer("train.gradient_accumulation_steps");
+    steps_per_generation = m.integer("train.steps_per_generation");
+    generation_batch = m.integer("train.generation_batch_size");
+    iterations = m.integer("loss.num_iterations");
+    if (steps_per_generation % accumulation != 0 && accumulation % steps_per_generation != 0)
+        throw Error(ErrorKind::manifest, m.path() + ": train.steps_per_generation (" + std::to_string(steps_per_generation) +
+                                             ") and train.gradient_accumulation_steps (" + std::to_string(accumulation) +
+                                             ") must divide one another, so optimizer steps line up with generation batches");
+
+    model = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
+    tokenizer = Tokenizer::load(m.string("model.path"));
+    chat = chat_template_from_name(m.string("model.chat_template") == "none" ? "plain" : m.string("model.chat_template"),
+                                   tokenizer->config());
+
+    host = std::make_unique<PluginHost>(plugin_search_path(m.strings("plugin_dirs")));
+    for (const auto& use : m.rewards()) {
+        auto info = host->find(use.plugin, GROVE_PLUGIN_KIND_REWARD);
+        rewards.emplace_back(info, PluginConfig(info, use.config.get(), use.origin + " config"));
+        reward_names.push_back(use.name);
+        reward_weights.push_back(use.weight);
+    }
+    {
+        auto info = host->find(m.adapter().plugin, GROVE_PLUGIN_KIND_ADAPTER);
+        adapter = std::make_unique<PluginInstance>(info, PluginConfig(info, m.adapter().config.get(), m.adapter().origin + " config"));
+        info = host->find(m.reduction().plugin, GROVE_PLUGIN_KIND_REDUCTION);
+        reduction = std::make_unique<PluginInstance>(info, PluginConfig(info, m.reduction().config.get(), m.reduction().origin + " config"));
+    }
+    at::manual_seed(uint64_t(m.integer("train.seed")));  // adapter initialisation
+    adapter_host = std::make_unique<AdapterHost>(*adapter);
+    bool full = adapter_host->trains_base_weights();
+    model->set_base_trainable(full);
+    if (!full) {
+        model->attach_adapter(*adapter_host);
+        lora = true;
+    }
+    // beta = 0 loads no reference model at all (the second source note); LoRA uses the base model
+    if (m.number("loss.beta") != 0.0 && full) reference = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
+
+    for (const auto& p : model->trainable_parameters()) {
+        params.push_back(p);
+        exp_avg.push_back(at::zeros_like(p));
+        exp_avg_sq.push_back(at::zeros_like(p));
+        decay.push_back(p.dim() >= 2);  // no weight decay on norms and biases
+    }
+    if (params.empty())
+        throw Error(ErrorKind::plugin, "the adapter '" + adapter->info().name + "' left no trainable parameter: check its "
+                                       "target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+
+    rows = load_prompts(m.string("data.source"), m.string("data.prompt_column"));
+    for (const auto& row : rows) {
+        std::string text = row.messages.empty() ? row.text : render_chat(chat, row.messages, true, tokenizer->config());
+        prompt_texts.push_back(text);
+        prompt_tokens.push_back(tokenizer->encode(text, false));  // as TRL: templates carry their own specials
+        if (prompt_tokens.back().empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
+    }
+    int64_t prompts_per_generation = generation_batch / G;
+    if (int64_t(rows.size()) < prompts_per_generation)
+        throw Error(ErrorKind::input, m.string("data.source") + ": " + std::to_string(rows.size()) +
+                                          " prompts, but one generation batch needs " + std::to_string(prompts_per_generation));
+    int64_t micro_steps_per_epoch = int64_t(rows.size()) / prompts_per_generation * steps_per_generation * iterations;
+    int64_t max_steps = m.integer("train.max_steps");
+    total = max_steps > 0 ? max_steps
+                          : int64_t(std::ceil(m.number("train.num_train_epochs") * double(micro_steps_per_epoch) / double(accumulation)));
+    int64_t warmup_steps = m.integer("train.warmup_steps");
+    warmup = warmup_steps > 0 ? warmup_steps : int64_t(std::ceil(m.number("train.warmup_ratio") * double(total)));
+    fill_permutation();
+}
+
+at::Tensor Trainer::State::logps_no_grad(Model& m, const MicroBatch& b) {
+    at::NoGradGuard no_grad;
+    return completion_logprobs(m, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
+                               manifest.number("generation.temperature"));
+}
+
+void Trainer::State::generate_buffer() {
+    const Manifest& m = manifest;
+    auto t0 = Clock::now();
+    std::vector<int64_t> chosen = next_prompts(generation_batch / G);
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<int64_t> row_of;
+    for (int64_t index : chosen)
+        for (int64_t j = 0; j < G; ++j) {  // each prompt G times, consecutively (group-major)
+            prompts.push_back(prompt_tokens[size_t(index)]);
+            row_of.push_back(index);
+        }
+    SamplingOptions o;
+    o.max_new_tokens = m.integer("generation.max_completion_length");
+    o.temperature = m.number("generation.temperature");
+    o.top_p = m.number("generation.top_p");
+    o.top_k = m.integer("generation.top_k");
+    o.min_p = m.number("generation.min_p");
+    o.repetition_penalty = m.number("generation.repetition_penalty");
+    o.eos_token_ids = model->config().eos_token_ids;
+    if (tokenizer->config().eos_id) o.eos_token_ids.push_back(*tokenizer->config().eos_id);
+    o.pad_token_id = tokenizer->config().pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
+    o.seed = uint64_t(m.integer("train.seed")) * 7919ull + uint64_t(generation_index);
+    adapter_host->set_training(false);
+    GenerationResult result = generate(*model, prompts, o);
+    generate_seconds += seconds_since(t0);
+
+    auto t1 = Clock::now();
+    const int64_t N = int64_t(prompts.size());
+    const size_t n_rows = static_cast<size_t>(N);
+    std::vector<std::string> completions(n_rows), row_texts(n_rows), row_json(n_rows);
+    std::vector<int64_t> offsets{0};
+    std::vector<int32_t> flat_tokens;
+    std::vector<uint8_t> truncated(n_rows);
+    for (int64_t i = 0; i < N; ++i) {
+        int64_t length = result.lengths[size_t(i)];
+        std::vector<int64_t> ids(result.completion_ids[i].data_ptr<int64_t>(), result.completion_ids[i].data_ptr<int64_t>() + length);
+        completions[size_t(i)] = tokenizer->decode(ids, true);
+        row_texts[size_t(i)] = prompt_texts[size_t(row_of[size_t(i)])];
+        row_json[size_t(i)] = rows[size_t(row_of[size_t(i)])].columns_json;
+        for (int64_t id : ids) flat_tokens.push_back(int32_t(id));
+        offsets.push_back(int64_t(flat_tokens.size()));
+        truncated[size_t(i)] = result.truncated[i].item<bool>();
+    }
+    std::vector<grove_text> prompt_views, completion_views, json_views;
+    for (int64_t i = 0; i < N; ++i) {
+        prompt_views.push_back({row_texts[size_t(i)].data(), row_texts[size_t(i)].size()});
+        completion_views.push_back({completions[size_t(i)].data(), completions[size_t(i)].size()});
+        json_views.push_back({row_json[size_t(i)].data(), row_json[size_t(i)].size()});
+    }
+    grove_reward_batch rb{};
+    rb.struct_size = sizeof(rb);
+    rb.count = uint32_t(N);
+    rb.num_generations = uint32_t(G);
+    rb.prompts = prompt_views.data();
+    rb.completions = completion_views.data();
+    rb.completion_token_offsets = offsets.data();
+    rb.completion_tokens = flat_tokens.data();
+    rb.truncated = truncated.data();
+    rb.row_json = json_views.data();
+    rb.step = global_step;
+    rb.seed = o.seed;
+    rb.rank = uint32_t(options.rank);
+    rb.world_size = uint32_t(options.world_size);
+    const int K = int(rewards.size());
+    std::vector<float> R(size_t(N) * K);
+    for (int k = 0; k < K; ++k) {
+        std::vector<float> scores, metrics;
+        rewards[size_t(k)].score(rb, scores, metrics);
+        for (int64_t i = 0; i < N; ++i) R[size_t(i) * K + k] = scores[size_t(i)];
+        const auto& names = rewards[size_t(k)].info().metric_names;
+        for (size_t mi = 0; mi < names.size(); ++mi) {
+            std::vector<double> column(metrics.begin() + mi * N, metrics.begin() + (mi + 1) * N);
+            generation_metrics["rewards/" + reward_names[size_t(k)] + "/" + names[mi]] = nanmean(column);
+        }
+    }
+    AdvantageOptions ao;
+    ao.num_generations = int(G);
+    ao.scale_rewards = m.string("loss.scale_rewards");
+    ao.aggregation = m.string("loss.aggregation");
+    AdvantageResult adv = compute_advantages(R, K, reward_weights, ao);
+    if (adv.unscorable_rows && options.log)
+        *options.log << "grove: warning: " << adv.unscorable_rows
+                     << " completions got NaN from every reward; their advantage is 0\n";
+    reward_seconds += seconds_since(t1);
+
+    // completion statistics (reference §2.8), over the whole generation batch
+    double length_sum = 0, length_min = 1e18, length_max = 0, clipped = 0, terminated_sum = 0, terminated = 0;
+    double terminated_min = 1e18, terminated_max = 0;
+    int64_t prompt_token_count = 0;
+    for (int64_t i = 0; i < N; ++i) {
+        double l = double(result.lengths[size_t(i)]);
+        length_sum += l;
+        length_min = std::min(length_min, l);
+        length_max = std::max(length_max, l);
+        clipped += truncated[size_t(i)];
+        if (!truncated[size_t(i)]) {
+            terminated_sum += l;
+            ++terminated;
+            terminated_min = std::min(terminated_min, l);
+            terminated_max = std::max(terminated_max, l);
+        }
+        prompt_token_count += int64_t(prompts[size_t(i)].size());
+    }
+    num_tokens += prompt_token_count + int64_t(length_sum);
+    auto& gm = generation_metrics;
+    gm["completions/mean_length"] = length_sum / double(N);
+    gm["completions/min_length"] = length_min;
+    gm["completions/max_length"] = length_max;
+    gm["completions/clipped_ratio"] = clipped / double(N);
+    gm["completions/mean_terminated_length"] = terminated ? terminated_sum / terminated : 0.0;
+    gm["completions/min_terminated_length"] = terminated ? terminated_min : 0.0;
+    gm["completions/max_terminated_length"] = terminated ? terminated_max : 0.0;
+    gm["reward"] = adv.reward;
+    gm["reward_std"] = adv.reward_std;
+    gm["frac_reward_zero_std"] = adv.frac_reward_zero_std;
+    for (int k = 0; k < K; ++k) {
+        gm["rewards/" + reward_names[size_t(k)] + "/mean"] = adv.reward_mean[size_t(k)];
+        gm["rewards/" + reward_names[size_t(k)] + "/std"] = adv.reward_std_per_function[size_t(k)];
+    }
+
+    if (completions_file.is_open() && m.boolean("logging.log_completions")) {
+        int64_t limit = m.optional_integer("logging.num_completions_to_print").value_or(N);
+        for (int64_t i = 0; i < std::min(N, limit); ++i) {
+            json line = {{"step", global_step}, {"prompt", row_texts[size_t(i)]}, {"completion", completions[size_t(i)]},
+                         {"advantage", adv.advantages[size_t(i)]}};
+            for (int k = 0; k < K; ++k) line["rewards"][reward_names[size_t(k)]] = R[size_t(i) * K + k];
+            completions_file << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+        }
+        completions_file.flush();
+    }
+
+    // tensors: left-padded prompts, right-padded completions
+    int64_t P = 0;
+    for (const auto& p : prompts) P = std::max<int64_t>(P, int64_t(p.size()));
+    at::Tensor prompt_ids = at::full({N, P}, o.pad_token_id, at::kLong), prompt_mask = at::zeros({N, P}, at::kLong);
+    for (int64_t i = 0; i < N; ++i) {
+        int64_t n = int64_t(prompts[size_t(i)].size());
+        prompt_ids[i].narrow(0, P - n, n).copy_(at::tensor(prompts[size_t(i)], at::kLong));
+        prompt_mask[i].narrow(0, P - n, n).fill_(1);
+    }
+    at::Tensor completion_mask = result.completion_mask.clone();
+    if (m.boolean("loss.mask_truncated_completions"))
+        completion_mask.mul_(result.truncated.logical_not().to(at::kLong).unsqueeze(1));
+    at::Tensor advantages = at::tensor(adv.advantages, at::kFloat);
+    generation_tokens = completion_mask.sum().item<double>();
+
+    // shuffle rows (seeded), then split into steps_per_generation micro-batches
+    at::Generator g = at::detail::createCPUGenerator(uint64_t(m.integer("train.seed")) * 104729ull + uint64_t(generation_index));
+    at::Tensor order = at::randperm(N, g, at::kLong);
+    buffer.clear();
+    int64_t rows_per_micro = N / steps_per_generation;
+    bool need_old = accumulation % (steps_per_generation * iterations) != 0;
+    for (int64_t s = 0; s < steps_per_generation; ++s) {
+        at::Tensor index = order.narrow(0, s * rows_per_micro, rows_per_micro);
+        MicroBatch b{prompt_ids.index_select(0, index), prompt_mask.index_select(0, index), result.completion_ids.index_select(0, index),
+                     completion_mask.index_select(0, index), advantages.index_select(0, index), std::nullopt, std::nullopt};
+        if (need_old) b.old_logps = logps_no_grad(*model, b).cpu();
+        if (m.number("loss.beta") != 0.0) {
+            if (reference) {
+                b.ref_logps = logps_no_grad(*reference, b).cpu();
+            } else {  // LoRA: the base model is the adapter disabled
+                model->set_adapters_enabled(false);
+                b.ref_logps = logps_no_grad(*model, b).cpu();
+                model->set_adapters_enabled(true);
+            }
+        }
+        buffer.push_back(std::move(b));
+    }
+    ++generation_index;
+}
+
+void Trainer::State::optimizer_step(double lr) {
+    at::NoGradGuard no_grad;
+    ++optimizer_steps;
+    double beta1 = manifest.number("train.adam_beta1"), beta2 = manifest.number("train.adam_beta2");
+    double eps = manifest.number("train.adam_epsilon"), weight_decay = manifest.number("train.weight_decay");
+    double bias1 = 1.0 - std::pow(beta1, double(optimizer_steps)), bias2 = 1.0 - std::pow(beta2, double(optimizer_steps));
+    for (size_t i = 0; i < params.size(); ++i) {
+        at::Tensor& p = params[i];
+        if (!p.grad().defined()) continue;
+        at::Tensor g = p.grad();
+        if (weight_decay != 0.0 && decay[i]) p.mul_(1.0 - lr * weight_decay);
+        exp_avg[i].mul_(beta1).add_(g, 1.0 - beta1);
+        exp_avg_sq[i].mul_(beta2).addcmul_(g, g, 1.0 - beta2);
+        at::Tensor denom = (exp_avg_sq[i].sqrt() / std::sqrt(bias2)).add_(eps);
+        p.addcdiv_(exp_avg[i], denom, -lr / bias1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(new State(manifest, options)) {
+    s_->output = manifest.string("output.dir");
+    bool has_run = fs::exists(fs::path(s_->output) / "metrics.jsonl") || fs::exists(fs::path(s_->output) / "trainer_state.json");
+    for (const auto& e : fs::exists(s_->output) ? fs::directory_iterator(s_->output) : fs::directory_iterator())
+        has_run |= e.path().filename().string().rfind("checkpoint-", 0) == 0;
+    if (has_run && !options.resume && !options.overwrite)
+        throw Error(ErrorKind::usage, s_->output + " already holds a run: pass --resume to continue it, --overwrite to "
+                                                   "replace it, or set output.dir to another folder");
+    if (has_run && options.overwrite && !options.resume) fs::remove_all(s_->output);
+    fs::create_directories(s_->output);
+    s_->load();
+    if (options.resume) {
+        std::string dir = *options.resume;
+        if (dir == "latest") {
+            int64_t best = -1;
+            for (const auto& e : fs::directory_iterator(s_->output)) {
+                std::string name = e.path().filename().string();
+                if (name.rfind("checkpoint-", 0) == 0) best = std::max<int64_t>(best, std::stoll(name.substr(11)));
+            }
+            if (best < 0) throw Error(ErrorKind::usage, s_->output + " has no checkpoint to resume from");
+            dir = (fs::path(s_->output) / ("checkpoint-" + std::to_string(best))).string();
+        }
+        std::ifstream in(fs::path(dir) / "trainer_state.json");
+        if (!in) throw Error(ErrorKind::input, dir + ": not a checkpoint (no trainer_state.json)");
+        json st = json::parse(in);
+        State& s = *s_;
+        s.global_step = st["global_step"];
+        s.micro_step = st["micro_step"];
+        s.generation_index = st["generation_index"];
+        s.epoch = st["epoch"];
+        s.position = st["position"];
+        s.optimizer_steps = st["optimizer_steps"];
+        s.num_tokens = st["num_tokens"];
+        s.fill_permutation();
+        SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
+        SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
+        at::NoGradGuard no_grad;
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            auto load = [&](const SafetensorsFile& f, const std::string& name, at::Tensor& into) {
+                const TensorEntry* e = f.find(name);
+                if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
+                into.copy_(tensor_from_entry(*e, f.path()));
+            };
+            load(weights, "p" + std::to_string(i), s.params[i]);
+            load(optimizer, "exp_avg." + std::to_string(i), s.exp_avg[i]);
+            load(optimizer, "exp_avg_sq." + std::to_string(i), s.exp_avg_sq[i]);
+        }
+        if (fs::exists(fs::path(dir) / "buffer.safetensors")) {  // a checkpoint inside a generation batch
+            SafetensorsFile f((fs::path(dir) / "buffer.safetensors").string());
+            s.generation_tokens = st["generation_tokens"];
+            for (int64_t b = 0;; ++b) {
+                std::string p = "b" + std::to_string(b) + ".";
+                if (!f.find(p + "prompt_ids")) break;
+                auto get = [&](const std::string& n) { return tensor_from_entry(*f.find(p + n), f.path()); };
+                MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"), get("completion_mask"), get("advantages"),
+                              std::nullopt, std::nullopt};
+                if (f.find(p + "old_logps")) mb.old_logps = get("old_logps");
+                if (f.find(p + "ref_logps")) mb.ref_logps = get("ref_logps");
+                s.buffer.push_back(std::move(mb));
+            }
+        }
+    }
+    std::ios::openmode mode = std::ios::out | (options.resume ? std::ios::app : std::ios::trunc);
+    s_->metrics_file.open(fs::path(s_->output) / "metrics.jsonl", mode);
+    s_->completions_file.open(fs::path(s_->output) / "completions.jsonl", mode);
+}
+
+Trainer::~Trainer() = default;
+int64_t Trainer::global_step() const { return s_->global_step; }
+int64_t Trainer::total_steps() const { return s_->total; }
+Model& Trainer::model() { return *s_->model; }
+
+std::map<std::string, double> Trainer::step() {
+    State& s = *s_;
+    const Manifest& m = s.manifest;
+    auto t0 = Clock::now();
+    s.generate_seconds = s.reward_seconds = 0;
+    double train_seconds = 0, loss_sum = 0, kl_sum = 0, token_count = 0, clip_low = 0, clip_high = 0, clip_region = 0, clip_count = 0;
+    PolicyLossOptions lo;
+    lo.beta = m.number("loss.beta");
+    lo.epsilon = m.number("loss.epsilon");
+    lo.epsilon_high = m.number("loss.epsilon_high");
+    lo.delta = m.optional_number("loss.delta");
+    lo.importance_sampling_level = m.string("loss.importance_sampling_level");
+    lo.use_bias_correction_kl = m.boolean("loss.use_bias_correction_kl");
+    double temperature = m.number("generation.temperature");
+    for (int64_t a = 0; a < s.accumulation; ++a) {
+        if (s.micro_step % (s.steps_per_generation * s.iterations) == 0 || s.buffer.empty()) s.generate_buffer();
+        auto t1 = Clock::now();
+        int64_t index = s.micro_step % s.steps_per_generation;
+        const MicroBatch& b = s.buffer[size_t(index)];
+        s.adapter_host->set_training(true);
+        at::Tensor logp = completion_logprobs(*s.model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature);
+        at::Tensor mask = b.completion_mask.to(at::kFloat).contiguous();
+        // the tokens whose gradients accumulate into this optimizer step (the dapo normaliser)
+        double window = 0;
+        if (s.steps_per_generation >= s.accumulation) {
+            int64_t first = index / s.accumulation * s.accumulation;
+            for (int64_t w = first; w < first + s.accumulation; ++w) window += s.buffer[size_t(w)].completion_mask.sum().item<double>();
+        } else {  // the window spans several generation batches not generated yet: TRL #6024's estimate
+            window = s.generation_tokens * double(s.accumulation) / double(s.steps_per_generation);
+        }
+        grove_reduction_context ctx{};
+        ctx.struct_size = sizeof(ctx);
+        ctx.rows = uint32_t(mask.size(0));
+        ctx.columns = uint32_t(mask.size(1));
+        ctx.mask = mask.data_ptr<float>();
+        ctx.gradient_accumulation_steps = uint32_t(s.accumulation);
+        ctx.steps_per_generation = uint32_t(s.steps_per_generation);
+        ctx.world_size = uint32_t(s.options.world_size);
+        ctx.max_completion_length = uint32_t(m.integer("generation.max_completion_length"));
+        ctx.generation_batch_tokens = s.generation_tokens;
+        ctx.generation_batch_sequences = double(s.generation_batch);
+        ctx.optimizer_window_tokens = window;
+        std::vector<float> weights;
+        s.reduction->weights(ctx, weights);
+        at::Tensor w = at::from_blob(weights.data(), {mask.size(0), mask.size(1)}, at::kFloat).clone().to(logp.device());
+        auto result = policy_loss(logp, b.old_logps ? std::optional<at::Tensor>(b.old_logps->to(logp.device())) : std::nullopt,
+                                  b.ref_logps ? std::optional<at::Tensor>(b.ref_logps->to(logp.device())) : std::nullopt,
+                                  b.advantages.to(logp.device()), mask.to(logp.device()), w, lo);
+        double value = result.loss.item<double>();
+        if (!std::isfinite(value))
+            throw Error(ErrorKind::runtime, "the loss became " + std::to_string(value) + " at step " + std::to_string(s.global_step + 1) +
+                                                " (micro-step " + std::to_string(s.micro_step) + "); no update was applied. "
+                                                "Lower train.learning_rate or set train.max_grad_norm; the last checkpoint in " +
+                                                s.output + " is intact");
+        result.loss.backward();
+        loss_sum += value;
+        kl_sum += result.kl_sum;
+        token_count += result.token_count;
+        clip_low += result.clip_low_sum;
+        clip_high += result.clip_high_sum;
+        clip_region += result.clip_region_sum;
+        clip_count += result.clip_count;
+        ++s.micro_step;
+        train_seconds += seconds_since(t1);
+    }
+    auto t2 = Clock::now();
+    // global gradient norm before clipping (what HF logs), then clip
+    double squared = 0;
+    for (const auto& p : s.params)
+        if (p.grad().defined()) squared += p.grad().pow(2).sum().item<double>();
+    double grad_norm = std::sqrt(squared);
+    if (!std::isfinite(grad_norm))
+        throw Error(ErrorKind::runtime, "the gradient norm became " + std::to_string(grad_norm) + " at step " +
+                                            std::to_string(s.global_step + 1) + "; no update was applied; the last checkpoint in " +
+                                            s.output + " is intact");
+    double max_norm = m.number("train.max_grad_norm");
+    if (max_norm > 0 && grad_norm > max_norm) {
+        at::NoGradGuard no_grad;
+        for (auto& p : s.params)
+            if (p.grad().defined()) p.grad().mul_(max_norm / (grad_norm + 1e-6));
+    }
+    double lr = m.number("train.learning_rate") * schedule(m.string("train.lr_scheduler_type"), s.global_step, s.warmup, s.total);
+    s.optimizer_step(lr);
+    for (auto& p : s.params)
+        if (p.grad().defined()) p.mutable_grad().reset();
+    ++s.global_step;
+    train_seconds += seconds_since(t2);
+
+    std::map<std::string, double> metrics = s.generation_metrics;
+    metrics["loss"] = loss_sum;
+    metrics["grad_norm"] = grad_norm;
+    metrics["learning_rate"] = lr;
+    metrics["num_tokens"] = double(s.num_tokens);
+    if (lo.beta != 0.0) metrics["kl"] = kl_sum / std::max(token_count, 1.0);
+    metrics["clip_ratio/low_mean"] = clip_low / std::max(clip_count, 1.0);
+    metrics["clip_ratio/high_mean"] = clip_high / std::max(clip_count, 1.0);
+    metrics["clip_ratio/region_mean"] = clip_region / std::max(clip_count, 1.0);
+    metrics["step_time"] = seconds_since(t0);
+    metrics["step_time/generate"] = s.generate_seconds;
+    metrics["step_time/reward"] = s.reward_seconds;
+    metrics["step_time/train"] = train_seconds;
+    metrics["epoch"] = double(s.epoch) + double(s.position) / double(std::max<size_t>(1, s.rows.size()));
+    return metrics;
+}
+
+std::string Trainer::save_checkpoint() {
+    State& s = *s_;
+    std::string name = "checkpoint-" + std::to_string(s.global_step);
+    fs::path final_dir = fs::path(s.output) / name, tmp = fs::path(s.output) / (".tmp-" + name);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    // the model as users load it: a Hugging Face folder (full) or a PEFT adapter folder (LoRA)
+    if (s.lora) {
+        save_tensors((tmp / "adapter_model.safetensors").string(), s.model->adapter_parameters(), {{"format", "pt"}});
+        json config = json::parse(s.adapter_host->saved_config_json());
+        config["base_model_name_or_path"] = fs::absolute(s.manifest.string("model.path")).string();
+        write_file_atomically((tmp / "adapter_config.json").string(), config.dump(2) + "\n");
+    } else {
+        s.model->save(tmp.string());
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+        fs::path source = fs::path(s.manifest.string("model.path")) / f;
+        if (fs::exists(source)) fs::copy_file(source, tmp / f, fs::copy_options::overwrite_existing);
+    }
+    // exact resume: trainable tensors, AdamW state, counters, the sampler, and a partly used generation batch
+    std::vector<std::pair<std::string, at::Tensor>> trainable, optimizer;
+    for (size_t i = 0; i < s.params.size(); ++i) {
+        trainable.emplace_back("p" + std::to_string(i), s.params[i]);
+        optimizer.emplace_back("exp_avg." + std::to_string(i), s.exp_avg[i]);
+        optimizer.emplace_back("exp_avg_sq." + std::to_string(i), s.exp_avg_sq[i]);
+    }
+    save_tensors((tmp / "trainable.safetensors").string(), trainable);
+    save_tensors((tmp / "optimizer.safetensors").string(), optimizer);
+    bool mid_generation = s.micro_step % (s.steps_per_generation * s.iterations) != 0;
+    if (mid_generation) {
+        std::vector<std::pair<std::string, at::Tensor>> buffer;
+        for (size_t b = 0; b < s.buffer.size(); ++b) {
+            std::string p = "b" + std::to_string(b) + ".";
+            const MicroBatch& mb = s.buffer[b];
+            for (auto [n, t] : {std::pair{"prompt_ids", mb.prompt_ids}, std::pair{"prompt_mask", mb.prompt_mask},
+                                std::pair{"completion_ids", mb.completion_ids}, std::pair{"completion_mask", mb.completion_mask},
+                                std::pair{"advantages", mb.advantages}})
+                buffer.emplace_back(p + n, t);
+            if (mb.old_logps) buffer.emplace_back(p + "old_logps", *mb.old_logps);
+            if (mb.ref_logps) buffer.emplace_back(p + "ref_logps", *mb.ref_logps);
+        }
+        save_tensors((tmp / "buffer.safetensors").string(), buffer);
+    }
+    json state = {{"global_step", s.global_step}, {"micro_step", s.micro_step}, {"generation_index", s.generation_index},
+                  {"epoch", s.epoch}, {"position", s.position}, {"optimizer_steps", s.optimizer_steps},
+                  {"num_tokens", s.num_tokens}, {"generation_tokens", s.generation_tokens},
+                  {"manifest", s.manifest.path()}};
+    write_file_atomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
+    fs::remove_all(final_dir);
+    fs::rename(tmp, final_dir);  // atomic: a crash leaves the previous checkpoints and a .tmp folder
+    if (auto keep = s.manifest.optional_integer("output.save_total_limit")) {
+        std::vector<int64_t> steps;
+        for (const auto& e : fs::directory_iterator(s.output)) {
+            std::string n = e.path().filename().string();
+            if (n.rfind("checkpoint-", 0) == 0) steps.push_back(std::stoll(n.substr(11)));
+        }
+        std::sort(steps.begin(), steps.end());
+        for (size_t i = 0; i + size_t(*keep) < steps.size(); ++i)
+            fs::remove_all(fs::path(s.output) / ("checkpoint-" + std::to_string(steps[i])));
+    }
+    return final_dir.string();
+}
+
+int64_t Trainer::run() {
+    State& s = *s_;
+    g_stop_requested = 0;
+    auto previous_int = std::signal(SIGINT, request_stop);
+    auto previous_term = std::signal(SIGTERM, request_stop);
+    int64_t logging = s.manifest.integer("logging.logging_steps"), save = s.manifest.integer("output.save_steps");
+    int64_t ran = 0;
+    auto start = Clock::now();
+    while (s.global_step < s.total) {
+        auto metrics = step();
+        ++ran;
+        json line = {{"step", s.global_step}};
+        for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? json(v) : json(nullptr);
+        s.metrics_file << line.dump() << "\n";
+        s.metrics_file.flush();
+        if (s.options.log && (s.global_step % logging == 0 || s.global_step == s.total)) {
+            double elapsed = seconds_since(start), eta = elapsed / double(ran) * double(s.total - s.global_step);
+            std::ostringstream os;
+            os << std::fixed << std::setprecision(4) << "step " << s.global_step << "/" << s.total << "  loss " << metrics["loss"]
+               << "  reward " << metrics["reward"] << "  grad_norm " << metrics["grad_norm"] << "  lr " << std::scientific
+               << std::setprecision(2) << metrics["learning_rate"] << std::fixed << std::setprecision(1) << "  "
+               << metrics["step_time"] << " s/step  eta " << eta << " s";
+            *s.options.log << os.str() << "\n" << std::flush;
+        }
+        bool stop = g_stop_requested != 0;
+        if (s.global_step % save == 0 || s.global_step == s.total || stop) {
+            std::string dir = save_checkpoint();
+            if (s.options.log && stop) *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
+        }
+        if (stop) break;
+    }
+    std::signal(SIGINT, previous_int);
+    std::signal(SIGTERM, previous_term);
+    return ran;
+}
+
+// ---------------------------------------------------------------------------------------------
+void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir) {
+    std::ifstream in(fs::path(adapter_dir) / "adapter_config.json");
+    if (!in) throw Error(ErrorKind::input, adapter_dir + ": no adapter_config.json (is this a LoRA checkpoint?)");
+    json config = json::parse(in);
+    if (config.value("peft_type", "") != "LORA")
+        throw Error(ErrorKind::input, adapter_dir + "/adapter_config.json: peft_type must be LORA");
+    double r = config.at("r").get<double>(), alpha = config.at("lora_alpha").get<double>();
+    double scaling = config.value("use_rslora", false) ? alpha / std::sqrt(r) : alpha / r;
+    auto model = Model::load(base_dir, "cpu", "float32");
+    SafetensorsFile adapter((fs::path(adapter_dir) / "adapter_model.safetensors").string());
+    at::NoGradGuard no_grad;
+    int merged = 0;
+    for (auto& [name, weight] : model->named_parameters()) {
+        std::string module = name.substr(0, name.size() - std::string(".weight").size());
+        const TensorEntry* a = adapter.find("base_model.model." + module + ".lora_A.weight");
+        const TensorEntry* b = adapter.find("base_model.model." + module + ".lora_B.weight");
+        if (!a || !b) continue;
+        at::Tensor A = tensor_from_entry(*a, adapter.path()).to(at::kFloat), B = tensor_from_entry(*b, adapter.path()).to(at::kFloat);
+        weight.add_(scaling * at::matmul(B, A));
+        ++merged;
+    }
+    if (merged == 0) throw Error(ErrorKind::input, adapter_dir + ": no LoRA weight matches a layer of " + base_dir);
+    model->save(out_dir);
+    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+        fs::path source = fs::path(base_dir) / f;
+        if (fs::exists(source)) fs::copy_file(source, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+    }
+}
+
+}  // namespace grove
