@@ -81,9 +81,9 @@ TEST(FormatReward, CustomPatternScoresAndSearchMode) {
 }
 
 TEST(FormatReward, InvalidUtf8NeverMatchesButTheValidPartsDo) {
-    // a completion cut mid-character: '.' cannot cover the broken bytes, a search still finds "ok"
-    auto whole = score_rewards("format", "pattern = '.*'", {completion(std::string("ok \xe6\x97", 5))});
-    EXPECT_EQ(whole.scores[0], 0.0f);
+    // '.' cannot cover a broken byte inside the think block; a search still finds "ok" in the valid parts
+    auto broken = score_rewards("format", "", {completion("<think>\xff</think><answer>1</answer>")});
+    EXPECT_EQ(broken.scores[0], 0.0f);
     auto search = score_rewards("format", "pattern = 'ok'\nfull_match = false",
                                 {completion(std::string("\xff ok \xe6\x97", 7))});
     EXPECT_EQ(search.scores[0], 1.0f);
