@@ -58,6 +58,11 @@ double schedule(const std::string& type, int64_t step, int64_t warmup, int64_t t
 
 struct Trainer::State {
     State(const Manifest& m, const TrainerOptions& o) : manifest(m), options(o) {}
+    // the model's adapted layers call into the adapter plugin when they are destroyed: model first
+    ~State() {
+        model.reset();
+        reference.reset();
+    }
     Manifest manifest;
     TrainerOptions options;
     std::unique_ptr<Model> model, reference;  // reference only for beta > 0 with the full adapter
@@ -443,6 +448,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         if (fs::exists(fs::path(dir) / "buffer.safetensors")) {  // a checkpoint inside a generation batch
             SafetensorsFile f((fs::path(dir) / "buffer.safetensors").string());
             s.generation_tokens = st["generation_tokens"];
+            s.generation_metrics = st["generation_metrics"].get<std::map<std::string, double>>();
             for (int64_t b = 0;; ++b) {
                 std::string p = "b" + std::to_string(b) + ".";
                 if (!f.find(p + "prompt_ids")) break;
@@ -463,6 +469,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
 Trainer::~Trainer() = default;
 int64_t Trainer::global_step() const { return s_->global_step; }
 int64_t Trainer::total_steps() const { return s_->total; }
+bool Trainer::has_reference_model() const { return s_->reference != nullptr; }
 Model& Trainer::model() { return *s_->model; }
 
 std::map<std::string, double> Trainer::step() {
@@ -616,6 +623,7 @@ std::string Trainer::save_checkpoint() {
     json state = {{"global_step", s.global_step}, {"micro_step", s.micro_step}, {"generation_index", s.generation_index},
                   {"epoch", s.epoch}, {"position", s.position}, {"optimizer_steps", s.optimizer_steps},
                   {"num_tokens", s.num_tokens}, {"generation_tokens", s.generation_tokens},
+                  {"generation_metrics", s.generation_metrics},
                   {"manifest", s.manifest.path()}};
     write_file_atomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
     fs::remove_all(final_dir);

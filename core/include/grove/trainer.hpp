@@ -35,6 +35,7 @@ public:
 
     int64_t global_step() const;
     int64_t total_steps() const;
+    bool has_reference_model() const;  // false whenever beta = 0 (and for LoRA, which uses the base model)
     class Model& model();
 
 private:
