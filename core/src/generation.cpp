@@ -91,7 +91,8 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     int64_t steps = 0;
     for (int64_t t = 0; t < C; ++t) {
         at::Tensor token;
-        at::Tensor log_probs = (logits.to(at::kFloat) / (o.greedy ? 1.0 : o.temperature)).log_softmax(-1);
+        at::Tensor scaled = logits.to(at::kFloat) / (o.greedy ? 1.0 : o.temperature);
+        at::Tensor normaliser = at::logsumexp(scaled, -1, true);  // log p(token) = scaled[token] - logsumexp
         if (o.greedy) {
             token = logits.argmax(-1);
         } else {
@@ -105,8 +106,8 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
         at::Tensor active = finished.logical_not();
         token = at::where(active, token, at::full_like(token, o.pad_token_id));
         out_ids.select(1, t).copy_(token);
-        out_logp.select(1, t).copy_(at::where(active, log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1),
-                                              at::zeros({N}, out_logp.options())));
+        at::Tensor chosen = (scaled.gather(-1, token.unsqueeze(-1)) - normaliser).squeeze(-1);
+        out_logp.select(1, t).copy_(chosen.masked_fill(active.logical_not(), 0.0));
         lengths += active.to(at::kLong);
         mask.select(1, P + t).copy_(active.to(at::kLong));
         if (o.repetition_penalty != 1.0) seen.scatter_(1, token.unsqueeze(-1), active.unsqueeze(-1));

@@ -542,10 +542,10 @@ std::map<std::string, double> Trainer::step() {
     }
     auto t2 = Clock::now();
     // global gradient norm before clipping (what HF logs), then clip
-    double squared = 0;
+    std::vector<at::Tensor> norms;
     for (const auto& p : s.params)
-        if (p.grad().defined()) squared += p.grad().pow(2).sum().item<double>();
-    double grad_norm = std::sqrt(squared);
+        if (p.grad().defined()) norms.push_back(p.grad().norm().to(at::kDouble));
+    double grad_norm = norms.empty() ? 0.0 : at::stack(norms).norm().item<double>();  // one sync, not one per tensor
     if (!std::isfinite(grad_norm))
         throw Error(ErrorKind::runtime, "the gradient norm became " + std::to_string(grad_norm) + " at step " +
                                             std::to_string(s.global_step + 1) + "; no update was applied; the last checkpoint in " +
