@@ -1,71 +1,112 @@
-// Reward "format": 1.0 when the completion matches a regular expression (PCRE2, UTF-8 aware,
-// '.' matches newlines), else 0.0.
-//   preset "think_answer" (default): ^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$
-//       TRL's documented format reward ^<think>.*?</think><answer>.*?</answer>$, tolerant of
-//       whitespace between and around the two blocks (small models put newlines there).
-//   preset "think": TRL's think_format_reward, ^<think>(?!.*<think>)(.*?)</think>.*$
-//   pattern: any regex; overrides the preset.
-//   full_match (default true): the whole completion must match; false: a match anywhere counts.
-// Metric "matched" (1/0) per row.
+// Reward "format": score_match (1.0) when the completion matches a regular expression, else
+// score_miss (0.0). Metric "matched" (1/0) per row.
+//
+// Regex engine: PCRE2 with PCRE2_UTF | PCRE2_UCP | PCRE2_DOTALL ('.' matches newlines; \w, \d, \s
+// and \b are Unicode-aware) and PCRE2_MATCH_INVALID_UTF (a completion cut mid-character never
+// matches across the broken bytes, but its valid parts can still match). The pattern is compiled,
+// and JIT-compiled where the platform supports it, once per instance.
+//
+//   preset "think_answer" (default):   ^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$
+//       TRL's documented format reward ^<think>.*?</think><answer>.*?</answer>$, made tolerant of
+//       whitespace (spaces, tabs, newlines; any amount, including none) before <think>, between
+//       </think> and <answer>, and after </answer>: small models put newlines there. Text inside
+//       the blocks is free. Nothing else may come before, between or after the blocks.
+//   preset "think":                     ^<think>(?!.*<think>)(.*?)</think>.*$
+//       TRL's think_format_reward exactly (re.match with DOTALL|MULTILINE): the completion starts
+//       with <think>, has no second <think>, and closes it; anything may follow.
+//   pattern: any PCRE2 regex; overrides preset (the preset is still checked for typos).
+//   full_match (default true): the whole completion must match (the pattern is compiled with
+//       PCRE2_ANCHORED | PCRE2_ENDANCHORED, so JIT stays in use); false: a match anywhere counts.
+//
+// Truncated completions get no special case: they usually lack the closing tags and miss.
+// A completion on which PCRE2 gives up (match, depth or JIT stack limit: a pathological pattern)
+// fails the batch with GROVE_ERROR_UNSUPPORTED naming the row, rather than scoring it silently.
 #include <grove/plugin.hpp>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cmath>
 #include <memory>
+#include <string>
 
 namespace {
 using grove::sdk::config_error;
 
-const char* kThinkAnswer = R"(^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$)";
-const char* kThink = R"(^<think>(?!.*<think>)(.*?)</think>.*$)";
+constexpr const char* kThinkAnswer = R"(^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$)";
+constexpr const char* kThink = R"(^<think>(?!.*<think>)(.*?)</think>.*$)";
+
+std::string pcre2_message(int code) {
+    PCRE2_UCHAR buffer[256];
+    if (pcre2_get_error_message(code, buffer, sizeof buffer) < 0) return "PCRE2 error " + std::to_string(code);
+    return reinterpret_cast<const char*>(buffer);
+}
+
+double finite_float(const grove::sdk::Config& config, const char* key, double fallback) {
+    double value = config.get_float(key, fallback);
+    if (!std::isfinite(value))
+        throw config_error(key, "must be a finite number (NaN would mean \"not applicable\" for every row)");
+    return value;
+}
 
 struct Format {
     explicit Format(const grove::sdk::Config& config)
         : full_match_(config.get_bool("full_match", true)),
-          score_match_(config.get_float("score_match", 1.0)),
-          score_miss_(config.get_float("score_miss", 0.0)) {
-        std::string pattern = config.get_string("pattern", "");
-        std::string key = "pattern";
-        if (pattern.empty()) {
-            std::string preset = config.get_string("preset", "think_answer");
-            key = "preset";
-            if (preset == "think_answer") pattern = kThinkAnswer;
-            else if (preset == "think") pattern = kThink;
-            else throw config_error("preset", "unknown preset '" + preset + "'; use \"think_answer\" or \"think\", or give a pattern");
+          score_match_(finite_float(config, "score_match", 1.0)),
+          score_miss_(finite_float(config, "score_miss", 0.0)) {
+        std::string preset = config.get_string("preset", "think_answer");
+        std::string pattern;
+        if (preset == "think_answer") pattern = kThinkAnswer;
+        else if (preset == "think") pattern = kThink;
+        else
+            throw config_error("preset", "unknown preset '" + preset +
+                                             "'; valid presets are \"think_answer\" and \"think\" (or set pattern)");
+        std::string key = "preset";
+        if (config.has("pattern")) {
+            pattern = config.get_string("pattern", "");
+            key = "pattern";
         }
+
+        uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_DOTALL | PCRE2_MATCH_INVALID_UTF;
+        // anchoring at compile time (not at match time) keeps the JIT code usable
+        if (full_match_) options |= PCRE2_ANCHORED | PCRE2_ENDANCHORED;
         int error = 0;
         PCRE2_SIZE offset = 0;
-        // MATCH_INVALID_UTF: a completion cut mid-character still matches in its valid parts
-        uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_DOTALL | PCRE2_MATCH_INVALID_UTF;
-        pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), options, &error,
+        pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
                                          &offset, nullptr);
-        if (!code) {
-            PCRE2_UCHAR message[256];
-            pcre2_get_error_message(error, message, sizeof message);
+        if (!code)
             throw config_error(key, "the regex does not compile at offset " + std::to_string(offset) + ": " +
-                                        reinterpret_cast<char*>(message));
-        }
+                                        pcre2_message(error) + "; give a PCRE2 regular expression");
         code_.reset(code);
-        pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+        jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // not available everywhere: fine
     }
 
     void score(const grove_reward_batch& batch, grove_reward_output& out) const {
+        // per call, so that concurrent calls share nothing mutable (the plugin is THREAD_SAFE)
         std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
             pcre2_match_data_create_from_pattern(code_.get(), nullptr), &pcre2_match_data_free);
-        uint32_t options = full_match_ ? (PCRE2_ANCHORED | PCRE2_ENDANCHORED) : 0;
+        std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(
+            pcre2_match_context_create(nullptr), &pcre2_match_context_free);
+        std::unique_ptr<pcre2_jit_stack, decltype(&pcre2_jit_stack_free)> stack(nullptr, &pcre2_jit_stack_free);
+        if (!data || !context) throw std::bad_alloc();
+        if (jit_) {
+            // the default 32 KiB JIT stack is too small for long completions with repeated groups
+            stack.reset(pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr));
+            if (!stack) throw std::bad_alloc();
+            pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
+        }
         for (uint32_t i = 0; i < batch.count; ++i) {
             const grove_text& text = batch.completions[i];
-            int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data ? text.data : ""), text.size, 0,
-                                 options, data.get(), nullptr);
-            // invalid UTF-8 (a completion cut mid-character) is a miss, not an error
-            bool bad_utf8 = rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21;
-            if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && !bad_utf8)
-                throw grove::sdk::Error(GROVE_ERROR_INTERNAL, "regex matching failed on row " + std::to_string(i) +
-                                                                  " (PCRE2 error " + std::to_string(rc) + ")");
+            static const char empty[] = "";
+            int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data ? text.data : empty), text.size,
+                                 0, 0, data.get(), context.get());
+            if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
+                throw grove::sdk::Error(GROVE_ERROR_UNSUPPORTED,
+                                        "row " + std::to_string(i) + ": PCRE2 could not finish matching (" +
+                                            pcre2_message(rc) + "); simplify the pattern");
             bool matched = rc >= 0;
             out.scores[i] = float(matched ? score_match_ : score_miss_);
-            out.metrics[i] = matched ? 1.0f : 0.0f;
+            if (out.metrics && out.metric_count >= 1) out.metrics[i] = matched ? 1.0f : 0.0f;
         }
     }
 
@@ -75,12 +116,15 @@ struct Format {
     std::unique_ptr<pcre2_code, CodeFree> code_;
     bool full_match_;
     double score_match_, score_miss_;
+    bool jit_ = false;
 };
 
 const grove_config_key kKeys[] = {
-    grove::sdk::key("preset", GROVE_VALUE_STRING, "\"think_answer\"", "think_answer or think (TRL's think_format_reward)"),
-    grove::sdk::key("pattern", GROVE_VALUE_STRING, "(preset)", "a PCRE2 regex; '.' matches newlines; overrides preset"),
-    grove::sdk::key("full_match", GROVE_VALUE_BOOL, "true", "the whole completion must match (false: anywhere)"),
+    grove::sdk::key("preset", GROVE_VALUE_STRING, "\"think_answer\"",
+                    "think_answer (<think>..</think><answer>..</answer>) or think (TRL's think_format_reward)"),
+    grove::sdk::key("pattern", GROVE_VALUE_STRING, "(the preset's)",
+                    "a PCRE2 regex (UTF, '.' matches newlines); overrides preset"),
+    grove::sdk::key("full_match", GROVE_VALUE_BOOL, "true", "the whole completion must match (false: a match anywhere)"),
     grove::sdk::key("score_match", GROVE_VALUE_FLOAT, "1.0", "score of a matching completion"),
     grove::sdk::key("score_miss", GROVE_VALUE_FLOAT, "0.0", "score of any other completion"),
 };

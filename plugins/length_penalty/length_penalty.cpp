@@ -5,12 +5,19 @@
 //         len <= max_length - cache              ->  0
 //         max_length - cache < len <= max_length ->  ((max_length - cache) - len) / cache
 //         len > max_length                       -> -1
-//       Truncated rows get no special case: their length decides, as in TRL.
-//   mode "target": -|len - target| / scale, len in tokens (unit = "tokens") or Unicode code points
-//       (unit = "characters").
+//       len is the number of completion token ids the host passes (Grove's generator counts the
+//       closing EOS token, like TRL's completion_ids). Truncated rows get no special case: their
+//       length decides, as in TRL. Requires 0 < cache <= max_length.
+//   mode "target": -|len - target| / scale, len in tokens (unit = "tokens", default) or Unicode
+//       code points (unit = "characters"; each byte that is not a UTF-8 continuation byte counts
+//       once, so "東京🙂" is 3, and a stray invalid byte counts as one character). Requires
+//       target >= 0 and a finite scale > 0.
+//   Keys of the other mode are a config error (max_length/cache in "target"; target/scale/unit in
+//   "overlong"), so a manifest never carries settings that silently do nothing.
 #include <grove/plugin.hpp>
 
 #include <cmath>
+#include <string>
 
 namespace {
 using grove::sdk::config_error;
@@ -29,8 +36,9 @@ struct LengthPenalty {
             if (!config.has("cache")) throw config_error("cache", "mode \"overlong\" needs cache (the soft zone, in tokens)");
             max_length_ = config.get_int("max_length", 0);
             cache_ = config.get_int("cache", 0);
-            if (max_length_ <= 0) throw config_error("max_length", "must be > 0");
-            if (cache_ <= 0 || cache_ > max_length_) throw config_error("cache", "must be in [1, max_length]");
+            if (max_length_ <= 0) throw config_error("max_length", "must be > 0 (tokens)");
+            if (cache_ <= 0 || cache_ > max_length_)
+                throw config_error("cache", "must be in [1, max_length] (max_length = " + std::to_string(max_length_) + ")");
         } else if (mode_ == "target") {
             forbid("max_length");
             forbid("cache");
@@ -38,7 +46,7 @@ struct LengthPenalty {
             target_ = config.get_int("target", 0);
             if (target_ < 0) throw config_error("target", "must be >= 0");
             scale_ = config.get_float("scale", 1.0);
-            if (!(scale_ > 0)) throw config_error("scale", "must be > 0");
+            if (!(scale_ > 0) || !std::isfinite(scale_)) throw config_error("scale", "must be > 0 and finite");
             std::string unit = config.get_string("unit", "tokens");
             if (unit == "characters") characters_ = true;
             else if (unit != "tokens") throw config_error("unit", "'" + unit + "' is not valid; use tokens or characters");

@@ -47,6 +47,9 @@ TEST(FormatReward, ThinkAnswerPreset) {
         {"<think>7 + 8 = 15</think><answer>15</answer>", 1},
         {"<think>multi\nline\nreasoning</think>\n<answer>15</answer>\n", 1},  // newlines between and after
         {"<think>答案很简单 🙂</think><answer>四十二</answer>", 1},             // unicode inside
+        {"<think>café, naïve, Ærø</think> <answer>déjà vu</answer>", 1},       // accented letters, a space
+        {" \t\n<think>x</think>\t<answer>1</answer>\n\n", 1},                 // whitespace around the blocks
+        {"<think>x</think><answer></answer>", 1},                              // empty blocks still have the format
         {"<answer>15</answer>", 0},                                            // no think block
         {"<think>x</think>", 0},                                               // no answer
         {"Sure! <think>x</think><answer>1</answer>", 0},                       // text before
@@ -58,8 +61,16 @@ TEST(FormatReward, ThinkAnswerPreset) {
     auto result = score_rewards("format", "", rows);
     for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(result.scores[i], cases[i].expected) << cases[i].text;
     ASSERT_EQ(result.metric_names, std::vector<std::string>{"matched"});
-    EXPECT_EQ(result.metrics[0][0], 1.0f);
-    EXPECT_EQ(result.metrics[0][3], 0.0f);
+    for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(result.metrics[0][i], cases[i].expected) << cases[i].text;
+}
+
+TEST(FormatReward, TruncatedCompletionsGetNoSpecialCase) {
+    RewardRow cut = completion("<think>still thinking about 答案");  // hit the length limit: no closing tags
+    cut.truncated = true;
+    RewardRow whole = completion("<think>x</think><answer>1</answer>");
+    whole.truncated = true;  // the flag alone changes nothing
+    auto result = score_rewards("format", "", {cut, whole});
+    EXPECT_EQ(result.scores, (std::vector<float>{0, 1}));
 }
 
 TEST(FormatReward, TrlThinkPresetRejectsNestedThink) {
@@ -78,6 +89,29 @@ TEST(FormatReward, CustomPatternScoresAndSearchMode) {
     // \p{L} is Unicode-aware
     auto unicode = score_rewards("format", "pattern = '\\p{L}+'", {completion("Ärger"), completion("東京"), completion("a1")});
     EXPECT_EQ(unicode.scores, (std::vector<float>{1, 1, 0}));
+    // UCP: \w is Unicode-aware; '.' is one code point, so an emoji is one character
+    auto ucp = score_rewards("format", "pattern = '\\w+ .'", {completion("naïve 🙂"), completion("答案 x"), completion("a 🙂🙂")});
+    EXPECT_EQ(ucp.scores, (std::vector<float>{1, 1, 0}));
+    // an explicit pattern replaces the preset, even an empty one (which matches only "")
+    auto empty = score_rewards("format", "pattern = ''", {completion(""), completion("<think>x</think><answer>1</answer>")});
+    EXPECT_EQ(empty.scores, (std::vector<float>{1, 0}));
+}
+
+TEST(FormatReward, LongCompletionsMatchAndPathologicalPatternsFailLoudly) {
+    // a repeated capture group over 40 KB needs more than PCRE2's default 32 KiB JIT stack
+    std::string think(20000, 'x'), answer(20000, 'y');
+    auto long_row = score_rewards("format", "pattern = '<think>(?:x|y)*</think>\\s*<answer>(x|y)*</answer>'",
+                                  {completion("<think>" + think + "</think>\n<answer>" + answer + "</answer>")});
+    EXPECT_EQ(long_row.scores[0], 1.0f);
+    auto preset = score_rewards("format", "", {completion("<think>" + think + think + "</think><answer>1</answer>")});
+    EXPECT_EQ(preset.scores[0], 1.0f);
+    // exponential backtracking hits PCRE2's match limit: an error naming the row, not a silent miss
+    try {
+        score_rewards("format", "pattern = '(x+x+)+[yz]'", {completion("ok"), completion(std::string(40, 'x') + "w")});
+        FAIL() << "accepted";
+    } catch (const grove::Error& e) {
+        EXPECT_CONTAINS(std::string(e.what()), "row 1: PCRE2 could not finish matching");
+    }
 }
 
 TEST(FormatReward, InvalidUtf8NeverMatchesButTheValidPartsDo) {
@@ -92,7 +126,14 @@ TEST(FormatReward, InvalidUtf8NeverMatchesButTheValidPartsDo) {
 TEST(FormatReward, ConfigErrorsNameTheKey) {
     EXPECT_CONTAINS(config_error("format", "pattern = '(unclosed'"), "'pattern': the regex does not compile at offset");
     EXPECT_CONTAINS(config_error("format", "preset = \"xml\""), "'preset': unknown preset 'xml'");
+    EXPECT_CONTAINS(config_error("format", "pattern = 'a{2,1}'"), "'pattern': the regex does not compile at offset");
+    // a typo in preset is an error even when pattern overrides it
+    EXPECT_CONTAINS(config_error("format", "preset = \"Think\"\npattern = 'x'"), "'preset': unknown preset 'Think'");
     EXPECT_CONTAINS(config_error("format", "full_match = \"yes\""), "'full_match' must be a boolean");
+    EXPECT_CONTAINS(config_error("format", "score_match = nan"), "'score_match': must be a finite number");
+    EXPECT_CONTAINS(config_error("format", "score_miss = -inf"), "'score_miss': must be a finite number");
+    EXPECT_CONTAINS(config_error("format", "score_match = \"1\""), "'score_match'");
+    EXPECT_CONTAINS(config_error("format", "pattern = 3"), "'pattern'");
 }
 
 // ---- correctness ---------------------------------------------------------------------------------
@@ -118,13 +159,47 @@ TEST(CorrectnessReward, ExtractionAndComparisonTable) {
         {"<answer>東京</answer>", R"({"answer": "京都"})", 0},
         {"no answer at all", R"({"answer": "5"})", 0},                         // nothing extracted: wrong
         {"", R"({"answer": "5"})", 0},                                         // empty completion
+        // last number: a sign only right before the digits and not after a letter or digit
+        {"so 5-3 is", R"({"answer": 3})", 1},
+        {"x = -3.", R"({"answer": -3})", 1},
+        {"it is (-2,500) units", R"({"answer": -2500})", 1},
+        {"\xe2\x88\x92" "7 degrees", R"({"answer": -7})", 1},                         // U+2212 minus sign
+        {"costs -$12 total", R"({"answer": -12})", 1},
+        {"the list 1,2,3", R"({"answer": 3})", 1},                              // not one number 123
+        {"about 1e3 items", R"({"answer": 1000})", 1},
+        {"version 1.2.3", R"({"answer": 1.2})", 1},
+        {"答案是 42。", R"({"answer": 42})", 1},                                 // number among CJK text
+        // answer tag: the last complete one
+        {"<answer>1</answer> no wait <answer>2", R"({"answer": 1})", 1},
+        // boxed: nested braces, and the last balanced one when the last is cut off
+        {"\\boxed{\\frac{1}{2}}", R"({"answer": 0.5})", 1},                     // \frac read as a number
+        {"\\boxed{\\dfrac{-3}{4}}", R"({"answer": "-0.75"})", 1},
+        {"\\boxed{7} and \\boxed{8", R"({"answer": 7})", 1},
+        {"\\boxed{\\text{Paris}}", R"({"answer": "paris"})", 1},                // \text{} unwrapped for text
+        {"\\boxed{{1,2}}", R"({"answer": "{1,2}"})", 1},                       // braces inside kept
+        // numbers inside tags
+        {"<answer>50\\%</answer>", R"({"answer": 50})", 1},
+        {"<answer>$-5</answer>", R"({"answer": -5})", 1},
+        {"<answer>.5</answer>", R"({"answer": "1/2"})", 1},
+        {"<answer>1,23</answer>", R"({"answer": 123})", 0},                      // bad grouping: text "1,23"
+        {"<answer>0x10</answer>", R"({"answer": 16})", 0},                       // no hex
+        {"<answer>12 apples</answer>", R"({"answer": 12})", 0},                  // units: not a number
+        {"<answer>1000000.5</answer>"   , R"({"answer": 1000000})", 1},       // relative tolerance
+        {"<answer>0.0000005</answer>", R"({"answer": 0})", 1},                    // absolute near zero
+        {"<answer>0.00001</answer>", R"({"answer": 0})", 0},
+        // text: ASCII case-folded only
+        {"<answer>Café</answer>", R"({"answer": "café"})", 1},
+        {"<answer>CAFÉ</answer>", R"({"answer": "café"})", 0},
+        {"<answer>Paris .</answer>", R"({"answer": "paris"})", 1},
+        {"<answer>New   York\n</answer>", R"({"answer": "new york."})", 1},
     };
     std::vector<RewardRow> rows;
     for (const auto& c : cases) rows.push_back(completion(c.text, c.row));
     auto result = score_rewards("correctness", "", rows);
     for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(result.scores[i], cases[i].expected) << cases[i].text;
-    EXPECT_EQ(result.metrics[0][14], 0.0f);  // "extracted" metric
-    EXPECT_EQ(result.metrics[0][0], 1.0f);
+    ASSERT_EQ(result.metric_names, std::vector<std::string>{"extracted"});
+    for (size_t i = 0; i < rows.size(); ++i)  // only the two rows without any answer extract nothing
+        EXPECT_EQ(result.metrics[0][i], (i == 14 || i == 15) ? 0.0f : 1.0f) << cases[i].text;
 }
 
 TEST(CorrectnessReward, MissingOrNullReferenceIsNotApplicable) {
@@ -134,6 +209,8 @@ TEST(CorrectnessReward, MissingOrNullReferenceIsNotApplicable) {
     EXPECT_TRUE(std::isnan(result.scores[0]));
     EXPECT_TRUE(std::isnan(result.scores[1]));
     EXPECT_EQ(result.scores[2], 1.0f);
+    // the "extracted" metric does not depend on the reference
+    EXPECT_EQ(result.metrics[0], (std::vector<float>{1, 1, 1}));
     auto other_column = score_rewards("correctness", "reference_column = \"solution\"",
                                       {completion("<answer>7</answer>", R"({"answer": "1", "solution": "7"})")});
     EXPECT_EQ(other_column.scores[0], 1.0f);
@@ -149,6 +226,16 @@ TEST(CorrectnessReward, ForcedModesToleranceAndScores) {
                                {completion("<answer>100.5</answer>", R"({"answer": 100})"),
                                 completion("<answer>102</answer>", R"({"answer": 100})")});
     EXPECT_EQ(loose.scores, (std::vector<float>{2.0f, -0.5f}));
+    auto numeric = score_rewards("correctness", "compare = \"numeric\"",
+                                 {completion("<answer>Paris</answer>", R"({"answer": "Paris"})"),
+                                  completion("<answer>7.0</answer>", R"({"answer": "7"})")});
+    EXPECT_EQ(numeric.scores, (std::vector<float>{0.0f, 1.0f}));  // text never counts in numeric mode
+    auto last = score_rewards("correctness", "extract = \"last_number\"",
+                              {completion("<answer>5</answer> check: 6", R"({"answer": 6})")});
+    EXPECT_EQ(last.scores[0], 1.0f);
+    auto tag = score_rewards("correctness", "extract = \"answer_tag\"", {completion("\\boxed{5} 5", R"({"answer": 5})")});
+    EXPECT_EQ(tag.scores[0], 0.0f);
+    EXPECT_EQ(tag.metrics[0][0], 0.0f);
 }
 
 TEST(CorrectnessReward, TruncatedRowsAreScoredOnWhatTheyContain) {
@@ -162,6 +249,16 @@ TEST(CorrectnessReward, ErrorsNameTheKeyOrRow) {
     EXPECT_CONTAINS(config_error("correctness", "extract = \"regex\""), "'extract': 'regex' is not valid");
     EXPECT_CONTAINS(config_error("correctness", "compare = \"fuzzy\""), "'compare': 'fuzzy' is not valid");
     EXPECT_CONTAINS(config_error("correctness", "tolerance = -1.0"), "'tolerance': must be >= 0");
+    EXPECT_CONTAINS(config_error("correctness", "tolerance = inf"), "'tolerance': must be >= 0 and finite");
+    EXPECT_CONTAINS(config_error("correctness", "reference_column = \"\""), "'reference_column': must name a dataset column");
+    EXPECT_CONTAINS(config_error("correctness", "score_correct = nan"), "'score_correct': must be a finite number");
+    EXPECT_CONTAINS(config_error("correctness", "score_wrong = inf"), "'score_wrong': must be a finite number");
+    try {
+        score_rewards("correctness", "", {completion("x", "[1, 2]")});
+        FAIL() << "accepted";
+    } catch (const grove::Error& e) {
+        EXPECT_CONTAINS(std::string(e.what()), "row 0: the dataset row is not a JSON object");
+    }
     try {
         score_rewards("correctness", "", {completion("x", "{}"), completion("x", "{broken")});
         FAIL();
@@ -179,6 +276,20 @@ TEST(LengthPenaltyReward, OverlongMatchesTrlIncludingItsDocExample) {
     for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(result.scores[i], expected[i]) << i;
 }
 
+TEST(LengthPenaltyReward, OverlongCountsTokensNotCharactersAndIgnoresTheTruncatedFlag) {
+    RewardRow few_chars = completion("short");
+    few_chars.tokens.assign(90, 5);  // 5 bytes of text, 90 tokens
+    auto result = score_rewards("length_penalty", "max_length = 100\ncache = 20",
+                                {few_chars, tokens(90, true), tokens(90, false), tokens(60, true)});
+    EXPECT_FLOAT_EQ(result.scores[0], -0.5f);
+    EXPECT_FLOAT_EQ(result.scores[1], -0.5f);
+    EXPECT_FLOAT_EQ(result.scores[2], -0.5f);
+    EXPECT_FLOAT_EQ(result.scores[3], 0.0f);
+    // cache = max_length: the whole range is soft
+    auto all_soft = score_rewards("length_penalty", "max_length = 10\ncache = 10", {tokens(0), tokens(5), tokens(10), tokens(11)});
+    EXPECT_EQ(all_soft.scores, (std::vector<float>{0.0f, -0.5f, -1.0f, -1.0f}));
+}
+
 TEST(LengthPenaltyReward, TargetModeInTokensAndCharacters) {
     auto by_tokens = score_rewards("length_penalty", "mode = \"target\"\ntarget = 10\nscale = 5.0",
                                    {tokens(10), tokens(0), tokens(20)});
@@ -187,12 +298,36 @@ TEST(LengthPenaltyReward, TargetModeInTokensAndCharacters) {
     auto by_characters = score_rewards("length_penalty", "mode = \"target\"\ntarget = 3\nunit = \"characters\"",
                                        {completion("東京🙂"), completion("abcde"), completion("")});
     EXPECT_EQ(by_characters.scores, (std::vector<float>{0.0f, -2.0f, -3.0f}));
+    // accented letters: "café" is 4 code points (5 bytes); "答案" 2 (6 bytes)
+    auto accented = score_rewards("length_penalty", "mode = \"target\"\ntarget = 4\nunit = \"characters\"\nscale = 2.0",
+                                  {completion("café"), completion("答案"), completion("naïve")});
+    EXPECT_EQ(accented.scores, (std::vector<float>{0.0f, -1.0f, -0.5f}));
+    // default unit is tokens: the text's length does not matter
+    RewardRow row = completion("答案");
+    row.tokens = {1, 2, 3, 4};
+    auto default_unit = score_rewards("length_penalty", "mode = \"target\"\ntarget = 4", {row});
+    EXPECT_EQ(default_unit.scores[0], 0.0f);
 }
 
 TEST(LengthPenaltyReward, ConfigErrorsNameTheKey) {
     EXPECT_CONTAINS(config_error("length_penalty", ""), "'max_length': mode \"overlong\" needs max_length");
     EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10"), "'cache': mode \"overlong\" needs cache");
     EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10\ncache = 11"), "'cache': must be in [1, max_length]");
+    EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10\ncache = 0"), "'cache': must be in [1, max_length]");
+    EXPECT_CONTAINS(config_error("length_penalty", "max_length = 0\ncache = 1"), "'max_length': must be > 0");
+    EXPECT_CONTAINS(config_error("length_penalty", "max_length = -5\ncache = 1"), "'max_length': must be > 0");
+    EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10\ncache = 5\nscale = 2.0"),
+                    "'scale': 'scale' does not apply to mode \"overlong\"");
+    EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10\ncache = 5\nunit = \"tokens\""),
+                    "'unit': 'unit' does not apply to mode \"overlong\"");
+    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\nmax_length = 10"),
+                    "'max_length': 'max_length' does not apply to mode \"target\"");
+    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\ncache = 2"),
+                    "'cache': 'cache' does not apply to mode \"target\"");
+    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = -1"), "'target': must be >= 0");
+    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\nscale = -1.0"), "'scale': must be > 0");
+    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\nscale = inf"), "'scale': must be > 0 and finite");
+    EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10.5\ncache = 2"), "'max_length'");
     EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10\ncache = 5\ntarget = 3"),
                     "'target': 'target' does not apply to mode \"overlong\"");
     EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\""), "'target': mode \"target\" needs target");
