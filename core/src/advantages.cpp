@@ -55,14 +55,23 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
     auto group_rows = [&](size_t g, const std::vector<double>& values) {
         return std::vector<double>(values.begin() + g * G, values.begin() + (g + 1) * G);
     };
-    if (o.aggregation == "sum_then_normalize") {
+    // nansum_k(w_k x[i,k]) for every row; NaN for rows where every reward is NaN
+    auto weighted_sums = [&](const auto& x) {
+        std::vector<double> sums(N, kNaN);
         for (size_t i = 0; i < N; ++i) {
             if (unscorable[i]) continue;
             double sum = 0;
             for (int k = 0; k < K; ++k)
-                if (!std::isnan(R[i * K + k])) sum += weights[k] * R[i * K + k];
-            r[i] = sum;
+                if (!std::isnan(x[i * K + k])) sum += weights[k] * x[i * K + k];
+            sums[i] = sum;
         }
+        return sums;
+    };
+    // the logged reward is the weighted sum of the raw rewards in both aggregations (TRL's
+    // test_reward_metric_reflects_reward_weights)
+    const std::vector<double> raw = weighted_sums(R);
+    if (o.aggregation == "sum_then_normalize") {
+        r = raw;
         double batch_std = nanstd(r);
         for (size_t g = 0; g < N / G; ++g) {
             auto rows = group_rows(g, r);
@@ -85,13 +94,7 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
                 for (int j = 0; j < G; ++j) z[(g * G + j) * K + k] = (column[g * G + j] - mean) / (std + kEpsilon);
             }
         }
-        for (size_t i = 0; i < N; ++i) {
-            if (unscorable[i]) continue;
-            double sum = 0;
-            for (int k = 0; k < K; ++k)
-                if (!std::isnan(z[i * K + k])) sum += weights[k] * z[i * K + k];
-            r[i] = sum;
-        }
+        r = weighted_sums(z);
         double mean = nanmean(r), std = nanstd(r);
         for (size_t i = 0; i < N; ++i) {
             A[i] = (r[i] - mean) / (std + kEpsilon);
@@ -101,16 +104,6 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
         throw Error(ErrorKind::runtime, "compute_advantages: unknown aggregation " + o.aggregation);
     }
 
-    // the logged reward is the weighted sum of the raw rewards in both aggregations (TRL's
-    // test_reward_metric_reflects_reward_weights)
-    std::vector<double> raw(N, kNaN);
-    for (size_t i = 0; i < N; ++i) {
-        if (unscorable[i]) continue;
-        double sum = 0;
-        for (int k = 0; k < K; ++k)
-            if (!std::isnan(R[i * K + k])) sum += weights[k] * R[i * K + k];
-        raw[i] = sum;
-    }
     out.advantages.resize(N);
     out.rewards.resize(N);
     int zero_std = 0;

@@ -1,9 +1,5 @@
 #include "grove/gguf.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -14,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
+#include "grove/mapped_file.hpp"
 #include "grove/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -132,24 +129,12 @@ uint64_t GgufTensor::elements() const {
     return n;
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path), metadata_(std::make_unique<json>(json::object())) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(ErrorKind::input, path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
-    ::fstat(fd, &st);
-    size_ = size_t(st.st_size);
-    if (size_ < 24) {
-        ::close(fd);
-        throw corrupt(path, "the file is too small for a GGUF header");
-    }
-    mapping_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (mapping_ == MAP_FAILED) {
-        mapping_ = nullptr;
-        throw Error(ErrorKind::input, path + ": cannot map: " + std::strerror(errno));
-    }
-    try {
-        const auto* bytes = static_cast<const uint8_t*>(mapping_);
+GgufFile::GgufFile(const std::string& path)
+    : path_(path), file_(std::make_unique<MappedFile>(path)), metadata_(std::make_unique<json>(json::object())) {
+    size_t size_ = file_->size();
+    if (size_ < 24) throw corrupt(path, "the file is too small for a GGUF header");
+    {
+        const uint8_t* bytes = file_->data();
         Reader r(bytes, size_, path_);
         if (r.read<uint32_t>("magic") != 0x46554747) throw corrupt(path, "it does not start with the magic 'GGUF'");
         uint32_t version = r.read<uint32_t>("version");
@@ -187,16 +172,10 @@ GgufFile::GgufFile(const std::string& path) : path_(path), metadata_(std::make_u
                 throw corrupt(path, "tensor '" + t.name + "' lies outside the file");
             t.data = bytes + data_start + t.offset;
         }
-    } catch (...) {
-        ::munmap(mapping_, size_);
-        mapping_ = nullptr;
-        throw;
     }
 }
 
-GgufFile::~GgufFile() {
-    if (mapping_) ::munmap(mapping_, size_);
-}
+GgufFile::~GgufFile() = default;
 
 const GgufTensor* GgufFile::find(const std::string& name) const {
     for (const auto& t : tensors_)

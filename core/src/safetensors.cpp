@@ -1,8 +1,6 @@
 #include "grove/safetensors.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
+#include "grove/mapped_file.hpp"
 
 namespace grove {
 
@@ -54,27 +53,12 @@ int64_t TensorEntry::numel() const {
     return n;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(ErrorKind::input, path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        ::close(fd);
-        throw Error(ErrorKind::input, path + ": cannot stat: " + std::strerror(errno));
-    }
-    mapping_size_ = size_t(st.st_size);
-    if (mapping_size_ < 8) {
-        ::close(fd);
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(std::make_unique<MappedFile>(path)) {
+    size_t mapping_size_ = file_->size();
+    if (mapping_size_ < 8)
         throw corrupt(path, "the file has " + std::to_string(mapping_size_) + " bytes; a header needs at least 8");
-    }
-    mapping_ = ::mmap(nullptr, mapping_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (mapping_ == MAP_FAILED) {
-        mapping_ = nullptr;
-        throw Error(ErrorKind::input, path + ": cannot map: " + std::strerror(errno));
-    }
-    try {
-        const auto* bytes = static_cast<const uint8_t*>(mapping_);
+    {
+        const uint8_t* bytes = file_->data();
         uint64_t header_size = 0;
         for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];  // little-endian
         if (header_size > kMaxHeaderBytes)
@@ -142,16 +126,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             if (tensors_[i].begin < tensors_[i - 1].end && tensors_[i].begin != tensors_[i].end)
                 throw corrupt(path, "tensors '" + tensors_[i - 1].name + "' and '" + tensors_[i].name + "' overlap");
         for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
-    } catch (...) {
-        ::munmap(mapping_, mapping_size_);
-        mapping_ = nullptr;
-        throw;
     }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-    if (mapping_) ::munmap(mapping_, mapping_size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const TensorEntry* SafetensorsFile::find(const std::string& name) const {
     auto it = index_.find(name);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
@@ -19,45 +20,6 @@ namespace grove::cli {
 using nlohmann::json;
 
 namespace {
-
-// A prompt row: text, or chat messages.
-struct PromptRow {
-    std::string text;
-    std::vector<ChatMessage> messages;
-};
-
-std::vector<PromptRow> read_prompts(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorKind::input, path + ": cannot read");
-    std::vector<PromptRow> rows;
-    std::string line;
-    for (int number = 1; std::getline(in, line); ++number) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception& e) {
-            throw Error(ErrorKind::input, path + ":" + std::to_string(number) + ": invalid JSON: " + e.what());
-        }
-        if (!j.is_object() || !j.contains("prompt"))
-            throw Error(ErrorKind::input, path + ":" + std::to_string(number) + ": the row has no \"prompt\"");
-        PromptRow row;
-        if (j["prompt"].is_string()) {
-            row.text = j["prompt"];
-        } else if (j["prompt"].is_array()) {
-            for (const auto& m : j["prompt"]) {
-                if (!m.is_object() || !m.contains("role") || !m.contains("content"))
-                    throw Error(ErrorKind::input, path + ":" + std::to_string(number) +
-                                                      ": chat messages need \"role\" and \"content\"");
-                row.messages.push_back({m["role"], m["content"]});
-            }
-        } else {
-            throw Error(ErrorKind::input, path + ":" + std::to_string(number) + ": \"prompt\" must be text or a list of messages");
-        }
-        rows.push_back(std::move(row));
-    }
-    return rows;
-}
 
 std::vector<int64_t> to_vector(const at::Tensor& t) {
     at::Tensor c = t.to(at::kLong).contiguous();
@@ -94,8 +56,8 @@ int generate(const std::vector<std::string>& args) {
     auto model = Model::load(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     auto tokenizer = Tokenizer::load(folder);
     std::vector<PromptRow> rows;
-    if (vm.count("prompt")) rows.push_back({vm["prompt"].as<std::string>(), {}});
-    else rows = read_prompts(vm["input"].as<std::string>());
+    if (vm.count("prompt")) rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
+    else rows = load_prompts(vm["input"].as<std::string>());
     ChatTemplate family = chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config());
 
     std::vector<std::vector<int64_t>> prompts;

@@ -1,31 +1,14 @@
 // The `grove` program as a user runs it: output, messages and exit codes.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "plugin_test_support.hpp"
+
 namespace {
 
-struct Result {
-    int exit_code;
-    std::string out;  // stdout and stderr together
-};
-
-Result grove(const std::string& args) {
-    std::string command = std::string("cd ") + GROVE_TEST_SOURCE_DIR + " && " + GROVE_EXECUTABLE + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    Result r{-1, ""};
-    std::array<char, 4096> buffer;
-    size_t n;
-    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-    int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
+using grove::test::run_grove;
 
 std::string write(const std::string& name, const std::string& text) {
     std::string path = std::string(GROVE_TEST_BINARY_DIR) + "/" + name;
@@ -48,29 +31,29 @@ plugin = "grpo"
 }  // namespace
 
 TEST(Cli, VersionAndHelp) {
-    auto r = grove("--version");
+    auto r = run_grove("--version");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "(plugin ABI 1.0)");
-    r = grove("--help");
+    r = run_grove("--help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "check MANIFEST");
-    r = grove("check --help");
+    r = run_grove("check --help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "--set");
 }
 
 TEST(Cli, UsageErrorsExitWithTwo) {
-    EXPECT_EQ(grove("").exit_code, 2);
-    auto r = grove("frobnicate");
+    EXPECT_EQ(run_grove("").exit_code, 2);
+    auto r = run_grove("frobnicate");
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_CONTAINS(r.out, "unknown command 'frobnicate'");
-    r = grove("check");
+    r = run_grove("check");
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_CONTAINS(r.out, "usage: grove check MANIFEST");
 }
 
 TEST(Cli, PluginsListJsonHasEveryReferencePlugin) {
-    auto r = grove("plugins list --json 2>/dev/null");
+    auto r = run_grove("plugins list --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     auto list = nlohmann::json::parse(r.out);
     std::map<std::string, std::string> kinds;
@@ -87,51 +70,51 @@ TEST(Cli, PluginsListJsonHasEveryReferencePlugin) {
 }
 
 TEST(Cli, PluginsInfoShowsKeysAndDefaults) {
-    auto r = grove("plugins info lora");
+    auto r = run_grove("plugins info lora");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "target_modules");
     EXPECT_CONTAINS(r.out, "default 8");
-    r = grove("plugins info loar");
+    r = run_grove("plugins info loar");
     EXPECT_EQ(r.exit_code, 4);
     EXPECT_CONTAINS(r.out, "did you mean 'lora'?");
 }
 
 TEST(Cli, CheckPrintsResolvedConfigurationThatChecksAgain) {
-    auto r = grove("check " + write("ok.toml", kManifest) + " --set generation.num_generations=4 2>/dev/null");
+    auto r = run_grove("check " + write("ok.toml", kManifest) + " --set generation.num_generations=4 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_CONTAINS(r.out, "num_generations = 4");
     EXPECT_CONTAINS(r.out, "learning_rate = 9.9999999999999995e-07");
     EXPECT_CONTAINS(r.out, "reduction  grpo 1.0.0");
-    auto again = grove("check " + write("resolved.toml", r.out));
+    auto again = run_grove("check " + write("resolved.toml", r.out));
     EXPECT_EQ(again.exit_code, 0) << again.out;
 }
 
 TEST(Cli, CheckTheShippedExample) {
-    auto r = grove("check examples/arithmetic/grove.toml");
+    auto r = run_grove("check examples/arithmetic/grove.toml");
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_CONTAINS(r.out, "is valid");
 }
 
 TEST(Cli, ManifestErrorsExitWithThreeAndPointAtTheLine) {
-    auto r = grove("check " + write("typo.toml", kManifest + "[loss]\nbeta = 0.0\nepsilon_hihg = 0.28\n"));
+    auto r = run_grove("check " + write("typo.toml", kManifest + "[loss]\nbeta = 0.0\nepsilon_hihg = 0.28\n"));
     EXPECT_EQ(r.exit_code, 3);
     EXPECT_CONTAINS(r.out, "typo.toml:11:1: error: unknown key 'epsilon_hihg' in [loss]; did you mean 'epsilon_high'?");
     EXPECT_EQ(r.out.find("terminate"), std::string::npos);  // no crash, no stack trace
-    r = grove("check " + write("badcfg.toml", kManifest + "[adapter]\nplugin = \"lora\"\nconfig = { rank = 8 }\n"));
+    r = run_grove("check " + write("badcfg.toml", kManifest + "[adapter]\nplugin = \"lora\"\nconfig = { rank = 8 }\n"));
     EXPECT_EQ(r.exit_code, 3);
     EXPECT_CONTAINS(r.out, "unknown key 'rank' for plugin 'lora'");
-    r = grove("check " + write("missing.toml", kManifest) + " --set data.source=");
+    r = run_grove("check " + write("missing.toml", kManifest) + " --set data.source=");
     EXPECT_EQ(r.exit_code, 0) << r.out;  // an empty string is a string; the data issue decides existence
-    r = grove("check /nonexistent/grove.toml");
+    r = run_grove("check /nonexistent/grove.toml");
     EXPECT_EQ(r.exit_code, 3);
     EXPECT_CONTAINS(r.out, "cannot read the manifest");
 }
 
 TEST(Cli, PluginErrorsExitWithFour) {
-    auto r = grove("check " + write("noplugin.toml", kManifest) + " --set rewards.0.plugin=formt");
+    auto r = run_grove("check " + write("noplugin.toml", kManifest) + " --set rewards.0.plugin=formt");
     EXPECT_EQ(r.exit_code, 4);
     EXPECT_CONTAINS(r.out, "no plugin named 'formt'; did you mean 'format'?");
-    r = grove("check " + write("kind.toml", kManifest) + " --set reduction.plugin=lora");
+    r = run_grove("check " + write("kind.toml", kManifest) + " --set reduction.plugin=lora");
     EXPECT_EQ(r.exit_code, 4);
     EXPECT_CONTAINS(r.out, "is of kind 'adapter', but a reduction plugin is needed here");
 }

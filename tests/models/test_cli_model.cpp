@@ -1,37 +1,20 @@
 // `grove generate` and `grove logprobs` on a tiny checkpoint, against transformers' outputs.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <ATen/ATen.h>
 
-#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "grove/safetensors.hpp"
 #include "grove/tensor_io.hpp"
+#include "plugin_test_support.hpp"
 
 namespace {
 
 const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
 
-struct Result {
-    int exit_code;
-    std::string out;
-};
-
-Result run_grove(const std::string& args) {
-    std::string command = std::string(GROVE_EXECUTABLE) + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    Result r{-1, ""};
-    std::array<char, 4096> buffer;
-    size_t n;
-    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-    int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
+grove::test::CommandResult run_grove(const std::string& args) { return grove::test::run_grove(args); }
 
 nlohmann::json reference_json() {
     std::ifstream in(kModel + "/reference.json");

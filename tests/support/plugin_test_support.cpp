@@ -1,10 +1,31 @@
 #include "plugin_test_support.hpp"
 
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
 #include "grove/plugin_host.hpp"
 
 namespace grove::test {
 
 std::string build_plugin_dir() { return GROVE_TEST_PLUGIN_DIR; }
+
+CommandResult run_command(const std::string& command) {
+    CommandResult r{-1, ""};
+    FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+    if (!pipe) return r;
+    std::array<char, 4096> buffer;
+    size_t n;
+    while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+    int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+CommandResult run_grove(const std::string& args) {
+    return run_command(std::string("cd ") + GROVE_TEST_SOURCE_DIR + " && " + GROVE_EXECUTABLE + " " + args);
+}
 
 RewardResult score_rewards(const std::string& plugin, const std::string& config_toml, const std::vector<RewardRow>& rows,
                            uint32_t num_generations) {

@@ -33,4 +33,14 @@ RewardResult score_rewards(const std::string& plugin, const std::string& config_
 // Path of the build's plugin folder (lib/grove/plugins).
 std::string build_plugin_dir();
 
+// Runs a shell command; returns its exit code and stdout + stderr together.
+struct CommandResult {
+    int exit_code;
+    std::string out;
+};
+CommandResult run_command(const std::string& command);
+
+// Runs the built `grove` with `args`, from the source tree's root.
+CommandResult run_grove(const std::string& args);
+
 }  // namespace grove::test

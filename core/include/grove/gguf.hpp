@@ -10,6 +10,8 @@
 
 namespace grove {
 
+class MappedFile;
+
 // ggml tensor types Grove can read
 enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q8_0 = 8, bf16 = 30 };
 
@@ -39,8 +41,7 @@ public:
 
 private:
     std::string path_;
-    void* mapping_ = nullptr;
-    size_t size_ = 0;
+    std::unique_ptr<MappedFile> file_;
     std::unique_ptr<nlohmann::json> metadata_;
     std::vector<GgufTensor> tensors_;
 };

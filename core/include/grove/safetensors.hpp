@@ -15,6 +15,8 @@
 
 namespace grove {
 
+class MappedFile;
+
 enum class DType { f64, f32, f16, bf16, i64, i32, i16, i8, u8, boolean };
 
 size_t dtype_size(DType dtype);
@@ -50,8 +52,7 @@ public:
 
 private:
     std::string path_;
-    void* mapping_ = nullptr;
-    size_t mapping_size_ = 0;
+    std::unique_ptr<MappedFile> file_;
     std::vector<TensorEntry> tensors_;
     std::map<std::string, size_t> index_;
     std::map<std::string, std::string> metadata_;
