@@ -458,6 +458,41 @@ void PluginInstance::check(grove_status status, const char* call, const ErrorCap
                                                 : capture.message));
 }
 
+void RewardRows::add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
+                     bool is_truncated, std::string columns_json) {
+    prompts.push_back(std::move(prompt));
+    completions.push_back(std::move(completion));
+    row_json.push_back(std::move(columns_json));
+    tokens.insert(tokens.end(), completion_tokens.begin(), completion_tokens.end());
+    token_offsets.push_back(int64_t(tokens.size()));
+    truncated.push_back(is_truncated ? 1 : 0);
+}
+
+const grove_reward_batch& RewardRows::view() {
+    auto texts = [](const std::vector<std::string>& from, std::vector<grove_text>& to) {
+        to.clear();
+        for (const auto& s : from) to.push_back({s.data(), s.size()});
+    };
+    texts(prompts, prompt_views_);
+    texts(completions, completion_views_);
+    texts(row_json, json_views_);
+    batch_ = grove_reward_batch{};
+    batch_.struct_size = sizeof(grove_reward_batch);
+    batch_.count = uint32_t(prompts.size());
+    batch_.num_generations = num_generations;
+    batch_.prompts = prompt_views_.data();
+    batch_.completions = completion_views_.data();
+    batch_.completion_token_offsets = token_offsets.data();
+    batch_.completion_tokens = tokens.data();
+    batch_.truncated = truncated.data();
+    batch_.row_json = json_views_.data();
+    batch_.step = step;
+    batch_.seed = seed;
+    batch_.rank = rank;
+    batch_.world_size = world_size;
+    return batch_;
+}
+
 void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores,
                            std::vector<float>& metrics) const {
     if (plugin_.kind != GROVE_PLUGIN_KIND_REWARD) throw plugin_error("plugin " + plugin_.display() + " is not a reward");

@@ -239,41 +239,23 @@ void Trainer::State::generate_buffer() {
 
     auto t1 = Clock::now();
     const int64_t N = int64_t(prompts.size());
-    const size_t n_rows = static_cast<size_t>(N);
-    std::vector<std::string> completions(n_rows), row_texts(n_rows), row_json(n_rows);
-    std::vector<int64_t> offsets{0};
-    std::vector<int32_t> flat_tokens;
-    std::vector<uint8_t> truncated(n_rows);
+    RewardRows batch_rows;
+    batch_rows.num_generations = uint32_t(G);
+    batch_rows.step = global_step;
+    batch_rows.seed = o.seed;
+    batch_rows.rank = uint32_t(options.rank);
+    batch_rows.world_size = uint32_t(options.world_size);
     for (int64_t i = 0; i < N; ++i) {
         int64_t length = result.lengths[size_t(i)];
         std::vector<int64_t> ids(result.completion_ids[i].data_ptr<int64_t>(), result.completion_ids[i].data_ptr<int64_t>() + length);
-        completions[size_t(i)] = tokenizer->decode(ids, true);
-        row_texts[size_t(i)] = prompt_texts[size_t(row_of[size_t(i)])];
-        row_json[size_t(i)] = rows[size_t(row_of[size_t(i)])].columns_json;
-        for (int64_t id : ids) flat_tokens.push_back(int32_t(id));
-        offsets.push_back(int64_t(flat_tokens.size()));
-        truncated[size_t(i)] = result.truncated[i].item<bool>();
+        batch_rows.add(prompt_texts[size_t(row_of[size_t(i)])], tokenizer->decode(ids, true),
+                       std::vector<int32_t>(ids.begin(), ids.end()), result.truncated[i].item<bool>(),
+                       rows[size_t(row_of[size_t(i)])].columns_json);
     }
-    std::vector<grove_text> prompt_views, completion_views, json_views;
-    for (int64_t i = 0; i < N; ++i) {
-        prompt_views.push_back({row_texts[size_t(i)].data(), row_texts[size_t(i)].size()});
-        completion_views.push_back({completions[size_t(i)].data(), completions[size_t(i)].size()});
-        json_views.push_back({row_json[size_t(i)].data(), row_json[size_t(i)].size()});
-    }
-    grove_reward_batch rb{};
-    rb.struct_size = sizeof(rb);
-    rb.count = uint32_t(N);
-    rb.num_generations = uint32_t(G);
-    rb.prompts = prompt_views.data();
-    rb.completions = completion_views.data();
-    rb.completion_token_offsets = offsets.data();
-    rb.completion_tokens = flat_tokens.data();
-    rb.truncated = truncated.data();
-    rb.row_json = json_views.data();
-    rb.step = global_step;
-    rb.seed = o.seed;
-    rb.rank = uint32_t(options.rank);
-    rb.world_size = uint32_t(options.world_size);
+    const grove_reward_batch& rb = batch_rows.view();
+    const std::vector<std::string>& completions = batch_rows.completions;
+    const std::vector<std::string>& row_texts = batch_rows.prompts;
+    const std::vector<uint8_t>& truncated = batch_rows.truncated;
     const int K = int(rewards.size());
     std::vector<float> R(size_t(N) * K);
     for (int k = 0; k < K; ++k) {

@@ -34,39 +34,19 @@ RewardResult score_rewards(const std::string& plugin, const std::string& config_
     PluginConfig config = PluginConfig::from_toml_text(info, config_toml, "test config");
     PluginInstance instance(info, std::move(config));
 
-    std::vector<grove_text> prompts, completions, row_json;
-    std::vector<int64_t> offsets{0};
-    std::vector<int32_t> tokens;
-    std::vector<uint8_t> truncated;
-    for (const auto& row : rows) {
-        prompts.push_back({row.prompt.data(), row.prompt.size()});
-        completions.push_back({row.completion.data(), row.completion.size()});
-        row_json.push_back({row.row_json.data(), row.row_json.size()});
-        if (row.tokens.empty())
-            for (unsigned char c : row.completion) tokens.push_back(c);
-        else
-            tokens.insert(tokens.end(), row.tokens.begin(), row.tokens.end());
-        offsets.push_back(int64_t(tokens.size()));
-        truncated.push_back(row.truncated ? 1 : 0);
-    }
-    grove_reward_batch batch{};
-    batch.struct_size = sizeof(batch);
-    batch.count = uint32_t(rows.size());
+    RewardRows batch;
     batch.num_generations = num_generations;
-    batch.prompts = prompts.data();
-    batch.completions = completions.data();
-    batch.completion_token_offsets = offsets.data();
-    batch.completion_tokens = tokens.data();
-    batch.truncated = truncated.data();
-    batch.row_json = row_json.data();
-    batch.step = 0;
     batch.seed = 1234;
-    batch.rank = 0;
-    batch.world_size = 1;
+    for (const auto& row : rows) {
+        std::vector<int32_t> tokens = row.tokens;
+        if (tokens.empty())
+            for (unsigned char c : row.completion) tokens.push_back(c);
+        batch.add(row.prompt, row.completion, tokens, row.truncated, row.row_json);
+    }
 
     RewardResult result;
     std::vector<float> metrics;
-    instance.score(batch, result.scores, metrics);
+    instance.score(batch.view(), result.scores, metrics);
     result.metric_names = instance.info().metric_names;
     for (size_t m = 0; m < result.metric_names.size(); ++m)
         result.metrics.emplace_back(metrics.begin() + m * rows.size(), metrics.begin() + (m + 1) * rows.size());

@@ -120,6 +120,28 @@ private:
     void* instance_ = nullptr;
 };
 
+// The rows of one reward call, owned on the host side; view() gives the borrowed C struct that
+// points into them (valid while this object lives and is not modified).
+struct RewardRows {
+    std::vector<std::string> prompts, completions, row_json;  // row_json: each row's other columns
+    std::vector<int64_t> token_offsets{0};                    // CSR over tokens
+    std::vector<int32_t> tokens;
+    std::vector<uint8_t> truncated;
+    uint32_t num_generations = 1;
+    int64_t step = 0;
+    uint64_t seed = 0;
+    uint32_t rank = 0, world_size = 1;
+
+    void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
+             bool is_truncated, std::string columns_json);
+    size_t size() const { return prompts.size(); }
+    const grove_reward_batch& view();
+
+private:
+    std::vector<grove_text> prompt_views_, completion_views_, json_views_;
+    grove_reward_batch batch_{};
+};
+
 // Collects what a plugin reports through a grove_error_sink.
 struct ErrorCapture {
     ErrorCapture();
