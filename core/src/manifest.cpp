@@ -385,6 +385,10 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
             if (auto* s = data.get(key)) data.insert_or_assign(key, resolve_path(m.directory_, *s->value<std::string>()));
     }
 
+    if (!m.optional_string("data.source") && !m.optional_string("rollouts.path"))
+        throw manifest_error(source_name, "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
+                                          "or rollouts.path to replay rollouts made elsewhere");
+
     // the batch arithmetic of reference §3
     toml::table& train = *values->get("train")->as_table();
     auto at = [&](const std::string& dotted) {
@@ -450,6 +454,11 @@ const toml::node* lookup(const toml::table& values, const std::string& dotted, c
     return table ? table->as_table()->get(key) : nullptr;
 }
 }  // namespace
+
+std::optional<std::string> Manifest::optional_string(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    return n ? n->value<std::string>() : std::nullopt;
+}
 
 std::string Manifest::string(const std::string& key) const {
     const toml::node* n = lookup(*values_, key, nullptr);

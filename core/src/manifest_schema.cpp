@@ -47,8 +47,8 @@ const std::vector<KeySpec>& manifest_schema() {
                 "true is refused)"),
             "gradient_checkpointing"),
 
-        required(key("data", "source", T::string, nullptr,
-                      "training prompts: a JSONL file (relative to the manifest) or builtin:NAME")),
+        key("data", "source", T::string, nullptr,
+            "training prompts: a JSONL file (relative to the manifest) or builtin:NAME; required unless rollouts.path is set"),
         key("data", "eval_source", T::string, nullptr, "held-out prompts for `grove eval`: JSONL file or builtin:NAME"),
         key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),
         trl(key("data", "shuffle", T::boolean, "true", "shuffle prompts each epoch with the run seed"), "shuffle_dataset"),
@@ -155,6 +155,10 @@ const std::vector<KeySpec>& manifest_schema() {
             "num_train_epochs"),
         trl(key("train", "seed", T::integer, "42", "seed of sampling, shuffling and initialisation"), "seed"),
 
+        path(key("rollouts", "path", T::string, nullptr,
+                 "train on rollouts made elsewhere (JSONL: prompt_ids or prompt, completion_ids, optional "
+                 "sampling_logprobs and rewards) instead of generating")),
+
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
         trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf),
             "save_steps"),
@@ -166,6 +170,9 @@ const std::vector<KeySpec>& manifest_schema() {
             "logging_steps"),
         trl(key("logging", "log_completions", T::boolean, "false", "write sample completions to completions.jsonl"),
             "log_completions"),
+        key("logging", "save_rollouts", T::boolean, "false",
+            "write every generated row (prompt_ids, completion_ids, sampling_logprobs, rewards) to rollouts.jsonl, "
+            "which [rollouts] path can replay"),
         trl(range(key("logging", "num_completions_to_print", T::integer, nullptr, "completions written per logging step; unset = all"),
                   0, kInf),
             "num_completions_to_print"),

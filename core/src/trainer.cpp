@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "grove/adapter_host.hpp"
@@ -24,6 +25,7 @@
 #include "grove/policy_loss.hpp"
 #include "grove/safetensors.hpp"
 #include "grove/tensor_io.hpp"
+#include "grove/text_util.hpp"
 #include "grove/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -79,6 +81,18 @@ struct Trainer::State {
     std::vector<PromptRow> rows;
     std::vector<std::vector<int64_t>> prompt_tokens;  // per row, tokenized once
     std::vector<std::string> prompt_texts;
+
+    // [rollouts] path: rows generated elsewhere, replayed in file order instead of generating
+    struct ReplayRow {
+        std::vector<int64_t> prompt_ids, completion_ids;
+        std::vector<float> sampling_logprobs;  // empty when not given
+        std::map<std::string, double> rewards;  // given values (NaN for null) replace the plugin's
+        std::string prompt_text, columns_json;
+    };
+    std::vector<ReplayRow> replay;
+    size_t replay_position = 0;
+    std::ofstream rollouts_file;
+    void load_replay(const std::string& path);
 
     // batching (reference §3)
     int64_t G = 8, batch = 8, accumulation = 1, steps_per_generation = 1, iterations = 1, generation_batch = 8;
@@ -185,7 +199,8 @@ void Trainer::State::load() {
         throw Error(ErrorKind::plugin, "the adapter '" + adapter->info().name + "' left no trainable parameter: check its "
                                        "target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
 
-    rows = load_prompts(m.string("data.source"), m.string("data.prompt_column"));
+    if (auto path = m.optional_string("rollouts.path")) load_replay(*path);
+    else rows = load_prompts(m.string("data.source"), m.string("data.prompt_column"));
     for (const auto& row : rows) {
         std::string text = row.messages.empty() ? row.text : render_chat(chat, row.messages, true, tokenizer->config());
         prompt_texts.push_back(text);
@@ -193,6 +208,13 @@ void Trainer::State::load() {
         if (prompt_tokens.back().empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
     }
     int64_t prompts_per_generation = generation_batch / G;
+    if (!replay.empty()) {  // epochs count passes over the replayed groups
+        for (size_t i = 0; i < replay.size(); i += size_t(G)) {
+            PromptRow row;
+            row.text = replay[i].prompt_text;
+            rows.push_back(row);
+        }
+    }
     if (int64_t(rows.size()) < prompts_per_generation)
         throw Error(ErrorKind::input, m.string("data.source") + ": " + std::to_string(rows.size()) +
                                           " prompts, but one generation batch needs " + std::to_string(prompts_per_generation));
@@ -205,6 +227,69 @@ void Trainer::State::load() {
     fill_permutation();
 }
 
+void Trainer::State::load_replay(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::input, path + ": cannot read the rollouts (rollouts.path)");
+    std::string line;
+    std::vector<std::string> origin;
+    for (int number = 1; std::getline(in, line); ++number) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        std::string where = path + ":" + std::to_string(number);
+        json j;
+        try {
+            j = json::parse(line);
+        } catch (const json::exception& e) {
+            throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
+        }
+        ReplayRow r;
+        try {
+            if (j.contains("prompt_ids")) {
+                r.prompt_ids = j["prompt_ids"].get<std::vector<int64_t>>();
+                r.prompt_text = tokenizer->decode(r.prompt_ids, false);
+            } else if (j.contains("prompt") && j["prompt"].is_string()) {
+                r.prompt_text = j["prompt"];
+                r.prompt_ids = tokenizer->encode(r.prompt_text, false);
+            } else {
+                throw Error(ErrorKind::input, where + ": a rollout needs \"prompt_ids\" or a text \"prompt\"");
+            }
+            if (!j.contains("completion_ids")) throw Error(ErrorKind::input, where + ": a rollout needs \"completion_ids\"");
+            r.completion_ids = j["completion_ids"].get<std::vector<int64_t>>();
+            if (j.contains("sampling_logprobs")) {
+                r.sampling_logprobs = j["sampling_logprobs"].get<std::vector<float>>();
+                if (r.sampling_logprobs.size() != r.completion_ids.size())
+                    throw Error(ErrorKind::input, where + ": sampling_logprobs has " + std::to_string(r.sampling_logprobs.size()) +
+                                                      " values for " + std::to_string(r.completion_ids.size()) + " completion tokens");
+            }
+            if (j.contains("rewards")) {
+                for (const auto& [name, value] : j["rewards"].items()) {
+                    if (std::find(reward_names.begin(), reward_names.end(), name) == reward_names.end())
+                        throw Error(ErrorKind::input, where + ": reward \"" + name + "\" is not one of the manifest's rewards (" +
+                                                          join(reward_names, ", ") + ")");
+                    r.rewards[name] = value.is_null() ? std::nan("") : value.get<double>();
+                }
+            }
+        } catch (const json::exception& e) {
+            throw Error(ErrorKind::input, where + ": " + e.what());
+        }
+        for (int64_t id : r.prompt_ids)
+            if (id < 0 || id >= model->config().vocab_size) throw Error(ErrorKind::input, where + ": prompt token id " + std::to_string(id) + " is outside the vocabulary");
+        for (int64_t id : r.completion_ids)
+            if (id < 0 || id >= model->config().vocab_size) throw Error(ErrorKind::input, where + ": completion token id " + std::to_string(id) + " is outside the vocabulary");
+        if (r.prompt_ids.empty()) throw Error(ErrorKind::input, where + ": empty prompt");
+        for (const char* key : {"prompt_ids", "prompt", "completion_ids", "sampling_logprobs", "rewards"}) j.erase(key);
+        r.columns_json = j.dump();
+        replay.push_back(std::move(r));
+        origin.push_back(where);
+    }
+    if (replay.empty() || replay.size() % size_t(G) != 0)
+        throw Error(ErrorKind::input, path + ": " + std::to_string(replay.size()) + " rollouts do not form whole groups of num_generations = " +
+                                          std::to_string(G));
+    for (size_t i = 0; i < replay.size(); ++i)
+        if (replay[i].prompt_ids != replay[i - i % size_t(G)].prompt_ids)
+            throw Error(ErrorKind::input, origin[i] + ": this row's prompt differs from its group's first row (" + origin[i - i % size_t(G)] +
+                                              "); rows must come in consecutive groups of " + std::to_string(G) + " with the same prompt");
+}
+
 at::Tensor Trainer::State::logps_no_grad(Model& m, const MicroBatch& b) {
     at::NoGradGuard no_grad;
     return completion_logprobs(m, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
@@ -214,14 +299,9 @@ at::Tensor Trainer::State::logps_no_grad(Model& m, const MicroBatch& b) {
 void Trainer::State::generate_buffer() {
     const Manifest& m = manifest;
     auto t0 = Clock::now();
-    std::vector<int64_t> chosen = next_prompts(generation_batch / G);
     std::vector<std::vector<int64_t>> prompts;
-    std::vector<int64_t> row_of;
-    for (int64_t index : chosen)
-        for (int64_t j = 0; j < G; ++j) {  // each prompt G times, consecutively (group-major)
-            prompts.push_back(prompt_tokens[size_t(index)]);
-            row_of.push_back(index);
-        }
+    std::vector<std::string> row_prompt_text, row_columns;
+    std::vector<const ReplayRow*> replayed;
     SamplingOptions o;
     o.max_new_tokens = m.integer("generation.max_completion_length");
     o.temperature = m.number("generation.temperature");
@@ -233,8 +313,52 @@ void Trainer::State::generate_buffer() {
     if (tokenizer->config().eos_id) o.eos_token_ids.push_back(*tokenizer->config().eos_id);
     o.pad_token_id = tokenizer->config().pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
     o.seed = uint64_t(m.integer("train.seed")) * 7919ull + uint64_t(generation_index);
-    adapter_host->set_training(false);
-    GenerationResult result = generate(*model, prompts, o);
+    GenerationResult result;
+    if (replay.empty()) {
+        for (int64_t index : next_prompts(generation_batch / G))
+            for (int64_t j = 0; j < G; ++j) {  // each prompt G times, consecutively (group-major)
+                prompts.push_back(prompt_tokens[size_t(index)]);
+                row_prompt_text.push_back(prompt_texts[size_t(index)]);
+                row_columns.push_back(rows[size_t(index)].columns_json);
+            }
+        adapter_host->set_training(false);
+        result = generate(*model, prompts, o);
+    } else {
+        // whole groups in file order; a completion ends at its first EOS id (kept), as generated ones do
+        std::set<int64_t> eos(o.eos_token_ids.begin(), o.eos_token_ids.end());
+        int64_t width = 1;
+        for (int64_t i = 0; i < generation_batch; ++i) {
+            if (replay_position >= replay.size()) {
+                replay_position = 0;
+                ++epoch;
+            }
+            const ReplayRow& r = replay[replay_position++];
+            replayed.push_back(&r);
+            prompts.push_back(r.prompt_ids);
+            row_prompt_text.push_back(r.prompt_text);
+            row_columns.push_back(r.columns_json);
+            width = std::max<int64_t>(width, int64_t(r.completion_ids.size()));
+        }
+        position = int64_t(replay_position / size_t(G));
+        result.completion_ids = at::full({generation_batch, width}, o.pad_token_id, at::kLong);
+        result.sampled_logprobs = at::zeros({generation_batch, width}, at::kFloat);
+        result.truncated = at::zeros({generation_batch}, at::kBool);
+        for (int64_t i = 0; i < generation_batch; ++i) {
+            const ReplayRow& r = *replayed[size_t(i)];
+            int64_t length = int64_t(r.completion_ids.size());
+            for (int64_t t = 0; t < int64_t(r.completion_ids.size()); ++t)
+                if (eos.count(r.completion_ids[size_t(t)])) {
+                    length = t + 1;
+                    break;
+                }
+            if (length > 0) result.completion_ids[i].narrow(0, 0, length).copy_(at::tensor(std::vector<int64_t>(r.completion_ids.begin(), r.completion_ids.begin() + length), at::kLong));
+            bool ended = length > 0 && eos.count(r.completion_ids[size_t(length - 1)]);
+            result.truncated[i] = !ended;
+            result.lengths.push_back(length);
+        }
+        result.completion_mask = (at::arange(width, at::kLong).unsqueeze(0) <
+                                  at::tensor(result.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+    }
     generate_seconds += seconds_since(t0);
 
     auto t1 = Clock::now();
@@ -248,9 +372,8 @@ void Trainer::State::generate_buffer() {
     for (int64_t i = 0; i < N; ++i) {
         int64_t length = result.lengths[size_t(i)];
         std::vector<int64_t> ids(result.completion_ids[i].data_ptr<int64_t>(), result.completion_ids[i].data_ptr<int64_t>() + length);
-        batch_rows.add(prompt_texts[size_t(row_of[size_t(i)])], tokenizer->decode(ids, true),
-                       std::vector<int32_t>(ids.begin(), ids.end()), result.truncated[i].item<bool>(),
-                       rows[size_t(row_of[size_t(i)])].columns_json);
+        batch_rows.add(row_prompt_text[size_t(i)], tokenizer->decode(ids, true), std::vector<int32_t>(ids.begin(), ids.end()),
+                       result.truncated[i].item<bool>(), row_columns[size_t(i)]);
     }
     const grove_reward_batch& rb = batch_rows.view();
     const std::vector<std::string>& completions = batch_rows.completions;
@@ -259,11 +382,18 @@ void Trainer::State::generate_buffer() {
     const int K = int(rewards.size());
     std::vector<float> R(size_t(N) * K);
     for (int k = 0; k < K; ++k) {
-        std::vector<float> scores, metrics;
-        rewards[size_t(k)].score(rb, scores, metrics);
-        for (int64_t i = 0; i < N; ++i) R[size_t(i) * K + k] = scores[size_t(i)];
+        const std::string& name = reward_names[size_t(k)];
+        bool all_given = !replayed.empty() && std::all_of(replayed.begin(), replayed.end(),
+                                                          [&](const ReplayRow* r) { return r->rewards.count(name) > 0; });
+        std::vector<float> scores(static_cast<size_t>(N), 0.0f), metrics;
+        if (!all_given) rewards[size_t(k)].score(rb, scores, metrics);  // replayed rows may bring their own values
+        for (int64_t i = 0; i < N; ++i) {
+            R[size_t(i) * K + k] = scores[size_t(i)];
+            if (!replayed.empty() && replayed[size_t(i)]->rewards.count(name))
+                R[size_t(i) * K + k] = float(replayed[size_t(i)]->rewards.at(name));
+        }
         const auto& names = rewards[size_t(k)].info().metric_names;
-        for (size_t mi = 0; mi < names.size(); ++mi) {
+        for (size_t mi = 0; mi < names.size() && !metrics.empty(); ++mi) {
             std::vector<double> column(metrics.begin() + mi * N, metrics.begin() + (mi + 1) * N);
             generation_metrics["rewards/" + reward_names[size_t(k)] + "/" + names[mi]] = nanmean(column);
         }
@@ -273,6 +403,23 @@ void Trainer::State::generate_buffer() {
     ao.scale_rewards = m.string("loss.scale_rewards");
     ao.aggregation = m.string("loss.aggregation");
     AdvantageResult adv = compute_advantages(R, K, reward_weights, ao);
+    if (rollouts_file.is_open()) {  // what [rollouts] path replays: the same rows give the same update
+        for (int64_t i = 0; i < N; ++i) {
+            int64_t length = result.lengths[size_t(i)];
+            json line = json::parse(row_columns[size_t(i)]);
+            line["prompt_ids"] = prompts[size_t(i)];
+            line["completion_ids"] = std::vector<int64_t>(result.completion_ids[i].data_ptr<int64_t>(),
+                                                          result.completion_ids[i].data_ptr<int64_t>() + length);
+            at::Tensor lp = result.sampled_logprobs[i].narrow(0, 0, length).contiguous();
+            line["sampling_logprobs"] = std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + length);
+            for (int k = 0; k < K; ++k) {
+                float v = R[size_t(i) * K + k];
+                line["rewards"][reward_names[size_t(k)]] = std::isnan(v) ? json(nullptr) : json(v);
+            }
+            rollouts_file << line.dump() << "\n";
+        }
+        rollouts_file.flush();
+    }
     if (adv.unscorable_rows && options.log)
         *options.log << "grove: warning: " << adv.unscorable_rows
                      << " completions got NaN from every reward; their advantage is 0\n";
@@ -338,6 +485,23 @@ void Trainer::State::generate_buffer() {
         completion_mask.mul_(result.truncated.logical_not().to(at::kLong).unsqueeze(1));
     at::Tensor advantages = at::tensor(adv.advantages, at::kFloat);
     generation_tokens = completion_mask.sum().item<double>();
+
+    if (!replayed.empty() && std::all_of(replayed.begin(), replayed.end(), [](const ReplayRow* r) { return !r->sampling_logprobs.empty(); })) {
+        // how far the generator's log-probs are from the trainer's (reference §2.7's first metric)
+        at::Tensor sampling = at::zeros(result.completion_ids.sizes(), at::kFloat);
+        for (int64_t i = 0; i < N; ++i) {
+            int64_t length = result.lengths[size_t(i)];
+            if (length > 0)
+                sampling[i].narrow(0, 0, length).copy_(at::tensor(std::vector<float>(replayed[size_t(i)]->sampling_logprobs.begin(),
+                                                                                     replayed[size_t(i)]->sampling_logprobs.begin() + length)));
+        }
+        MicroBatch whole{prompt_ids, prompt_mask, result.completion_ids, result.completion_mask, advantages, std::nullopt, std::nullopt};
+        at::Tensor trainer_logps = logps_no_grad(*model, whole).cpu();
+        at::Tensor m = result.completion_mask.to(at::kFloat);
+        at::Tensor diff = (trainer_logps - sampling).abs() * m;
+        generation_metrics["sampling/sampling_logp_difference/mean"] = diff.sum().item<double>() / std::max(1.0, m.sum().item<double>());
+        generation_metrics["sampling/sampling_logp_difference/max"] = diff.max().item<double>();
+    }
 
     // shuffle rows (seeded), then split into steps_per_generation micro-batches
     at::Generator g = at::detail::createCPUGenerator(uint64_t(m.integer("train.seed")) * 104729ull + uint64_t(generation_index));
@@ -416,6 +580,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         s.position = st["position"];
         s.optimizer_steps = st["optimizer_steps"];
         s.num_tokens = st["num_tokens"];
+        s.replay_position = st.value("replay_position", size_t(0));
         s.fill_permutation();
         SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
         SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
@@ -449,6 +614,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     std::ios::openmode mode = std::ios::out | (options.resume ? std::ios::app : std::ios::trunc);
     s_->metrics_file.open(fs::path(s_->output) / "metrics.jsonl", mode);
     s_->completions_file.open(fs::path(s_->output) / "completions.jsonl", mode);
+    if (manifest.boolean("logging.save_rollouts")) s_->rollouts_file.open(fs::path(s_->output) / "rollouts.jsonl", mode);
 }
 
 Trainer::~Trainer() = default;
@@ -608,7 +774,7 @@ std::string Trainer::save_checkpoint() {
     json state = {{"global_step", s.global_step}, {"micro_step", s.micro_step}, {"generation_index", s.generation_index},
                   {"epoch", s.epoch}, {"position", s.position}, {"optimizer_steps", s.optimizer_steps},
                   {"num_tokens", s.num_tokens}, {"generation_tokens", s.generation_tokens},
-                  {"generation_metrics", s.generation_metrics},
+                  {"generation_metrics", s.generation_metrics}, {"replay_position", s.replay_position},
                   {"manifest", s.manifest.path()}};
     write_file_atomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
     fs::remove_all(final_dir);

@@ -197,6 +197,51 @@ TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {
     EXPECT_GT(last, first + 0.3) << "first 5 steps " << first << ", last 5 steps " << last;
 }
 
+// Rollouts saved by one run and replayed through [rollouts] path give the same update as the run.
+TEST(Trainer, ReplayedRolloutsGiveTheSameUpdate) {
+    std::vector<std::string> settings{"train.max_steps=2", "train.per_device_train_batch_size=4", "reduction.plugin=\"dapo\""};
+    auto original_settings = settings;
+    original_settings.push_back("logging.save_rollouts=true");
+    auto original_manifest = manifest("replay_source", original_settings);
+    grove::Trainer original(original_manifest, fresh());
+    auto before = snapshot(original.model());
+    std::vector<std::map<std::string, double>> expected{original.step(), original.step()};
+    std::string rollouts = original_manifest.string("output.dir") + "/rollouts.jsonl";
+    ASSERT_TRUE(fs::exists(rollouts));
+
+    auto replay_settings = settings;
+    replay_settings.push_back("rollouts.path=\"" + rollouts + "\"");
+    grove::Trainer replayed(manifest("replay", replay_settings), fresh());
+    for (int i = 0; i < 2; ++i) {
+        auto got = replayed.step();
+        for (const char* key : {"loss", "reward", "grad_norm", "completions/mean_length"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+        // the saved sampling log-probs are the generator's: they match the trainer's on the first step
+        if (i == 0) {
+            ASSERT_EQ(got.count("sampling/sampling_logp_difference/mean"), 1u);
+            EXPECT_LT(got["sampling/sampling_logp_difference/mean"], 1e-4);
+        }
+    }
+    EXPECT_EQ(max_difference(snapshot(replayed.model()), snapshot(original.model())), 0.0);
+    EXPECT_GT(max_difference(snapshot(replayed.model()), before), 0.0);
+}
+
+TEST(Trainer, ReplayRejectsBrokenGroups) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/bad_rollouts.jsonl";
+    fs::create_directories(fs::path(dir).parent_path());
+    std::ofstream(dir) << R"({"prompt_ids": [5, 6], "completion_ids": [7]})" "\n" R"({"prompt_ids": [5, 9], "completion_ids": [8]})" "\n";
+    try {
+        grove::Trainer t(manifest("bad_replay", {"train.max_steps=1", "train.per_device_train_batch_size=2",
+                                                 "rollouts.path=\"" + dir + "\""}),
+                         fresh());
+        FAIL() << "accepted a group whose rows have different prompts";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("bad_rollouts.jsonl:2: this row's prompt differs from its group's first row"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(Trainer, RefusesToOverwriteAnotherRun) {
     auto m = manifest("guard", {"train.max_steps=1"});
     {
