@@ -799,6 +799,7 @@ int64_t Trainer::run() {
     auto previous_term = std::signal(SIGTERM, request_stop);
     int64_t logging = s.manifest.integer("logging.logging_steps"), save = s.manifest.integer("output.save_steps");
     int64_t ran = 0;
+    double first_reward = -1e300, last_reward = 0;
     auto start = Clock::now();
     while (s.global_step < s.total) {
         auto metrics = step();
@@ -807,14 +808,23 @@ int64_t Trainer::run() {
         for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? json(v) : json(nullptr);
         s.metrics_file << line.dump() << "\n";
         s.metrics_file.flush();
-        if (s.options.log && (s.global_step % logging == 0 || s.global_step == s.total)) {
+        if (first_reward < -1e299) first_reward = metrics["reward"];
+        last_reward = metrics["reward"];
+        if (s.options.log) {
             double elapsed = seconds_since(start), eta = elapsed / double(ran) * double(s.total - s.global_step);
             std::ostringstream os;
-            os << std::fixed << std::setprecision(4) << "step " << s.global_step << "/" << s.total << "  loss " << metrics["loss"]
-               << "  reward " << metrics["reward"] << "  grad_norm " << metrics["grad_norm"] << "  lr " << std::scientific
-               << std::setprecision(2) << metrics["learning_rate"] << std::fixed << std::setprecision(1) << "  "
-               << metrics["step_time"] << " s/step  eta " << eta << " s";
-            *s.options.log << os.str() << "\n" << std::flush;
+            os << std::fixed << std::setprecision(4) << "loss " << metrics["loss"] << "  reward " << metrics["reward"]
+               << "  grad_norm " << metrics["grad_norm"] << "  lr " << std::scientific << std::setprecision(2)
+               << metrics["learning_rate"] << std::fixed << std::setprecision(2) << "  " << metrics["step_time"] << " s/step";
+            if (s.options.progress_bar) {  // one line redrawn in place on a terminal
+                int width = 24, done = int(double(width) * double(s.global_step) / double(std::max<int64_t>(1, s.total)));
+                *s.options.log << "\r[" << std::string(size_t(done), '#') << std::string(size_t(width - done), '.') << "] "
+                               << s.global_step << "/" << s.total << "  " << os.str() << "  eta " << int64_t(eta) << " s   "
+                               << (s.global_step == s.total ? "\n" : "") << std::flush;
+            } else if (s.global_step % logging == 0 || s.global_step == s.total) {
+                *s.options.log << "step " << s.global_step << "/" << s.total << "  " << os.str() << "  eta " << int64_t(eta)
+                               << " s\n" << std::flush;
+            }
         }
         bool stop = g_stop_requested != 0;
         if (s.global_step % save == 0 || s.global_step == s.total || stop) {
@@ -825,6 +835,16 @@ int64_t Trainer::run() {
     }
     std::signal(SIGINT, previous_int);
     std::signal(SIGTERM, previous_term);
+    if (s.options.log && ran > 0) {
+        if (s.options.progress_bar && s.global_step != s.total) *s.options.log << "\n";
+        double elapsed = seconds_since(start);
+        std::ostringstream os;
+        os << std::fixed << std::setprecision(3) << "grove: " << ran << " steps in " << std::setprecision(1) << elapsed << " s ("
+           << std::setprecision(2) << elapsed / double(ran) << " s/step); reward " << std::setprecision(4) << first_reward
+           << " at the first step of this run, " << last_reward << " at the last; step " << s.global_step << "/" << s.total
+           << "; metrics in " << s.output << "/metrics.jsonl";
+        *s.options.log << os.str() << "\n";
+    }
     return ran;
 }
 

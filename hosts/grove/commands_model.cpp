@@ -2,6 +2,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -195,12 +197,11 @@ int train(const std::vector<std::string>& args) {
     if (vm.count("resume")) o.resume = vm["resume"].as<std::string>();
     o.world_size = manifest.world_size();
     o.log = &std::cerr;
+    o.progress_bar = ::isatty(2) != 0;
     Trainer trainer(manifest, o);
     std::cerr << "grove: training " << manifest.path() << ": " << trainer.total_steps() << " steps, output "
               << manifest.string("output.dir") << "\n";
-    int64_t ran = trainer.run();
-    std::cerr << "grove: done: " << ran << " steps this run, step " << trainer.global_step() << "/" << trainer.total_steps()
-              << "; metrics in " << manifest.string("output.dir") << "/metrics.jsonl\n";
+    trainer.run();  // prints its own summary
     return 0;
 }
 

@@ -17,7 +17,8 @@ struct TrainerOptions {
     bool overwrite = false;                // replace an output folder that holds another run
     std::optional<std::string> resume;     // "latest" or a checkpoint folder
     int rank = 0, world_size = 1;          // torch.distributed terms; > 1 is refused until c10d lands
-    std::ostream* log = nullptr;           // progress lines (nullptr: silent)
+    std::ostream* log = nullptr;           // progress (nullptr: silent)
+    bool progress_bar = false;             // one line redrawn in place (a terminal); else a line per logging step
 };
 
 class Trainer {
