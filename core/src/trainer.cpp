@@ -314,6 +314,7 @@ void Trainer::State::generate_buffer() {
     o.pad_token_id = tokenizer->config().pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
     o.seed = uint64_t(m.integer("train.seed")) * 7919ull + uint64_t(generation_index);
     GenerationResult result;
+    adapter_host->set_training(false);  // no adapter dropout while sampling or computing old/reference log-probs
     if (replay.empty()) {
         for (int64_t index : next_prompts(generation_batch / G))
             for (int64_t j = 0; j < G; ++j) {  // each prompt G times, consecutively (group-major)
@@ -321,7 +322,6 @@ void Trainer::State::generate_buffer() {
                 row_prompt_text.push_back(prompt_texts[size_t(index)]);
                 row_columns.push_back(rows[size_t(index)].columns_json);
             }
-        adapter_host->set_training(false);
         result = generate(*model, prompts, o);
     } else {
         // whole groups in file order; a completion ends at its first EOS id (kept), as generated ones do

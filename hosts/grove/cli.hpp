@@ -24,5 +24,6 @@ int logprobs(const std::vector<std::string>& args);
 int convert(const std::vector<std::string>& args);
 int train(const std::vector<std::string>& args);
 int export_model(const std::vector<std::string>& args);
+int eval(const std::vector<std::string>& args);
 
 }  // namespace grove::cli

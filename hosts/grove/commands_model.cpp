@@ -6,11 +6,14 @@
 
 #include <fstream>
 #include <iostream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 
 #include "cli.hpp"
 #include "grove/dataset.hpp"
 #include "grove/error.hpp"
+#include "grove/evaluation.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
 #include "grove/trainer.hpp"
@@ -215,6 +218,94 @@ int export_model(const std::vector<std::string>& args) {
     auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR --base MODEL_DIR OUT_DIR");
     export_merged(vm["merge"].as<std::string>(), vm["base"].as<std::string>(), vm["output"].as<std::string>());
     std::cout << "wrote " << vm["output"].as<std::string>() << "\n";
+    return 0;
+}
+
+}  // namespace grove::cli
+
+namespace grove::cli {
+
+int eval(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("manifest", po::value<std::string>(), "take model, data, rewards and generation from a manifest")(
+        "set", po::value<std::vector<std::string>>()->composing(), "override a manifest key (repeatable)")(
+        "model", po::value<std::string>(), "Hugging Face model folder (without a manifest)")(
+        "data", po::value<std::string>(), "prompts: JSONL file or builtin:NAME (without a manifest)")(
+        "reward", po::value<std::vector<std::string>>()->composing(), "PLUGIN[:weight] (repeatable; without a manifest)")(
+        "greedy", "argmax decoding (default: sample at the manifest's temperature)")(
+        "samples", po::value<int64_t>()->default_value(1), "completions per prompt")(
+        "max-new-tokens", po::value<int64_t>(), "longest completion")(
+        "temperature", po::value<double>(), "sampling temperature")(
+        "limit", po::value<int64_t>()->default_value(0), "evaluate the first N prompts only")(
+        "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row");
+    po::positional_options_description positional;
+    positional.add("manifest", 1);
+    auto vm = parse("eval", args, options, positional,
+                    "(MANIFEST | --model DIR --data FILE|builtin:NAME --reward PLUGIN[:weight] ...) [--greedy|--samples K] [--json]");
+    EvaluationRequest q;
+    if (vm.count("manifest")) {
+        std::vector<std::string> overrides;
+        if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
+        q = evaluation_request(Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment()));
+    } else {
+        if (!vm.count("model") || !vm.count("data") || !vm.count("reward"))
+            throw Error(ErrorKind::usage, "grove eval: give a MANIFEST, or --model, --data and at least one --reward");
+        q.model_dir = vm["model"].as<std::string>();
+        q.data_source = vm["data"].as<std::string>();
+        q.sampling.max_new_tokens = 256;
+        for (const auto& spec : vm["reward"].as<std::vector<std::string>>()) {
+            PluginUse use;
+            use.plugin = spec;
+            auto colon = spec.rfind(':');
+            if (colon != std::string::npos) {
+                char* end = nullptr;
+                double weight = std::strtod(spec.c_str() + colon + 1, &end);
+                if (*end) throw Error(ErrorKind::usage, "grove eval: --reward " + spec + ": the weight after ':' must be a number");
+                use.plugin = spec.substr(0, colon);
+                use.weight = weight;
+            }
+            use.name = use.plugin;
+            use.config = std::make_shared<toml::table>();
+            use.origin = "--reward " + spec;
+            q.rewards.push_back(use);
+        }
+    }
+    if (vm.count("max-new-tokens")) q.sampling.max_new_tokens = vm["max-new-tokens"].as<int64_t>();
+    if (vm.count("temperature")) q.sampling.temperature = vm["temperature"].as<double>();
+    if (vm.count("seed")) q.sampling.seed = vm["seed"].as<uint64_t>();
+    q.sampling.greedy = vm.count("greedy") > 0;
+    q.samples = vm["samples"].as<int64_t>();
+    q.limit = vm["limit"].as<int64_t>();
+    if (q.samples < 1) throw Error(ErrorKind::usage, "grove eval: --samples must be >= 1");
+    if (q.sampling.greedy && q.samples > 1) throw Error(ErrorKind::usage, "grove eval: --greedy gives one completion per prompt; drop --samples");
+    EvaluationResult r = evaluate(q);
+    size_t prompts = r.rows.size() / size_t(q.samples);
+    if (vm.count("json")) {
+        json rows = json::array();
+        for (const auto& row : r.rows)
+            rows.push_back({{"prompt", row.prompt}, {"completion", row.completion}, {"length", row.length},
+                            {"truncated", row.truncated}, {"rewards", row.rewards}});
+        json out = {{"prompts", prompts}, {"samples", q.samples}, {"greedy", q.sampling.greedy}, {"reward", r.reward},
+                    {"rewards", r.reward_mean}, {"mean_length", r.mean_length}, {"truncated_ratio", r.truncated_ratio},
+                    {"accuracy", r.accuracy >= 0 ? json(r.accuracy) : json(nullptr)},
+                    {"format_rate", r.format_rate >= 0 ? json(r.format_rate) : json(nullptr)}, {"rows", rows}};
+        std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+        return 0;
+    }
+    std::cout << "grove eval: " << prompts << " prompts x " << q.samples << (q.sampling.greedy ? " (greedy)" : " (sampled)")
+              << " from " << q.data_source << "\n";
+    auto row = [](const std::string& name, double value, const std::string& note = "") {
+        std::cout << "  " << std::left << std::setw(26) << name << std::right << std::setw(9) << std::fixed
+                  << std::setprecision(4) << value << (note.empty() ? "" : "   " + note) << "\n";
+    };
+    row("reward (weighted sum)", r.reward);
+    for (const auto& use : q.rewards) {
+        row("rewards/" + use.name, r.reward_mean.at(use.name));
+    }
+    if (r.accuracy >= 0) row("accuracy", r.accuracy);
+    if (r.format_rate >= 0) row("format rate", r.format_rate);
+    row("mean completion length", r.mean_length, "tokens");
+    row("truncated", r.truncated_ratio, "(no EOS within the limit)");
     return 0;
 }
 

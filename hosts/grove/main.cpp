@@ -44,6 +44,7 @@ const char* kUsage =
     "  convert gguf FILE.gguf OUT_DIR  import a llama-family GGUF as a Hugging Face folder\n"
     "  train MANIFEST [--resume] ...   GRPO training (metrics.jsonl, checkpoints in output.dir)\n"
     "  export --merge A --base M OUT   merge a LoRA checkpoint into its base model\n"
+    "  eval MANIFEST | --model ...     mean reward per function, accuracy, format rate, lengths\n"
     "\n"
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
@@ -73,6 +74,7 @@ int run(int argc, char** argv) {
     if (first == "convert") return grove::cli::convert(rest);
     if (first == "train") return grove::cli::train(rest);
     if (first == "export") return grove::cli::export_model(rest);
+    if (first == "eval") return grove::cli::eval(rest);
     if (first == "manifest-reference") {
         std::cout << grove::manifest_reference_markdown();
         return 0;

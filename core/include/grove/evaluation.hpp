@@ -1,0 +1,50 @@
+// `grove eval`: sample (or greedily decode) completions for a prompt set and score them with reward
+// plugins: mean reward per function, accuracy where a correctness reward is present, format rate
+// where a format reward is present, and completion lengths.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "grove/generation.hpp"
+#include "grove/manifest.hpp"
+
+namespace grove {
+
+struct EvaluationRequest {
+    std::string model_dir;
+    std::string data_source;             // JSONL or builtin:NAME
+    std::string prompt_column = "prompt";
+    std::string chat_template = "auto";
+    std::vector<PluginUse> rewards;      // name, plugin, weight, config
+    std::vector<std::string> plugin_dirs;
+    SamplingOptions sampling;            // greedy or sampling; eos/pad filled from the checkpoint
+    int64_t samples = 1;                 // completions per prompt
+    int64_t limit = 0;                   // first N prompts only (0: all)
+    int64_t batch = 64;                  // prompts x samples generated at once
+    std::string device = "auto", dtype = "float32";
+};
+
+struct EvaluationRow {
+    std::string prompt, completion;
+    int64_t length = 0;
+    bool truncated = false;
+    std::map<std::string, float> rewards;
+};
+
+struct EvaluationResult {
+    std::vector<EvaluationRow> rows;
+    std::map<std::string, double> reward_mean;  // per reward name (NaN rows excluded)
+    double reward = 0;                          // weighted sum, averaged
+    double accuracy = -1;                       // mean of the correctness reward; -1 when none
+    double format_rate = -1;                    // mean of the format reward; -1 when none
+    double mean_length = 0;
+    double truncated_ratio = 0;
+};
+
+// From a manifest: model.path, data.eval_source (else data.source), rewards, generation settings.
+EvaluationRequest evaluation_request(const Manifest& manifest);
+EvaluationResult evaluate(const EvaluationRequest& request);
+
+}  // namespace grove
