@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 
@@ -568,6 +569,37 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
     if (sentencepiece) static_cast<SentencePieceTokenizer*>(tokenizer.get())->set_config(c);
     tokenizer->config_ = c;
     return tokenizer;
+}
+
+// ---- training (sentencepiece) ------------------------------------------------------------------
+void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir, const TokenizerTrainOptions& o) {
+    if (corpus.empty()) throw Error(ErrorKind::input, "tokenizer training: the corpus is empty");
+    if (o.model_type != "bpe" && o.model_type != "unigram")
+        throw Error(ErrorKind::usage, "tokenizer training: model type must be bpe or unigram, not " + o.model_type);
+    fs::create_directories(out_dir);
+    fs::path text = fs::path(out_dir) / ".corpus.txt";
+    {
+        std::ofstream out(text);
+        for (const auto& line : corpus) {
+            std::string flat = line;
+            std::replace(flat.begin(), flat.end(), '\n', ' ');  // sentencepiece reads one sentence per line
+            out << flat << "\n";
+        }
+    }
+    std::string symbols;
+    for (const auto& s : o.symbols) symbols += (symbols.empty() ? "" : ",") + s;
+    std::string args = "--input=" + text.string() + " --model_prefix=" + (fs::path(out_dir) / "tokenizer").string() +
+                       " --vocab_size=" + std::to_string(o.vocab_size) + " --model_type=" + o.model_type +
+                       " --character_coverage=1.0 --byte_fallback=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3"
+                       " --minloglevel=2 --hard_vocab_limit=false" +
+                       (symbols.empty() ? "" : " --user_defined_symbols=" + symbols);
+    auto status = sentencepiece::SentencePieceTrainer::Train(args);
+    fs::remove(text);
+    if (!status.ok()) throw Error(ErrorKind::runtime, "tokenizer training failed: " + status.ToString());
+    json config = {{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
+                   {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"add_bos_token", true}, {"add_eos_token", false}};
+    if (!o.chat_template.empty()) config["chat_template"] = o.chat_template;
+    std::ofstream(fs::path(out_dir) / "tokenizer_config.json") << config.dump(2) << "\n";
 }
 
 // ---- chat templates ----------------------------------------------------------------------------

@@ -25,5 +25,6 @@ int convert(const std::vector<std::string>& args);
 int train(const std::vector<std::string>& args);
 int export_model(const std::vector<std::string>& args);
 int eval(const std::vector<std::string>& args);
+int tokenizer(const std::vector<std::string>& args);
 
 }  // namespace grove::cli

@@ -45,6 +45,7 @@ const char* kUsage =
     "  train MANIFEST [--resume] ...   GRPO training (metrics.jsonl, checkpoints in output.dir)\n"
     "  export --merge A --base M OUT   merge a LoRA checkpoint into its base model\n"
     "  eval MANIFEST | --model ...     mean reward per function, accuracy, format rate, lengths\n"
+    "  tokenizer train --input ...     train a sentencepiece tokenizer (tokenizer.model)\n"
     "\n"
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
@@ -75,6 +76,7 @@ int run(int argc, char** argv) {
     if (first == "train") return grove::cli::train(rest);
     if (first == "export") return grove::cli::export_model(rest);
     if (first == "eval") return grove::cli::eval(rest);
+    if (first == "tokenizer") return grove::cli::tokenizer(rest);
     if (first == "manifest-reference") {
         std::cout << grove::manifest_reference_markdown();
         return 0;

@@ -2,11 +2,15 @@
 // against transformers' apply_chat_template (references made by make_tokenizers.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
 #include "grove/tokenizer.hpp"
+#include "plugin_test_support.hpp"
 
 namespace {
 const std::string kDir = std::string(GROVE_TEST_BINARY_DIR) + "/tokenizers/generated";
@@ -120,4 +124,30 @@ TEST(Tokenizer, BrokenFilesNameTheFileAndComponent) {
         EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: eos_token \"</s>\" is not in the vocabulary"),
                   std::string::npos) << e.what();
     }
+}
+
+TEST(TokenizerTraining, GroveTrainedSentencepieceMatchesSpmAndKeepsSymbolsWhole) {
+    std::string out = std::string(GROVE_TEST_BINARY_DIR) + "/tokenizers/trained";
+    auto r = grove::test::run_grove("tokenizer train --input builtin:arithmetic --out " + out +
+                                    " --vocab-size 512 --symbol '<think>' --symbol '</think>' --symbol '<answer>' --symbol '</answer>'");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto tokenizer = grove::Tokenizer::load(out);
+    std::string text = "What is 12 + 30? <think>12 + 30 = 42</think><answer>42</answer>";
+    auto ids = tokenizer->encode(text, false);
+    auto spm = grove::test::run_command("echo '" + text + "' | spm_encode --model=" + out + "/tokenizer.model --output_format=id");
+    ASSERT_EQ(spm.exit_code, 0) << spm.out;
+    std::vector<int64_t> expected;
+    std::istringstream words(spm.out);
+    for (int64_t id; words >> id;) expected.push_back(id);
+    EXPECT_EQ(ids, expected);
+    for (const char* symbol : {"<think>", "</think>", "<answer>", "</answer>"}) {
+        auto id = tokenizer->token_to_id(symbol);
+        ASSERT_TRUE(id.has_value()) << symbol;
+        EXPECT_NE(std::find(ids.begin(), ids.end(), *id), ids.end()) << symbol << " was split";
+    }
+    EXPECT_EQ(tokenizer->decode(ids, true), text);
+    EXPECT_EQ(tokenizer->encode(text, true).front(), *tokenizer->config().bos_id);  // add_bos_token
+    EXPECT_EQ(*tokenizer->config().pad_id, 3);
+    auto bad = grove::test::run_grove("tokenizer train --input /nonexistent.txt --out " + out);
+    EXPECT_EQ(bad.exit_code, 5);
 }

@@ -40,6 +40,16 @@ protected:
     TokenizerConfig config_;
 };
 
+// Trains a sentencepiece tokenizer on a text corpus (one example per line) and writes tokenizer.model
+// and tokenizer_config.json (<unk> 0, <s> 1, </s> 2, <pad> 3; BOS added; `symbols` kept whole).
+struct TokenizerTrainOptions {
+    int vocab_size = 512;
+    std::string model_type = "bpe";  // bpe or unigram
+    std::vector<std::string> symbols;  // user-defined pieces, e.g. <think>, </think>
+    std::string chat_template;         // stored in tokenizer_config.json
+};
+void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir, const TokenizerTrainOptions& options);
+
 // Chat templates of the common families, rendered natively (no Jinja): each produces exactly what
 // transformers' apply_chat_template produces with that family's reference template.
 enum class ChatTemplate { chatml, llama3, llama2, plain };
