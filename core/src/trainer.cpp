@@ -21,6 +21,7 @@
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
+#include "grove/optimizer.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/policy_loss.hpp"
 #include "grove/safetensors.hpp"
@@ -46,15 +47,6 @@ struct MicroBatch {
     at::Tensor prompt_ids, prompt_mask, completion_ids, completion_mask, advantages;
     std::optional<at::Tensor> old_logps, ref_logps;
 };
-
-// HF's learning-rate schedules (transformers.get_scheduler), as a multiplier of the peak rate.
-double schedule(const std::string& type, int64_t step, int64_t warmup, int64_t total) {
-    if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
-    if (type == "constant") return 1.0;
-    double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
-    if (type == "cosine") return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
-    return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
-}
 
 }  // namespace
 
@@ -102,10 +94,8 @@ struct Trainer::State {
     int64_t epoch = 0, position = 0;
     std::vector<int64_t> permutation;
 
-    // optimizer (AdamW, torch semantics)
-    std::vector<at::Tensor> params, exp_avg, exp_avg_sq;
-    std::vector<bool> decay;
-    int64_t optimizer_steps = 0;
+    std::vector<at::Tensor> params;  // trainable tensors, in optimizer order
+    std::unique_ptr<AdamW> optimizer;
 
     int64_t micro_step = 0, global_step = 0, generation_index = 0, num_tokens = 0;
     std::vector<MicroBatch> buffer;
@@ -137,7 +127,6 @@ struct Trainer::State {
     }
     void generate_buffer();
     at::Tensor logps_no_grad(Model& m, const MicroBatch& b);
-    void optimizer_step(double lr);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -189,12 +178,13 @@ void Trainer::State::load() {
     // beta = 0 loads no reference model at all (the second source note); LoRA uses the base model
     if (m.number("loss.beta") != 0.0 && full) reference = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
 
-    for (const auto& p : model->trainable_parameters()) {
-        params.push_back(p);
-        exp_avg.push_back(at::zeros_like(p));
-        exp_avg_sq.push_back(at::zeros_like(p));
-        decay.push_back(p.dim() >= 2);  // no weight decay on norms and biases
-    }
+    params = model->trainable_parameters();
+    AdamWOptions ao;
+    ao.beta1 = m.number("train.adam_beta1");
+    ao.beta2 = m.number("train.adam_beta2");
+    ao.epsilon = m.number("train.adam_epsilon");
+    ao.weight_decay = m.number("train.weight_decay");
+    optimizer = std::make_unique<AdamW>(params, ao);
     if (params.empty())
         throw Error(ErrorKind::plugin, "the adapter '" + adapter->info().name + "' left no trainable parameter: check its "
                                        "target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
@@ -528,24 +518,6 @@ void Trainer::State::generate_buffer() {
     ++generation_index;
 }
 
-void Trainer::State::optimizer_step(double lr) {
-    at::NoGradGuard no_grad;
-    ++optimizer_steps;
-    double beta1 = manifest.number("train.adam_beta1"), beta2 = manifest.number("train.adam_beta2");
-    double eps = manifest.number("train.adam_epsilon"), weight_decay = manifest.number("train.weight_decay");
-    double bias1 = 1.0 - std::pow(beta1, double(optimizer_steps)), bias2 = 1.0 - std::pow(beta2, double(optimizer_steps));
-    for (size_t i = 0; i < params.size(); ++i) {
-        at::Tensor& p = params[i];
-        if (!p.grad().defined()) continue;
-        at::Tensor g = p.grad();
-        if (weight_decay != 0.0 && decay[i]) p.mul_(1.0 - lr * weight_decay);
-        exp_avg[i].mul_(beta1).add_(g, 1.0 - beta1);
-        exp_avg_sq[i].mul_(beta2).addcmul_(g, g, 1.0 - beta2);
-        at::Tensor denom = (exp_avg_sq[i].sqrt() / std::sqrt(bias2)).add_(eps);
-        p.addcdiv_(exp_avg[i], denom, -lr / bias1);
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(new State(manifest, options)) {
     s_->output = manifest.string("output.dir");
@@ -578,23 +550,26 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         s.generation_index = st["generation_index"];
         s.epoch = st["epoch"];
         s.position = st["position"];
-        s.optimizer_steps = st["optimizer_steps"];
         s.num_tokens = st["num_tokens"];
         s.replay_position = st.value("replay_position", size_t(0));
         s.fill_permutation();
         SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
         SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
-        at::NoGradGuard no_grad;
-        for (size_t i = 0; i < s.params.size(); ++i) {
-            auto load = [&](const SafetensorsFile& f, const std::string& name, at::Tensor& into) {
-                const TensorEntry* e = f.find(name);
-                if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
-                into.copy_(tensor_from_entry(*e, f.path()));
-            };
-            load(weights, "p" + std::to_string(i), s.params[i]);
-            load(optimizer, "exp_avg." + std::to_string(i), s.exp_avg[i]);
-            load(optimizer, "exp_avg_sq." + std::to_string(i), s.exp_avg_sq[i]);
+        auto load = [&](const SafetensorsFile& f, const std::string& name) {
+            const TensorEntry* e = f.find(name);
+            if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
+            return tensor_from_entry(*e, f.path());
+        };
+        std::vector<at::Tensor> exp_avg, exp_avg_sq;
+        {
+            at::NoGradGuard no_grad;
+            for (size_t i = 0; i < s.params.size(); ++i) {
+                s.params[i].copy_(load(weights, "p" + std::to_string(i)));
+                exp_avg.push_back(load(optimizer, "exp_avg." + std::to_string(i)));
+                exp_avg_sq.push_back(load(optimizer, "exp_avg_sq." + std::to_string(i)));
+            }
         }
+        s.optimizer->restore(st["optimizer_steps"], exp_avg, exp_avg_sq);
         if (fs::exists(fs::path(dir) / "buffer.safetensors")) {  // a checkpoint inside a generation batch
             SafetensorsFile f((fs::path(dir) / "buffer.safetensors").string());
             s.generation_tokens = st["generation_tokens"];
@@ -690,24 +665,15 @@ std::map<std::string, double> Trainer::step() {
     }
     auto t2 = Clock::now();
     // global gradient norm before clipping (what HF logs), then clip
-    std::vector<at::Tensor> norms;
-    for (const auto& p : s.params)
-        if (p.grad().defined()) norms.push_back(p.grad().norm().to(at::kDouble));
-    double grad_norm = norms.empty() ? 0.0 : at::stack(norms).norm().item<double>();  // one sync, not one per tensor
+    double grad_norm = s.optimizer->clip_grad_norm(m.number("train.max_grad_norm"));
     if (!std::isfinite(grad_norm))
         throw Error(ErrorKind::runtime, "the gradient norm became " + std::to_string(grad_norm) + " at step " +
                                             std::to_string(s.global_step + 1) + "; no update was applied; the last checkpoint in " +
                                             s.output + " is intact");
-    double max_norm = m.number("train.max_grad_norm");
-    if (max_norm > 0 && grad_norm > max_norm) {
-        at::NoGradGuard no_grad;
-        for (auto& p : s.params)
-            if (p.grad().defined()) p.grad().mul_(max_norm / (grad_norm + 1e-6));
-    }
-    double lr = m.number("train.learning_rate") * schedule(m.string("train.lr_scheduler_type"), s.global_step, s.warmup, s.total);
-    s.optimizer_step(lr);
-    for (auto& p : s.params)
-        if (p.grad().defined()) p.mutable_grad().reset();
+    double lr = m.number("train.learning_rate") *
+                learning_rate_multiplier(m.string("train.lr_scheduler_type"), s.global_step, s.warmup, s.total);
+    s.optimizer->step(lr);
+    s.optimizer->zero_grad();
     ++s.global_step;
     train_seconds += seconds_since(t2);
 
@@ -748,14 +714,10 @@ std::string Trainer::save_checkpoint() {
         if (fs::exists(source)) fs::copy_file(source, tmp / f, fs::copy_options::overwrite_existing);
     }
     // exact resume: trainable tensors, AdamW state, counters, the sampler, and a partly used generation batch
-    std::vector<std::pair<std::string, at::Tensor>> trainable, optimizer;
-    for (size_t i = 0; i < s.params.size(); ++i) {
-        trainable.emplace_back("p" + std::to_string(i), s.params[i]);
-        optimizer.emplace_back("exp_avg." + std::to_string(i), s.exp_avg[i]);
-        optimizer.emplace_back("exp_avg_sq." + std::to_string(i), s.exp_avg_sq[i]);
-    }
+    std::vector<std::pair<std::string, at::Tensor>> trainable;
+    for (size_t i = 0; i < s.params.size(); ++i) trainable.emplace_back("p" + std::to_string(i), s.params[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
-    save_tensors((tmp / "optimizer.safetensors").string(), optimizer);
+    save_tensors((tmp / "optimizer.safetensors").string(), s.optimizer->state());
     bool mid_generation = s.micro_step % (s.steps_per_generation * s.iterations) != 0;
     if (mid_generation) {
         std::vector<std::pair<std::string, at::Tensor>> buffer;
@@ -772,7 +734,7 @@ std::string Trainer::save_checkpoint() {
         save_tensors((tmp / "buffer.safetensors").string(), buffer);
     }
     json state = {{"global_step", s.global_step}, {"micro_step", s.micro_step}, {"generation_index", s.generation_index},
-                  {"epoch", s.epoch}, {"position", s.position}, {"optimizer_steps", s.optimizer_steps},
+                  {"epoch", s.epoch}, {"position", s.position}, {"optimizer_steps", s.optimizer->steps()},
                   {"num_tokens", s.num_tokens}, {"generation_tokens", s.generation_tokens},
                   {"generation_metrics", s.generation_metrics}, {"replay_position", s.replay_position},
                   {"manifest", s.manifest.path()}};

@@ -1,0 +1,46 @@
+// AdamW with torch.optim.AdamW's exact update, global-norm gradient clipping, and Hugging Face's
+// learning-rate schedules. Used by `grove train` and `grove sft`.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace grove {
+
+struct AdamWOptions {
+    double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, weight_decay = 0.0;
+};
+
+class AdamW {
+public:
+    // Weight decay applies to tensors of two or more dimensions only (not to norms and biases).
+    AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+    // The total L2 norm of all gradients before clipping; scales them to max_norm when above it
+    // (max_norm <= 0 disables clipping). One device sync.
+    double clip_grad_norm(double max_norm);
+    //   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+    //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+    void step(double lr);
+    void zero_grad();
+
+    const std::vector<at::Tensor>& params() const { return params_; }
+    int64_t steps() const { return steps_; }
+    // Moments under names "exp_avg.<i>" / "exp_avg_sq.<i>", for checkpoints.
+    std::vector<std::pair<std::string, at::Tensor>> state() const;
+    void restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq);
+
+private:
+    std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+    std::vector<bool> decay_;
+    AdamWOptions o_;
+    int64_t steps_ = 0;
+};
+
+// transformers.get_scheduler's multiplier of the peak rate at optimizer step `step` (0-based):
+// linear warmup, then linear decay to 0, cosine, or constant.
+double learning_rate_multiplier(const std::string& type, int64_t step, int64_t warmup, int64_t total);
+
+}  // namespace grove

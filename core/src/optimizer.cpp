@@ -1,0 +1,78 @@
+#include "grove/optimizer.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+
+namespace grove {
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : params_(std::move(params)), o_(options) {
+    for (const auto& p : params_) {
+        exp_avg_.push_back(at::zeros_like(p));
+        exp_avg_sq_.push_back(at::zeros_like(p));
+        decay_.push_back(p.dim() >= 2);
+    }
+}
+
+double AdamW::clip_grad_norm(double max_norm) {
+    std::vector<at::Tensor> norms;
+    for (const auto& p : params_)
+        if (p.grad().defined()) norms.push_back(p.grad().norm().to(at::kDouble));
+    double total = norms.empty() ? 0.0 : at::stack(norms).norm().item<double>();
+    if (max_norm > 0 && total > max_norm && std::isfinite(total)) {
+        at::NoGradGuard no_grad;
+        for (auto& p : params_)
+            if (p.grad().defined()) p.grad().mul_(max_norm / (total + 1e-6));  // torch's clip_grad_norm_
+    }
+    return total;
+}
+
+void AdamW::step(double lr) {
+    at::NoGradGuard no_grad;
+    ++steps_;
+    double bias1 = 1.0 - std::pow(o_.beta1, double(steps_)), bias2 = 1.0 - std::pow(o_.beta2, double(steps_));
+    for (size_t i = 0; i < params_.size(); ++i) {
+        at::Tensor& p = params_[i];
+        if (!p.grad().defined()) continue;
+        at::Tensor g = p.grad();
+        if (o_.weight_decay != 0.0 && decay_[i]) p.mul_(1.0 - lr * o_.weight_decay);
+        exp_avg_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
+        exp_avg_sq_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
+        at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(o_.epsilon);
+        p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+    }
+}
+
+void AdamW::zero_grad() {
+    for (auto& p : params_)
+        if (p.grad().defined()) p.mutable_grad().reset();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        out.emplace_back("exp_avg." + std::to_string(i), exp_avg_[i]);
+        out.emplace_back("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
+    }
+    return out;
+}
+
+void AdamW::restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq) {
+    at::NoGradGuard no_grad;
+    steps_ = steps;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        exp_avg_[i].copy_(exp_avg[i]);
+        exp_avg_sq_[i].copy_(exp_avg_sq[i]);
+    }
+}
+
+double learning_rate_multiplier(const std::string& type, int64_t step, int64_t warmup, int64_t total) {
+    if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
+    if (type == "constant") return 1.0;
+    double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
+    if (type == "cosine") return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+    return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
+}
+
+}  // namespace grove
