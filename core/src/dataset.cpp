@@ -33,7 +33,10 @@ std::vector<PromptRow> arithmetic(bool test_split) {
         row.messages = {{"system", "Think step by step inside <think></think>, then give only the number inside <answer></answer>."},
                         {"user", question}};
         row.text = question;
-        row.columns_json = json({{"answer", std::to_string(answer)}, {"question", question}}).dump();
+        // the reference completion `grove sft` imitates
+        std::string completion = "<think>" + std::to_string(a) + " " + sym + " " + std::to_string(b) + " = " +
+                                 std::to_string(answer) + "</think><answer>" + std::to_string(answer) + "</answer>";
+        row.columns_json = json({{"answer", std::to_string(answer)}, {"question", question}, {"completion", completion}}).dump();
         bool to_test = test.size() < 200 && (seen.size() % 11 == 0 || train.size() >= 2000);
         (to_test ? test : train).push_back(std::move(row));
     }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -305,13 +306,36 @@ at::ScalarType parse_dtype_name(const std::string& dtype) {
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& folder, const std::string& device_name, const std::string& dtype_name) {
+    WeightSource weights(folder);
+    return build(folder, [&](const std::string& name, std::vector<int64_t> shape) { return weights.take(name, shape); },
+                 device_name, dtype_name);
+}
+
+std::unique_ptr<Model> Model::initialize(const std::string& folder, uint64_t seed, const std::string& device,
+                                         const std::string& dtype) {
+    // transformers' LlamaPreTrainedModel._init_weights: N(0, 0.02) weights, zero biases, unit norms
+    at::Generator g = at::detail::createCPUGenerator(seed);
+    auto random = [&](const std::string& name, std::vector<int64_t> shape) {
+        if (name.find("norm") != std::string::npos) return at::ones(shape, at::kFloat);
+        if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return at::zeros(shape, at::kFloat);
+        return at::empty(shape, at::kFloat).normal_(0.0, 0.02, g);
+    };
+    return build(folder, random, device, dtype);
+}
+
+std::unique_ptr<Model> Model::build(const std::string& folder,
+                                    const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,
+                                    const std::string& device_name, const std::string& dtype_name) {
     std::unique_ptr<Model> m(new Model());
     m->config_ = load_model_config(folder);
     const ModelConfig& c = m->config_;
     at::Device device = parse_device(device_name);
     at::ScalarType dtype = parse_dtype_name(dtype_name);
     auto place = [&](at::Tensor t) { return t.to(device, dtype).contiguous(); };
-    WeightSource weights(folder);
+    struct {
+        const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& f;
+        at::Tensor take(const std::string& name, std::vector<int64_t> shape) { return f(name, std::move(shape)); }
+    } weights{source};
     int64_t q_out = c.num_attention_heads * c.head_dim, kv_out = c.num_key_value_heads * c.head_dim;
     m->embed_tokens_ = place(weights.take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
     auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {

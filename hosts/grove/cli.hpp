@@ -26,5 +26,7 @@ int train(const std::vector<std::string>& args);
 int export_model(const std::vector<std::string>& args);
 int eval(const std::vector<std::string>& args);
 int tokenizer(const std::vector<std::string>& args);
+int sft(const std::vector<std::string>& args);
+int init_model(const std::vector<std::string>& args);
 
 }  // namespace grove::cli

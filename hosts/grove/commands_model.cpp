@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iomanip>
@@ -14,6 +15,7 @@
 #include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/evaluation.hpp"
+#include "grove/sft.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
 #include "grove/trainer.hpp"
@@ -306,6 +308,75 @@ int eval(const std::vector<std::string>& args) {
     if (r.format_rate >= 0) row("format rate", r.format_rate);
     row("mean completion length", r.mean_length, "tokens");
     row("truncated", r.truncated_ratio, "(no EOS within the limit)");
+    return 0;
+}
+
+}  // namespace grove::cli
+
+namespace grove::cli {
+
+int sft(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("manifest", po::value<std::string>()->required(), "model, data (with a completion column), train, output")(
+        "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)");
+    po::positional_options_description positional;
+    positional.add("manifest", 1);
+    auto vm = parse("sft", args, options, positional, "MANIFEST [--set section.key=value ...]");
+    std::vector<std::string> overrides;
+    if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
+    auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+    auto result = run_sft(manifest, &std::cerr);
+    std::cerr << "grove: sft done: loss " << result.losses.front() << " -> " << result.losses.back() << "; model in "
+              << result.output << "\n";
+    return 0;
+}
+
+int init_model(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("output", po::value<std::string>()->required(), "folder to write")(
+        "tokenizer", po::value<std::string>()->required(), "folder with the tokenizer (its vocabulary sizes the model)")(
+        "hidden", po::value<int64_t>()->default_value(128), "hidden size")(
+        "layers", po::value<int64_t>()->default_value(4), "decoder layers")(
+        "heads", po::value<int64_t>()->default_value(4), "attention heads")(
+        "kv-heads", po::value<int64_t>()->default_value(2), "key/value heads")(
+        "intermediate", po::value<int64_t>()->default_value(384), "MLP width")(
+        "max-positions", po::value<int64_t>()->default_value(512), "longest sequence")(
+        "seed", po::value<uint64_t>()->default_value(0), "initialisation seed");
+    po::positional_options_description positional;
+    positional.add("output", 1);
+    auto vm = parse("init-model", args, options, positional, "OUT_DIR --tokenizer DIR [--hidden N --layers N ...]");
+    std::string out = vm["output"].as<std::string>(), tokenizer_dir = vm["tokenizer"].as<std::string>();
+    auto tokenizer = Tokenizer::load(tokenizer_dir);
+    std::filesystem::create_directories(out);
+    json config = {{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"vocab_size", tokenizer->vocab_size()},
+                   {"hidden_size", vm["hidden"].as<int64_t>()},
+                   {"intermediate_size", vm["intermediate"].as<int64_t>()},
+                   {"num_hidden_layers", vm["layers"].as<int64_t>()},
+                   {"num_attention_heads", vm["heads"].as<int64_t>()},
+                   {"num_key_value_heads", vm["kv-heads"].as<int64_t>()},
+                   {"max_position_embeddings", vm["max-positions"].as<int64_t>()},
+                   {"rms_norm_eps", 1e-5},
+                   {"rope_theta", 10000.0},
+                   {"tie_word_embeddings", true},
+                   {"hidden_act", "silu"},
+                   {"torch_dtype", "float32"}};
+    const auto& c = tokenizer->config();
+    if (c.bos_id) config["bos_token_id"] = *c.bos_id;
+    if (c.eos_id) config["eos_token_id"] = *c.eos_id;
+    if (c.pad_id) config["pad_token_id"] = *c.pad_id;
+    std::ofstream(std::filesystem::path(out) / "config.json") << config.dump(2) << "\n";
+    auto model = Model::initialize(out, vm["seed"].as<uint64_t>());
+    model->save(out);
+    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+        std::filesystem::path from = std::filesystem::path(tokenizer_dir) / f;
+        if (std::filesystem::exists(from))
+            std::filesystem::copy_file(from, std::filesystem::path(out) / f, std::filesystem::copy_options::overwrite_existing);
+    }
+    int64_t parameters = 0;
+    for (const auto& [name, t] : model->named_parameters()) parameters += t.numel();
+    std::cout << "wrote " << out << ": a " << parameters << "-parameter Llama initialised with seed " << vm["seed"].as<uint64_t>() << "\n";
     return 0;
 }
 

@@ -46,6 +46,8 @@ const char* kUsage =
     "  export --merge A --base M OUT   merge a LoRA checkpoint into its base model\n"
     "  eval MANIFEST | --model ...     mean reward per function, accuracy, format rate, lengths\n"
     "  tokenizer train --input ...     train a sentencepiece tokenizer (tokenizer.model)\n"
+    "  init-model OUT --tokenizer DIR  a freshly initialised Llama sized by flags\n"
+    "  sft MANIFEST                    supervised warm-start on reference completions\n"
     "\n"
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
@@ -77,6 +79,8 @@ int run(int argc, char** argv) {
     if (first == "export") return grove::cli::export_model(rest);
     if (first == "eval") return grove::cli::eval(rest);
     if (first == "tokenizer") return grove::cli::tokenizer(rest);
+    if (first == "sft") return grove::cli::sft(rest);
+    if (first == "init-model") return grove::cli::init_model(rest);
     if (first == "manifest-reference") {
         std::cout << grove::manifest_reference_markdown();
         return 0;

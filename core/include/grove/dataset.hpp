@@ -21,7 +21,8 @@ struct PromptRow {
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");
 
 // builtin:arithmetic (train split: 2000 problems) and builtin:arithmetic-test (held out: 200):
-// "What is A + B?" / "A - B" / "A * B" with a reference "answer" column, seeded and disjoint.
+// "What is A + B?" / "A - B" / "A * B" with a reference "answer" column and a reference
+// "completion" (<think>A + B = C</think><answer>C</answer>), seeded and disjoint.
 std::vector<std::string> builtin_sources();
 
 }  // namespace grove

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,10 @@ public:
     // device: "cpu", "cuda", "cuda:N" or "auto"; dtype: "float32" or "bfloat16".
     static std::unique_ptr<Model> load(const std::string& folder, const std::string& device = "cpu",
                                        const std::string& dtype = "float32");
+    // A freshly initialised model for folder/config.json (transformers' Llama initialisation,
+    // seeded), to train from scratch; save() then writes its weights next to the config.
+    static std::unique_ptr<Model> initialize(const std::string& folder, uint64_t seed, const std::string& device = "cpu",
+                                             const std::string& dtype = "float32");
     ~Model();
 
     const ModelConfig& config() const { return config_; }
@@ -115,6 +120,9 @@ public:
 private:
     struct Layer;
     Model() = default;
+    static std::unique_ptr<Model> build(const std::string& folder,
+                                        const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,
+                                        const std::string& device, const std::string& dtype);
     ModelConfig config_;
     at::Tensor embed_tokens_;
     std::vector<std::unique_ptr<Layer>> layers_;
