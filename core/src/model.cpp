@@ -306,6 +306,7 @@ at::ScalarType parse_dtype_name(const std::string& dtype) {
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& folder, const std::string& device_name, const std::string& dtype_name) {
+    load_model_config(folder);  // a folder that is not a model is reported by its config.json first
     WeightSource weights(folder);
     return build(folder, [&](const std::string& name, std::vector<int64_t> shape) { return weights.take(name, shape); },
                  device_name, dtype_name);
