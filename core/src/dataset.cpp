@@ -49,6 +49,28 @@ std::vector<PromptRow> arithmetic(bool test_split) {
 
 std::vector<std::string> builtin_sources() { return {"arithmetic", "arithmetic-test"}; }
 
+void for_each_jsonl(const std::string& path, const std::string& what,
+                    const std::function<void(json& row, const std::string& where)>& row) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::input, path + ": cannot read " + what);
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        std::string where = path + ":" + std::to_string(number);
+        json j;
+        try {
+            j = json::parse(line);
+        } catch (const json::exception& e) {
+            throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
+        }
+        try {
+            row(j, where);
+        } catch (const json::exception& e) {  // a field of the wrong type, e.g. "prompt_ids": "12"
+            throw Error(ErrorKind::input, where + ": " + e.what());
+        }
+    }
+}
+
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column) {
     if (source.rfind("builtin:", 0) == 0) {
         std::string name = source.substr(8);
@@ -57,19 +79,8 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
         throw Error(ErrorKind::input, "unknown data source '" + source + "'" + did_you_mean(name, builtin_sources()) +
                                           "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
     }
-    std::ifstream in(source);
-    if (!in) throw Error(ErrorKind::input, source + ": cannot read the dataset (a JSONL file with a \"" + prompt_column + "\" column)");
     std::vector<PromptRow> rows;
-    std::string line;
-    for (int number = 1; std::getline(in, line); ++number) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        std::string where = source + ":" + std::to_string(number);
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception& e) {
-            throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
-        }
+    for_each_jsonl(source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)", [&](json& j, const std::string& where) {
         if (!j.is_object() || !j.contains(prompt_column))
             throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column + "\" column");
         PromptRow row;
@@ -89,7 +100,7 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
         j.erase(prompt_column);
         row.columns_json = j.dump();
         rows.push_back(std::move(row));
-    }
+    });
     if (rows.empty()) throw Error(ErrorKind::input, source + ": the dataset has no rows");
     return rows;
 }

@@ -107,10 +107,7 @@ SftResult run_sft(const Manifest& m, std::ostream* log) {
             *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n" << std::flush;
     }
     model->save(output);
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
-        fs::path from = fs::path(m.string("model.path")) / f;
-        if (fs::exists(from)) fs::copy_file(from, fs::path(output) / f, fs::copy_options::overwrite_existing);
-    }
+    copy_tokenizer_files(m.string("model.path"), output);
     result.output = output;
     return result;
 }

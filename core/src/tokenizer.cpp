@@ -571,6 +571,13 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
     return tokenizer;
 }
 
+void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
+    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+        fs::path from = fs::path(from_dir) / f;
+        if (fs::exists(from)) fs::copy_file(from, fs::path(to_dir) / f, fs::copy_options::overwrite_existing);
+    }
+}
+
 // ---- training (sentencepiece) ------------------------------------------------------------------
 void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir, const TokenizerTrainOptions& o) {
     if (corpus.empty()) throw Error(ErrorKind::input, "tokenizer training: the corpus is empty");

@@ -218,19 +218,8 @@ void Trainer::State::load() {
 }
 
 void Trainer::State::load_replay(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorKind::input, path + ": cannot read the rollouts (rollouts.path)");
-    std::string line;
     std::vector<std::string> origin;
-    for (int number = 1; std::getline(in, line); ++number) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        std::string where = path + ":" + std::to_string(number);
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception& e) {
-            throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
-        }
+    for_each_jsonl(path, "the rollouts (rollouts.path)", [&](json& j, const std::string& where) {
         ReplayRow r;
         try {
             if (j.contains("prompt_ids")) {
@@ -270,7 +259,7 @@ void Trainer::State::load_replay(const std::string& path) {
         r.columns_json = j.dump();
         replay.push_back(std::move(r));
         origin.push_back(where);
-    }
+    });
     if (replay.empty() || replay.size() % size_t(G) != 0)
         throw Error(ErrorKind::input, path + ": " + std::to_string(replay.size()) + " rollouts do not form whole groups of num_generations = " +
                                           std::to_string(G));
@@ -709,10 +698,7 @@ std::string Trainer::save_checkpoint() {
     } else {
         s.model->save(tmp.string());
     }
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
-        fs::path source = fs::path(s.manifest.string("model.path")) / f;
-        if (fs::exists(source)) fs::copy_file(source, tmp / f, fs::copy_options::overwrite_existing);
-    }
+    copy_tokenizer_files(s.manifest.string("model.path"), tmp.string());
     // exact resume: trainable tensors, AdamW state, counters, the sampler, and a partly used generation batch
     std::vector<std::pair<std::string, at::Tensor>> trainable;
     for (size_t i = 0; i < s.params.size(); ++i) trainable.emplace_back("p" + std::to_string(i), s.params[i]);
@@ -834,10 +820,7 @@ void export_merged(const std::string& adapter_dir, const std::string& base_dir, 
     }
     if (merged == 0) throw Error(ErrorKind::input, adapter_dir + ": no LoRA weight matches a layer of " + base_dir);
     model->save(out_dir);
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
-        fs::path source = fs::path(base_dir) / f;
-        if (fs::exists(source)) fs::copy_file(source, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
-    }
+    copy_tokenizer_files(base_dir, out_dir);
 }
 
 }  // namespace grove

@@ -133,8 +133,6 @@ int logprobs(const std::vector<std::string>& args) {
     auto model = Model::load(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     std::unique_ptr<Tokenizer> tokenizer;  // only for text rows
 
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorKind::input, path + ": cannot read");
     std::ofstream file;
     if (vm.count("output")) {
         file.open(vm["output"].as<std::string>());
@@ -142,16 +140,7 @@ int logprobs(const std::vector<std::string>& args) {
     }
     std::ostream& out = vm.count("output") ? file : std::cout;
     at::NoGradGuard no_grad;
-    std::string line;
-    for (int number = 1; std::getline(in, line); ++number) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        std::string where = path + ":" + std::to_string(number);
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception& e) {
-            throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
-        }
+    for_each_jsonl(path, "the input", [&](json& j, const std::string& where) {
         std::vector<int64_t> prompt, completion;
         if (j.contains("prompt_ids") && j.contains("completion_ids")) {
             prompt = j["prompt_ids"].get<std::vector<int64_t>>();
@@ -177,7 +166,7 @@ int logprobs(const std::vector<std::string>& args) {
                      {"logprobs", std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel())}})
                    .dump()
             << "\n";
-    }
+    });
     return 0;
 }
 
@@ -369,11 +358,7 @@ int init_model(const std::vector<std::string>& args) {
     std::ofstream(std::filesystem::path(out) / "config.json") << config.dump(2) << "\n";
     auto model = Model::initialize(out, vm["seed"].as<uint64_t>());
     model->save(out);
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
-        std::filesystem::path from = std::filesystem::path(tokenizer_dir) / f;
-        if (std::filesystem::exists(from))
-            std::filesystem::copy_file(from, std::filesystem::path(out) / f, std::filesystem::copy_options::overwrite_existing);
-    }
+    copy_tokenizer_files(tokenizer_dir, out);
     int64_t parameters = 0;
     for (const auto& [name, t] : model->named_parameters()) parameters += t.numel();
     std::cout << "wrote " << out << ": a " << parameters << "-parameter Llama initialised with seed " << vm["seed"].as<uint64_t>() << "\n";

@@ -2,6 +2,8 @@
 // messages) and any other columns, which reach reward plugins as the row's JSON. No libtorch.
 #pragma once
 
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -24,5 +26,10 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
 // "What is A + B?" / "A - B" / "A * B" with a reference "answer" column and a reference
 // "completion" (<think>A + B = C</think><answer>C</answer>), seeded and disjoint.
 std::vector<std::string> builtin_sources();
+
+// Calls `row(json, where)` for every non-blank line of a JSONL file; `where` is "file:line" for
+// messages. Unreadable files and invalid JSON are grove::Error(input) naming the file and line.
+void for_each_jsonl(const std::string& path, const std::string& what,
+                    const std::function<void(nlohmann::json& row, const std::string& where)>& row);
 
 }  // namespace grove

@@ -40,6 +40,10 @@ protected:
     TokenizerConfig config_;
 };
 
+// Copies whichever tokenizer files exist (tokenizer.json / .model, tokenizer_config.json,
+// special_tokens_map.json) from one model folder to another.
+void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir);
+
 // Trains a sentencepiece tokenizer on a text corpus (one example per line) and writes tokenizer.model
 // and tokenizer_config.json (<unk> 0, <s> 1, </s> 2, <pad> 3; BOS added; `symbols` kept whole).
 struct TokenizerTrainOptions {
