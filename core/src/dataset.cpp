@@ -47,6 +47,10 @@ std::vector<PromptRow> arithmetic(bool test_split) {
 
 }  // namespace
 
+std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config) {
+    return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config);
+}
+
 std::vector<std::string> builtin_sources() { return {"arithmetic", "arithmetic-test"}; }
 
 void for_each_jsonl(const std::string& path, const std::string& what,

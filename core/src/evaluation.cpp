@@ -24,13 +24,7 @@ EvaluationRequest evaluation_request(const Manifest& m) {
     r.chat_template = m.string("model.chat_template");
     r.rewards = m.rewards();
     r.plugin_dirs = m.strings("plugin_dirs");
-    r.sampling.max_new_tokens = m.integer("generation.max_completion_length");
-    r.sampling.temperature = m.number("generation.temperature");
-    r.sampling.top_p = m.number("generation.top_p");
-    r.sampling.top_k = m.integer("generation.top_k");
-    r.sampling.min_p = m.number("generation.min_p");
-    r.sampling.repetition_penalty = m.number("generation.repetition_penalty");
-    r.sampling.seed = uint64_t(m.integer("train.seed"));
+    r.sampling = sampling_options(m);
     r.device = m.string("model.device");
     r.dtype = m.string("model.dtype");
     return r;
@@ -39,7 +33,7 @@ EvaluationRequest evaluation_request(const Manifest& m) {
 EvaluationResult evaluate(const EvaluationRequest& q) {
     auto model = Model::load(q.model_dir, q.device, q.dtype);
     auto tokenizer = Tokenizer::load(q.model_dir);
-    ChatTemplate family = chat_template_from_name(q.chat_template == "none" ? "plain" : q.chat_template, tokenizer->config());
+    ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer->config());
     PluginHost host(plugin_search_path(q.plugin_dirs));
     std::vector<PluginInstance> rewards;
     for (const auto& use : q.rewards) {
@@ -49,9 +43,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     auto rows = load_prompts(q.data_source, q.prompt_column);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
-    o.eos_token_ids = model->config().eos_token_ids;
-    if (tokenizer->config().eos_id) o.eos_token_ids.push_back(*tokenizer->config().eos_id);
-    o.pad_token_id = tokenizer->config().pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
+    set_stop_tokens(o, *model, tokenizer->config());
 
     EvaluationResult result;
     std::map<std::string, std::vector<double>> columns;
@@ -62,7 +54,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         std::vector<std::vector<int64_t>> prompts;
         std::vector<std::string> texts, json_rows;
         for (size_t i = start; i < end; ++i) {
-            std::string text = rows[i].messages.empty() ? rows[i].text : render_chat(family, rows[i].messages, true, tokenizer->config());
+            std::string text = prompt_text(rows[i], family, tokenizer->config());
             for (int64_t k = 0; k < q.samples; ++k) {
                 prompts.push_back(tokenizer->encode(text, false));
                 texts.push_back(text);

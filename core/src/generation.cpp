@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
 #include "grove/model.hpp"
+#include "grove/tokenizer.hpp"
 
 namespace grove {
 
@@ -43,6 +45,24 @@ at::Tensor process_logits(at::Tensor logits, const at::Tensor& seen, const Sampl
 }
 
 }  // namespace
+
+SamplingOptions sampling_options(const Manifest& m) {
+    SamplingOptions o;
+    o.max_new_tokens = m.integer("generation.max_completion_length");
+    o.temperature = m.number("generation.temperature");
+    o.top_p = m.number("generation.top_p");
+    o.top_k = m.integer("generation.top_k");
+    o.min_p = m.number("generation.min_p");
+    o.repetition_penalty = m.number("generation.repetition_penalty");
+    o.seed = uint64_t(m.integer("train.seed"));
+    return o;
+}
+
+void set_stop_tokens(SamplingOptions& o, const Model& model, const TokenizerConfig& tokenizer) {
+    o.eos_token_ids = model.config().eos_token_ids;
+    if (tokenizer.eos_id) o.eos_token_ids.push_back(*tokenizer.eos_id);
+    o.pad_token_id = tokenizer.pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
+}
 
 GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts,
                           const SamplingOptions& o) {

@@ -22,8 +22,7 @@ namespace grove {
 SftResult run_sft(const Manifest& m, std::ostream* log) {
     auto model = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
     auto tokenizer = Tokenizer::load(m.string("model.path"));
-    ChatTemplate chat = chat_template_from_name(m.string("model.chat_template") == "none" ? "plain" : m.string("model.chat_template"),
-                                                tokenizer->config());
+    ChatTemplate chat = chat_template_from_name(m.string("model.chat_template"), tokenizer->config());
     auto source = m.optional_string("data.source");
     if (!source) throw Error(ErrorKind::manifest, m.path() + ": grove sft needs data.source");
     auto rows = load_prompts(*source, m.string("data.prompt_column"));
@@ -38,7 +37,7 @@ SftResult run_sft(const Manifest& m, std::ostream* log) {
         json columns = json::parse(row.columns_json);
         if (!columns.contains(column) || !columns[column].is_string())
             throw Error(ErrorKind::input, row.origin + ": no text column \"" + column + "\" (data.completion_column) to imitate");
-        std::string prompt = row.messages.empty() ? row.text : render_chat(chat, row.messages, true, tokenizer->config());
+        std::string prompt = prompt_text(row, chat, tokenizer->config());
         std::vector<int64_t> ids = tokenizer->encode(prompt, false);
         prompt_lengths.push_back(int64_t(ids.size()));
         for (int64_t id : tokenizer->encode(columns[column].get<std::string>(), false)) ids.push_back(id);

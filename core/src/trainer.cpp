@@ -151,8 +151,7 @@ void Trainer::State::load() {
 
     model = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
     tokenizer = Tokenizer::load(m.string("model.path"));
-    chat = chat_template_from_name(m.string("model.chat_template") == "none" ? "plain" : m.string("model.chat_template"),
-                                   tokenizer->config());
+    chat = chat_template_from_name(m.string("model.chat_template"), tokenizer->config());
 
     host = std::make_unique<PluginHost>(plugin_search_path(m.strings("plugin_dirs")));
     for (const auto& use : m.rewards()) {
@@ -192,7 +191,7 @@ void Trainer::State::load() {
     if (auto path = m.optional_string("rollouts.path")) load_replay(*path);
     else rows = load_prompts(m.string("data.source"), m.string("data.prompt_column"));
     for (const auto& row : rows) {
-        std::string text = row.messages.empty() ? row.text : render_chat(chat, row.messages, true, tokenizer->config());
+        std::string text = prompt_text(row, chat, tokenizer->config());
         prompt_texts.push_back(text);
         prompt_tokens.push_back(tokenizer->encode(text, false));  // as TRL: templates carry their own specials
         if (prompt_tokens.back().empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
@@ -281,16 +280,8 @@ void Trainer::State::generate_buffer() {
     std::vector<std::vector<int64_t>> prompts;
     std::vector<std::string> row_prompt_text, row_columns;
     std::vector<const ReplayRow*> replayed;
-    SamplingOptions o;
-    o.max_new_tokens = m.integer("generation.max_completion_length");
-    o.temperature = m.number("generation.temperature");
-    o.top_p = m.number("generation.top_p");
-    o.top_k = m.integer("generation.top_k");
-    o.min_p = m.number("generation.min_p");
-    o.repetition_penalty = m.number("generation.repetition_penalty");
-    o.eos_token_ids = model->config().eos_token_ids;
-    if (tokenizer->config().eos_id) o.eos_token_ids.push_back(*tokenizer->config().eos_id);
-    o.pad_token_id = tokenizer->config().pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
+    SamplingOptions o = sampling_options(m);
+    set_stop_tokens(o, *model, tokenizer->config());
     o.seed = uint64_t(m.integer("train.seed")) * 7919ull + uint64_t(generation_index);
     GenerationResult result;
     adapter_host->set_training(false);  // no adapter dropout while sampling or computing old/reference log-probs

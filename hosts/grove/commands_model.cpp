@@ -72,7 +72,7 @@ int generate(const std::vector<std::string>& args) {
     for (auto& row : rows) {
         bool chat = !row.messages.empty() || vm.count("chat");
         if (row.messages.empty() && chat) row.messages.push_back({"user", row.text});
-        std::string text = chat ? render_chat(family, row.messages, true, tokenizer->config()) : row.text;
+        std::string text = prompt_text(row, family, tokenizer->config());
         // a rendered template already holds its special tokens (as apply_chat_template does)
         std::vector<int64_t> ids = tokenizer->encode(text, !chat);
         for (int64_t i = 0; i < n; ++i) {
@@ -89,9 +89,7 @@ int generate(const std::vector<std::string>& args) {
     o.min_p = vm["min-p"].as<double>();
     o.repetition_penalty = vm["repetition-penalty"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
-    o.eos_token_ids = model->config().eos_token_ids;
-    if (tokenizer->config().eos_id) o.eos_token_ids.push_back(*tokenizer->config().eos_id);
-    o.pad_token_id = tokenizer->config().pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
+    set_stop_tokens(o, *model, tokenizer->config());
     auto result = grove::generate(*model, prompts, o);
 
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -18,6 +18,10 @@ struct PromptRow {
     std::string origin;                 // "file.jsonl:12", for messages
 };
 
+// The text the model sees: a conversation rendered with the chat template (generation prompt
+// added), or the text prompt as is.
+std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config);
+
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");

@@ -10,6 +10,8 @@
 namespace grove {
 
 class Model;
+class Manifest;
+struct TokenizerConfig;
 
 struct SamplingOptions {
     int64_t max_new_tokens = 512;
@@ -31,6 +33,12 @@ struct GenerationResult {
     at::Tensor sampled_logprobs; // [N, C] float, log softmax(logits / temperature) of each sampled token (0 where masked)
     std::vector<int64_t> lengths;  // completion lengths (incl. EOS)
 };
+
+// The manifest's [generation] settings (the seed is the run's).
+SamplingOptions sampling_options(const Manifest& manifest);
+// Stop at every EOS id of the checkpoint (config.json, generation_config.json) and the tokenizer;
+// pad with the tokenizer's pad token, else the first EOS id.
+void set_stop_tokens(SamplingOptions& options, const Model& model, const TokenizerConfig& tokenizer);
 
 // Generates for every prompt (token ids, no padding; rows may differ in length). The same seed and
 // inputs give the same completions on the same device.
