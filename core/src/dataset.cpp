@@ -1,9 +1,11 @@
 #include "grove/dataset.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <set>
 
 #include "grove/error.hpp"
 #include "grove/text_util.hpp"
@@ -14,35 +16,116 @@ namespace grove {
 
 namespace {
 
-// Arithmetic word problems with a <think>/<answer> instruction. Problems are drawn from one seeded
-// stream; each distinct problem goes to train or test, so the splits never share a problem.
-std::vector<PromptRow> arithmetic(bool test_split) {
+// ---- builtin:arithmetic ------------------------------------------------------------------------
+// "What is 37 + 48?" with a worked reference completion, column by column from the units:
+//   37 + 48 -> <think>7+8=15 3+4+1=8</think><answer>85</answer>     (sum, carry)
+//   43 - 28 -> <think>13-8=5 4-2-1=1</think><answer>15</answer>     (a leading 1 marks a borrow)
+//   37 * 6  -> <think>7*6=42 3*6+4=22</think><answer>222</answer>   (product plus carry)
+// Every step is a one-digit fact, so a problem never seen in training is made of steps that were:
+// a small model can generalise instead of memorising, and an imperfect one makes step errors that
+// reinforcement learning can fix.
+struct ArithmeticOptions {
+    int digits = 2;            // operands have at most this many digits (1..3)
+    std::string ops = "+-*";   // which operations; the second factor of * is always one digit (2..9)
+};
+
+struct Problem {
+    int a, b;
+    char op;
+};
+
+std::string worked_completion(const Problem& p, long& answer) {
+    std::string steps;
+    auto digit = [](int n, int k) { return (n / int(std::pow(10, k))) % 10; };
+    auto step = [&](const std::string& s) { steps += (steps.empty() ? "" : " ") + s; };
+    if (p.op == '*') {
+        answer = long(p.a) * p.b;
+        int columns = std::max<int>(1, int(std::to_string(p.a).size())), carry = 0;
+        for (int k = 0; k < columns; ++k) {
+            int r = digit(p.a, k) * p.b + carry;
+            step(std::to_string(digit(p.a, k)) + "*" + std::to_string(p.b) + (k ? "+" + std::to_string(carry) : "") + "=" +
+                 std::to_string(r));
+            carry = r / 10;
+        }
+    } else {
+        answer = p.op == '+' ? long(p.a) + p.b : long(p.a) - p.b;
+        int columns = int(std::max(std::to_string(p.a).size(), std::to_string(p.b).size())), carry = 0;
+        for (int k = 0; k < columns; ++k) {
+            int x = digit(p.a, k), y = digit(p.b, k);
+            std::string tail = k ? std::string(p.op == '+' ? "+" : "-") + std::to_string(carry) : "";
+            if (p.op == '+') {
+                int r = x + y + carry;
+                step(std::to_string(x) + "+" + std::to_string(y) + tail + "=" + std::to_string(r));
+                carry = r / 10;
+            } else {
+                int r = x - y - carry;
+                bool borrow = r < 0;
+                step((borrow ? "1" : "") + std::to_string(x) + "-" + std::to_string(y) + tail + "=" +
+                     std::to_string(borrow ? r + 10 : r));
+                carry = borrow ? 1 : 0;
+            }
+        }
+    }
+    return "<think>" + steps + "</think><answer>" + std::to_string(answer) + "</answer>";
+}
+
+ArithmeticOptions arithmetic_options(const std::string& source, const std::string& query) {
+    ArithmeticOptions o;
+    std::stringstream items(query);
+    for (std::string item; std::getline(items, item, '&');) {
+        auto eq = item.find('=');
+        std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (key == "digits") {
+            if (value != "1" && value != "2" && value != "3")
+                throw Error(ErrorKind::input, source + ": digits must be 1, 2 or 3, not '" + value + "'");
+            o.digits = std::stoi(value);
+        } else if (key == "ops") {
+            if (value.empty() || value.find_first_not_of("+-*") != std::string::npos)
+                throw Error(ErrorKind::input, source + ": ops is a non-empty set of + - *, e.g. ops=+-, not '" + value + "'");
+            o.ops = value;
+        } else {
+            throw Error(ErrorKind::input, source + ": unknown option '" + key +
+                                              "' (builtin:arithmetic takes digits=1..3 and ops=+-*)" +
+                                              did_you_mean(key, {"digits", "ops"}));
+        }
+    }
+    return o;
+}
+
+// Every problem of the chosen difficulty, shuffled with a fixed seed; the first ones (200, or a
+// fifth of a small space) are held out, the rest (up to 20000) are the training split.
+std::vector<PromptRow> arithmetic(const std::string& source, bool test_split, const ArithmeticOptions& o) {
+    int limit = int(std::pow(10, o.digits));
+    std::vector<Problem> all;
+    for (char op : std::string("+-*")) {
+        if (o.ops.find(op) == std::string::npos) continue;
+        for (int a = 0; a < limit; ++a) {
+            if (op == '*') {
+                for (int b = 2; b <= 9; ++b) all.push_back({a, b, op});
+            } else {
+                for (int b = 0; b < (op == '-' ? a + 1 : limit); ++b) all.push_back({a, b, op});
+            }
+        }
+    }
     std::mt19937 rng(20261122);
-    std::uniform_int_distribution<int> operand(2, 99), op(0, 2);
-    std::set<std::string> seen;
-    std::vector<PromptRow> train, test;
-    while (train.size() < 2000 || test.size() < 200) {
-        int a = operand(rng), b = operand(rng), kind = op(rng);
-        if (kind == 2) b = 2 + b % 9;  // products stay two-digit by one-digit
-        if (kind == 1 && b > a) std::swap(a, b);
-        const char* sym = kind == 0 ? "+" : kind == 1 ? "-" : "*";
-        long answer = kind == 0 ? a + b : kind == 1 ? a - b : long(a) * b;
-        std::string question = "What is " + std::to_string(a) + " " + sym + " " + std::to_string(b) + "?";
-        if (!seen.insert(question).second) continue;
+    std::shuffle(all.begin(), all.end(), rng);
+    size_t held_out = std::min<size_t>(200, all.size() / 5);
+    size_t begin = test_split ? 0 : held_out, end = test_split ? held_out : std::min(all.size(), held_out + 20000);
+    std::vector<PromptRow> rows;
+    for (size_t i = begin; i < end; ++i) {
+        const Problem& p = all[i];
+        std::string question = "What is " + std::to_string(p.a) + " " + p.op + " " + std::to_string(p.b) + "?";
+        long answer = 0;
+        std::string completion = worked_completion(p, answer);  // the reference `grove sft` imitates
         PromptRow row;
-        row.messages = {{"system", "Think step by step inside <think></think>, then give only the number inside <answer></answer>."},
+        row.messages = {{"system", "Work it out digit by digit inside <think></think>, then give only the number inside <answer></answer>."},
                         {"user", question}};
         row.text = question;
-        // the reference completion `grove sft` imitates
-        std::string completion = "<think>" + std::to_string(a) + " " + sym + " " + std::to_string(b) + " = " +
-                                 std::to_string(answer) + "</think><answer>" + std::to_string(answer) + "</answer>";
         row.columns_json = json({{"answer", std::to_string(answer)}, {"question", question}, {"completion", completion}}).dump();
-        bool to_test = test.size() < 200 && (seen.size() % 11 == 0 || train.size() >= 2000);
-        (to_test ? test : train).push_back(std::move(row));
+        row.origin = source + " #" + std::to_string(rows.size());
+        rows.push_back(std::move(row));
     }
-    for (size_t i = 0; i < train.size(); ++i) train[i].origin = "builtin:arithmetic #" + std::to_string(i);
-    for (size_t i = 0; i < test.size(); ++i) test[i].origin = "builtin:arithmetic-test #" + std::to_string(i);
-    return test_split ? test : train;
+    return rows;
 }
 
 }  // namespace
@@ -77,9 +160,13 @@ void for_each_jsonl(const std::string& path, const std::string& what,
 
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column) {
     if (source.rfind("builtin:", 0) == 0) {
-        std::string name = source.substr(8);
-        if (name == "arithmetic") return arithmetic(false);
-        if (name == "arithmetic-test") return arithmetic(true);
+        std::string name = source.substr(8), query;
+        if (auto q = name.find('?'); q != std::string::npos) {
+            query = name.substr(q + 1);
+            name = name.substr(0, q);
+        }
+        if (name == "arithmetic" || name == "arithmetic-test")
+            return arithmetic(source, name == "arithmetic-test", arithmetic_options(source, query));
         throw Error(ErrorKind::input, "unknown data source '" + source + "'" + did_you_mean(name, builtin_sources()) +
                                           "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
     }

@@ -151,22 +151,30 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
 }
 
 at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
-                          int64_t chunk_rows) {
+                          int64_t chunk_rows, at::Tensor* entropy) {
     int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
     at::Tensor flat_hidden = hidden.reshape({B * T, H});
     at::Tensor flat_targets = targets.reshape({B * T, 1}).to(hidden.device());
-    std::vector<at::Tensor> pieces;
+    std::vector<at::Tensor> pieces, entropies;
     for (int64_t start = 0; start < B * T; start += chunk_rows) {
         int64_t n = std::min(chunk_rows, B * T - start);
         at::Tensor logits = at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight()).to(at::kFloat) / temperature;
         at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
-        pieces.push_back(picked - at::logsumexp(logits, -1));
+        at::Tensor normalizer = at::logsumexp(logits, -1);
+        pieces.push_back(picked - normalizer);
+        if (entropy) {  // H = logsumexp - sum(p * logits); a metric, so no graph
+            at::NoGradGuard no_grad;
+            at::Tensor p = at::softmax(logits.detach(), -1);
+            entropies.push_back(normalizer.detach() - (p * logits.detach()).sum(-1));
+        }
     }
+    if (entropy) *entropy = at::cat(entropies).view({B, T});
     return at::cat(pieces).view({B, T});
 }
 
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
-                               const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature) {
+                               const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
+                               at::Tensor* entropy) {
     int64_t P = prompt_ids.size(1), C = completion_ids.size(1);
     at::Device device = model.device();
     at::Tensor ids = at::cat({prompt_ids, completion_ids}, 1).to(device);
@@ -174,7 +182,7 @@ at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids,
     at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
     at::Tensor hidden = model.hidden_states(ids, mask, positions);
     // position t predicts token t+1: the last prompt position predicts the first completion token
-    return token_logprobs(model, hidden.narrow(1, P - 1, C), completion_ids.to(device), temperature);
+    return token_logprobs(model, hidden.narrow(1, P - 1, C), completion_ids.to(device), temperature, 1024, entropy);
 }
 
 }  // namespace grove

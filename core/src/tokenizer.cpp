@@ -599,6 +599,7 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
                        " --vocab_size=" + std::to_string(o.vocab_size) + " --model_type=" + o.model_type +
                        " --character_coverage=1.0 --byte_fallback=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3"
                        " --minloglevel=2 --hard_vocab_limit=false" +
+                       (o.split_digits ? " --split_digits=true" : "") +
                        (symbols.empty() ? "" : " --user_defined_symbols=" + symbols);
     auto status = sentencepiece::SentencePieceTrainer::Train(args);
     fs::remove(text);

@@ -583,7 +583,7 @@ std::map<std::string, double> Trainer::step() {
     const Manifest& m = s.manifest;
     auto t0 = Clock::now();
     s.generate_seconds = s.reward_seconds = 0;
-    double train_seconds = 0, loss_sum = 0, kl_sum = 0, token_count = 0, clip_low = 0, clip_high = 0, clip_region = 0, clip_count = 0;
+    double train_seconds = 0, loss_sum = 0, kl_sum = 0, entropy_sum = 0, token_count = 0, clip_low = 0, clip_high = 0, clip_region = 0, clip_count = 0;
     PolicyLossOptions lo;
     lo.beta = m.number("loss.beta");
     lo.epsilon = m.number("loss.epsilon");
@@ -598,8 +598,11 @@ std::map<std::string, double> Trainer::step() {
         int64_t index = s.micro_step % s.steps_per_generation;
         const MicroBatch& b = s.buffer[size_t(index)];
         s.adapter_host->set_training(true);
-        at::Tensor logp = completion_logprobs(*s.model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature);
+        at::Tensor entropy;
+        at::Tensor logp = completion_logprobs(*s.model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
+                                              temperature, &entropy);
         at::Tensor mask = b.completion_mask.to(at::kFloat).contiguous();
+        entropy_sum += (entropy * mask.to(entropy.device())).sum().item<double>();
         // the tokens whose gradients accumulate into this optimizer step (the dapo normaliser)
         double window = 0;
         if (s.steps_per_generation >= s.accumulation) {
@@ -663,6 +666,7 @@ std::map<std::string, double> Trainer::step() {
     metrics["learning_rate"] = lr;
     metrics["num_tokens"] = double(s.num_tokens);
     if (lo.beta != 0.0) metrics["kl"] = kl_sum / std::max(token_count, 1.0);
+    metrics["entropy"] = entropy_sum / std::max(token_count, 1.0);
     metrics["clip_ratio/low_mean"] = clip_low / std::max(clip_count, 1.0);
     metrics["clip_ratio/high_mean"] = clip_high / std::max(clip_count, 1.0);
     metrics["clip_ratio/region_mean"] = clip_region / std::max(clip_count, 1.0);

@@ -28,5 +28,6 @@ int eval(const std::vector<std::string>& args);
 int tokenizer(const std::vector<std::string>& args);
 int sft(const std::vector<std::string>& args);
 int init_model(const std::vector<std::string>& args);
+int plot(const std::vector<std::string>& args);
 
 }  // namespace grove::cli

@@ -39,7 +39,8 @@ int tokenizer(const std::vector<std::string>& args) {
         "out", po::value<std::string>()->required(), "folder for tokenizer.model and tokenizer_config.json")(
         "vocab-size", po::value<int>()->default_value(512), "vocabulary size")(
         "model-type", po::value<std::string>()->default_value("bpe"), "bpe or unigram")(
-        "symbol", po::value<std::vector<std::string>>()->composing(), "a piece kept whole, e.g. <answer> (repeatable)");
+        "symbol", po::value<std::vector<std::string>>()->composing(), "a piece kept whole, e.g. <answer> (repeatable)")(
+        "no-split-digits", "let pieces join digits (by default each digit is its own piece, as in Llama)");
     auto vm = parse("tokenizer train", std::vector<std::string>(args.begin() + 1, args.end()), options, {},
                     "--input FILE.txt|builtin:NAME --out DIR [--vocab-size N] [--symbol S ...]");
     std::string input = vm["input"].as<std::string>();
@@ -58,6 +59,7 @@ int tokenizer(const std::vector<std::string>& args) {
     TokenizerTrainOptions o;
     o.vocab_size = vm["vocab-size"].as<int>();
     o.model_type = vm["model-type"].as<std::string>();
+    o.split_digits = !vm.count("no-split-digits");
     if (vm.count("symbol")) o.symbols = vm["symbol"].as<std::vector<std::string>>();
     train_sentencepiece(corpus, vm["out"].as<std::string>(), o);
     std::cout << "wrote " << vm["out"].as<std::string>() << "/tokenizer.model (" << o.vocab_size << " pieces)\n";

@@ -48,6 +48,7 @@ const char* kUsage =
     "  tokenizer train --input ...     train a sentencepiece tokenizer (tokenizer.model)\n"
     "  init-model OUT --tokenizer DIR  a freshly initialised Llama sized by flags\n"
     "  sft MANIFEST                    supervised warm-start on reference completions\n"
+    "  plot RUN_DIR                    a PNG of a run's metrics (reward per function, accuracy, kl, ...) via gnuplot\n"
     "\n"
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
@@ -81,6 +82,7 @@ int run(int argc, char** argv) {
     if (first == "tokenizer") return grove::cli::tokenizer(rest);
     if (first == "sft") return grove::cli::sft(rest);
     if (first == "init-model") return grove::cli::init_model(rest);
+    if (first == "plot") return grove::cli::plot(rest);
     if (first == "manifest-reference") {
         std::cout << grove::manifest_reference_markdown();
         return 0;

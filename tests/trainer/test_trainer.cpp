@@ -117,6 +117,19 @@ TEST(Trainer, BetaZeroLoadsNoReferenceModelAndLogsNoKl) {
     EXPECT_GT(with_kl.step()["kl"], 0.0);
 }
 
+// TRL's `entropy`: the masked mean of each position's entropy of softmax(logits / temperature).
+// At a very high temperature every distribution is nearly uniform, so it must approach log(vocab).
+TEST(Trainer, EntropyIsThatOfTheTemperedDistribution) {
+    double vocab = double(grove::Model::load(kModel, "cpu", "float32")->config().vocab_size);
+    grove::Trainer hot(manifest("entropy-hot", {"train.max_steps=1", "generation.temperature=1000"}), fresh());
+    double uniform = hot.step()["entropy"];
+    EXPECT_NEAR(uniform, std::log(vocab), 1e-3 * std::log(vocab));
+    grove::Trainer cold(manifest("entropy-cold", {"train.max_steps=1", "generation.temperature=0.05"}), fresh());
+    double sharper = cold.step()["entropy"];
+    EXPECT_GT(sharper, 0.0);
+    EXPECT_LT(sharper, uniform - 0.1) << "a lower temperature must give a lower entropy";
+}
+
 TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
     grove::Trainer t(manifest("lora", {"adapter.plugin=\"lora\"", "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"q_proj\", \"v_proj\"] }",
                                        "train.max_steps=2", "train.per_device_train_batch_size=8"}),

@@ -26,9 +26,11 @@ std::string prompt_text(const PromptRow& row, ChatTemplate family, const Tokeniz
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");
 
-// builtin:arithmetic (train split: 2000 problems) and builtin:arithmetic-test (held out: 200):
-// "What is A + B?" / "A - B" / "A * B" with a reference "answer" column and a reference
-// "completion" (<think>A + B = C</think><answer>C</answer>), seeded and disjoint.
+// builtin:arithmetic (the training split) and builtin:arithmetic-test (200 held-out problems,
+// never in training): "What is A + B?" / "A - B" / "A * B" with an "answer" column and a worked
+// reference "completion" (<think>7+8=15 3+4+1=8</think><answer>85</answer>). Difficulty is set
+// after a '?': builtin:arithmetic?digits=1&ops=+- (digits 1..3, default 2; ops from +-*, default
+// all three). The same options give the same, disjoint splits on every machine.
 std::vector<std::string> builtin_sources();
 
 // Calls `row(json, where)` for every non-blank line of a JSONL file; `where` is "file:line" for

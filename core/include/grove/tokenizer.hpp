@@ -51,6 +51,7 @@ struct TokenizerTrainOptions {
     std::string model_type = "bpe";  // bpe or unigram
     std::vector<std::string> symbols;  // user-defined pieces, e.g. <think>, </think>
     std::string chat_template;         // stored in tokenizer_config.json
+    bool split_digits = true;          // one piece per digit, as Llama's tokenizer: arithmetic needs it
 };
 void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir, const TokenizerTrainOptions& options);
 

@@ -1,0 +1,126 @@
+// The built-in arithmetic task: every worked step of every reference completion is checked by
+// re-doing the column arithmetic independently, the answer column equals the true result, the
+// splits are disjoint and stable, and difficulty options are validated.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "grove/dataset.hpp"
+#include "grove/error.hpp"
+
+namespace {
+
+struct Parsed {
+    long a, b;
+    char op;
+};
+
+Parsed parse_question(const std::string& q) {
+    std::smatch m;
+    static const std::regex re(R"(What is (\d+) ([-+*]) (\d+)\?)");
+    EXPECT_TRUE(std::regex_match(q, m, re)) << q;
+    return {std::stol(m[1]), std::stol(m[3]), m[2].str()[0]};
+}
+
+// Checks each "x op y [op c]=r" step against the column it should describe.
+void check_steps(const Parsed& p, const std::string& completion) {
+    std::smatch m;
+    static const std::regex shape(R"(<think>(.*)</think><answer>(-?\d+)</answer>)");
+    ASSERT_TRUE(std::regex_match(completion, m, shape)) << completion;
+    std::string steps = m[1];
+    static const std::regex step_re(R"((\d+)([-+*])(\d+)(?:[-+](\d+))?=(\d+))");
+    long carry = 0, column = 0, place = 1, rebuilt = 0;
+    for (auto it = std::sregex_iterator(steps.begin(), steps.end(), step_re); it != std::sregex_iterator(); ++it, ++column, place *= 10) {
+        const std::smatch& s = *it;
+        long x = std::stol(s[1]), y = std::stol(s[3]), r = std::stol(s[5]);
+        long c = s[4].matched ? std::stol(s[4]) : 0;
+        EXPECT_EQ(c, carry) << completion;
+        if (column > 0) {
+            EXPECT_TRUE(s[4].matched) << "every column after the first names its carry: " << completion;
+        }
+        if (p.op == '+') {
+            EXPECT_EQ(x, p.a / place % 10);
+            EXPECT_EQ(y, p.b / place % 10);
+            EXPECT_EQ(r, x + y + c);
+            carry = r / 10;
+            rebuilt += (r % 10) * place + (r / 10) * place * 10 * (std::next(it) == std::sregex_iterator());
+        } else if (p.op == '-') {
+            bool borrow = x >= 10;
+            EXPECT_EQ(x % 10, p.a / place % 10) << completion;
+            EXPECT_EQ(y, p.b / place % 10);
+            EXPECT_EQ(r, x - y - c);
+            EXPECT_TRUE(r >= 0 && r <= 9) << completion;
+            EXPECT_EQ(borrow, p.a / place % 10 - y - c < 0) << "borrow only when needed: " << completion;
+            carry = borrow;
+            rebuilt += r * place;
+        } else {
+            EXPECT_EQ(x, p.a / place % 10);
+            EXPECT_EQ(y, p.b);
+            EXPECT_EQ(r, x * y + c);
+            carry = r / 10;
+            rebuilt += (std::next(it) == std::sregex_iterator() ? r : r % 10) * place;
+        }
+    }
+    EXPECT_GT(column, 0) << completion;
+    EXPECT_EQ(rebuilt, std::stol(m[2])) << "the answer is assembled from the steps: " << completion;
+}
+
+}  // namespace
+
+TEST(Arithmetic, EveryWorkedStepIsRightAndTheAnswerIsTheResult) {
+    for (std::string source : {"builtin:arithmetic", "builtin:arithmetic-test", "builtin:arithmetic?digits=3&ops=-*",
+                               "builtin:arithmetic-test?digits=1"}) {
+        auto rows = grove::load_prompts(source);
+        ASSERT_FALSE(rows.empty()) << source;
+        std::set<char> ops;
+        for (const auto& row : rows) {
+            auto columns = nlohmann::json::parse(row.columns_json);
+            Parsed p = parse_question(columns["question"]);
+            ops.insert(p.op);
+            long truth = p.op == '+' ? p.a + p.b : p.op == '-' ? p.a - p.b : p.a * p.b;
+            EXPECT_EQ(columns["answer"].get<std::string>(), std::to_string(truth));
+            EXPECT_GE(truth, 0);
+            check_steps(p, columns["completion"]);
+            ASSERT_EQ(row.messages.size(), 2u);
+            EXPECT_EQ(row.messages[1].content, columns["question"].get<std::string>());
+        }
+        if (source.find("ops=-*") != std::string::npos)
+            EXPECT_EQ(ops, (std::set<char>{'-', '*'})) << source;
+        else
+            EXPECT_EQ(ops, (std::set<char>{'+', '-', '*'})) << source;
+    }
+}
+
+TEST(Arithmetic, SplitsAreDisjointSizedAndStable) {
+    auto question = [](const grove::PromptRow& r) { return nlohmann::json::parse(r.columns_json)["question"].get<std::string>(); };
+    auto train = grove::load_prompts("builtin:arithmetic"), test = grove::load_prompts("builtin:arithmetic-test");
+    EXPECT_EQ(test.size(), 200u);
+    // digits=2: 100*100 sums + 5050 differences + 800 products, less the held-out 200
+    EXPECT_EQ(train.size(), 10000u + 5050u + 800u - 200u);
+    std::set<std::string> seen;
+    for (const auto& r : train) EXPECT_TRUE(seen.insert(question(r)).second) << "duplicate " << question(r);
+    for (const auto& r : test) EXPECT_FALSE(seen.count(question(r))) << question(r) << " is in both splits";
+    EXPECT_EQ(question(grove::load_prompts("builtin:arithmetic-test")[17]), question(test[17]));
+    // a small space holds out a fifth; a large one caps training at 20000 problems
+    auto one_digit = grove::load_prompts("builtin:arithmetic-test?digits=1&ops=+");
+    EXPECT_EQ(one_digit.size(), 20u);
+    EXPECT_EQ(grove::load_prompts("builtin:arithmetic?digits=3").size(), 20000u);
+}
+
+TEST(Arithmetic, BadOptionsNameTheSourceAndTheFix) {
+    auto message = [](const std::string& source) {
+        try {
+            grove::load_prompts(source);
+        } catch (const grove::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message("builtin:arithmetic?digits=4").find("digits must be 1, 2 or 3"), std::string::npos);
+    EXPECT_NE(message("builtin:arithmetic?ops=/").find("ops is a non-empty set of + - *"), std::string::npos);
+    std::string unknown = message("builtin:arithmetic?digit=2");
+    EXPECT_NE(unknown.find("builtin:arithmetic?digit=2: unknown option 'digit'"), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("did you mean 'digits'"), std::string::npos) << unknown;
+}
