@@ -26,8 +26,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 quickstart: build
-	$(BUILD)/bin/grove plugins list
-	$(BUILD)/bin/grove check examples/arithmetic/grove.toml
+	GROVE=$(BUILD)/bin/grove bash examples/arithmetic/quickstart.sh
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

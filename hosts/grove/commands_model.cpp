@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iomanip>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -226,11 +227,14 @@ int eval(const std::vector<std::string>& args) {
         "max-new-tokens", po::value<int64_t>(), "longest completion")(
         "temperature", po::value<double>(), "sampling temperature")(
         "limit", po::value<int64_t>()->default_value(0), "evaluate the first N prompts only")(
-        "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row");
+        "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row")(
+        "save", po::value<std::string>(), "also write that JSON to a file")(
+        "compare", po::value<std::string>(), "a file from an earlier --save: print before, after and change");
     po::positional_options_description positional;
     positional.add("manifest", 1);
     auto vm = parse("eval", args, options, positional,
-                    "(MANIFEST | --model DIR --data FILE|builtin:NAME --reward PLUGIN[:weight] ...) [--greedy|--samples K] [--json]");
+                    "(MANIFEST | --model DIR --data FILE|builtin:NAME --reward PLUGIN[:weight] ...) [--greedy|--samples K] [--json] "
+                    "[--save F.json] [--compare F.json]");
     EvaluationRequest q;
     if (vm.count("manifest")) {
         std::vector<std::string> overrides;
@@ -269,32 +273,75 @@ int eval(const std::vector<std::string>& args) {
     if (q.sampling.greedy && q.samples > 1) throw Error(ErrorKind::usage, "grove eval: --greedy gives one completion per prompt; drop --samples");
     EvaluationResult r = evaluate(q);
     size_t prompts = r.rows.size() / size_t(q.samples);
+    json rows = json::array();
+    for (const auto& row : r.rows)
+        rows.push_back({{"prompt", row.prompt}, {"completion", row.completion}, {"length", row.length},
+                        {"truncated", row.truncated}, {"rewards", row.rewards}});
+    json out = {{"model", q.model_dir}, {"data", q.data_source}, {"prompts", prompts}, {"samples", q.samples},
+                {"greedy", q.sampling.greedy}, {"reward", r.reward}, {"rewards", r.reward_mean}, {"mean_length", r.mean_length},
+                {"truncated_ratio", r.truncated_ratio}, {"accuracy", r.accuracy >= 0 ? json(r.accuracy) : json(nullptr)},
+                {"format_rate", r.format_rate >= 0 ? json(r.format_rate) : json(nullptr)}, {"rows", rows}};
+    std::string text = out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+    if (vm.count("save")) {
+        std::string path = vm["save"].as<std::string>();
+        std::ofstream file(path);
+        if (!(file << text)) throw Error(ErrorKind::runtime, path + ": cannot write the evaluation (--save)");
+    }
     if (vm.count("json")) {
-        json rows = json::array();
-        for (const auto& row : r.rows)
-            rows.push_back({{"prompt", row.prompt}, {"completion", row.completion}, {"length", row.length},
-                            {"truncated", row.truncated}, {"rewards", row.rewards}});
-        json out = {{"prompts", prompts}, {"samples", q.samples}, {"greedy", q.sampling.greedy}, {"reward", r.reward},
-                    {"rewards", r.reward_mean}, {"mean_length", r.mean_length}, {"truncated_ratio", r.truncated_ratio},
-                    {"accuracy", r.accuracy >= 0 ? json(r.accuracy) : json(nullptr)},
-                    {"format_rate", r.format_rate >= 0 ? json(r.format_rate) : json(nullptr)}, {"rows", rows}};
-        std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+        std::cout << text;
         return 0;
+    }
+    // --compare: a previous --save of the same evaluation becomes the "before" column
+    json before;
+    std::string compared;
+    if (vm.count("compare")) {
+        compared = vm["compare"].as<std::string>();
+        std::ifstream in(compared);
+        if (!in) throw Error(ErrorKind::input, compared + ": cannot read the evaluation to compare with (write one with --save)");
+        try {
+            before = json::parse(in);
+        } catch (const json::exception& e) {
+            throw Error(ErrorKind::input, compared + ": not an evaluation saved by grove eval --save: " + e.what());
+        }
+        if (before.value("data", "") != q.data_source || before.value("prompts", size_t(0)) != prompts ||
+            before.value("greedy", false) != q.sampling.greedy)
+            throw Error(ErrorKind::input, compared + ": evaluated " + std::to_string(before.value("prompts", size_t(0))) +
+                                              " prompts of " + before.value("data", "?") +
+                                              (before.value("greedy", false) ? " greedily" : " sampled") + ", this run " +
+                                              std::to_string(prompts) + " of " + q.data_source +
+                                              (q.sampling.greedy ? " greedily" : " sampled") + ": compare like with like");
     }
     std::cout << "grove eval: " << prompts << " prompts x " << q.samples << (q.sampling.greedy ? " (greedy)" : " (sampled)")
               << " from " << q.data_source << "\n";
-    auto row = [](const std::string& name, double value, const std::string& note = "") {
-        std::cout << "  " << std::left << std::setw(26) << name << std::right << std::setw(9) << std::fixed
-                  << std::setprecision(4) << value << (note.empty() ? "" : "   " + note) << "\n";
+    auto number = [](double v) {
+        std::ostringstream s;
+        s << std::fixed << std::setprecision(4) << v;
+        return s.str();
     };
-    row("reward (weighted sum)", r.reward);
+    if (!compared.empty())
+        std::cout << "  " << std::left << std::setw(26) << "" << std::right << std::setw(9) << "before" << std::setw(10) << "after"
+                  << std::setw(10) << "change" << "   (before: " << compared << ")\n";
+    auto row = [&](const std::string& name, double value, const json* previous, const std::string& note = "") {
+        std::cout << "  " << std::left << std::setw(26) << name << std::right;
+        if (!compared.empty()) {
+            bool known = previous && previous->is_number();
+            std::cout << std::setw(9) << (known ? number(previous->get<double>()) : "-") << std::setw(10) << number(value)
+                      << std::setw(10) << (known ? (value >= previous->get<double>() ? "+" : "") + number(value - previous->get<double>()) : "");
+        } else {
+            std::cout << std::setw(9) << number(value);
+        }
+        std::cout << (note.empty() ? "" : "   " + note) << "\n";
+    };
+    auto field = [&](const json& j, const std::string& key) -> const json* { return j.is_object() && j.contains(key) ? &j[key] : nullptr; };
+    row("reward (weighted sum)", r.reward, field(before, "reward"));
     for (const auto& use : q.rewards) {
-        row("rewards/" + use.name, r.reward_mean.at(use.name));
+        const json* per = field(before, "rewards");
+        row("rewards/" + use.name, r.reward_mean.at(use.name), per ? field(*per, use.name) : nullptr);
     }
-    if (r.accuracy >= 0) row("accuracy", r.accuracy);
-    if (r.format_rate >= 0) row("format rate", r.format_rate);
-    row("mean completion length", r.mean_length, "tokens");
-    row("truncated", r.truncated_ratio, "(no EOS within the limit)");
+    if (r.accuracy >= 0) row("accuracy", r.accuracy, field(before, "accuracy"));
+    if (r.format_rate >= 0) row("format rate", r.format_rate, field(before, "format_rate"));
+    row("mean completion length", r.mean_length, field(before, "mean_length"), "tokens");
+    row("truncated", r.truncated_ratio, field(before, "truncated_ratio"), "(no EOS within the limit)");
     return 0;
 }
 

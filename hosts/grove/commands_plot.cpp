@@ -138,6 +138,17 @@ int plot(const std::vector<std::string>& args) {
            << gnuplot_string(title + " (" + std::to_string(n) + " steps; lines: moving average over " + std::to_string(window) +
                              " steps, dots: every step)") << "\n";
         for (const auto& p : shown) {
+            // a flat series (e.g. clip ratio 0 on-policy) gets a visible range instead of gnuplot's warning
+            double lo = INFINITY, hi = -INFINITY;
+            for (const auto& k : p.metrics) {
+                size_t c = size_t(std::find(columns.begin(), columns.end(), k) - columns.begin());
+                for (double v : raw[c])
+                    if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+            }
+            if (std::isfinite(lo) && hi - lo < 1e-12)
+                gp << "set yrange [" << lo - 0.5 << ":" << hi + 0.5 << "]\n";
+            else
+                gp << "set yrange [*:*]\n";
             gp << "set title " << gnuplot_string(p.title) << "\nplot ";
             for (size_t i = 0; i < p.metrics.size(); ++i) {
                 size_t c = size_t(std::find(columns.begin(), columns.end(), p.metrics[i]) - columns.begin());
