@@ -598,14 +598,20 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
     std::string args = "--input=" + text.string() + " --model_prefix=" + (fs::path(out_dir) / "tokenizer").string() +
                        " --vocab_size=" + std::to_string(o.vocab_size) + " --model_type=" + o.model_type +
                        " --character_coverage=1.0 --byte_fallback=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3"
-                       " --minloglevel=2 --hard_vocab_limit=false" +
+                       " --minloglevel=2 --hard_vocab_limit=false"
+                       // as Llama's own model: no NFKC, whitespace kept (a newline is a byte piece), so
+                       // transformers' tokenizer.json conversion gives the same ids as libsentencepiece
+                       " --normalization_rule_name=identity --remove_extra_whitespaces=false" +
                        (o.split_digits ? " --split_digits=true" : "") +
                        (symbols.empty() ? "" : " --user_defined_symbols=" + symbols);
     auto status = sentencepiece::SentencePieceTrainer::Train(args);
     fs::remove(text);
     if (!status.ok()) throw Error(ErrorKind::runtime, "tokenizer training failed: " + status.ToString());
+    // add_bos_token false: Grove (like TRL) tokenizes prompts without special tokens, so a model trained
+    // here never sees BOS; transformers' tokenizer(prompt) must then give the same ids as training did.
     json config = {{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
-                   {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"add_bos_token", true}, {"add_eos_token", false}};
+                   {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"add_bos_token", false}, {"add_eos_token", false},
+                   {"legacy", false}};  // no extra "▁" after special tokens, as libsentencepiece
     if (!o.chat_template.empty()) config["chat_template"] = o.chat_template;
     std::ofstream(fs::path(out_dir) / "tokenizer_config.json") << config.dump(2) << "\n";
 }

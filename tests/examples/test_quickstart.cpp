@@ -1,6 +1,7 @@
 // The reduced quickstart (examples/arithmetic/quickstart.sh with fewer GRPO steps), end to end:
 // it must finish, write the plot and the model, and improve held-out accuracy by the margin the
-// README promises at this size (docs/getting-started.md states both sizes' figures).
+// README promises at this size (docs/getting-started.md states both sizes' figures), and the model
+// must load in transformers and decode exactly as Grove did.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -30,4 +31,10 @@ TEST(Quickstart, ReducedRunImprovesHeldOutAccuracy) {
     EXPECT_TRUE(fs::exists(out + "/grpo/metrics.png"));
     EXPECT_TRUE(fs::exists(out + "/grpo/checkpoint-" + std::to_string(GROVE_QUICKSTART_TEST_STEPS) + "/model.safetensors"));
     EXPECT_NE(r.out.find("before     after    change"), std::string::npos) << "the before/after table is printed";
+
+    // the trained folder in transformers: same tokens, same greedy completions as grove eval
+    auto python = grove::test::run_command(std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
+                                           "/tests/examples/check_quickstart_model.py " + out + "/grpo/checkpoint-" +
+                                           std::to_string(GROVE_QUICKSTART_TEST_STEPS) + " " + out + "/eval-after.json");
+    EXPECT_EQ(python.exit_code, 0) << python.out;
 }
