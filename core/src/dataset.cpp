@@ -27,6 +27,9 @@ namespace {
 struct ArithmeticOptions {
     int digits = 2;            // operands have at most this many digits (1..3)
     std::string ops = "+-*";   // which operations; the second factor of * is always one digit (2..9)
+    bool worked = true;        // style=worked: the system prompt asks for <think>/<answer>;
+                               // style=short: "reply with the result only", for chat models that
+                               // have never seen those tags (examples/smollm2)
 };
 
 struct Problem {
@@ -83,10 +86,14 @@ ArithmeticOptions arithmetic_options(const std::string& source, const std::strin
             if (value.empty() || value.find_first_not_of("+-*") != std::string::npos)
                 throw Error(ErrorKind::input, source + ": ops is a non-empty set of + - *, e.g. ops=+-, not '" + value + "'");
             o.ops = value;
+        } else if (key == "style") {
+            if (value != "worked" && value != "short")
+                throw Error(ErrorKind::input, source + ": style is worked or short, not '" + value + "'");
+            o.worked = value == "worked";
         } else {
             throw Error(ErrorKind::input, source + ": unknown option '" + key +
-                                              "' (builtin:arithmetic takes digits=1..3 and ops=+-*)" +
-                                              did_you_mean(key, {"digits", "ops"}));
+                                              "' (builtin:arithmetic takes digits=1..3, ops=+-* and style=worked|short)" +
+                                              did_you_mean(key, {"digits", "ops", "style"}));
         }
     }
     return o;
@@ -118,7 +125,9 @@ std::vector<PromptRow> arithmetic(const std::string& source, bool test_split, co
         long answer = 0;
         std::string completion = worked_completion(p, answer);  // the reference `grove sft` imitates
         PromptRow row;
-        row.messages = {{"system", "Work it out digit by digit inside <think></think>, then give only the number inside <answer></answer>."},
+        row.messages = {{"system", o.worked ? "Work it out digit by digit inside <think></think>, then give only the "
+                                              "number inside <answer></answer>."
+                                            : "You are a calculator. Reply with the result only."},
                         {"user", question}};
         row.text = question;
         row.columns_json = json({{"answer", std::to_string(answer)}, {"question", question}, {"completion", completion}}).dump();

@@ -10,6 +10,7 @@
 #include "grove/model.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/tokenizer.hpp"
+#include "grove/trainer.hpp"
 
 namespace grove {
 
@@ -31,7 +32,7 @@ EvaluationRequest evaluation_request(const Manifest& m) {
 }
 
 EvaluationResult evaluate(const EvaluationRequest& q) {
-    auto model = Model::load(q.model_dir, q.device, q.dtype);
+    auto model = load_model_or_lora_checkpoint(q.model_dir, q.device, q.dtype);
     auto tokenizer = Tokenizer::load(q.model_dir);
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer->config());
     PluginHost host(plugin_search_path(q.plugin_dirs));

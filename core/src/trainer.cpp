@@ -792,7 +792,9 @@ int64_t Trainer::run() {
 }
 
 // ---------------------------------------------------------------------------------------------
-void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir) {
+namespace {
+// Adds (alpha/r) B A (alpha/sqrt(r) with rsLoRA) to every base weight the adapter has A and B for.
+void merge_lora_adapter(Model& model, const std::string& adapter_dir, const std::string& base_dir) {
     std::ifstream in(fs::path(adapter_dir) / "adapter_config.json");
     if (!in) throw Error(ErrorKind::input, adapter_dir + ": no adapter_config.json (is this a LoRA checkpoint?)");
     json config = json::parse(in);
@@ -800,22 +802,47 @@ void export_merged(const std::string& adapter_dir, const std::string& base_dir, 
         throw Error(ErrorKind::input, adapter_dir + "/adapter_config.json: peft_type must be LORA");
     double r = config.at("r").get<double>(), alpha = config.at("lora_alpha").get<double>();
     double scaling = config.value("use_rslora", false) ? alpha / std::sqrt(r) : alpha / r;
-    auto model = Model::load(base_dir, "cpu", "float32");
     SafetensorsFile adapter((fs::path(adapter_dir) / "adapter_model.safetensors").string());
     at::NoGradGuard no_grad;
     int merged = 0;
-    for (auto& [name, weight] : model->named_parameters()) {
+    for (auto& [name, weight] : model.named_parameters()) {
         std::string module = name.substr(0, name.size() - std::string(".weight").size());
         const TensorEntry* a = adapter.find("base_model.model." + module + ".lora_A.weight");
         const TensorEntry* b = adapter.find("base_model.model." + module + ".lora_B.weight");
         if (!a || !b) continue;
         at::Tensor A = tensor_from_entry(*a, adapter.path()).to(at::kFloat), B = tensor_from_entry(*b, adapter.path()).to(at::kFloat);
-        weight.add_(scaling * at::matmul(B, A));
+        weight.add_((scaling * at::matmul(B, A)).to(weight.device(), weight.scalar_type()));
         ++merged;
     }
     if (merged == 0) throw Error(ErrorKind::input, adapter_dir + ": no LoRA weight matches a layer of " + base_dir);
+}
+}  // namespace
+
+void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir) {
+    auto model = Model::load(base_dir, "cpu", "float32");
+    merge_lora_adapter(*model, adapter_dir, base_dir);
     model->save(out_dir);
     copy_tokenizer_files(base_dir, out_dir);
+}
+
+std::unique_ptr<Model> load_model_or_lora_checkpoint(const std::string& folder, const std::string& device,
+                                                     const std::string& dtype) {
+    const fs::path dir(folder);
+    if (fs::exists(dir / "config.json") || !fs::exists(dir / "adapter_config.json")) return Model::load(folder, device, dtype);
+    std::ifstream in(dir / "adapter_config.json");
+    json config = json::parse(in, nullptr, false);
+    std::string base = config.is_object() ? config.value("base_model_name_or_path", "") : "";
+    if (base.empty())
+        throw Error(ErrorKind::input, folder + "/adapter_config.json: no base_model_name_or_path; merge it with "
+                                      "`grove export --merge " + folder + " --base MODEL_DIR OUT_DIR`");
+    fs::path base_dir = fs::path(base).is_absolute() ? fs::path(base) : dir / base;
+    if (!fs::exists(base_dir / "config.json"))
+        throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base_dir.string() +
+                                      " is not a model folder here; merge it with `grove export --merge " + folder +
+                                      " --base MODEL_DIR OUT_DIR`");
+    auto model = Model::load(base_dir.string(), device, dtype);
+    merge_lora_adapter(*model, folder, base_dir.string());
+    return model;
 }
 
 }  // namespace grove

@@ -18,6 +18,7 @@ int world_size_from_environment();
 // commands (one translation unit each group; only commands_model.cpp includes libtorch)
 int plugins_list(const std::vector<std::string>& args);
 int plugins_info(const std::vector<std::string>& args);
+int plugins_score(const std::vector<std::string>& args);
 int check(const std::vector<std::string>& args);
 int generate(const std::vector<std::string>& args);
 int logprobs(const std::vector<std::string>& args);

@@ -61,7 +61,7 @@ int generate(const std::vector<std::string>& args) {
     if (n < 1) throw Error(ErrorKind::usage, "grove generate: --n must be >= 1");
 
     std::string folder = vm["model"].as<std::string>();
-    auto model = Model::load(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
+    auto model = grove::load_model_or_lora_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     auto tokenizer = Tokenizer::load(folder);
     std::vector<PromptRow> rows;
     if (vm.count("prompt")) rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
@@ -129,7 +129,7 @@ int logprobs(const std::vector<std::string>& args) {
     std::string folder = vm["model"].as<std::string>(), path = vm["input"].as<std::string>();
     double temperature = vm["temperature"].as<double>();
     if (!(temperature > 0)) throw Error(ErrorKind::usage, "grove logprobs: --temperature must be > 0");
-    auto model = Model::load(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
+    auto model = grove::load_model_or_lora_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     std::unique_ptr<Tokenizer> tokenizer;  // only for text rows
 
     std::ofstream file;

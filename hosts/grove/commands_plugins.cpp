@@ -1,11 +1,13 @@
 // grove plugins list|info, grove check: everything that needs the plugin host and the manifest
 // but no libtorch.
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
@@ -95,6 +97,66 @@ int plugins_info(const std::vector<std::string>& args) {
         std::cout << "  metrics:";
         for (const auto& m : p.metric_names) std::cout << " " << m;
         std::cout << "\n";
+    }
+    return 0;
+}
+
+// Scores fixed completions with one reward plugin: the way to test a reward without a model.
+int plugins_score(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("plugin", po::value<std::string>()->required(), "reward plugin name or library path")(
+        "input", po::value<std::string>()->required(),
+        "JSONL rows: \"completion\" (text), optional \"prompt\", \"truncated\", \"completion_ids\", other columns")(
+        "config", po::value<std::string>()->default_value(""), "the plugin's config as TOML, e.g. 'min_steps = 2'")(
+        "num-generations", po::value<uint32_t>()->default_value(1), "rows per group (G), as in training")(
+        "seed", po::value<uint64_t>()->default_value(0), "the batch seed the plugin sees");
+    po::positional_options_description positional;
+    positional.add("plugin", 1);
+    auto vm = parse("plugins score", args, options, positional,
+                    "NAME|PATH --input ROWS.jsonl [--config TOML] [--num-generations G]");
+    const std::string input = vm["input"].as<std::string>();
+    grove::PluginHost host(grove::plugin_search_path({}));
+    grove::PluginInfo info = host.find(vm["plugin"].as<std::string>(), GROVE_PLUGIN_KIND_REWARD);
+    grove::PluginConfig config = grove::PluginConfig::from_toml_text(info, vm["config"].as<std::string>(), "--config");
+    grove::PluginInstance instance(info, std::move(config));
+
+    grove::RewardRows rows;
+    rows.num_generations = vm["num-generations"].as<uint32_t>();
+    rows.seed = vm["seed"].as<uint64_t>();
+    if (rows.num_generations == 0) throw Error(ErrorKind::usage, "--num-generations must be at least 1");
+    grove::for_each_jsonl(input, "the rows to score (JSONL with a \"completion\" column)",
+                          [&](nlohmann::json& row, const std::string& where) {
+        if (!row.is_object() || !row.contains("completion") || !row["completion"].is_string())
+            throw Error(ErrorKind::input, where + ": the row needs a text \"completion\"");
+        std::string completion = row["completion"], prompt = row.value("prompt", std::string());
+        bool truncated = row.value("truncated", false);
+        // without a tokenizer the token ids are the completion's UTF-8 bytes unless the row gives them
+        std::vector<int32_t> ids;
+        if (row.contains("completion_ids")) {
+            try {
+                ids = row["completion_ids"].get<std::vector<int32_t>>();
+            } catch (const nlohmann::json::exception&) {
+                throw Error(ErrorKind::input, where + ": \"completion_ids\" must be a list of integers");
+            }
+        } else {
+            for (unsigned char c : completion) ids.push_back(c);
+        }
+        for (const char* column : {"completion", "prompt", "truncated", "completion_ids"}) row.erase(column);
+        rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump());
+    });
+    if (rows.size() == 0) throw Error(ErrorKind::input, input + ": no rows to score");
+    if (rows.size() % rows.num_generations != 0)
+        throw Error(ErrorKind::input, input + ": " + std::to_string(rows.size()) + " rows do not form groups of " +
+                                          std::to_string(rows.num_generations) + " (--num-generations)");
+
+    std::vector<float> scores, metrics;
+    instance.score(rows.view(), scores, metrics);
+    const auto& metric_names = instance.info().metric_names;
+    auto number = [](float v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+    for (size_t i = 0; i < rows.size(); ++i) {
+        nlohmann::json out{{"row", i}, {"score", number(scores[i])}};  // null = not applicable (NaN)
+        for (size_t m = 0; m < metric_names.size(); ++m) out["metrics"][metric_names[m]] = number(metrics[m * rows.size() + i]);
+        std::cout << out.dump() << "\n";
     }
     return 0;
 }

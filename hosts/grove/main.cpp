@@ -3,6 +3,7 @@
 //   grove --version | --help
 //   grove plugins list [--json]          every plugin on the search path
 //   grove plugins info NAME|PATH         its config keys and metrics
+//   grove plugins score NAME|PATH ...    one reward plugin's scores for fixed completions
 //   grove check MANIFEST [--set k=v ...] validate, load and create every plugin, print the resolved TOML
 //   grove manifest-reference             the manifest reference (docs/manifest.md) from the schema
 //   grove generate / logprobs            sampling and log-probabilities (commands_model.cpp)
@@ -37,6 +38,7 @@ const char* kUsage =
     "commands:\n"
     "  plugins list [--json]           list every plugin on the search path\n"
     "  plugins info NAME|PATH          show a plugin's configuration keys and metrics\n"
+    "  plugins score NAME|PATH ...     score fixed completions (JSONL) with one reward plugin\n"
     "  check MANIFEST [--set k=v ...]  validate a manifest, create every plugin, print the resolved configuration\n"
     "  manifest-reference              print the manifest reference (Markdown) generated from the schema\n"
     "  generate --model DIR ...        sample completions from a Hugging Face model folder\n"
@@ -89,13 +91,15 @@ int run(int argc, char** argv) {
     }
     if (first == "plugins") {
         if (rest.empty() || rest[0] == "--help" || rest[0] == "-h") {
-            std::cout << "usage: grove plugins list [--json]\n       grove plugins info NAME|PATH\n";
+            std::cout << "usage: grove plugins list [--json]\n       grove plugins info NAME|PATH\n"
+                         "       grove plugins score NAME|PATH --input ROWS.jsonl [--config TOML] [--num-generations G]\n";
             return rest.empty() ? int(ErrorKind::usage) : 0;
         }
         std::vector<std::string> sub(rest.begin() + 1, rest.end());
         if (rest[0] == "list") return grove::cli::plugins_list(sub);
         if (rest[0] == "info") return grove::cli::plugins_info(sub);
-        throw Error(ErrorKind::usage, "unknown command 'grove plugins " + rest[0] + "'; use list or info");
+        if (rest[0] == "score") return grove::cli::plugins_score(sub);
+        throw Error(ErrorKind::usage, "unknown command 'grove plugins " + rest[0] + "'; use list, info or score");
     }
     throw Error(ErrorKind::usage, "unknown command '" + first + "'\n" + kUsage);
 }

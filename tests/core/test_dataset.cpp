@@ -123,4 +123,19 @@ TEST(Arithmetic, BadOptionsNameTheSourceAndTheFix) {
     std::string unknown = message("builtin:arithmetic?digit=2");
     EXPECT_NE(unknown.find("builtin:arithmetic?digit=2: unknown option 'digit'"), std::string::npos) << unknown;
     EXPECT_NE(unknown.find("did you mean 'digits'"), std::string::npos) << unknown;
+    EXPECT_NE(message("builtin:arithmetic?style=terse").find("style is worked or short, not 'terse'"), std::string::npos);
+}
+
+TEST(Arithmetic, ShortStyleChangesOnlyTheInstruction) {
+    auto worked = grove::load_prompts("builtin:arithmetic-test?digits=1&ops=+-");
+    auto short_style = grove::load_prompts("builtin:arithmetic-test?digits=1&ops=+-&style=short");
+    ASSERT_EQ(worked.size(), short_style.size());
+    for (size_t i = 0; i < worked.size(); ++i) {
+        ASSERT_EQ(short_style[i].messages.size(), 2u);
+        EXPECT_EQ(short_style[i].messages[1].content, worked[i].messages[1].content) << "same problems, same order";
+        EXPECT_EQ(short_style[i].columns_json, worked[i].columns_json) << "same answers";
+        EXPECT_EQ(short_style[i].messages[0].content.find("<think>"), std::string::npos)
+            << "the short instruction does not mention tags";
+        EXPECT_NE(worked[i].messages[0].content.find("<think>"), std::string::npos);
+    }
 }

@@ -44,3 +44,57 @@ TEST(CustomRewardExample, RequiredKeyAndItsValidation) {
         EXPECT_NE(std::string(e.what()).find("'min_count': must be at least 1"), std::string::npos) << e.what();
     }
 }
+
+// The C++ example (worked_steps_reward.cpp): the share of true equations inside <think>.
+namespace {
+const std::string kCppPlugin =
+    std::string(GROVE_TEST_BINARY_DIR) + "/examples/custom-reward/build/libworked_steps_reward.so";
+}
+
+TEST(CustomRewardExample, WorkedStepsScoresTheShareOfTrueEquations) {
+    std::vector<grove::test::RewardRow> rows(7);
+    rows[0].completion = "<think>7+8=15 3+4+1=8</think><answer>85</answer>";     // both true
+    rows[1].completion = "<think>7+8=15 3+4+1=9</think><answer>95</answer>";     // one slip
+    rows[2].completion = "<think>13-8=5 4-2-1=1</think><answer>15</answer>";     // borrow notation
+    rows[3].completion = "<think>7*6=42 3*6+4=22 2+3*4=14</think><answer>222</answer>";  // * before +
+    rows[4].completion = "<answer>85</answer>";                                  // no <think>
+    rows[5].completion = "<think>carry the one, 7+8 is 15</think>";              // words, no equation
+    rows[6].completion = "<think>99999999999999999999+1=1</think>";              // overflow is not an equation
+    auto result = grove::test::score_rewards(kCppPlugin, "", rows, 1);
+    ASSERT_EQ(result.scores.size(), 7u);
+    EXPECT_FLOAT_EQ(result.scores[0], 1.0f);
+    EXPECT_FLOAT_EQ(result.scores[1], 0.5f);
+    EXPECT_FLOAT_EQ(result.scores[2], 1.0f);
+    EXPECT_FLOAT_EQ(result.scores[3], 1.0f);
+    EXPECT_FLOAT_EQ(result.scores[4], 0.0f);
+    EXPECT_FLOAT_EQ(result.scores[5], 0.0f);
+    EXPECT_FLOAT_EQ(result.scores[6], 0.0f);
+    ASSERT_EQ(result.metric_names, std::vector<std::string>{"steps"});
+    EXPECT_FLOAT_EQ(result.metrics[0][0], 2.0f);
+    EXPECT_FLOAT_EQ(result.metrics[0][3], 3.0f);
+    EXPECT_FLOAT_EQ(result.metrics[0][5], 0.0f);
+
+    auto strict = grove::test::score_rewards(kCppPlugin, "min_steps = 3", rows, 1);
+    EXPECT_FLOAT_EQ(strict.scores[0], 0.0f) << "two steps are fewer than min_steps = 3";
+    EXPECT_FLOAT_EQ(strict.scores[3], 1.0f);
+}
+
+TEST(CustomRewardExample, WorkedStepsNotApplicableRowsStayNaN) {
+    std::vector<grove::test::RewardRow> rows(2);
+    rows[0].completion = rows[1].completion = "<think>1+1=2</think>";
+    rows[0].row_json = R"({"answer" : "2"})";
+    rows[1].row_json = R"({"question": "\"answer\" is a word here"})";
+    auto result = grove::test::score_rewards(kCppPlugin, "only_if_column = \"answer\"", rows, 2);
+    EXPECT_FLOAT_EQ(result.scores[0], 1.0f);
+    EXPECT_TRUE(std::isnan(result.scores[1])) << "a row without the column is not applicable";
+}
+
+TEST(CustomRewardExample, WorkedStepsConfigErrorNamesTheKey) {
+    std::vector<grove::test::RewardRow> rows(1);
+    try {
+        grove::test::score_rewards(kCppPlugin, "min_steps = 0", rows);
+        FAIL() << "accepted min_steps = 0";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("'min_steps': must be at least 1"), std::string::npos) << e.what();
+    }
+}

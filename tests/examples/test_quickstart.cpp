@@ -34,7 +34,7 @@ TEST(Quickstart, ReducedRunImprovesHeldOutAccuracy) {
 
     // the trained folder in transformers: same tokens, same greedy completions as grove eval
     auto python = grove::test::run_command(std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
-                                           "/tests/examples/check_quickstart_model.py " + out + "/grpo/checkpoint-" +
+                                           "/tests/examples/check_model_in_transformers.py " + out + "/grpo/checkpoint-" +
                                            std::to_string(GROVE_QUICKSTART_TEST_STEPS) + " " + out + "/eval-after.json");
     EXPECT_EQ(python.exit_code, 0) << python.out;
 }

@@ -30,7 +30,8 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
 // never in training): "What is A + B?" / "A - B" / "A * B" with an "answer" column and a worked
 // reference "completion" (<think>7+8=15 3+4+1=8</think><answer>85</answer>). Difficulty is set
 // after a '?': builtin:arithmetic?digits=1&ops=+- (digits 1..3, default 2; ops from +-*, default
-// all three). The same options give the same, disjoint splits on every machine.
+// all three; style=short asks for the bare result instead of the <think>/<answer> format).
+// The same options give the same, disjoint splits on every machine.
 std::vector<std::string> builtin_sources();
 
 // Calls `row(json, where)` for every non-blank line of a JSONL file; `where` is "file:line" for

@@ -47,4 +47,10 @@ private:
 // `grove export --merge ADAPTER_DIR --base MODEL_DIR OUT_DIR`: base weights + merged LoRA deltas.
 void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir);
 
+// A model folder, or a LoRA checkpoint (adapter_config.json, no config.json): then the base model
+// its adapter_config.json names (base_model_name_or_path, relative to the checkpoint if relative)
+// with the adapter merged in. eval, generate and logprobs take LoRA checkpoints this way.
+std::unique_ptr<class Model> load_model_or_lora_checkpoint(const std::string& folder, const std::string& device,
+                                                           const std::string& dtype);
+
 }  // namespace grove
