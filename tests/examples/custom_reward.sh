@@ -20,5 +20,5 @@ sed "s|\.\./\.\./build-keyword/|$work/build/|" \
 out=$("$work/prefix/bin/grove" check "$work/grove.toml")
 echo "$out" | grep -q "reward     keyword 1.0.0" || { echo "installed grove did not load the example: $out"; exit 1; }
 echo "$out" | grep -q "reward     worked_steps 1.0.0" || { echo "installed grove did not load the C++ example: $out"; exit 1; }
-echo "$out" | grep -q "reward     format 1.0.0" || { echo "installed grove did not find its own plugins: $out"; exit 1; }
+echo "$out" | grep -q "reward     correctness 1.0.0" || { echo "installed grove did not find its own plugins: $out"; exit 1; }
 echo "custom-reward example: built against $work/prefix and loaded by the installed grove"

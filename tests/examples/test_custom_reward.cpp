@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "plugin_test_support.hpp"
 
@@ -97,4 +98,54 @@ TEST(CustomRewardExample, WorkedStepsConfigErrorNamesTheKey) {
     } catch (const std::exception& e) {
         EXPECT_NE(std::string(e.what()).find("'min_steps': must be at least 1"), std::string::npos) << e.what();
     }
+}
+
+// `grove plugins score`: the documented way to test a reward without a model (docs/plugins.md).
+namespace {
+std::string write_rows(const std::string& name, const std::string& text) {
+    std::string path = std::string(GROVE_TEST_BINARY_DIR) + "/examples/" + name;
+    std::ofstream(path) << text;
+    return path;
+}
+}  // namespace
+
+TEST(CustomRewardExample, PluginsScoreCommandPrintsOneLinePerRow) {
+    std::string rows = write_rows("score_rows.jsonl",
+        "{\"completion\": \"<think>7+8=15 3+4+1=8</think><answer>85</answer>\", \"answer\": \"85\"}\n"
+        "{\"completion\": \"<think>7+8=15 3+4+1=9</think><answer>95</answer>\", \"answer\": \"85\"}\n"
+        "\n"
+        "{\"completion\": \"<answer>85</answer>\"}\n");
+    auto r = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + rows +
+                                    " --config 'only_if_column = \"answer\"'");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(r.out,
+              "{\"metrics\":{\"steps\":2.0},\"row\":0,\"score\":1.0}\n"
+              "{\"metrics\":{\"steps\":2.0},\"row\":1,\"score\":0.5}\n"
+              "{\"metrics\":{\"steps\":null},\"row\":2,\"score\":null}\n");
+
+    // the built-in correctness reward by name, reading the row's other columns
+    auto named = grove::test::run_grove("plugins score correctness --input " + rows);
+    ASSERT_EQ(named.exit_code, 0) << named.out;
+    EXPECT_NE(named.out.find("\"row\":0,\"score\":1.0"), std::string::npos) << named.out;
+    EXPECT_NE(named.out.find("\"row\":1,\"score\":0.0"), std::string::npos) << named.out;
+}
+
+TEST(CustomRewardExample, PluginsScoreCommandErrorsNameTheProblem) {
+    std::string rows = write_rows("score_bad.jsonl", "{\"completion\": \"a\"}\n{\"text\": \"b\"}\n");
+    auto missing = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + rows);
+    EXPECT_EQ(missing.exit_code, 5) << missing.out;
+    EXPECT_NE(missing.out.find("score_bad.jsonl:2: the row needs a text \"completion\""), std::string::npos) << missing.out;
+
+    std::string three = write_rows("score_three.jsonl", "{\"completion\": \"a\"}\n{\"completion\": \"b\"}\n{\"completion\": \"c\"}\n");
+    auto groups = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + three + " --num-generations 2");
+    EXPECT_EQ(groups.exit_code, 5) << groups.out;
+    EXPECT_NE(groups.out.find("3 rows do not form groups of 2"), std::string::npos) << groups.out;
+
+    auto config = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + three + " --config 'min_step = 2'");
+    EXPECT_EQ(config.exit_code, 3) << config.out;  // a configuration error, as in a manifest
+    EXPECT_NE(config.out.find("min_step"), std::string::npos) << config.out;
+    EXPECT_NE(config.out.find("did you mean 'min_steps'"), std::string::npos) << config.out;
+
+    auto not_reward = grove::test::run_grove("plugins score dapo --input " + three);
+    EXPECT_NE(not_reward.exit_code, 0) << not_reward.out;
 }
