@@ -722,6 +722,12 @@ std::string Trainer::save_checkpoint() {
     write_file_atomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
     fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);  // atomic: a crash leaves the previous checkpoints and a .tmp folder
+    // <output>/latest names the checkpoint written last, so scripts need not know the step count;
+    // a relative link survives moving the run folder, and rename() swaps it atomically
+    fs::path link = fs::path(s.output) / "latest", tmp_link = fs::path(s.output) / ".tmp-latest";
+    fs::remove(tmp_link);
+    fs::create_directory_symlink(name, tmp_link);
+    fs::rename(tmp_link, link);
     if (auto keep = s.manifest.optional_integer("output.save_total_limit")) {
         std::vector<int64_t> steps;
         for (const auto& e : fs::directory_iterator(s.output)) {

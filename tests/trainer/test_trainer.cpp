@@ -182,7 +182,11 @@ TEST(Trainer, ResumeContinuesExactly) {
             auto got = first.step();
             EXPECT_DOUBLE_EQ(got["loss"], expected[size_t(i)]["loss"]) << "step " << i;
         }
-        first.save_checkpoint();
+        std::string saved = first.save_checkpoint();
+        fs::path latest = fs::path(saved).parent_path() / "latest";
+        ASSERT_TRUE(fs::is_symlink(latest)) << "the run folder has a latest link";
+        EXPECT_EQ(fs::read_symlink(latest), fs::path("checkpoint-3")) << "relative, to the checkpoint just written";
+        EXPECT_TRUE(fs::exists(latest / "trainer_state.json"));
     }
     grove::TrainerOptions resume;
     resume.resume = "latest";
@@ -194,6 +198,8 @@ TEST(Trainer, ResumeContinuesExactly) {
             EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
     }
     EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
+    std::string saved = second.save_checkpoint();
+    EXPECT_EQ(fs::read_symlink(fs::path(saved).parent_path() / "latest"), fs::path("checkpoint-6")) << "moved on";
 }
 
 TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {
