@@ -1,6 +1,7 @@
 #include "grove/model.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cmath>
 #include <functional>
@@ -199,9 +200,60 @@ ModelConfig load_model_config(const std::string& folder) {
 }
 
 // ---------------------------------------------------------------------------------------------
-at::Tensor Linear::operator()(const at::Tensor& x) const {
-    if (adapter && (!adapters_enabled || *adapters_enabled)) return adapter->forward(x);
+namespace {
+thread_local bool t_packed_linear = false;
+
+// oneDNN's linear ops as registered in the dispatcher (what torch.compile's CPU backend uses)
+struct PackedLinearOps {
+    c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, std::optional<int64_t>)> reorder;
+    c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                        c10::string_view, c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>
+        linear;
+    static const PackedLinearOps* get() {
+        static const std::optional<PackedLinearOps> ops = []() -> std::optional<PackedLinearOps> {
+            if (!at::hasMKLDNN()) return std::nullopt;
+            auto& d = c10::Dispatcher::singleton();
+            auto reorder = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
+            auto linear = d.findSchema({"mkldnn::_linear_pointwise", ""});
+            if (!reorder || !linear) return std::nullopt;
+            try {
+                return PackedLinearOps{reorder->typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>(),
+                                       linear->typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                                                c10::string_view, c10::List<std::optional<at::Scalar>>,
+                                                                std::optional<c10::string_view>)>()};
+            } catch (const c10::Error&) {  // a libtorch whose schema changed: plain GEMMs
+                return std::nullopt;
+            }
+        }();
+        return ops ? &*ops : nullptr;
+    }
+};
+
+at::Tensor linear_maybe_packed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                               at::Tensor& packed, int64_t& packed_version) {
+    if (t_packed_linear && !at::GradMode::is_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+        weight.scalar_type() == at::kFloat && x.dim() >= 2) {
+        const PackedLinearOps* ops = PackedLinearOps::get();
+        if (!packed.defined() || packed_version != weight._version()) {
+            packed = ops->reorder.call(weight, x.size(0));  // the batch size decode will use
+            packed_version = weight._version();
+        }
+        return ops->linear.call(x.contiguous(), packed, bias, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
+    }
     return bias ? at::linear(x, weight, *bias) : at::linear(x, weight);
+}
+}  // namespace
+
+PackedLinearScope::PackedLinearScope() : previous_(t_packed_linear) { t_packed_linear = available(); }
+PackedLinearScope::~PackedLinearScope() { t_packed_linear = previous_; }
+bool PackedLinearScope::available() { return PackedLinearOps::get() != nullptr; }
+
+at::Tensor Linear::base(const at::Tensor& x) const { return linear_maybe_packed(x, weight, bias, packed, packed_version); }
+
+at::Tensor Linear::operator()(const at::Tensor& x) const {
+    at::Tensor y = base(x);
+    if (adapter && (!adapters_enabled || *adapters_enabled)) y = y + adapter->delta(x);
+    return y;
 }
 
 struct Model::Layer {
@@ -440,7 +492,9 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
     return rms_norm(h, norm_, c.rms_norm_eps);
 }
 
-at::Tensor Model::logits(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_weight()); }
+at::Tensor Model::logits(const at::Tensor& hidden) const {
+    return linear_maybe_packed(hidden, lm_head_weight(), std::nullopt, packed_lm_head_, packed_lm_head_version_);
+}
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;

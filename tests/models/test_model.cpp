@@ -262,3 +262,35 @@ TEST(Safetensors, HeaderFieldsAreValidated) {
     EXPECT_EQ(reinterpret_cast<const float*>(ok.find("v")->data)[2], 3.25f);
     for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().filename().string().rfind(".tmp-", 0), std::string::npos);
 }
+
+// generate() runs its products on oneDNN's pre-packed weights; they must give the plain products'
+// logits, and an in-place weight update (an optimizer step) must be seen by the next packed call.
+TEST(Model, PackedWeightsGiveThePlainLogitsAndFollowUpdates) {
+    if (!grove::PackedLinearScope::available()) GTEST_SKIP() << "this libtorch has no oneDNN linear ops";
+    at::NoGradGuard no_grad;
+    for (const char* name : {"llama_gqa", "qwen2_tied"}) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        auto logits = [&] { return model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]); };
+        at::Tensor plain = logits();
+        at::Tensor packed;
+        {
+            grove::PackedLinearScope scope;
+            packed = logits();
+        }
+        EXPECT_TRUE(model->linear_layers().front()->packed.defined()) << name << ": the scope did not pack";
+        EXPECT_LT(masked_max_diff(plain, packed, ref["attention_mask"]), 1e-5) << name;
+        EXPECT_FALSE(at::equal(plain, packed)) << name << ": identical bits suggest the plain path ran";
+
+        for (grove::Linear* layer : model->linear_layers()) layer->weight.mul_(1.5);  // as an optimizer step would
+        model->named_parameters().front().second.mul_(0.5);                             // embeddings (tied head)
+        at::Tensor plain_after = logits();
+        at::Tensor packed_after;
+        {
+            grove::PackedLinearScope scope;
+            packed_after = logits();
+        }
+        EXPECT_GT((plain_after - plain).abs().max().item<double>(), 1e-3) << name;
+        EXPECT_LT(masked_max_diff(plain_after, packed_after, ref["attention_mask"]), 1e-5) << name << ": stale packed weights";
+    }
+}
