@@ -43,8 +43,8 @@ const std::vector<KeySpec>& manifest_schema() {
                  "auto = recognised from the checkpoint; none = prompts are used as plain text"),
              "auto|chatml|llama3|llama2|plain|none"),
         trl(key("model", "gradient_checkpointing", T::boolean, "false",
-                "recompute activations in backward to save memory (TRL's default is true; not implemented yet, "
-                "true is refused)"),
+                "keep only each layer's input and recompute its activations in backward: less memory, one more "
+                "forward pass, the same gradients (TRL's default is true)"),
             "gradient_checkpointing"),
 
         key("data", "source", T::string, nullptr,
@@ -155,6 +155,11 @@ const std::vector<KeySpec>& manifest_schema() {
                   kInf, true),
             "num_train_epochs"),
         trl(key("train", "seed", T::integer, "42", "seed of sampling, shuffling and initialisation"), "seed"),
+        trl(pick(key("train", "mixed_precision", T::string, "\"auto\"",
+                     "bf16 = the policy's forward passes under bfloat16 autocast, weights and optimizer in model.dtype; "
+                     "auto = bf16 on CUDA, none on CPU; no = off"),
+                 "auto|bf16|no"),
+            "bf16"),
 
         path(key("rollouts", "path", T::string, nullptr,
                  "train on rollouts made elsewhere (JSONL: prompt_ids or prompt, completion_ids, optional "

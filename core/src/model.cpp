@@ -1,7 +1,10 @@
 #include "grove/model.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <functional>
@@ -232,7 +235,7 @@ struct PackedLinearOps {
 at::Tensor linear_maybe_packed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                at::Tensor& packed, int64_t& packed_version) {
     if (t_packed_linear && !at::GradMode::is_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-        weight.scalar_type() == at::kFloat && x.dim() >= 2) {
+        weight.scalar_type() == at::kFloat && x.dim() >= 2 && !at::autocast::is_autocast_enabled(at::kCPU)) {
         const PackedLinearOps* ops = PackedLinearOps::get();
         if (!packed.defined() || packed_version != weight._version()) {
             packed = ops->reorder.call(weight, x.size(0));  // the batch size decode will use
@@ -444,6 +447,75 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 }  // namespace
 
+at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
+                                 const at::Tensor& visible, KVCache* cache) const {
+    const ModelConfig& c = config_;
+    const Layer& layer = *layers_[index];
+    const int64_t B = h_in.size(0), T = h_in.size(1), past = cache ? cache->length : 0, S = past + T;
+    at::Tensor h = h_in;
+    at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
+    at::Tensor q = layer.q(x).view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
+    at::Tensor k = layer.k(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+    at::Tensor v = layer.v(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    if (cache) {
+        cache->keys[index].narrow(2, past, T).copy_(k);
+        cache->values[index].narrow(2, past, T).copy_(v);
+        k = cache->keys[index].narrow(2, 0, S);
+        v = cache->values[index].narrow(2, 0, S);
+    }
+    at::Tensor attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, std::nullopt,
+                                                       c.num_key_value_heads != c.num_attention_heads);
+    h = h + layer.o(attn.transpose(1, 2).reshape({B, T, c.num_attention_heads * c.head_dim}));
+    x = rms_norm(h, layer.post_attention_norm, c.rms_norm_eps);
+    h = h + layer.down(at::silu(layer.gate(x)) * layer.up(x));
+    return h;
+}
+
+// Reentrant checkpointing as torch.utils.checkpoint(use_reentrant=True): the forward keeps only the
+// layer input; the backward recomputes the layer with gradients on and back-propagates through it,
+// which accumulates the parameters' gradients directly (they are leaves) and returns the input's.
+struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedLayer> {
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const Model* model, int64_t index,
+                              const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& visible) {
+        ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+        ctx->saved_data["index"] = index;
+        at::Generator generator = at::globalContext().defaultGenerator(h.device());
+        {
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            ctx->saved_data["rng"] = generator.get_state();  // dropout must draw the same masks again
+        }
+        ctx->save_for_backward({h, cos, sin, visible});
+        return model->layer_forward(size_t(index), h, cos, sin, visible, nullptr);  // grad mode is off here
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grad_outputs) {
+        const Model* model = reinterpret_cast<const Model*>(ctx->saved_data["model"].toInt());
+        int64_t index = ctx->saved_data["index"].toInt();
+        auto saved = ctx->get_saved_variables();
+        at::Tensor h = saved[0].detach().requires_grad_(true);
+        at::Generator generator = at::globalContext().defaultGenerator(h.device());
+        at::Tensor now;
+        {
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            now = generator.get_state();
+            generator.set_state(ctx->saved_data["rng"].toTensor());
+        }
+        at::Tensor out;
+        {
+            at::AutoGradMode grad(true);
+            out = model->layer_forward(size_t(index), h, saved[1], saved[2], saved[3], nullptr);
+        }
+        {
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            generator.set_state(now);
+        }
+        torch::autograd::backward({out}, {grad_outputs[0]});
+        return {h.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+};
+
 at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                 const at::Tensor& position_ids, KVCache* cache) const {
     const ModelConfig& c = config_;
@@ -468,26 +540,11 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
     at::Tensor cos = emb.cos().to(dtype()).unsqueeze(1), sin = emb.sin().to(dtype()).unsqueeze(1);  // [B,1,T,D]
 
     at::Tensor h = at::embedding(embed_tokens_, input_ids.to(device));
-    for (size_t l = 0; l < layers_.size(); ++l) {
-        const Layer& layer = *layers_[l];
-        at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
-        at::Tensor q = layer.q(x).view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
-        at::Tensor k = layer.k(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
-        at::Tensor v = layer.v(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
-        q = q * cos + rotate_half(q) * sin;
-        k = k * cos + rotate_half(k) * sin;
-        if (cache) {
-            cache->keys[l].narrow(2, past, T).copy_(k);
-            cache->values[l].narrow(2, past, T).copy_(v);
-            k = cache->keys[l].narrow(2, 0, S);
-            v = cache->values[l].narrow(2, 0, S);
-        }
-        at::Tensor attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, std::nullopt,
-                                                           c.num_key_value_heads != c.num_attention_heads);
-        h = h + layer.o(attn.transpose(1, 2).reshape({B, T, c.num_attention_heads * c.head_dim}));
-        x = rms_norm(h, layer.post_attention_norm, c.rms_norm_eps);
-        h = h + layer.down(at::silu(layer.gate(x)) * layer.up(x));
-    }
+    bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
+    if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
+    for (size_t l = 0; l < layers_.size(); ++l)
+        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), cos, sin, visible)
+                       : layer_forward(l, h, cos, sin, visible, cache);
     if (cache) cache->length = S;
     return rms_norm(h, norm_, c.rms_norm_eps);
 }

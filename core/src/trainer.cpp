@@ -1,6 +1,7 @@
 #include "grove/trainer.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -42,6 +43,33 @@ extern "C" void request_stop(int) { g_stop_requested = 1; }
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// bfloat16 autocast on one device type for the scope's life (TRL's bf16 = True): matrix products
+// run in bf16 while weights, gradients and optimizer state keep their dtype. No-op without a device.
+class AutocastScope {
+public:
+    explicit AutocastScope(std::optional<at::DeviceType> device) : device_(device) {
+        if (!device_) return;
+        was_enabled_ = at::autocast::is_autocast_enabled(*device_);
+        previous_dtype_ = at::autocast::get_autocast_dtype(*device_);
+        at::autocast::set_autocast_enabled(*device_, true);
+        at::autocast::set_autocast_dtype(*device_, at::kBFloat16);
+        at::autocast::increment_nesting();
+    }
+    ~AutocastScope() {
+        if (!device_) return;
+        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();  // cached bf16 weight casts
+        at::autocast::set_autocast_enabled(*device_, was_enabled_);
+        at::autocast::set_autocast_dtype(*device_, previous_dtype_);
+    }
+    AutocastScope(const AutocastScope&) = delete;
+    AutocastScope& operator=(const AutocastScope&) = delete;
+
+private:
+    std::optional<at::DeviceType> device_;
+    bool was_enabled_ = false;
+    at::ScalarType previous_dtype_ = at::kBFloat16;
+};
+
 // One micro-batch of a generation batch, ready for the loss.
 struct MicroBatch {
     at::Tensor prompt_ids, prompt_mask, completion_ids, completion_mask, advantages;
@@ -69,6 +97,7 @@ struct Trainer::State {
     std::unique_ptr<PluginInstance> adapter, reduction;
     std::unique_ptr<AdapterHost> adapter_host;
     bool lora = false;
+    std::optional<at::DeviceType> autocast_device;  // train.mixed_precision resolved: bf16 autocast here
 
     std::vector<PromptRow> rows;
     std::vector<std::vector<int64_t>> prompt_tokens;  // per row, tokenized once
@@ -135,9 +164,6 @@ void Trainer::State::load() {
     if (options.world_size != 1)
         throw Error(ErrorKind::usage, "multi-process training (world size " + std::to_string(options.world_size) +
                                           ") runs on torch.distributed, which this build does not include yet; run one process");
-    if (m.boolean("model.gradient_checkpointing"))
-        throw Error(ErrorKind::manifest, m.path() + ": model.gradient_checkpointing = true is not implemented yet; "
-                                             "set it to false (activations are kept; memory grows with batch x length)");
     G = m.integer("generation.num_generations");
     batch = m.integer("train.per_device_train_batch_size");
     accumulation = m.integer("train.gradient_accumulation_steps");
@@ -150,6 +176,9 @@ void Trainer::State::load() {
                                              ") must divide one another, so optimizer steps line up with generation batches");
 
     model = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
+    model->set_gradient_checkpointing(m.boolean("model.gradient_checkpointing"));  // the training forward only
+    std::string precision = m.string("train.mixed_precision");
+    if (precision == "bf16" || (precision == "auto" && model->device().is_cuda())) autocast_device = model->device().type();
     tokenizer = Tokenizer::load(m.string("model.path"));
     chat = chat_template_from_name(m.string("model.chat_template"), tokenizer->config());
 
@@ -277,6 +306,7 @@ at::Tensor Trainer::State::logps_no_grad(Model& m, const MicroBatch& b) {
 void Trainer::State::generate_buffer() {
     const Manifest& m = manifest;
     auto t0 = Clock::now();
+    AutocastScope autocast(autocast_device);  // sampling and old/reference log-probs, as TRL's accelerate wraps forward
     std::vector<std::vector<int64_t>> prompts;
     std::vector<std::string> row_prompt_text, row_columns;
     std::vector<const ReplayRow*> replayed;
@@ -598,9 +628,12 @@ std::map<std::string, double> Trainer::step() {
         int64_t index = s.micro_step % s.steps_per_generation;
         const MicroBatch& b = s.buffer[size_t(index)];
         s.adapter_host->set_training(true);
-        at::Tensor entropy;
-        at::Tensor logp = completion_logprobs(*s.model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
-                                              temperature, &entropy);
+        at::Tensor entropy, logp;
+        {
+            AutocastScope autocast(s.autocast_device);  // the forward only; backward follows the recorded dtypes
+            logp = completion_logprobs(*s.model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask,
+                                       temperature, &entropy);
+        }
         at::Tensor mask = b.completion_mask.to(at::kFloat).contiguous();
         entropy_sum += (entropy * mask.to(entropy.device())).sum().item<double>();
         // the tokens whose gradients accumulate into this optimizer step (the dapo normaliser)

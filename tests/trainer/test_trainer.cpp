@@ -289,3 +289,63 @@ TEST(Trainer, FullyMaskedBatchGivesZeroLossAndZeroGradient) {
     EXPECT_TRUE(at::equal(logp.grad(), at::zeros_like(logp)));
     EXPECT_EQ(r.token_count, 0.0);
 }
+
+// Checkpointed layers recompute their activations in backward, with the random state of the first
+// pass (LoRA dropout draws the same masks): two steps give the same losses, gradients and weights.
+TEST(Trainer, GradientCheckpointingGivesTheSameSteps) {
+    const std::vector<std::vector<std::string>> setups{
+        {"train.per_device_train_batch_size=4"},
+        {"train.per_device_train_batch_size=4", "adapter.plugin=\"lora\"",
+         "adapter.config={ r = 4, alpha = 8.0, dropout = 0.2, target_modules = [\"q_proj\", \"v_proj\", \"down_proj\"] }"}};
+    for (size_t i = 0; i < setups.size(); ++i) {
+        auto plain = setups[i], checkpointed = setups[i];
+        plain.insert(plain.end(), {"train.max_steps=2", "model.gradient_checkpointing=false"});
+        checkpointed.insert(checkpointed.end(), {"train.max_steps=2", "model.gradient_checkpointing=true"});
+        // one trainer after the other: dropout draws from torch's global generator, which the
+        // constructor seeds, so interleaved steps would hand each run the other's random numbers
+        grove::Trainer a(manifest("gc_off_" + std::to_string(i), plain), fresh());
+        auto before = snapshot(a.model());
+        std::vector<std::map<std::string, double>> ma{a.step(), a.step()};
+        grove::Trainer b(manifest("gc_on_" + std::to_string(i), checkpointed), fresh());
+        EXPECT_TRUE(b.model().gradient_checkpointing());
+        std::vector<std::map<std::string, double>> mb{b.step(), b.step()};
+        for (size_t step = 0; step < 2; ++step) {
+            EXPECT_DOUBLE_EQ(ma[step]["reward"], mb[step]["reward"]) << "setup " << i << " step " << step;
+            EXPECT_NEAR(ma[step]["loss"], mb[step]["loss"], 1e-6 * std::max(1.0, std::abs(ma[step]["loss"]))) << "setup " << i;
+            EXPECT_NEAR(ma[step]["grad_norm"], mb[step]["grad_norm"], 1e-5 * ma[step]["grad_norm"]) << "setup " << i << " step " << step;
+        }
+        EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 1e-6) << "setup " << i;
+        EXPECT_GT(max_difference(snapshot(a.model()), before), 1e-5) << "setup " << i << ": the update is not empty";
+    }
+}
+
+// train.mixed_precision = "bf16" (TRL's bf16 = True) on fixed rollouts: the forward runs in bfloat16,
+// so the gradient differs slightly from float32's, while weights and optimizer stay float32.
+TEST(Trainer, Bf16AutocastKeepsFloat32WeightsAndStaysClose) {
+    // adam_epsilon = 1 makes the first AdamW step nearly SGD, so weight differences follow gradient differences
+    std::vector<std::string> settings{"train.max_steps=1", "train.per_device_train_batch_size=4", "reduction.plugin=\"dapo\"",
+                                      "train.adam_epsilon=1.0"};
+    auto source_settings = settings;
+    source_settings.push_back("logging.save_rollouts=true");
+    auto source = manifest("bf16_source", source_settings);
+    grove::Trainer(source, fresh()).step();
+    std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
+    auto replay = settings;
+    replay.push_back("rollouts.path=\"" + rollouts + "\"");
+    auto fp32 = replay, bf16 = replay;
+    fp32.push_back("train.mixed_precision=\"no\"");
+    bf16.push_back("train.mixed_precision=\"bf16\"");
+    grove::Trainer a(manifest("bf16_off", fp32), fresh());
+    grove::Trainer b(manifest("bf16_on", bf16), fresh());
+    auto before = snapshot(a.model());
+    auto ma = a.step(), mb = b.step();
+    EXPECT_DOUBLE_EQ(ma["reward"], mb["reward"]);  // the same rollouts
+    ASSERT_GT(ma["grad_norm"], 0.0);
+    double relative = std::abs(ma["grad_norm"] - mb["grad_norm"]) / ma["grad_norm"];
+    EXPECT_GT(relative, 1e-7) << "identical gradients: autocast did not run";
+    EXPECT_LT(relative, 0.05) << "bf16 gradient norm " << mb["grad_norm"] << " vs float32 " << ma["grad_norm"];
+    for (const auto& [name, p] : b.model().named_parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat) << name;
+    double update = max_difference(snapshot(a.model()), before);
+    ASSERT_GT(update, 0.0);
+    EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 0.05 * update);
+}

@@ -129,6 +129,13 @@ public:
     // Every linear layer of the decoder stack, for adapters.
     std::vector<Linear*> linear_layers();
     void attach_adapter(AdapterHost& host);
+    // Gradient checkpointing (TRL's gradient_checkpointing, reentrant): while gradients are
+    // recorded, each decoder layer keeps only its input and recomputes its activations in the
+    // backward pass, with the random state (adapter dropout) of the first pass. Memory for
+    // activations drops from layers x (batch x length x ~15 hidden) to one layer's worth plus the
+    // layer inputs, for one extra forward pass. Gradients are the same as without it.
+    void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
+    bool gradient_checkpointing() const { return gradient_checkpointing_; }
     // With adapters disabled the model is the base model (TRL's reference for PEFT runs).
     void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
     // Adapter parameters under their saved (PEFT) names.
@@ -139,7 +146,11 @@ public:
 
 private:
     struct Layer;
+    struct CheckpointedLayer;
     Model() = default;
+    // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables, visible [B, 1, T, S].
+    at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                             const at::Tensor& visible, KVCache* cache) const;
     static std::unique_ptr<Model> build(const std::string& folder,
                                         const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,
                                         const std::string& device, const std::string& dtype);
@@ -152,6 +163,7 @@ private:
     mutable int64_t packed_lm_head_version_ = -1;
     at::Tensor inv_freq_;                // [head_dim / 2], float32
     bool adapters_enabled_ = true;
+    bool gradient_checkpointing_ = false;
 };
 
 }  // namespace grove
