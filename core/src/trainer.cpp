@@ -18,6 +18,7 @@
 #include "grove/adapter_host.hpp"
 #include "grove/advantages.hpp"
 #include "grove/dataset.hpp"
+#include "grove/distributed.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
@@ -42,6 +43,11 @@ extern "C" void request_stop(int) { g_stop_requested = 1; }
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// a checkpoint's unused micro-batches, one file per rank (rank 0 keeps the single-process name)
+std::string buffer_file_name(int rank) {
+    return rank == 0 ? "buffer.safetensors" : "buffer.rank" + std::to_string(rank) + ".safetensors";
+}
 
 // bfloat16 autocast on one device type for the scope's life (TRL's bf16 = True): matrix products
 // run in bf16 while weights, gradients and optimizer state keep their dtype. No-op without a device.
@@ -161,9 +167,12 @@ struct Trainer::State {
 // ---------------------------------------------------------------------------------------------
 void Trainer::State::load() {
     const Manifest& m = manifest;
-    if (options.world_size != 1)
-        throw Error(ErrorKind::usage, "multi-process training (world size " + std::to_string(options.world_size) +
-                                          ") runs on torch.distributed, which this build does not include yet; run one process");
+    if (options.world_size > 1 && (!options.group || options.group->world_size() != options.world_size))
+        throw Error(ErrorKind::usage, "world size " + std::to_string(options.world_size) + " needs its process group "
+                                      "(launch with `grove train --nproc N` or torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)");
+    if (options.world_size > 1 && m.boolean("logging.save_rollouts"))
+        throw Error(ErrorKind::manifest, m.path() + ": logging.save_rollouts writes one file from one process; with " +
+                                             std::to_string(options.world_size) + " processes set it to false (or train with one)");
     G = m.integer("generation.num_generations");
     batch = m.integer("train.per_device_train_batch_size");
     accumulation = m.integer("train.gradient_accumulation_steps");
@@ -213,6 +222,11 @@ void Trainer::State::load() {
     ao.epsilon = m.number("train.adam_epsilon");
     ao.weight_decay = m.number("train.weight_decay");
     optimizer = std::make_unique<AdamW>(params, ao);
+    if (options.group) {  // every rank starts from rank 0's trainable weights
+        at::NoGradGuard no_grad;
+        std::vector<at::Tensor> shared = params;
+        options.group->broadcast(shared);
+    }
     if (params.empty())
         throw Error(ErrorKind::plugin, "the adapter '" + adapter->info().name + "' left no trainable parameter: check its "
                                        "target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
@@ -312,9 +326,11 @@ void Trainer::State::generate_buffer() {
     std::vector<const ReplayRow*> replayed;
     SamplingOptions o = sampling_options(m);
     set_stop_tokens(o, *model, tokenizer->config());
-    o.seed = uint64_t(m.integer("train.seed")) * 7919ull + uint64_t(generation_index);
+    // each rank samples its own slice with its own stream (rank 0 keeps the single-process seed)
+    o.seed = uint64_t(m.integer("train.seed")) * 7919ull + uint64_t(generation_index) + uint64_t(options.rank) * 0x9E3779B97F4A7C15ull;
     GenerationResult result;
     adapter_host->set_training(false);  // no adapter dropout while sampling or computing old/reference log-probs
+    // the global generation batch, the same on every rank (the sampler is seeded alike) ...
     if (replay.empty()) {
         for (int64_t index : next_prompts(generation_batch / G))
             for (int64_t j = 0; j < G; ++j) {  // each prompt G times, consecutively (group-major)
@@ -322,11 +338,7 @@ void Trainer::State::generate_buffer() {
                 row_prompt_text.push_back(prompt_texts[size_t(index)]);
                 row_columns.push_back(rows[size_t(index)].columns_json);
             }
-        result = generate(*model, prompts, o);
-    } else {
-        // whole groups in file order; a completion ends at its first EOS id (kept), as generated ones do
-        std::set<int64_t> eos(o.eos_token_ids.begin(), o.eos_token_ids.end());
-        int64_t width = 1;
+    } else {  // whole groups in file order
         for (int64_t i = 0; i < generation_batch; ++i) {
             if (replay_position >= replay.size()) {
                 replay_position = 0;
@@ -337,13 +349,29 @@ void Trainer::State::generate_buffer() {
             prompts.push_back(r.prompt_ids);
             row_prompt_text.push_back(r.prompt_text);
             row_columns.push_back(r.columns_json);
-            width = std::max<int64_t>(width, int64_t(r.completion_ids.size()));
         }
         position = int64_t(replay_position / size_t(G));
-        result.completion_ids = at::full({generation_batch, width}, o.pad_token_id, at::kLong);
-        result.sampled_logprobs = at::zeros({generation_batch, width}, at::kFloat);
-        result.truncated = at::zeros({generation_batch}, at::kBool);
-        for (int64_t i = 0; i < generation_batch; ++i) {
+    }
+    // ... of which this rank takes rows [rank * n, (rank + 1) * n), as accelerate shards TRL's (groups may span ranks)
+    const int64_t local_rows = generation_batch / options.world_size, first_row = int64_t(options.rank) * local_rows;
+    auto keep_local = [&](auto& v) {
+        v = std::remove_reference_t<decltype(v)>(v.begin() + first_row, v.begin() + first_row + local_rows);
+    };
+    keep_local(prompts);
+    keep_local(row_prompt_text);
+    keep_local(row_columns);
+    if (!replayed.empty()) keep_local(replayed);
+    if (replayed.empty()) {
+        result = generate(*model, prompts, o);
+    } else {
+        // a replayed completion ends at its first EOS id (kept), as generated ones do
+        std::set<int64_t> eos(o.eos_token_ids.begin(), o.eos_token_ids.end());
+        int64_t width = 1;
+        for (const ReplayRow* r : replayed) width = std::max<int64_t>(width, int64_t(r->completion_ids.size()));
+        result.completion_ids = at::full({local_rows, width}, o.pad_token_id, at::kLong);
+        result.sampled_logprobs = at::zeros({local_rows, width}, at::kFloat);
+        result.truncated = at::zeros({local_rows}, at::kBool);
+        for (int64_t i = 0; i < local_rows; ++i) {
             const ReplayRow& r = *replayed[size_t(i)];
             int64_t length = int64_t(r.completion_ids.size());
             for (int64_t t = 0; t < int64_t(r.completion_ids.size()); ++t)
@@ -378,9 +406,10 @@ void Trainer::State::generate_buffer() {
     const grove_reward_batch& rb = batch_rows.view();
     const std::vector<std::string>& completions = batch_rows.completions;
     const std::vector<std::string>& row_texts = batch_rows.prompts;
-    const std::vector<uint8_t>& truncated = batch_rows.truncated;
     const int K = int(rewards.size());
     std::vector<float> R(size_t(N) * K);
+    std::vector<std::string> metric_names;
+    std::vector<std::vector<double>> metric_columns;  // reward plugins' per-row metrics
     for (int k = 0; k < K; ++k) {
         const std::string& name = reward_names[size_t(k)];
         bool all_given = !replayed.empty() && std::all_of(replayed.begin(), replayed.end(),
@@ -394,15 +423,39 @@ void Trainer::State::generate_buffer() {
         }
         const auto& names = rewards[size_t(k)].info().metric_names;
         for (size_t mi = 0; mi < names.size() && !metrics.empty(); ++mi) {
-            std::vector<double> column(metrics.begin() + mi * N, metrics.begin() + (mi + 1) * N);
-            generation_metrics["rewards/" + reward_names[size_t(k)] + "/" + names[mi]] = nanmean(column);
+            metric_names.push_back("rewards/" + reward_names[size_t(k)] + "/" + names[mi]);
+            metric_columns.emplace_back(metrics.begin() + mi * N, metrics.begin() + (mi + 1) * N);
         }
+    }
+    // Every rank's rows: rewards, reward metrics, lengths, flags. Advantages and batch statistics are
+    // computed on the whole generation batch, identically on every rank (reference §2.3, gather(R)).
+    const int64_t F = K + int64_t(metric_columns.size()) + 3;
+    at::Tensor local_table = at::empty({N, F}, at::kDouble);
+    auto local_cell = local_table.accessor<double, 2>();
+    for (int64_t i = 0; i < N; ++i) {
+        for (int k = 0; k < K; ++k) local_cell[i][k] = R[size_t(i) * K + k];
+        for (size_t c = 0; c < metric_columns.size(); ++c) local_cell[i][K + int64_t(c)] = metric_columns[c][size_t(i)];
+        local_cell[i][F - 3] = double(result.lengths[size_t(i)]);
+        local_cell[i][F - 2] = double(batch_rows.truncated[size_t(i)]);
+        local_cell[i][F - 1] = double(prompts[size_t(i)].size());
+    }
+    at::Tensor table = options.group ? options.group->all_gather_rows(local_table) : local_table;
+    const int64_t N_all = table.size(0);
+    auto cell = table.accessor<double, 2>();
+    std::vector<float> R_all(size_t(N_all) * K);
+    for (int64_t i = 0; i < N_all; ++i)
+        for (int k = 0; k < K; ++k) R_all[size_t(i) * K + k] = float(cell[i][k]);
+    for (size_t c = 0; c < metric_columns.size(); ++c) {
+        std::vector<double> column(static_cast<size_t>(N_all));
+        for (int64_t i = 0; i < N_all; ++i) column[size_t(i)] = cell[i][K + int64_t(c)];
+        generation_metrics[metric_names[c]] = nanmean(column);
     }
     AdvantageOptions ao;
     ao.num_generations = int(G);
     ao.scale_rewards = m.string("loss.scale_rewards");
     ao.aggregation = m.string("loss.aggregation");
-    AdvantageResult adv = compute_advantages(R, K, reward_weights, ao);
+    AdvantageResult adv = compute_advantages(R_all, K, reward_weights, ao);
+    const std::vector<float> local_advantages(adv.advantages.begin() + first_row, adv.advantages.begin() + first_row + N);
     if (rollouts_file.is_open()) {  // what [rollouts] path replays: the same rows give the same update
         for (int64_t i = 0; i < N; ++i) {
             int64_t length = result.lengths[size_t(i)];
@@ -420,7 +473,7 @@ void Trainer::State::generate_buffer() {
         }
         rollouts_file.flush();
     }
-    if (adv.unscorable_rows && options.log)
+    if (adv.unscorable_rows && options.log && options.rank == 0)
         *options.log << "grove: warning: " << adv.unscorable_rows
                      << " completions got NaN from every reward; their advantage is 0\n";
     reward_seconds += seconds_since(t1);
@@ -429,26 +482,27 @@ void Trainer::State::generate_buffer() {
     double length_sum = 0, length_min = 1e18, length_max = 0, clipped = 0, terminated_sum = 0, terminated = 0;
     double terminated_min = 1e18, terminated_max = 0;
     int64_t prompt_token_count = 0;
-    for (int64_t i = 0; i < N; ++i) {
-        double l = double(result.lengths[size_t(i)]);
+    for (int64_t i = 0; i < N_all; ++i) {
+        double l = cell[i][F - 3];
+        bool was_truncated = cell[i][F - 2] != 0.0;
         length_sum += l;
         length_min = std::min(length_min, l);
         length_max = std::max(length_max, l);
-        clipped += truncated[size_t(i)];
-        if (!truncated[size_t(i)]) {
+        clipped += was_truncated;
+        if (!was_truncated) {
             terminated_sum += l;
             ++terminated;
             terminated_min = std::min(terminated_min, l);
             terminated_max = std::max(terminated_max, l);
         }
-        prompt_token_count += int64_t(prompts[size_t(i)].size());
+        prompt_token_count += int64_t(cell[i][F - 1]);
     }
     num_tokens += prompt_token_count + int64_t(length_sum);
     auto& gm = generation_metrics;
-    gm["completions/mean_length"] = length_sum / double(N);
+    gm["completions/mean_length"] = length_sum / double(N_all);
     gm["completions/min_length"] = length_min;
     gm["completions/max_length"] = length_max;
-    gm["completions/clipped_ratio"] = clipped / double(N);
+    gm["completions/clipped_ratio"] = clipped / double(N_all);
     gm["completions/mean_terminated_length"] = terminated ? terminated_sum / terminated : 0.0;
     gm["completions/min_terminated_length"] = terminated ? terminated_min : 0.0;
     gm["completions/max_terminated_length"] = terminated ? terminated_max : 0.0;
@@ -464,7 +518,7 @@ void Trainer::State::generate_buffer() {
         int64_t limit = m.optional_integer("logging.num_completions_to_print").value_or(N);
         for (int64_t i = 0; i < std::min(N, limit); ++i) {
             json line = {{"step", global_step}, {"prompt", row_texts[size_t(i)]}, {"completion", completions[size_t(i)]},
-                         {"advantage", adv.advantages[size_t(i)]}};
+                         {"advantage", local_advantages[size_t(i)]}};
             for (int k = 0; k < K; ++k) line["rewards"][reward_names[size_t(k)]] = R[size_t(i) * K + k];
             completions_file << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
         }
@@ -483,10 +537,15 @@ void Trainer::State::generate_buffer() {
     at::Tensor completion_mask = result.completion_mask.clone();
     if (m.boolean("loss.mask_truncated_completions"))
         completion_mask.mul_(result.truncated.logical_not().to(at::kLong).unsqueeze(1));
-    at::Tensor advantages = at::tensor(adv.advantages, at::kFloat);
+    at::Tensor advantages = at::tensor(local_advantages, at::kFloat);
     generation_tokens = completion_mask.sum().item<double>();
+    if (options.group) generation_tokens = options.group->sum(generation_tokens);  // every rank's (dapo's normaliser)
 
-    if (!replayed.empty() && std::all_of(replayed.begin(), replayed.end(), [](const ReplayRow* r) { return !r->sampling_logprobs.empty(); })) {
+    bool all_sampling_logprobs = !replayed.empty() && std::all_of(replayed.begin(), replayed.end(), [](const ReplayRow* r) {
+        return !r->sampling_logprobs.empty();
+    });
+    if (options.group) all_sampling_logprobs = options.group->max(all_sampling_logprobs ? 0.0 : 1.0) == 0.0;  // on every rank
+    if (all_sampling_logprobs) {
         // how far the generator's log-probs are from the trainer's (reference §2.7's first metric)
         at::Tensor sampling = at::zeros(result.completion_ids.sizes(), at::kFloat);
         for (int64_t i = 0; i < N; ++i) {
@@ -499,8 +558,14 @@ void Trainer::State::generate_buffer() {
         at::Tensor trainer_logps = logps_no_grad(*model, whole).cpu();
         at::Tensor m = result.completion_mask.to(at::kFloat);
         at::Tensor diff = (trainer_logps - sampling).abs() * m;
-        generation_metrics["sampling/sampling_logp_difference/mean"] = diff.sum().item<double>() / std::max(1.0, m.sum().item<double>());
-        generation_metrics["sampling/sampling_logp_difference/max"] = diff.max().item<double>();
+        double diff_sum = diff.sum().item<double>(), count = m.sum().item<double>(), diff_max = diff.max().item<double>();
+        if (options.group) {
+            diff_sum = options.group->sum(diff_sum);
+            count = options.group->sum(count);
+            diff_max = options.group->max(diff_max);
+        }
+        generation_metrics["sampling/sampling_logp_difference/mean"] = diff_sum / std::max(1.0, count);
+        generation_metrics["sampling/sampling_logp_difference/max"] = diff_max;
     }
 
     // shuffle rows (seeded), then split into steps_per_generation micro-batches
@@ -537,8 +602,12 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     if (has_run && !options.resume && !options.overwrite)
         throw Error(ErrorKind::usage, s_->output + " already holds a run: pass --resume to continue it, --overwrite to "
                                                    "replace it, or set output.dir to another folder");
-    if (has_run && options.overwrite && !options.resume) fs::remove_all(s_->output);
-    fs::create_directories(s_->output);
+    if (options.group) options.group->barrier();  // every rank has looked before rank 0 clears anything
+    if (options.rank == 0) {
+        if (has_run && options.overwrite && !options.resume) fs::remove_all(s_->output);
+        fs::create_directories(s_->output);
+    }
+    if (options.group) options.group->barrier();
     s_->load();
     if (options.resume) {
         std::string dir = *options.resume;
@@ -562,6 +631,10 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         s.position = st["position"];
         s.num_tokens = st["num_tokens"];
         s.replay_position = st.value("replay_position", size_t(0));
+        int saved_world = st.value("world_size", 1);
+        if (saved_world != options.world_size)
+            throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +
+                                              "the same number (this run has " + std::to_string(options.world_size) + ")");
         s.fill_permutation();
         SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
         SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
@@ -580,8 +653,9 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
             }
         }
         s.optimizer->restore(st["optimizer_steps"], exp_avg, exp_avg_sq);
-        if (fs::exists(fs::path(dir) / "buffer.safetensors")) {  // a checkpoint inside a generation batch
-            SafetensorsFile f((fs::path(dir) / "buffer.safetensors").string());
+        fs::path buffer_file = fs::path(dir) / buffer_file_name(options.rank);
+        if (fs::exists(buffer_file)) {  // a checkpoint inside a generation batch: this rank's rows
+            SafetensorsFile f(buffer_file.string());
             s.generation_tokens = st["generation_tokens"];
             s.generation_metrics = st["generation_metrics"].get<std::map<std::string, double>>();
             for (int64_t b = 0;; ++b) {
@@ -596,6 +670,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
             }
         }
     }
+    if (options.rank != 0) return;  // rank 0 writes the run's files
     std::ios::openmode mode = std::ios::out | (options.resume ? std::ios::app : std::ios::trunc);
     s_->metrics_file.open(fs::path(s_->output) / "metrics.jsonl", mode);
     s_->completions_file.open(fs::path(s_->output) / "completions.jsonl", mode);
@@ -614,6 +689,8 @@ std::map<std::string, double> Trainer::step() {
     auto t0 = Clock::now();
     s.generate_seconds = s.reward_seconds = 0;
     double train_seconds = 0, loss_sum = 0, kl_sum = 0, entropy_sum = 0, token_count = 0, clip_low = 0, clip_high = 0, clip_region = 0, clip_count = 0;
+    double bad_loss = 0.0;  // a non-finite micro-batch loss, if any
+    int64_t bad_micro_step = -1;
     PolicyLossOptions lo;
     lo.beta = m.number("loss.beta");
     lo.epsilon = m.number("loss.epsilon");
@@ -641,6 +718,7 @@ std::map<std::string, double> Trainer::step() {
         if (s.steps_per_generation >= s.accumulation) {
             int64_t first = index / s.accumulation * s.accumulation;
             for (int64_t w = first; w < first + s.accumulation; ++w) window += s.buffer[size_t(w)].completion_mask.sum().item<double>();
+            if (s.options.group) window = s.options.group->sum(window);  // every rank's share of the window
         } else {  // the window spans several generation batches not generated yet: TRL #6024's estimate
             window = s.generation_tokens * double(s.accumulation) / double(s.steps_per_generation);
         }
@@ -663,11 +741,11 @@ std::map<std::string, double> Trainer::step() {
                                   b.ref_logps ? std::optional<at::Tensor>(b.ref_logps->to(logp.device())) : std::nullopt,
                                   b.advantages.to(logp.device()), mask.to(logp.device()), w, lo);
         double value = result.loss.item<double>();
-        if (!std::isfinite(value))
-            throw Error(ErrorKind::runtime, "the loss became " + std::to_string(value) + " at step " + std::to_string(s.global_step + 1) +
-                                                " (micro-step " + std::to_string(s.micro_step) + "); no update was applied. "
-                                                "Lower train.learning_rate or set train.max_grad_norm; the last checkpoint in " +
-                                                s.output + " is intact");
+        if (!std::isfinite(value)) {  // reported after the loop, when every rank knows (they must not part ways)
+            if (std::isfinite(bad_loss)) bad_loss = value, bad_micro_step = s.micro_step;
+            ++s.micro_step;
+            continue;
+        }
         result.loss.backward();
         loss_sum += value;
         kl_sum += result.kl_sum;
@@ -680,6 +758,33 @@ std::map<std::string, double> Trainer::step() {
         train_seconds += seconds_since(t1);
     }
     auto t2 = Clock::now();
+    ProcessGroup* group = s.options.group;
+    double any_bad = std::isfinite(bad_loss) ? 0.0 : 1.0;
+    if (group) any_bad = group->max(any_bad);
+    if (any_bad != 0.0)
+        throw Error(ErrorKind::runtime, "the loss became " + (std::isfinite(bad_loss) ? std::string("non-finite on another rank")
+                                                                                      : std::to_string(bad_loss) + " (micro-step " +
+                                                                                            std::to_string(bad_micro_step) + ")") +
+                                            " at step " + std::to_string(s.global_step + 1) + "; no update was applied. "
+                                            "Lower train.learning_rate or set train.max_grad_norm; the last checkpoint in " + s.output +
+                                            " is intact");
+    if (group) {
+        // DDP: the mean of the ranks' gradients (the reductions already count every rank's tokens)
+        std::vector<at::Tensor> grads;
+        for (at::Tensor& p : s.params) {
+            if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+            grads.push_back(p.grad());
+        }
+        group->all_reduce_sum(grads);
+        for (at::Tensor& g : grads) g.div_(double(group->world_size()));
+        // metric sums over ranks; TRL logs the loss averaged over ranks
+        std::vector<at::Tensor> sums{at::tensor({loss_sum, kl_sum, entropy_sum, token_count, clip_low, clip_high, clip_region, clip_count},
+                                                at::kDouble)};
+        group->all_reduce_sum(sums);
+        auto v = sums[0].accessor<double, 1>();
+        loss_sum = v[0] / double(group->world_size());
+        kl_sum = v[1], entropy_sum = v[2], token_count = v[3], clip_low = v[4], clip_high = v[5], clip_region = v[6], clip_count = v[7];
+    }
     // global gradient norm before clipping (what HF logs), then clip
     double grad_norm = s.optimizer->clip_grad_norm(m.number("train.max_grad_norm"));
     if (!std::isfinite(grad_norm))
@@ -713,10 +818,36 @@ std::map<std::string, double> Trainer::step() {
 
 std::string Trainer::save_checkpoint() {
     State& s = *s_;
+    ProcessGroup* group = s.options.group;
     std::string name = "checkpoint-" + std::to_string(s.global_step);
     fs::path final_dir = fs::path(s.output) / name, tmp = fs::path(s.output) / (".tmp-" + name);
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
+    if (group) group->barrier();
+    if (s.options.rank == 0) {
+        fs::remove_all(tmp);
+        fs::create_directories(tmp);
+    }
+    if (group) group->barrier();
+    // a checkpoint inside a generation batch keeps each rank's unused micro-batches
+    bool mid_generation = s.micro_step % (s.steps_per_generation * s.iterations) != 0;
+    if (mid_generation) {
+        std::vector<std::pair<std::string, at::Tensor>> buffer;
+        for (size_t b = 0; b < s.buffer.size(); ++b) {
+            std::string p = "b" + std::to_string(b) + ".";
+            const MicroBatch& mb = s.buffer[b];
+            for (auto [n, t] : {std::pair{"prompt_ids", mb.prompt_ids}, std::pair{"prompt_mask", mb.prompt_mask},
+                                std::pair{"completion_ids", mb.completion_ids}, std::pair{"completion_mask", mb.completion_mask},
+                                std::pair{"advantages", mb.advantages}})
+                buffer.emplace_back(p + n, t);
+            if (mb.old_logps) buffer.emplace_back(p + "old_logps", *mb.old_logps);
+            if (mb.ref_logps) buffer.emplace_back(p + "ref_logps", *mb.ref_logps);
+        }
+        save_tensors((tmp / buffer_file_name(s.options.rank)).string(), buffer);
+    }
+    if (group) group->barrier();
+    if (s.options.rank != 0) {  // rank 0 writes the rest and renames; the others wait for it
+        if (group) group->barrier();
+        return final_dir.string();
+    }
     // the model as users load it: a Hugging Face folder (full) or a PEFT adapter folder (LoRA)
     if (s.lora) {
         save_tensors((tmp / "adapter_model.safetensors").string(), s.model->adapter_parameters(), {{"format", "pt"}});
@@ -732,25 +863,11 @@ std::string Trainer::save_checkpoint() {
     for (size_t i = 0; i < s.params.size(); ++i) trainable.emplace_back("p" + std::to_string(i), s.params[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
     save_tensors((tmp / "optimizer.safetensors").string(), s.optimizer->state());
-    bool mid_generation = s.micro_step % (s.steps_per_generation * s.iterations) != 0;
-    if (mid_generation) {
-        std::vector<std::pair<std::string, at::Tensor>> buffer;
-        for (size_t b = 0; b < s.buffer.size(); ++b) {
-            std::string p = "b" + std::to_string(b) + ".";
-            const MicroBatch& mb = s.buffer[b];
-            for (auto [n, t] : {std::pair{"prompt_ids", mb.prompt_ids}, std::pair{"prompt_mask", mb.prompt_mask},
-                                std::pair{"completion_ids", mb.completion_ids}, std::pair{"completion_mask", mb.completion_mask},
-                                std::pair{"advantages", mb.advantages}})
-                buffer.emplace_back(p + n, t);
-            if (mb.old_logps) buffer.emplace_back(p + "old_logps", *mb.old_logps);
-            if (mb.ref_logps) buffer.emplace_back(p + "ref_logps", *mb.ref_logps);
-        }
-        save_tensors((tmp / "buffer.safetensors").string(), buffer);
-    }
     json state = {{"global_step", s.global_step}, {"micro_step", s.micro_step}, {"generation_index", s.generation_index},
                   {"epoch", s.epoch}, {"position", s.position}, {"optimizer_steps", s.optimizer->steps()},
                   {"num_tokens", s.num_tokens}, {"generation_tokens", s.generation_tokens},
                   {"generation_metrics", s.generation_metrics}, {"replay_position", s.replay_position},
+                  {"world_size", s.options.world_size},
                   {"manifest", s.manifest.path()}};
     write_file_atomically((tmp / "trainer_state.json").string(), state.dump(2) + "\n");
     fs::remove_all(final_dir);
@@ -771,6 +888,7 @@ std::string Trainer::save_checkpoint() {
         for (size_t i = 0; i + size_t(*keep) < steps.size(); ++i)
             fs::remove_all(fs::path(s.output) / ("checkpoint-" + std::to_string(steps[i])));
     }
+    if (group) group->barrier();
     return final_dir.string();
 }
 
@@ -788,11 +906,13 @@ int64_t Trainer::run() {
         ++ran;
         json line = {{"step", s.global_step}};
         for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? json(v) : json(nullptr);
-        s.metrics_file << line.dump() << "\n";
-        s.metrics_file.flush();
+        if (s.metrics_file.is_open()) {
+            s.metrics_file << line.dump() << "\n";
+            s.metrics_file.flush();
+        }
         if (first_reward < -1e299) first_reward = metrics["reward"];
         last_reward = metrics["reward"];
-        if (s.options.log) {
+        if (s.options.log && s.options.rank == 0) {
             double elapsed = seconds_since(start), eta = elapsed / double(ran) * double(s.total - s.global_step);
             std::ostringstream os;
             os << std::fixed << std::setprecision(4) << "loss " << metrics["loss"] << "  reward " << metrics["reward"]
@@ -809,15 +929,16 @@ int64_t Trainer::run() {
             }
         }
         bool stop = g_stop_requested != 0;
+        if (s.options.group) stop = s.options.group->max(stop ? 1.0 : 0.0) != 0.0;  // all ranks stop at the same step
         if (s.global_step % save == 0 || s.global_step == s.total || stop) {
             std::string dir = save_checkpoint();
-            if (s.options.log && stop) *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
+            if (s.options.log && stop && s.options.rank == 0) *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
         }
         if (stop) break;
     }
     std::signal(SIGINT, previous_int);
     std::signal(SIGTERM, previous_term);
-    if (s.options.log && ran > 0) {
+    if (s.options.log && ran > 0 && s.options.rank == 0) {
         if (s.options.progress_bar && s.global_step != s.total) *s.options.log << "\n";
         double elapsed = seconds_since(start);
         std::ostringstream os;

@@ -15,6 +15,9 @@ po::variables_map parse(const std::string& command, const std::vector<std::strin
 
 int world_size_from_environment();
 
+// Runs `grove COMMAND...` as nproc local ranks (torchrun-style environment); the worst exit code.
+int launch_local_processes(int nproc, const std::vector<std::string>& command);
+
 // commands (one translation unit each group; only commands_model.cpp includes libtorch)
 int plugins_list(const std::vector<std::string>& args);
 int plugins_info(const std::vector<std::string>& args);

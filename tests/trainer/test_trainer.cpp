@@ -15,6 +15,7 @@
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
 #include "grove/policy_loss.hpp"
+#include "grove/safetensors.hpp"
 #include "grove/tensor_io.hpp"
 #include "grove/trainer.hpp"
 
@@ -348,4 +349,60 @@ TEST(Trainer, Bf16AutocastKeepsFloat32WeightsAndStaysClose) {
     double update = max_difference(snapshot(a.model()), before);
     ASSERT_GT(update, 0.0);
     EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 0.05 * update);
+}
+
+namespace {
+std::map<std::string, at::Tensor> checkpoint_tensors(const std::string& file) {
+    grove::SafetensorsFile f(file);
+    std::map<std::string, at::Tensor> out;
+    for (const auto& t : f.tensors()) out[t.name] = grove::tensor_from_entry(t, f.path()).clone();
+    return out;
+}
+std::vector<nlohmann::json> metric_lines(const std::string& file) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+}
+}  // namespace
+
+// torch.distributed (Gloo): `grove train --nproc 2` with 4 completions per rank equals one process
+// with 8 on the same rollouts: each rank scores its slice, rewards are gathered for the advantages,
+// token counts are summed for dapo, gradients are averaged, rank 0 writes metrics and checkpoints.
+TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
+    auto source = manifest("ddp_source", {"train.max_steps=2", "train.per_device_train_batch_size=8", "logging.save_rollouts=true"});
+    grove::Trainer(source, fresh()).run();
+    std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
+    ASSERT_TRUE(fs::exists(rollouts));
+    for (const char* reduction : {"dapo", "grpo"}) {
+        std::map<int, std::string> outputs;
+        for (int nproc : {1, 2}) {
+            std::string name = std::string("ddp_") + reduction + "_" + std::to_string(nproc);
+            auto m = manifest(name, {});
+            std::string command = std::string(GROVE_EXECUTABLE) + " train " + m.path() + " --overwrite --nproc " + std::to_string(nproc) +
+                                  " --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=2 --set output.save_steps=2" +
+                                  " --set train.per_device_train_batch_size=" + std::to_string(8 / nproc) +
+                                  " --set 'reduction.plugin=\"" + reduction + "\"' --set train.adam_epsilon=1.0 2>" +
+                                  fs::path(m.path()).parent_path().string() + "/stderr.txt";
+            ASSERT_EQ(std::system(command.c_str()), 0) << command;
+            outputs[nproc] = m.string("output.dir");
+        }
+        auto one = metric_lines(outputs[1] + "/metrics.jsonl"), two = metric_lines(outputs[2] + "/metrics.jsonl");
+        ASSERT_EQ(one.size(), 2u) << reduction;
+        ASSERT_EQ(two.size(), 2u) << reduction << ": rank 0 alone writes one line per step";
+        for (size_t step = 0; step < 2; ++step) {
+            for (const char* key : {"reward", "reward_std", "completions/mean_length", "num_tokens", "frac_reward_zero_std"})
+                EXPECT_DOUBLE_EQ(one[step][key].get<double>(), two[step][key].get<double>()) << reduction << " " << key << " step " << step;
+            for (const char* key : {"loss", "grad_norm", "entropy"}) {
+                double a = one[step][key].get<double>(), b = two[step][key].get<double>();
+                EXPECT_NEAR(a, b, 1e-5 * std::max(1e-3, std::abs(a))) << reduction << " " << key << " step " << step;
+            }
+        }
+        EXPECT_GT(one[0]["grad_norm"].get<double>(), 0.0) << reduction;
+        auto weights_one = checkpoint_tensors(outputs[1] + "/checkpoint-2/trainable.safetensors");
+        auto weights_two = checkpoint_tensors(outputs[2] + "/checkpoint-2/trainable.safetensors");
+        ASSERT_EQ(weights_one.size(), weights_two.size());
+        EXPECT_LT(max_difference(weights_one, weights_two), 1e-6) << reduction;
+        EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors")) << "a checkpoint at a generation boundary";
+    }
 }

@@ -1,0 +1,105 @@
+// `grove train --nproc N`: a local launcher in torchrun's manner. It starts N copies of this program
+// with RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, forwards
+// SIGINT and SIGTERM to them (each rank checkpoints and stops at the same step), and if one rank
+// fails, ends the others, which would otherwise wait in a collective until its timeout.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli.hpp"
+#include "grove/error.hpp"
+
+namespace grove::cli {
+
+namespace {
+
+std::vector<pid_t> g_children;
+extern "C" void forward_signal(int signal) {
+    for (pid_t pid : g_children) ::kill(pid, signal);
+}
+
+// A port the kernel just handed out on loopback (torchrun's choice for standalone runs).
+int free_loopback_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof(address);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+        if (fd >= 0) ::close(fd);
+        throw Error(ErrorKind::runtime, std::string("--nproc: no free loopback port for the rendezvous: ") + std::strerror(errno));
+    }
+    int port = ntohs(address.sin_port);
+    ::close(fd);
+    return port;
+}
+
+}  // namespace
+
+int launch_local_processes(int nproc, const std::vector<std::string>& command) {
+    if (std::getenv("RANK")) throw Error(ErrorKind::usage, "--nproc starts the ranks itself; do not combine it with RANK set");
+    int port = free_loopback_port();
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    std::string threads = std::to_string(std::max(1u, cores / unsigned(nproc)));  // the cores shared out, as torchrun's 1
+    std::vector<std::string> argv_storage{"/proc/self/exe"};
+    argv_storage.insert(argv_storage.end(), command.begin(), command.end());
+    auto previous_int = ::signal(SIGINT, forward_signal), previous_term = ::signal(SIGTERM, forward_signal);
+    for (int rank = 0; rank < nproc; ++rank) {
+        pid_t pid = ::fork();
+        if (pid < 0) throw Error(ErrorKind::runtime, std::string("--nproc: fork failed: ") + std::strerror(errno));
+        if (pid == 0) {
+            ::setenv("RANK", std::to_string(rank).c_str(), 1);
+            ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+            ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+            ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+            ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+            ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+            ::setenv("OMP_NUM_THREADS", threads.c_str(), 0);
+            std::vector<char*> argv;
+            for (auto& a : argv_storage) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execv("/proc/self/exe", argv.data());
+            std::cerr << "grove: --nproc: could not start rank " << rank << ": " << std::strerror(errno) << "\n";
+            ::_exit(127);
+        }
+        g_children.push_back(pid);
+    }
+    int worst = 0;
+    size_t running = g_children.size();
+    while (running > 0) {
+        int status = 0;
+        pid_t pid = ::waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        --running;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 && worst == 0) {
+            worst = code;
+            for (pid_t other : g_children)
+                if (other != pid) ::kill(other, SIGKILL);  // they would wait for the failed rank until the timeout
+            size_t rank = size_t(std::find(g_children.begin(), g_children.end(), pid) - g_children.begin());
+            std::cerr << "grove: rank " << rank << " of " << nproc << " failed (exit " << code << "); the other ranks were stopped\n";
+        }
+    }
+    ::signal(SIGINT, previous_int);
+    ::signal(SIGTERM, previous_term);
+    g_children.clear();
+    return worst;
+}
+
+}  // namespace grove::cli
