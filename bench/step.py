@@ -139,7 +139,8 @@ save_steps = 100000
 """)
     grove_rss, _, _ = rss_and_output([GROVE, "train", manifest, "--overwrite"])
     with open(os.path.join(work, "grove-run", "metrics.jsonl")) as f:
-        grove_steps = [json.loads(line)["step_time"] for line in f]
+        grove_metrics = [json.loads(line) for line in f]
+    grove_steps = [m["step_time"] for m in grove_metrics]
     trl_rss, out, _ = rss_and_output([sys.executable, os.path.abspath(__file__), "--side", "trl", "--model", model, "--data", data,
                                       "--steps", str(args.steps), "--generations", str(args.generations), "--prompts",
                                       str(args.prompts), "--max-completion", str(args.max_completion)])
@@ -150,7 +151,9 @@ save_steps = 100000
                       "max_completion_length": args.max_completion, "steps": args.steps,
                       "grove_seconds_per_step": round(g, 3), "trl_seconds_per_step": round(t, 3),
                       "throughput_ratio": round(t / g, 2),
-                      "grove_peak_rss_mib": round(grove_rss), "trl_peak_rss_mib": round(trl_rss)}))
+                      "grove_peak_rss_mib": round(grove_rss), "trl_peak_rss_mib": round(trl_rss),
+                      "grove_split_seconds": {part: round(mean([m["step_time/" + part] for m in grove_metrics]), 3)
+                                              for part in ("generate", "reward", "train")}}))
 
 
 if __name__ == "__main__":

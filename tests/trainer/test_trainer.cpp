@@ -406,3 +406,31 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors")) << "a checkpoint at a generation boundary";
     }
 }
+
+// Two ranks stopped inside a generation batch (steps_per_generation 2, a checkpoint after step 1 holds
+// each rank's unused micro-batch) and resumed with --resume continue exactly as a straight run.
+TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
+    auto run = [](const std::string& name, int steps, bool resume) {
+        std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
+        if (!resume) manifest(name, {});
+        std::string command = std::string(GROVE_EXECUTABLE) + " train " + dir + "/grove.toml --nproc 2 " +
+                              (resume ? "--resume" : "--overwrite") + " --set train.max_steps=" + std::to_string(steps) +
+                              " --set train.per_device_train_batch_size=2 --set train.steps_per_generation=2" +
+                              " --set 'train.lr_scheduler_type=\"constant\"' --set output.save_steps=1 2>>" + dir + "/stderr.txt";
+        EXPECT_EQ(std::system(command.c_str()), 0) << command;
+        return dir + "/out";
+    };
+    std::string straight = run("ddp_straight", 3, false);
+    run("ddp_resumed", 1, false);
+    std::string resumed = run("ddp_resumed", 3, true);
+    EXPECT_TRUE(fs::exists(resumed + "/checkpoint-1/buffer.rank1.safetensors")) << "rank 1's unused micro-batch";
+    auto a = metric_lines(straight + "/metrics.jsonl"), b = metric_lines(resumed + "/metrics.jsonl");
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u) << "1 step, then 2 more appended";
+    for (size_t step = 0; step < 3; ++step)
+        for (const char* key : {"loss", "reward", "grad_norm", "completions/mean_length"})
+            EXPECT_DOUBLE_EQ(a[step][key].get<double>(), b[step][key].get<double>()) << key << " step " << step;
+    EXPECT_EQ(max_difference(checkpoint_tensors(straight + "/checkpoint-3/trainable.safetensors"),
+                             checkpoint_tensors(resumed + "/checkpoint-3/trainable.safetensors")),
+              0.0);
+}
