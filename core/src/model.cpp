@@ -205,6 +205,7 @@ ModelConfig load_model_config(const std::string& folder) {
 // ---------------------------------------------------------------------------------------------
 namespace {
 thread_local bool t_packed_linear = false;
+thread_local int64_t t_packed_minimum_elements = 0;
 
 // oneDNN's linear ops as registered in the dispatcher (what torch.compile's CPU backend uses)
 struct PackedLinearOps {
@@ -234,8 +235,9 @@ struct PackedLinearOps {
 
 at::Tensor linear_maybe_packed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                at::Tensor& packed, int64_t& packed_version) {
-    if (t_packed_linear && !at::GradMode::is_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-        weight.scalar_type() == at::kFloat && x.dim() >= 2 && !at::autocast::is_autocast_enabled(at::kCPU)) {
+    if (t_packed_linear && weight.numel() >= t_packed_minimum_elements && !at::GradMode::is_enabled() && x.device().is_cpu() &&
+        x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.dim() >= 2 &&
+        !at::autocast::is_autocast_enabled(at::kCPU)) {
         const PackedLinearOps* ops = PackedLinearOps::get();
         if (!packed.defined() || packed_version != weight._version()) {
             packed = ops->reorder.call(weight, x.size(0));  // the batch size decode will use
@@ -247,8 +249,15 @@ at::Tensor linear_maybe_packed(const at::Tensor& x, const at::Tensor& weight, co
 }
 }  // namespace
 
-PackedLinearScope::PackedLinearScope() : previous_(t_packed_linear) { t_packed_linear = available(); }
-PackedLinearScope::~PackedLinearScope() { t_packed_linear = previous_; }
+PackedLinearScope::PackedLinearScope(int64_t minimum_elements)
+    : previous_(t_packed_linear), previous_minimum_(t_packed_minimum_elements) {
+    t_packed_linear = available();
+    t_packed_minimum_elements = minimum_elements;
+}
+PackedLinearScope::~PackedLinearScope() {
+    t_packed_linear = previous_;
+    t_packed_minimum_elements = previous_minimum_;
+}
 bool PackedLinearScope::available() { return PackedLinearOps::get() != nullptr; }
 
 at::Tensor Linear::base(const at::Tensor& x) const { return linear_maybe_packed(x, weight, bias, packed, packed_version); }

@@ -275,10 +275,16 @@ TEST(Model, PackedWeightsGiveThePlainLogitsAndFollowUpdates) {
         at::Tensor plain = logits();
         at::Tensor packed;
         {
-            grove::PackedLinearScope scope;
+            grove::PackedLinearScope scope(0);  // every weight, however small
             packed = logits();
         }
         EXPECT_TRUE(model->linear_layers().front()->packed.defined()) << name << ": the scope did not pack";
+        {
+            auto fresh_model = grove::Model::load(kModels + "/" + name);
+            grove::PackedLinearScope scope;  // the default keeps small weights on the plain product
+            fresh_model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+            EXPECT_FALSE(fresh_model->linear_layers().front()->packed.defined()) << name;
+        }
         EXPECT_LT(masked_max_diff(plain, packed, ref["attention_mask"]), 1e-5) << name;
         EXPECT_FALSE(at::equal(plain, packed)) << name << ": identical bits suggest the plain path ran";
 
@@ -287,7 +293,7 @@ TEST(Model, PackedWeightsGiveThePlainLogitsAndFollowUpdates) {
         at::Tensor plain_after = logits();
         at::Tensor packed_after;
         {
-            grove::PackedLinearScope scope;
+            grove::PackedLinearScope scope(0);
             packed_after = logits();
         }
         EXPECT_GT((plain_after - plain).abs().max().item<double>(), 1e-3) << name;

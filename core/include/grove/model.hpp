@@ -75,13 +75,17 @@ struct Linear {
     mutable int64_t packed_version = -1;  // weight._version() when packed was made: in-place updates repack
 };
 
-// Within this scope (one thread) gradient-free CPU float32 linear layers run on oneDNN's pre-packed
-// weights: about 2x faster for decode-sized matrices than the plain GEMM on the CPUs measured (see
-// docs/performance.md), at the cost of a packed copy of each weight. generate() opens it; the
+// Within this scope (one thread) gradient-free CPU float32 linear layers with large weights (>= 2^19
+// elements: MLP and vocabulary projections of 100M+ models) run on oneDNN's pre-packed weights, up to
+// 2x faster than the plain GEMM for decode-sized batches on the CPUs measured (docs/performance.md),
+// at the cost of a packed copy of those weights. generate() opens it; the
 // training forward and log-probabilities never do, so the loss sees exactly the plain products.
 class PackedLinearScope {
 public:
-    PackedLinearScope();
+    // oneDNN's call costs ~40 us more than the plain GEMM's (measured on the CI's CPUs), which only
+    // large weights repay; smaller ones keep the plain product
+    static constexpr int64_t kDefaultMinimumElements = int64_t(1) << 19;
+    explicit PackedLinearScope(int64_t minimum_elements = kDefaultMinimumElements);
     ~PackedLinearScope();
     PackedLinearScope(const PackedLinearScope&) = delete;
     PackedLinearScope& operator=(const PackedLinearScope&) = delete;
@@ -89,6 +93,7 @@ public:
 
 private:
     bool previous_;
+    int64_t previous_minimum_;
 };
 
 class Model {
