@@ -15,14 +15,16 @@ namespace grove {
 namespace {
 
 // HF's logits processors, in generate()'s order: repetition penalty, then temperature, top-k,
-// top-p, min-p. `seen` [N, V] bool marks tokens already in the row (prompt and completion).
-at::Tensor process_logits(at::Tensor logits, const at::Tensor& seen, const SamplingOptions& o) {
-    logits = logits.to(at::kFloat);
+// top-p, min-p. `seen` [N, V] bool marks tokens already in the row (prompt and completion);
+// `scaled` is logits / temperature, which generate() has already computed, reused when no penalty
+// applies (the penalty acts before the temperature).
+at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const at::Tensor& seen, const SamplingOptions& o) {
+    at::Tensor logits = scaled;
     if (o.repetition_penalty != 1.0) {
-        at::Tensor penalised = at::where(logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty);
-        logits = at::where(seen, penalised, logits);
+        at::Tensor float_logits = raw.to(at::kFloat);
+        at::Tensor penalised = at::where(float_logits > 0, float_logits / o.repetition_penalty, float_logits * o.repetition_penalty);
+        logits = at::where(seen, penalised, float_logits) / o.temperature;
     }
-    logits = logits / o.temperature;
     const double neg_inf = -std::numeric_limits<double>::infinity();
     if (o.top_k > 0 && o.top_k < logits.size(-1)) {
         at::Tensor kth = std::get<0>(at::topk(logits, o.top_k, -1)).narrow(-1, o.top_k - 1, 1);
@@ -112,12 +114,14 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     int64_t steps = 0;
     for (int64_t t = 0; t < C; ++t) {
         at::Tensor token;
-        at::Tensor scaled = logits.to(at::kFloat) / (o.greedy ? 1.0 : o.temperature);
+        // per-token overhead is most of a small model's decode step: skip what changes nothing
+        at::Tensor scaled = logits.to(at::kFloat);
+        if (!o.greedy && o.temperature != 1.0) scaled = scaled / o.temperature;
         at::Tensor normaliser = at::logsumexp(scaled, -1, true);  // log p(token) = scaled[token] - logsumexp
         if (o.greedy) {
             token = logits.argmax(-1);
         } else {
-            at::Tensor processed = process_logits(logits, seen, o);
+            at::Tensor processed = process_logits(logits, scaled, seen, o);
             at::Tensor probs = processed.softmax(-1);
             at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
             at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
@@ -125,12 +129,12 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
             token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
         }
         at::Tensor active = finished.logical_not();
-        token = at::where(active, token, at::full_like(token, o.pad_token_id));
+        token.masked_fill_(finished, o.pad_token_id);
         out_ids.select(1, t).copy_(token);
         at::Tensor chosen = (scaled.gather(-1, token.unsqueeze(-1)) - normaliser).squeeze(-1);
-        out_logp.select(1, t).copy_(chosen.masked_fill(active.logical_not(), 0.0));
-        lengths += active.to(at::kLong);
-        mask.select(1, P + t).copy_(active.to(at::kLong));
+        out_logp.select(1, t).copy_(chosen.masked_fill_(finished, 0.0));
+        lengths.add_(active);
+        mask.select(1, P + t).copy_(active);
         if (o.repetition_penalty != 1.0) seen.scatter_(1, token.unsqueeze(-1), active.unsqueeze(-1));
         if (eos.defined()) finished = finished.logical_or(at::isin(token, eos).logical_and(active));
         steps = t + 1;

@@ -538,10 +538,17 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
 
     // [B, 1, T, S]: key j visible to query i iff j is not padding and j <= past + i. A query that
     // sees nothing (a padding position) sees itself, so softmax never divides by zero.
-    at::Tensor query_pos = at::arange(past, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, T, 1});
-    at::Tensor key_pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, 1, S});
-    at::Tensor visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
-    visible = visible.logical_or(key_pos == query_pos);
+    at::Tensor visible;
+    if (T == 1) {  // one new position (decoding): every key is causal, and the query sees at least itself
+        visible = attention_mask.to(device).to(at::kBool, /*non_blocking=*/false, /*copy=*/true);
+        visible.select(1, S - 1).fill_(true);
+        visible = visible.view({B, 1, 1, S});
+    } else {
+        at::Tensor query_pos = at::arange(past, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, T, 1});
+        at::Tensor key_pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, 1, S});
+        visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
+        visible = visible.logical_or(key_pos == query_pos);
+    }
 
     // rotary tables in float32, cast like transformers does
     at::Tensor freqs = position_ids.to(device).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
