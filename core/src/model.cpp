@@ -437,6 +437,16 @@ at::Device Model::device() const { return embed_tokens_.device(); }
 at::ScalarType Model::dtype() const { return embed_tokens_.scalar_type(); }
 const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embed_tokens_; }
 
+void Model::release_packed_weights() const {
+    for (const auto& layer : layers_)
+        for (const Linear* linear : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down}) {
+            linear->packed = at::Tensor();
+            linear->packed_version = -1;
+        }
+    packed_lm_head_ = at::Tensor();
+    packed_lm_head_version_ = -1;
+}
+
 KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
     KVCache cache;
     cache.capacity = capacity;

@@ -298,5 +298,7 @@ TEST(Model, PackedWeightsGiveThePlainLogitsAndFollowUpdates) {
         }
         EXPECT_GT((plain_after - plain).abs().max().item<double>(), 1e-3) << name;
         EXPECT_LT(masked_max_diff(plain_after, packed_after, ref["attention_mask"]), 1e-5) << name << ": stale packed weights";
+        model->release_packed_weights();
+        EXPECT_FALSE(model->linear_layers().front()->packed.defined()) << name << ": the packed copy was kept";
     }
 }

@@ -78,7 +78,7 @@ struct Linear {
 // Within this scope (one thread) gradient-free CPU float32 linear layers with large weights (>= 2^19
 // elements: MLP and vocabulary projections of 100M+ models) run on oneDNN's pre-packed weights, up to
 // 2x faster than the plain GEMM for decode-sized batches on the CPUs measured (docs/performance.md),
-// at the cost of a packed copy of those weights. generate() opens it; the
+// at the cost of a packed copy of those weights while generate() runs. generate() opens it; the
 // training forward and log-probabilities never do, so the loss sees exactly the plain products.
 class PackedLinearScope {
 public:
@@ -124,6 +124,9 @@ public:
     const at::Tensor& lm_head_weight() const;
 
     KVCache make_cache(int64_t batch, int64_t capacity) const;
+    // Drops the pre-packed weight copies (PackedLinearScope); generate() calls it when it returns,
+    // so the training step never holds them next to its activations and optimizer state.
+    void release_packed_weights() const;
 
     // Parameters under their Hugging Face names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
