@@ -11,16 +11,17 @@ namespace grove::cli {
 using grove::Error;
 using grove::ErrorKind;
 
-int world_size_from_environment() {
-    const char* env = std::getenv("WORLD_SIZE");
-    if (!env || !*env) return 1;
+int integer_from_environment(const char* name, int fallback, int minimum) {
+    const char* env = std::getenv(name);
+    if (!env || !*env) return fallback;
     char* end = nullptr;
     long value = std::strtol(env, &end, 10);
-    if (*end || value < 1) throw Error(ErrorKind::usage, "WORLD_SIZE='" + std::string(env) + "' is not a positive integer");
+    if (*end || value < minimum)
+        throw Error(ErrorKind::usage, std::string(name) + "='" + env + "' is not an integer >= " + std::to_string(minimum));
     return int(value);
 }
 
-
+int world_size_from_environment() { return integer_from_environment("WORLD_SIZE", 1, 1); }
 
 po::variables_map parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options,
                         const po::positional_options_description& positional, const std::string& synopsis) {

@@ -13,6 +13,9 @@ namespace po = boost::program_options;
 po::variables_map parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options,
                         const po::positional_options_description& positional, const std::string& synopsis);
 
+// An integer environment variable (torchrun's RANK, WORLD_SIZE, MASTER_PORT...): fallback when unset,
+// a usage error naming it when it is not an integer >= minimum.
+int integer_from_environment(const char* name, int fallback, int minimum);
 int world_size_from_environment();
 
 // Runs `grove COMMAND...` as nproc local ranks (torchrun-style environment); the worst exit code.

@@ -174,17 +174,6 @@ int logprobs(const std::vector<std::string>& args) {
 
 namespace grove::cli {
 
-namespace {
-int integer_from_environment(const char* name, int fallback) {
-    const char* env = std::getenv(name);
-    if (!env || !*env) return fallback;
-    char* end = nullptr;
-    long value = std::strtol(env, &end, 10);
-    if (*end || value < 0) throw Error(ErrorKind::usage, std::string(name) + "='" + env + "' is not a non-negative integer");
-    return int(value);
-}
-}  // namespace
-
 int train(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("manifest", po::value<std::string>()->required(), "the run's TOML manifest")(
@@ -218,10 +207,10 @@ int train(const std::vector<std::string>& args) {
     if (o.world_size > 1) {  // torchrun's environment (or --nproc's)
         ProcessGroupConfig c;
         c.world_size = o.world_size;
-        c.rank = integer_from_environment("RANK", -1);
+        c.rank = integer_from_environment("RANK", -1, 0);
         if (c.rank < 0) throw Error(ErrorKind::usage, "WORLD_SIZE=" + std::to_string(o.world_size) + " needs RANK as well");
         if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) c.master_addr = addr;
-        c.master_port = integer_from_environment("MASTER_PORT", c.master_port);
+        c.master_port = integer_from_environment("MASTER_PORT", c.master_port, 1);
         group = std::make_unique<ProcessGroup>(c);
         o.rank = c.rank;
         o.group = group.get();
