@@ -149,6 +149,7 @@ save_steps = 100000
     grove_steps = [m["step_time"] for m in grove_metrics]
     mean = lambda xs: sum(xs[1:]) / max(1, len(xs) - 1)  # the first step includes warm-up
     split = {part: round(mean([m["step_time/" + part] for m in grove_metrics]), 3) for part in ("generate", "reward", "train")}
+    split["completion_mean_length"] = round(mean([m["completions/mean_length"] for m in grove_metrics]), 1)
     if args.skip_trl:
         print(json.dumps({"shape": args.shape, "grove_settings": args.grove_set, "steps": args.steps,
                           "grove_seconds_per_step": round(mean(grove_steps), 3), "grove_peak_rss_mib": round(grove_rss),

@@ -165,7 +165,8 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
     at::Tensor flat_hidden = hidden.reshape({B * T, H});
     at::Tensor flat_targets = targets.reshape({B * T, 1}).to(hidden.device());
     std::vector<at::Tensor> pieces, entropies;
-    for (int64_t start = 0; start < B * T; start += chunk_rows) {
+    // one pass even with no positions, so the result stays in the graph of hidden and the head
+    for (int64_t start = 0; start == 0 || start < B * T; start += chunk_rows) {
         int64_t n = std::min(chunk_rows, B * T - start);
         at::Tensor logits = at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight()).to(at::kFloat) / temperature;
         at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
@@ -184,14 +185,32 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
                                at::Tensor* entropy) {
-    int64_t P = prompt_ids.size(1), C = completion_ids.size(1);
-    at::Device device = model.device();
-    at::Tensor ids = at::cat({prompt_ids, completion_ids}, 1).to(device);
-    at::Tensor mask = at::cat({prompt_mask, completion_mask}, 1).to(device);
-    at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
-    at::Tensor hidden = model.hidden_states(ids, mask, positions);
-    // position t predicts token t+1: the last prompt position predicts the first completion token
-    return token_logprobs(model, hidden.narrow(1, P - 1, C), completion_ids.to(device), temperature, 1024, entropy);
+    const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), C = completion_ids.size(1), L = P + C;
+    const at::Device device = model.device();
+    // Only real tokens go through the model, packed row after row (Model::packed_hidden_states).
+    at::Tensor keep = at::cat({prompt_mask, completion_mask}, 1).cpu().to(at::kBool);  // [B, L]
+    at::Tensor kept = keep.reshape(-1).nonzero().squeeze(-1);                            // flat input positions
+    at::Tensor row_lengths = keep.sum(1).to(at::kLong).contiguous();
+    at::Tensor positions = (keep.to(at::kLong).cumsum(-1) - 1).reshape(-1).index_select(0, kept);
+    at::Tensor tokens = at::cat({prompt_ids, completion_ids}, 1).cpu().reshape(-1).index_select(0, kept);
+    at::Tensor hidden = model.packed_hidden_states(
+        tokens, positions, std::vector<int64_t>(row_lengths.data_ptr<int64_t>(), row_lengths.data_ptr<int64_t>() + B));
+
+    // Completion token t of row b is predicted at input position P - 1 + t. Positions that are masked,
+    // or whose predictor is, get log-prob (and entropy) 0; every consumer masks them.
+    at::Tensor packed_index = keep.reshape(-1).to(at::kLong).cumsum(0) - 1;  // flat input position -> row of hidden
+    at::Tensor scored = completion_mask.cpu().to(at::kBool).logical_and(keep.narrow(1, P - 1, C)).reshape(-1).nonzero().squeeze(-1);
+    at::Tensor predictor = packed_index.index_select(0, scored.div(C, "floor") * L + P - 1 + scored.remainder(C));
+    at::Tensor targets = completion_ids.cpu().reshape(-1).index_select(0, scored);
+    at::Tensor scored_entropy;
+    at::Tensor logprobs = token_logprobs(model, hidden.index_select(0, predictor.to(device)).unsqueeze(0), targets.unsqueeze(0),
+                                         temperature, 1024, entropy ? &scored_entropy : nullptr);
+    at::Tensor scored_on_device = scored.to(device);
+    auto spread = [&](const at::Tensor& values) {  // [1, M] -> [B, C], zeros elsewhere
+        return at::zeros({B * C}, values.options()).index_copy(0, scored_on_device, values.squeeze(0)).view({B, C});
+    };
+    if (entropy) *entropy = spread(scored_entropy);
+    return spread(logprobs);
 }
 
 }  // namespace grove

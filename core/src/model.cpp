@@ -466,11 +466,22 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 }  // namespace
 
+// How the positions of one forward pass see each other.
+struct Model::Attention {
+    // a padded batch: [B, 1, T, S], key j visible to query i
+    at::Tensor visible;
+    // packed rows (h is [1, N, H]): token n sits in slot slots[n] of a right-padded [rows, width]
+    // batch, in which plain causal attention is the padded batch's masked attention
+    at::Tensor slots;
+    int64_t rows = 0, width = 0;
+};
+
 at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
-                                 const at::Tensor& visible, KVCache* cache) const {
+                                 const Attention& attention, KVCache* cache) const {
     const ModelConfig& c = config_;
     const Layer& layer = *layers_[index];
     const int64_t B = h_in.size(0), T = h_in.size(1), past = cache ? cache->length : 0, S = past + T;
+    const bool gqa = c.num_key_value_heads != c.num_attention_heads;
     at::Tensor h = h_in;
     at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
     at::Tensor q = layer.q(x).view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
@@ -478,15 +489,35 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     at::Tensor v = layer.v(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
-    if (cache) {
-        cache->keys[index].narrow(2, past, T).copy_(k);
-        cache->values[index].narrow(2, past, T).copy_(v);
-        k = cache->keys[index].narrow(2, 0, S);
-        v = cache->values[index].narrow(2, 0, S);
+    at::Tensor attn;  // [B, T, heads * head_dim]
+    if (attention.slots.defined()) {
+        // [1, heads, N, D] -> [rows, heads, width, D]: each row's tokens first, then zero slots that
+        // no real token attends to (they come after it)
+        auto to_rows = [&](const at::Tensor& tokens) {
+            int64_t heads = tokens.size(1);
+            return at::zeros({attention.rows * attention.width, heads, c.head_dim}, tokens.options())
+                .index_copy(0, attention.slots, tokens.squeeze(0).transpose(0, 1))
+                .view({attention.rows, attention.width, heads, c.head_dim})
+                .transpose(1, 2);
+        };
+        at::Tensor rows = at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v), std::nullopt, 0.0, true,
+                                                           std::nullopt, gqa);
+        attn = rows.transpose(1, 2)
+                   .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
+                   .index_select(0, attention.slots)
+                   .unsqueeze(0);
+    } else {
+        if (cache) {
+            cache->keys[index].narrow(2, past, T).copy_(k);
+            cache->values[index].narrow(2, past, T).copy_(v);
+            k = cache->keys[index].narrow(2, 0, S);
+            v = cache->values[index].narrow(2, 0, S);
+        }
+        attn = at::scaled_dot_product_attention(q, k, v, attention.visible, 0.0, false, std::nullopt, gqa)
+                   .transpose(1, 2)
+                   .reshape({B, T, c.num_attention_heads * c.head_dim});
     }
-    at::Tensor attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, std::nullopt,
-                                                       c.num_key_value_heads != c.num_attention_heads);
-    h = h + layer.o(attn.transpose(1, 2).reshape({B, T, c.num_attention_heads * c.head_dim}));
+    h = h + layer.o(attn);
     x = rms_norm(h, layer.post_attention_norm, c.rms_norm_eps);
     h = h + layer.down(at::silu(layer.gate(x)) * layer.up(x));
     return h;
@@ -497,22 +528,25 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
 // which accumulates the parameters' gradients directly (they are leaves) and returns the input's.
 struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedLayer> {
     static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const Model* model, int64_t index,
-                              const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& visible) {
+                              const at::Tensor& cos, const at::Tensor& sin, const Attention* attention) {
         ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
         ctx->saved_data["index"] = index;
+        ctx->saved_data["rows"] = attention->rows;
+        ctx->saved_data["width"] = attention->width;
         at::Generator generator = at::globalContext().defaultGenerator(h.device());
         {
             std::lock_guard<std::mutex> lock(generator.mutex());
             ctx->saved_data["rng"] = generator.get_state();  // dropout must draw the same masks again
         }
-        ctx->save_for_backward({h, cos, sin, visible});
-        return model->layer_forward(size_t(index), h, cos, sin, visible, nullptr);  // grad mode is off here
+        ctx->save_for_backward({h, cos, sin, attention->visible, attention->slots});
+        return model->layer_forward(size_t(index), h, cos, sin, *attention, nullptr);  // grad mode is off here
     }
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                    torch::autograd::variable_list grad_outputs) {
         const Model* model = reinterpret_cast<const Model*>(ctx->saved_data["model"].toInt());
         int64_t index = ctx->saved_data["index"].toInt();
         auto saved = ctx->get_saved_variables();
+        Attention attention{saved[3], saved[4], ctx->saved_data["rows"].toInt(), ctx->saved_data["width"].toInt()};
         at::Tensor h = saved[0].detach().requires_grad_(true);
         at::Generator generator = at::globalContext().defaultGenerator(h.device());
         at::Tensor now;
@@ -524,7 +558,7 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
         at::Tensor out;
         {
             at::AutoGradMode grad(true);
-            out = model->layer_forward(size_t(index), h, saved[1], saved[2], saved[3], nullptr);
+            out = model->layer_forward(size_t(index), h, saved[1], saved[2], attention, nullptr);
         }
         {
             std::lock_guard<std::mutex> lock(generator.mutex());
@@ -535,9 +569,24 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
     }
 };
 
+at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention,
+                                KVCache* cache) const {
+    at::Device device = embed_tokens_.device();
+    // rotary tables in float32, cast like transformers does
+    at::Tensor freqs = position_ids.to(device).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    at::Tensor cos = emb.cos().to(dtype()).unsqueeze(1), sin = emb.sin().to(dtype()).unsqueeze(1);  // [B,1,T,D]
+
+    bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
+    if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
+    for (size_t l = 0; l < layers_.size(); ++l)
+        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), cos, sin, &attention)
+                       : layer_forward(l, h, cos, sin, attention, cache);
+    return rms_norm(h, norm_, config_.rms_norm_eps);
+}
+
 at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                 const at::Tensor& position_ids, KVCache* cache) const {
-    const ModelConfig& c = config_;
     int64_t B = input_ids.size(0), T = input_ids.size(1);
     int64_t past = cache ? cache->length : 0;
     int64_t S = past + T;
@@ -548,31 +597,40 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
 
     // [B, 1, T, S]: key j visible to query i iff j is not padding and j <= past + i. A query that
     // sees nothing (a padding position) sees itself, so softmax never divides by zero.
-    at::Tensor visible;
+    Attention attention;
     if (T == 1) {  // one new position (decoding): every key is causal, and the query sees at least itself
-        visible = attention_mask.to(device).to(at::kBool, /*non_blocking=*/false, /*copy=*/true);
-        visible.select(1, S - 1).fill_(true);
-        visible = visible.view({B, 1, 1, S});
+        attention.visible = attention_mask.to(device).to(at::kBool, /*non_blocking=*/false, /*copy=*/true);
+        attention.visible.select(1, S - 1).fill_(true);
+        attention.visible = attention.visible.view({B, 1, 1, S});
     } else {
         at::Tensor query_pos = at::arange(past, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, T, 1});
         at::Tensor key_pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, 1, S});
-        visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
-        visible = visible.logical_or(key_pos == query_pos);
+        attention.visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
+        attention.visible = attention.visible.logical_or(key_pos == query_pos);
     }
-
-    // rotary tables in float32, cast like transformers does
-    at::Tensor freqs = position_ids.to(device).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
-    at::Tensor emb = at::cat({freqs, freqs}, -1);
-    at::Tensor cos = emb.cos().to(dtype()).unsqueeze(1), sin = emb.sin().to(dtype()).unsqueeze(1);  // [B,1,T,D]
-
-    at::Tensor h = at::embedding(embed_tokens_, input_ids.to(device));
-    bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
-    if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
-    for (size_t l = 0; l < layers_.size(); ++l)
-        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), cos, sin, visible)
-                       : layer_forward(l, h, cos, sin, visible, cache);
+    at::Tensor hidden = decoder_stack(at::embedding(embed_tokens_, input_ids.to(device)), position_ids, attention, cache);
     if (cache) cache->length = S;
-    return rms_norm(h, norm_, c.rms_norm_eps);
+    return hidden;
+}
+
+at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
+                                       const std::vector<int64_t>& row_lengths) const {
+    const int64_t N = token_ids.size(0);
+    Attention attention;
+    attention.rows = int64_t(row_lengths.size());
+    attention.width = 1;
+    for (int64_t length : row_lengths) attention.width = std::max(attention.width, length);
+    std::vector<int64_t> slots;
+    slots.reserve(size_t(N));
+    for (int64_t r = 0; r < attention.rows; ++r)
+        for (int64_t i = 0; i < row_lengths[size_t(r)]; ++i) slots.push_back(r * attention.width + i);
+    if (int64_t(slots.size()) != N || position_ids.size(0) != N)
+        throw Error(ErrorKind::runtime, "packed_hidden_states: row lengths and position ids must cover the " +
+                                            std::to_string(N) + " tokens");
+    at::Device device = embed_tokens_.device();
+    attention.slots = at::tensor(slots, at::kLong).to(device);
+    at::Tensor h = at::embedding(embed_tokens_, token_ids.to(device)).unsqueeze(0);
+    return decoder_stack(h, position_ids.view({1, N}), attention, nullptr).squeeze(0);
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {

@@ -302,3 +302,60 @@ TEST(Model, PackedWeightsGiveThePlainLogitsAndFollowUpdates) {
         EXPECT_FALSE(model->linear_layers().front()->packed.defined()) << name << ": the packed copy was kept";
     }
 }
+
+// The training forward packs rows end to end without padding. Against the padded batch (whose logits
+// match transformers above) it gives the same log-probs, entropies and parameter gradients, with and
+// without gradient checkpointing, for ragged completions; masked positions hold 0.
+TEST(Model, PackedRowsGiveThePaddedLogprobsAndGradients) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        model->set_base_trainable(true);
+        auto ref = reference(name);
+        at::Tensor prompt_ids = ref["input_ids"], prompt_mask = ref["attention_mask"], completion = ref["greedy"];
+        const int64_t B = completion.size(0), P = prompt_ids.size(1), C = completion.size(1);
+        ASSERT_GE(B, 2) << name;
+        ASSERT_LT(prompt_mask.sum().item<int64_t>(), B * P) << name << ": the prompts must be padded for this test";
+        // row b keeps C - 2b completion tokens (at least 1)
+        at::Tensor kept = (C - 2 * at::arange(B, at::kLong)).clamp_min(1);
+        at::Tensor completion_mask = (at::arange(C, at::kLong).unsqueeze(0) < kept.unsqueeze(1)).to(at::kLong);
+        at::Tensor mask = completion_mask.to(at::kFloat);
+        auto parameters = model->trainable_parameters();
+        auto take_gradients = [&] {
+            std::vector<at::Tensor> grads;
+            for (at::Tensor& p : parameters) {
+                grads.push_back(p.grad().clone());
+                p.mutable_grad().reset();
+            }
+            return grads;
+        };
+        for (bool checkpointing : {false, true}) {
+            model->set_gradient_checkpointing(checkpointing);
+            std::string what = std::string(name) + (checkpointing ? " (checkpointing)" : "");
+
+            at::Tensor packed_entropy;
+            at::Tensor packed = grove::completion_logprobs(*model, prompt_ids, prompt_mask, completion, completion_mask, 0.7,
+                                                           &packed_entropy);
+            (packed * mask * at::arange(1, C + 1, at::kFloat)).sum().backward();  // position weights: a gradient that sees order
+            auto packed_grads = take_gradients();
+
+            at::Tensor input_mask = at::cat({prompt_mask, completion_mask}, 1);
+            at::Tensor hidden = model->hidden_states(at::cat({prompt_ids, completion}, 1), input_mask,
+                                                     (input_mask.cumsum(-1) - 1).clamp_min(0));
+            at::Tensor padded_entropy;
+            at::Tensor padded = grove::token_logprobs(*model, hidden.narrow(1, P - 1, C), completion, 0.7, 1024, &padded_entropy);
+            (padded * mask * at::arange(1, C + 1, at::kFloat)).sum().backward();
+            auto padded_grads = take_gradients();
+
+            EXPECT_LT(((packed - padded).abs() * mask).max().item<double>(), 1e-5) << what;
+            EXPECT_LT(((packed_entropy - padded_entropy).abs() * mask).max().item<double>(), 1e-5) << what;
+            EXPECT_EQ((packed * (1 - mask)).abs().max().item<double>(), 0.0) << what;
+            EXPECT_EQ((packed_entropy * (1 - mask)).abs().max().item<double>(), 0.0) << what;
+            EXPECT_LT(packed.min().item<double>(), -0.1) << what << ": real log-probs are negative";
+            for (size_t i = 0; i < parameters.size(); ++i) {
+                double scale = std::max(1.0, padded_grads[i].abs().max().item<double>());
+                EXPECT_LT((packed_grads[i] - padded_grads[i]).abs().max().item<double>() / scale, 1e-5) << what << " parameter " << i;
+            }
+            EXPECT_GT(packed_grads.front().abs().sum().item<double>(), 0.0) << what;
+        }
+    }
+}

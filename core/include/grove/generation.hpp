@@ -52,8 +52,9 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
 at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at::Tensor& targets,
                           double temperature, int64_t chunk_rows = 1024, at::Tensor* entropy = nullptr);
 
-// Convenience: log-probs of completion tokens given left-padded prompts and right-padded completions:
+// Log-probs [B, C] of completion tokens given left-padded prompts and right-padded completions:
 // input = cat(prompt, completion), positions from the mask, logits at position t predict token t+1.
+// Only the real tokens are computed (packed rows); masked completion positions hold 0.
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask,
                                double temperature, at::Tensor* entropy = nullptr);

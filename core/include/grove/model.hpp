@@ -115,6 +115,13 @@ public:
     // covers the cached and the new positions (1 = attend); position_ids [B, T].
     at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                              const at::Tensor& position_ids, KVCache* cache = nullptr) const;
+    // Final hidden states [N, H] of rows packed end to end without padding: token_ids and
+    // position_ids are [N], row_lengths (summing to N) split them into rows, and each token attends
+    // causally within its row. Equal to hidden_states on the padded batch at its real positions, but
+    // the linear layers never compute padding, which is most of a GRPO batch whose completions end
+    // early (the batch is as long as its longest completion).
+    at::Tensor packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
+                                    const std::vector<int64_t>& row_lengths) const;
     // logits = lm_head(hidden)
     at::Tensor logits(const at::Tensor& hidden) const;
     at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
@@ -154,11 +161,14 @@ public:
 
 private:
     struct Layer;
+    struct Attention;
     struct CheckpointedLayer;
     Model() = default;
-    // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables, visible [B, 1, T, S].
+    // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                             const at::Tensor& visible, KVCache* cache) const;
+                             const Attention& attention, KVCache* cache) const;
+    // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
+    at::Tensor decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention, KVCache* cache) const;
     static std::unique_ptr<Model> build(const std::string& folder,
                                         const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,
                                         const std::string& device, const std::string& dtype);
