@@ -107,16 +107,21 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
                                              : at::tensor(o.eos_token_ids, long_cpu).to(device);
     at::Tensor out_ids = at::full({N, C}, o.pad_token_id, long_cpu.device(device));
     at::Tensor out_logp = at::zeros({N, C}, at::TensorOptions().dtype(at::kFloat).device(device));
-    at::Tensor finished = at::zeros({N}, at::TensorOptions().dtype(at::kBool).device(device));
+    at::Tensor finished = at::zeros({N}, at::TensorOptions().dtype(at::kBool).device(device));  // per prompt
     at::Tensor lengths = at::zeros({N}, long_cpu.device(device));
     // one seeded CPU generator: the same uniforms on every device, hence the same completions
     at::Generator generator = at::detail::createCPUGenerator(o.seed);
 
+    // A row that stops leaves the batch (its KV cache, mask, position and seen tokens), so every
+    // decode step computes only the rows still sampling; `rows` maps the batch's rows to the prompts'.
+    // Short completions in a batch with one long one are the common GRPO case.
+    at::Tensor rows = at::arange(N, long_cpu.device(device));
     KVCache cache = model.make_cache(N, P + C);
     at::Tensor hidden = model.hidden_states(ids, prompt_mask, positions, &cache);
     at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
     int64_t steps = 0;
     for (int64_t t = 0; t < C; ++t) {
+        const int64_t A = rows.size(0);
         at::Tensor token;
         // per-token overhead is most of a small model's decode step: skip what changes nothing
         at::Tensor scaled = logits.to(at::kFloat);
@@ -127,27 +132,45 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
         } else {
             at::Tensor processed = process_logits(logits, scaled, seen, o);
             at::Tensor probs = processed.softmax(-1);
+            // every prompt draws its uniform each step, in or out of the batch: a row's samples do not
+            // depend on when the others stopped
             at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
+            if (A < N) u = u.index_select(0, rows);
             at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
             // inverse CDF; clamp guards the rounding of the last bucket
             token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
         }
-        at::Tensor active = finished.logical_not();
-        token.masked_fill_(finished, o.pad_token_id);
-        out_ids.select(1, t).copy_(token);
         at::Tensor chosen = (scaled.gather(-1, token.unsqueeze(-1)) - normaliser).squeeze(-1);
-        out_logp.select(1, t).copy_(chosen.masked_fill_(finished, 0.0));
-        lengths.add_(active);
-        mask.select(1, P + t).copy_(active);
-        if (o.repetition_penalty != 1.0) seen.scatter_(1, token.unsqueeze(-1), active.unsqueeze(-1));
-        if (eos.defined()) finished = finished.logical_or(at::isin(token, eos).logical_and(active));
+        out_ids.select(1, t).index_copy_(0, rows, token);
+        out_logp.select(1, t).index_copy_(0, rows, chosen);
+        mask.select(1, P + t).fill_(1);
+        if (o.repetition_penalty != 1.0) seen.scatter_(1, token.unsqueeze(-1), true);
         steps = t + 1;
-        if (t + 1 == C || finished.all().item<bool>()) break;
-        // a finished row keeps decoding a masked pad: cheaper than compacting the batch
+        if (eos.defined()) {
+            at::Tensor stopped = at::isin(token, eos);
+            if (stopped.any().item<bool>()) {
+                at::Tensor stopped_rows = rows.masked_select(stopped);
+                finished.index_fill_(0, stopped_rows, true);
+                lengths.index_fill_(0, stopped_rows, t + 1);
+                at::Tensor keep = stopped.logical_not().nonzero().squeeze(-1);
+                if (keep.numel() == 0) break;
+                rows = rows.index_select(0, keep);
+                token = token.index_select(0, keep);
+                mask = mask.index_select(0, keep);
+                next_position = next_position.index_select(0, keep);
+                if (o.repetition_penalty != 1.0) seen = seen.index_select(0, keep);
+                for (size_t l = 0; l < cache.keys.size(); ++l) {
+                    cache.keys[l] = cache.keys[l].index_select(0, keep);
+                    cache.values[l] = cache.values[l].index_select(0, keep);
+                }
+            }
+        }
+        if (t + 1 == C) break;
         hidden = model.hidden_states(token.unsqueeze(-1), mask.narrow(1, 0, P + t + 1), next_position, &cache);
         next_position = next_position + 1;
         logits = model.logits(hidden).squeeze(1);
     }
+    lengths.masked_fill_(finished.logical_not(), steps);  // the rows still sampling at the end
 
     GenerationResult r;
     r.completion_ids = out_ids.narrow(1, 0, steps).cpu();

@@ -143,6 +143,52 @@ TEST(Model, SamplingIsSeededAndStopsAtAnyEos) {
     EXPECT_EQ(stopped.sampled_logprobs[1][1].item<double>(), 0.0);
 }
 
+// Rows that stop leave the decode batch; the others sample exactly what they would have sampled
+// with no row stopping (each prompt keeps its own uniforms), and the stopped rows end at their EOS.
+TEST(Model, RowsThatStopDoNotChangeTheOthers) {
+    auto model = grove::Model::load(kModels + "/llama_gqa");
+    auto ref = reference("llama_gqa");
+    auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
+    auto once = prompts;
+    prompts.insert(prompts.end(), once.begin(), once.end());  // more rows, more ways to stop
+    grove::SamplingOptions options;
+    options.max_new_tokens = 16;
+    options.temperature = 1.5;
+    options.seed = 11;
+    options.pad_token_id = 0;
+    auto free_run = grove::generate(*model, prompts, options);
+    const int64_t N = int64_t(prompts.size()), C = options.max_new_tokens;
+    // EOS ids: a token each of the first rows sampled mid-way; the other rows must not all sample one
+    std::vector<int64_t> eos;
+    for (int64_t row = 0; row < N / 2; ++row) eos.push_back(free_run.completion_ids[row][2 + row].item<int64_t>());
+    auto first_at = [&](int64_t row) {
+        for (int64_t t = 0; t < C; ++t)
+            if (std::count(eos.begin(), eos.end(), free_run.completion_ids[row][t].item<int64_t>())) return t;
+        return C;
+    };
+    int64_t rows_running_to_the_end = 0;
+    for (int64_t row = 0; row < N; ++row) rows_running_to_the_end += first_at(row) == C;
+    ASSERT_GT(rows_running_to_the_end, 0) << "every row samples an EOS id; change the seed";
+    options.eos_token_ids = eos;
+    auto stopping = grove::generate(*model, prompts, options);
+    int64_t stopped_rows = 0;
+    for (int64_t row = 0; row < N; ++row) {
+        int64_t stop = first_at(row);
+        int64_t length = std::min(stop + 1, C);
+        stopped_rows += stop < C;
+        EXPECT_EQ(stopping.lengths[size_t(row)], length) << "row " << row;
+        EXPECT_EQ(stopping.truncated[row].item<bool>(), stop == C) << "row " << row;
+        EXPECT_TRUE(at::equal(stopping.completion_ids[row].narrow(0, 0, length), free_run.completion_ids[row].narrow(0, 0, length)))
+            << "row " << row;
+        EXPECT_LT((stopping.sampled_logprobs[row].narrow(0, 0, length) - free_run.sampled_logprobs[row].narrow(0, 0, length))
+                      .abs().max().item<double>(), 1e-5) << "row " << row;
+        if (length < stopping.completion_ids.size(1))
+            EXPECT_EQ(stopping.completion_ids[row].narrow(0, length, stopping.completion_ids.size(1) - length).abs().sum().item<int64_t>(), 0)
+                << "row " << row << ": pad after the EOS";
+    }
+    EXPECT_GE(stopped_rows, 2);
+}
+
 TEST(Model, EosIdsComeFromConfigAndGenerationConfig) {
     auto config = grove::load_model_config(kModels + "/llama3_rope");
     EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{2, 3}));
