@@ -72,11 +72,7 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
     at::NoGradGuard no_grad;
-    PackedLinearScope packed_weights;  // decode-sized products on pre-packed weights (CPU float32) ...
-    struct ReleasePacked {             // ... released on the way out: the training step needs the memory
-        const Model& model;
-        ~ReleasePacked() { model.release_packed_weights(); }
-    } release_packed{model};
+    DecodeKernelScope decode_kernels;  // decode steps on the CPU kernels (float32, AVX2)
     const int64_t N = int64_t(prompts.size());
     int64_t P = 0;
     for (const auto& p : prompts) {

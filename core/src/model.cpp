@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/Parallel.h>  // at::get_num_threads
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -20,6 +20,7 @@
 #include "grove/safetensors.hpp"
 #include "grove/tensor_io.hpp"
 #include "grove/text_util.hpp"
+#include "decode_kernels.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -204,63 +205,41 @@ ModelConfig load_model_config(const std::string& folder) {
 
 // ---------------------------------------------------------------------------------------------
 namespace {
-thread_local bool t_packed_linear = false;
-thread_local int64_t t_packed_minimum_elements = 0;
+thread_local bool t_decode_kernels = false;
 
-// oneDNN's linear ops as registered in the dispatcher (what torch.compile's CPU backend uses)
-struct PackedLinearOps {
-    c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, std::optional<int64_t>)> reorder;
-    c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                        c10::string_view, c10::List<std::optional<at::Scalar>>, std::optional<c10::string_view>)>
-        linear;
-    static const PackedLinearOps* get() {
-        static const std::optional<PackedLinearOps> ops = []() -> std::optional<PackedLinearOps> {
-            if (!at::hasMKLDNN()) return std::nullopt;
-            auto& d = c10::Dispatcher::singleton();
-            auto reorder = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
-            auto linear = d.findSchema({"mkldnn::_linear_pointwise", ""});
-            if (!reorder || !linear) return std::nullopt;
-            try {
-                return PackedLinearOps{reorder->typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>(),
-                                       linear->typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                                                c10::string_view, c10::List<std::optional<at::Scalar>>,
-                                                                std::optional<c10::string_view>)>()};
-            } catch (const c10::Error&) {  // a libtorch whose schema changed: plain GEMMs
-                return std::nullopt;
-            }
-        }();
-        return ops ? &*ops : nullptr;
-    }
-};
+// Inside a DecodeKernelScope, gradient-free CPU float32 work goes to the decode kernels
+bool decode_kernels_apply(const at::Tensor& t) {
+    return t_decode_kernels && !at::GradMode::is_enabled() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+           !at::autocast::is_autocast_enabled(at::kCPU);
+}
 
-at::Tensor linear_maybe_packed(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                               at::Tensor& packed, int64_t& packed_version) {
-    if (t_packed_linear && weight.numel() >= t_packed_minimum_elements && !at::GradMode::is_enabled() && x.device().is_cpu() &&
-        x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.dim() >= 2 &&
-        !at::autocast::is_autocast_enabled(at::kCPU)) {
-        const PackedLinearOps* ops = PackedLinearOps::get();
-        if (!packed.defined() || packed_version != weight._version()) {
-            packed = ops->reorder.call(weight, x.size(0));  // the batch size decode will use
-            packed_version = weight._version();
+// Products of at most this many rows go to kernels::small_batch_linear; larger ones (prefill) are
+// real GEMMs, where the BLAS wins
+constexpr int64_t kSmallBatchMaxRows = 32;
+
+at::Tensor linear_for_scope(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+    if (decode_kernels_apply(x) && weight.scalar_type() == at::kFloat && weight.dim() == 2 && weight.is_contiguous() &&
+        x.dim() >= 1 && x.size(-1) == weight.size(1) && (!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous()))) {
+        const int64_t K = weight.size(1), N = weight.size(0), rows = K > 0 ? x.numel() / K : 0;
+        if (rows >= 1 && rows <= kSmallBatchMaxRows) {
+            at::Tensor input = x.reshape({rows, K}).contiguous();
+            std::vector<int64_t> sizes = x.sizes().vec();
+            sizes.back() = N;
+            at::Tensor y = at::empty(sizes, x.options());
+            kernels::small_batch_linear(input.data_ptr<float>(), K, weight.data_ptr<float>(),
+                                        bias ? bias->data_ptr<float>() : nullptr, y.data_ptr<float>(), N, rows, K, N,
+                                        at::get_num_threads());
+            return y;
         }
-        return ops->linear.call(x.contiguous(), packed, bias, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
     }
     return bias ? at::linear(x, weight, *bias) : at::linear(x, weight);
 }
 }  // namespace
 
-PackedLinearScope::PackedLinearScope(int64_t minimum_elements)
-    : previous_(t_packed_linear), previous_minimum_(t_packed_minimum_elements) {
-    t_packed_linear = available();
-    t_packed_minimum_elements = minimum_elements;
-}
-PackedLinearScope::~PackedLinearScope() {
-    t_packed_linear = previous_;
-    t_packed_minimum_elements = previous_minimum_;
-}
-bool PackedLinearScope::available() { return PackedLinearOps::get() != nullptr; }
+DecodeKernelScope::DecodeKernelScope() : previous_(t_decode_kernels) { t_decode_kernels = kernels::decode_kernels_available(); }
+DecodeKernelScope::~DecodeKernelScope() { t_decode_kernels = previous_; }
 
-at::Tensor Linear::base(const at::Tensor& x) const { return linear_maybe_packed(x, weight, bias, packed, packed_version); }
+at::Tensor Linear::base(const at::Tensor& x) const { return linear_for_scope(x, weight, bias); }
 
 at::Tensor Linear::operator()(const at::Tensor& x) const {
     at::Tensor y = base(x);
@@ -437,16 +416,6 @@ at::Device Model::device() const { return embed_tokens_.device(); }
 at::ScalarType Model::dtype() const { return embed_tokens_.scalar_type(); }
 const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embed_tokens_; }
 
-void Model::release_packed_weights() const {
-    for (const auto& layer : layers_)
-        for (const Linear* linear : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down}) {
-            linear->packed = at::Tensor();
-            linear->packed_version = -1;
-        }
-    packed_lm_head_ = at::Tensor();
-    packed_lm_head_version_ = -1;
-}
-
 KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
     KVCache cache;
     cache.capacity = capacity;
@@ -460,6 +429,12 @@ KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
 
 namespace {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    if (decode_kernels_apply(x) && x.is_contiguous() && weight.scalar_type() == at::kFloat && weight.is_contiguous()) {
+        const int64_t H = x.size(-1);
+        at::Tensor y = at::empty_like(x);
+        kernels::rms_norm(x.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(), x.numel() / H, H, float(eps));
+        return y;
+    }
     at::Tensor h = x.to(at::kFloat);
     h = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
     return weight * h.to(x.scalar_type());
@@ -484,11 +459,34 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     const bool gqa = c.num_key_value_heads != c.num_attention_heads;
     at::Tensor h = h_in;
     at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
-    at::Tensor q = layer.q(x).view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
-    at::Tensor k = layer.k(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
-    at::Tensor v = layer.v(x).view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    at::Tensor q = layer.q(x), k = layer.k(x), v = layer.v(x);  // [B, T, heads * head_dim]
+    if (decode_kernels_apply(q) && q.is_contiguous() && k.is_contiguous() && cos.is_contiguous() && sin.is_contiguous() &&
+        cos.scalar_type() == at::kFloat && cos.numel() == B * T * c.head_dim) {
+        // the decode step: rotary in place on the fresh projections, then (with a cache) attention
+        // on the cache, both by the decode kernels
+        kernels::rotary(q.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_attention_heads, c.head_dim);
+        kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads, c.head_dim);
+        if (cache && T == 1 && !attention.slots.defined() && v.is_contiguous() && cache->keys[index].is_contiguous() &&
+            cache->values[index].is_contiguous() && attention.visible.is_contiguous() &&
+            attention.visible.scalar_type() == at::kBool && attention.visible.numel() == B * S) {
+            at::Tensor attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
+            kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                      cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(),
+                                      cache->capacity, attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B,
+                                      c.num_attention_heads, c.num_key_value_heads, S, c.head_dim,
+                                      float(1.0 / std::sqrt(double(c.head_dim))), at::get_num_threads());
+            h = h + layer.o(attn);
+            return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
+        }
+        q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
+        k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+    } else {
+        q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
+        k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+        q = q * cos + rotate_half(q) * sin;
+        k = k * cos + rotate_half(k) * sin;
+    }
+    v = v.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention.slots.defined()) {
         // [1, heads, N, D] -> [rows, heads, width, D]: each row's tokens first, then zero slots that
@@ -518,9 +516,17 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
                    .reshape({B, T, c.num_attention_heads * c.head_dim});
     }
     h = h + layer.o(attn);
-    x = rms_norm(h, layer.post_attention_norm, c.rms_norm_eps);
-    h = h + layer.down(at::silu(layer.gate(x)) * layer.up(x));
-    return h;
+    return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
+}
+
+// SwiGLU: down(silu(gate(x)) * up(x))
+at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
+    at::Tensor gate = layer.gate(x), up = layer.up(x);
+    if (decode_kernels_apply(gate) && gate.is_contiguous() && up.is_contiguous()) {
+        kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.data_ptr<float>(), gate.numel());  // in place
+        return layer.down(gate);
+    }
+    return layer.down(at::silu(gate) * up);
 }
 
 // Reentrant checkpointing as torch.utils.checkpoint(use_reentrant=True): the forward keeps only the
@@ -634,7 +640,7 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {
-    return linear_maybe_packed(hidden, lm_head_weight(), std::nullopt, packed_lm_head_, packed_lm_head_version_);
+    return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {

@@ -24,6 +24,13 @@ foreach(lib IN LISTS _grove_torch_libs)
   list(APPEND _grove_torch_paths "${GROVE_TORCH_DIR}/lib/lib${lib}.so")
 endforeach()
 
+# The wheel's own OpenMP runtime: code of ours that opens OpenMP regions must run on it (one
+# libgomp.so.1 per process, torch's, so its threads are shared, never oversubscribed)
+set(GROVE_TORCH_OPENMP "")
+if(EXISTS "${GROVE_TORCH_DIR}/lib/libgomp.so.1")
+  set(GROVE_TORCH_OPENMP "${GROVE_TORCH_DIR}/lib/libgomp.so.1")
+endif()
+
 add_library(grove_torch_deps INTERFACE)
 target_include_directories(grove_torch_deps SYSTEM INTERFACE
   "${GROVE_TORCH_DIR}/include" "${GROVE_TORCH_DIR}/include/torch/csrc/api/include")

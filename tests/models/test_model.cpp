@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 
 #include "grove/error.hpp"
@@ -14,6 +15,7 @@
 #include "grove/model.hpp"
 #include "grove/safetensors.hpp"
 #include "grove/tensor_io.hpp"
+#include "decode_kernels.hpp"
 
 namespace fs = std::filesystem;
 
@@ -309,43 +311,139 @@ TEST(Safetensors, HeaderFieldsAreValidated) {
     for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().filename().string().rfind(".tmp-", 0), std::string::npos);
 }
 
-// generate() runs its products on oneDNN's pre-packed weights; they must give the plain products'
-// logits, and an in-place weight update (an optimizer step) must be seen by the next packed call.
-TEST(Model, PackedWeightsGiveThePlainLogitsAndFollowUpdates) {
-    if (!grove::PackedLinearScope::available()) GTEST_SKIP() << "this libtorch has no oneDNN linear ops";
+// The decode kernel against a double-precision sum, on shapes that exercise every path: row blocks
+// of 8, 4, 2, 1, a K that is not a multiple of 8 (masked tail), columns split over 1 to 3 threads
+// (shares that start inside a block of weight rows), strided input and output rows, with and
+// without bias. The padding columns of y must stay untouched.
+TEST(DecodeKernels, SmallBatchLinearMatchesADoubleReferenceOnEveryShapeAndSplit) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(0);
+    int checked = 0;
+    for (int64_t rows : {1, 2, 3, 5, 8, 15, 16, 32})
+        for (int64_t K : {1, 7, 8, 64, 203, 4099})  // 4099: large enough that several threads share the columns
+            for (int64_t N : {1, 3, 10, 67})
+                for (int threads : {1, 2, 3}) {
+                    const bool with_bias = (rows + K + N + threads) % 2 == 0;
+                    const int64_t ldx = K + 3, ldy = N + 2;
+                    at::Tensor x = at::randn({rows, ldx}), w = at::randn({N, K}), bias = at::randn({N});
+                    at::Tensor y = at::full({rows, ldy}, 7.0f);
+                    grove::kernels::small_batch_linear(x.data_ptr<float>(), ldx, w.data_ptr<float>(),
+                                                       with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(),
+                                                       ldy, rows, K, N, threads);
+                    at::Tensor expected = at::matmul(x.narrow(1, 0, K).to(at::kDouble), w.to(at::kDouble).t());
+                    if (with_bias) expected = expected + bias.to(at::kDouble);
+                    std::string where = "rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " +
+                                        std::to_string(N) + " threads " + std::to_string(threads) + (with_bias ? " bias" : "");
+                    double error = (y.narrow(1, 0, N).to(at::kDouble) - expected).abs().max().item<double>();
+                    EXPECT_LT(error, 1e-5 * std::sqrt(double(K)) * 10) << where;
+                    EXPECT_TRUE(at::all(y.narrow(1, N, 2) == 7.0f).item<bool>()) << where << ": wrote past the row";
+                    ++checked;
+                }
+    EXPECT_EQ(checked, 8 * 6 * 4 * 3);
+}
+
+// generate() runs its decode steps on the decode kernels (DecodeKernelScope). For every tiny
+// architecture (grouped and plain heads, Qwen2 biases, llama3 rope), prefilling the left-padded
+// reference batch into a KV cache and decoding three tokens must give ATen's logits at every step:
+// products, RMSNorm, rotary, SwiGLU and the cached attention (with its cache writes) all checked.
+// An in-place weight update (an optimizer step) must be seen at once: the kernels keep no copy.
+TEST(Model, DecodeKernelsGiveAtensDecodeSteps) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the scope is off";
     at::NoGradGuard no_grad;
-    for (const char* name : {"llama_gqa", "qwen2_tied"}) {
+    for (const char* name : kNames) {
         auto model = grove::Model::load(kModels + "/" + name);
         auto ref = reference(name);
-        auto logits = [&] { return model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]); };
-        at::Tensor plain = logits();
-        at::Tensor packed;
-        {
-            grove::PackedLinearScope scope(0);  // every weight, however small
-            packed = logits();
-        }
-        EXPECT_TRUE(model->linear_layers().front()->packed.defined()) << name << ": the scope did not pack";
-        {
-            auto fresh_model = grove::Model::load(kModels + "/" + name);
-            grove::PackedLinearScope scope;  // the default keeps small weights on the plain product
-            fresh_model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
-            EXPECT_FALSE(fresh_model->linear_layers().front()->packed.defined()) << name;
-        }
-        EXPECT_LT(masked_max_diff(plain, packed, ref["attention_mask"]), 1e-5) << name;
-        EXPECT_FALSE(at::equal(plain, packed)) << name << ": identical bits suggest the plain path ran";
-
+        at::Tensor ids = ref["input_ids"], prompt_mask = ref["attention_mask"], positions = ref["position_ids"];
+        ASSERT_LE(ids.numel(), 32) << "the prefill must be small enough for the kernel products";
+        const int64_t B = ids.size(0), P = ids.size(1), steps = 3;
+        at::Tensor next = at::randint(4, model->config().vocab_size, {B, steps});
+        auto decode = [&](bool kernels) {
+            std::optional<grove::DecodeKernelScope> scope;
+            if (kernels) scope.emplace();
+            grove::KVCache cache = model->make_cache(B, P + steps);
+            std::vector<at::Tensor> logits{model->logits(model->hidden_states(ids, prompt_mask, positions, &cache))};
+            at::Tensor mask = prompt_mask, position = prompt_mask.sum(-1, true);
+            for (int64_t t = 0; t < steps; ++t) {
+                mask = at::cat({mask, at::ones({B, 1}, mask.options())}, 1);
+                logits.push_back(model->logits(model->hidden_states(next.narrow(1, t, 1), mask, position + t, &cache)));
+            }
+            return logits;
+        };
+        auto compare = [&](const std::string& when) {
+            std::vector<at::Tensor> aten = decode(false), kernels = decode(true);
+            EXPECT_LT(masked_max_diff(aten[0], kernels[0], prompt_mask), 1e-5) << name << when << ": prefill";
+            if (when.empty())
+                EXPECT_LT(masked_max_diff(ref["logits"], kernels[0], prompt_mask), 1e-4) << name << ": against transformers";
+            for (int64_t t = 1; t <= steps; ++t) {
+                EXPECT_LT((aten[size_t(t)] - kernels[size_t(t)]).abs().max().item<double>(), 1e-5) << name << when << ": step " << t;
+                EXPECT_FALSE(at::equal(aten[size_t(t)], kernels[size_t(t)])) << name << when << ": identical bits suggest ATen ran";
+            }
+            return aten;
+        };
+        std::vector<at::Tensor> before = compare("");
         for (grove::Linear* layer : model->linear_layers()) layer->weight.mul_(1.5);  // as an optimizer step would
         model->named_parameters().front().second.mul_(0.5);                             // embeddings (tied head)
-        at::Tensor plain_after = logits();
-        at::Tensor packed_after;
-        {
-            grove::PackedLinearScope scope(0);
-            packed_after = logits();
-        }
-        EXPECT_GT((plain_after - plain).abs().max().item<double>(), 1e-3) << name;
-        EXPECT_LT(masked_max_diff(plain_after, packed_after, ref["attention_mask"]), 1e-5) << name << ": stale packed weights";
-        model->release_packed_weights();
-        EXPECT_FALSE(model->linear_layers().front()->packed.defined()) << name << ": the packed copy was kept";
+        std::vector<at::Tensor> after = compare(" after an update");
+        EXPECT_GT((after.back() - before.back()).abs().max().item<double>(), 1e-3) << name;
+    }
+}
+
+// The element-wise kernels against double precision on odd sizes (vector tails): RMSNorm, rotary,
+// silu(gate) * up (its exponential is a polynomial of ours), over the range of values they see.
+TEST(DecodeKernels, ElementwiseKernelsMatchDoublePrecision) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(0);
+    const int64_t rows = 3, H = 37, heads = 2, D = 10;
+    at::Tensor x = at::randn({rows, H}) * 3, weight = at::randn({H}), y = at::empty({rows, H});
+    grove::kernels::rms_norm(x.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(), rows, H, 1e-5f);
+    at::Tensor xd = x.to(at::kDouble);
+    at::Tensor expected = weight.to(at::kDouble) * xd * at::rsqrt(xd.pow(2).mean(-1, true) + 1e-5);
+    EXPECT_LT((y.to(at::kDouble) - expected).abs().max().item<double>(), 1e-5);
+
+    at::Tensor q = at::randn({rows, heads, D}), cos = at::randn({rows, 1, D}), sin = at::randn({rows, 1, D});
+    at::Tensor rotated = q.clone();
+    grove::kernels::rotary(rotated.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), rows, heads, D);
+    at::Tensor qd = q.to(at::kDouble);
+    at::Tensor half_turn = at::cat({-qd.narrow(-1, D / 2, D / 2), qd.narrow(-1, 0, D / 2)}, -1);
+    expected = qd * cos.to(at::kDouble) + half_turn * sin.to(at::kDouble);
+    EXPECT_LT((rotated.to(at::kDouble) - expected).abs().max().item<double>(), 1e-5);
+
+    const int64_t n = 1003;
+    at::Tensor gate = at::linspace(-90, 90, n), up = at::randn({n}), out = at::empty({n});
+    grove::kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), out.data_ptr<float>(), n);
+    at::Tensor gd = gate.to(at::kDouble);
+    expected = gd * at::sigmoid(gd) * up.to(at::kDouble);
+    at::Tensor relative = (out.to(at::kDouble) - expected).abs() / expected.abs().clamp_min(1e-30);
+    EXPECT_LT(relative.masked_select(gd > -80).max().item<double>(), 1e-6);  // e^80 and beyond: silu is ~0 either way
+    EXPECT_LT(out.masked_select(gd <= -80).abs().max().item<double>(), 1e-30);
+}
+
+// The cached attention against ATen's SDPA: grouped heads (4 query heads on 2 kv heads), a masked
+// position, an odd head size and more tasks than one thread takes.
+TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(1);
+    const int64_t B = 5, heads = 4, kv_heads = 2, capacity = 9, S = 7, D = 13;
+    at::Tensor keys = at::randn({B, kv_heads, capacity, D}), values = at::randn({B, kv_heads, capacity, D});
+    at::Tensor q = at::randn({B, heads, D}), new_keys = at::randn({B, kv_heads, D}), new_values = at::randn({B, kv_heads, D});
+    at::Tensor visible = at::ones({B, S}, at::kBool);
+    visible.index_put_({1, 0}, false);
+    visible.index_put_({3, 2}, false);
+    at::Tensor expected_keys = keys.clone(), expected_values = values.clone();
+    expected_keys.select(2, S - 1).copy_(new_keys);
+    expected_values.select(2, S - 1).copy_(new_values);
+    at::Tensor expected = at::scaled_dot_product_attention(
+        q.unsqueeze(2), expected_keys.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1),
+        expected_values.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1), visible.view({B, 1, 1, S}));
+    for (int threads : {1, 2}) {
+        at::Tensor k = keys.clone(), v = values.clone(), out = at::empty({B, heads, D});
+        grove::kernels::decode_attention(q.data_ptr<float>(), new_keys.data_ptr<float>(), new_values.data_ptr<float>(),
+                                         k.data_ptr<float>(), v.data_ptr<float>(), capacity, visible.data_ptr<bool>(),
+                                         out.data_ptr<float>(), B, heads, kv_heads, S, D, float(1.0 / std::sqrt(double(D))),
+                                         threads);
+        EXPECT_TRUE(at::equal(k, expected_keys)) << threads << " threads: the key cache";
+        EXPECT_TRUE(at::equal(v, expected_values)) << threads << " threads: the value cache";
+        EXPECT_LT((out - expected.squeeze(2)).abs().max().item<double>(), 1e-5) << threads << " threads";
     }
 }
 

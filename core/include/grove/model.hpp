@@ -69,31 +69,25 @@ struct Linear {
     std::unique_ptr<AdaptedLinear> adapter;  // set when an adapter attached to this layer
     const bool* adapters_enabled = nullptr;  // the model's switch (reference log-probs of LoRA runs)
     at::Tensor operator()(const at::Tensor& x) const;
-    // x W^T + b without the adapter; inside a PackedLinearScope on CPU float32 it uses `packed`
+    // x W^T + b without the adapter (inside a DecodeKernelScope, small batches on the CPU kernel)
     at::Tensor base(const at::Tensor& x) const;
-    mutable at::Tensor packed;          // oneDNN's blocked copy of weight (empty until first packed use)
-    mutable int64_t packed_version = -1;  // weight._version() when packed was made: in-place updates repack
 };
 
-// Within this scope (one thread) gradient-free CPU float32 linear layers with large weights (>= 2^19
-// elements: MLP and vocabulary projections of 100M+ models) run on oneDNN's pre-packed weights, up to
-// 2x faster than the plain GEMM for decode-sized batches on the CPUs measured (docs/performance.md),
-// at the cost of a packed copy of those weights while generate() runs. generate() opens it; the
-// training forward and log-probabilities never do, so the loss sees exactly the plain products.
-class PackedLinearScope {
+// Within this scope (one thread), gradient-free CPU float32 work runs on the decode kernels
+// (core/src/decode_kernels.hpp): products of at most 32 rows, RMSNorm, rotary, the SwiGLU middle and
+// the decode step's attention on the KV cache. At decode sizes they are about twice as fast as ATen's
+// general kernels on the CPUs measured (docs/performance.md). generate() opens it; the training
+// forward and log-probabilities never do, so the loss sees exactly ATen's arithmetic. A no-op on
+// CPUs without AVX2/FMA.
+class DecodeKernelScope {
 public:
-    // oneDNN's call costs ~40 us more than the plain GEMM's (measured on the CI's CPUs), which only
-    // large weights repay; smaller ones keep the plain product
-    static constexpr int64_t kDefaultMinimumElements = int64_t(1) << 19;
-    explicit PackedLinearScope(int64_t minimum_elements = kDefaultMinimumElements);
-    ~PackedLinearScope();
-    PackedLinearScope(const PackedLinearScope&) = delete;
-    PackedLinearScope& operator=(const PackedLinearScope&) = delete;
-    static bool available();  // this libtorch has oneDNN's linear ops (checked once)
+    DecodeKernelScope();
+    ~DecodeKernelScope();
+    DecodeKernelScope(const DecodeKernelScope&) = delete;
+    DecodeKernelScope& operator=(const DecodeKernelScope&) = delete;
 
 private:
     bool previous_;
-    int64_t previous_minimum_;
 };
 
 class Model {
@@ -131,9 +125,6 @@ public:
     const at::Tensor& lm_head_weight() const;
 
     KVCache make_cache(int64_t batch, int64_t capacity) const;
-    // Drops the pre-packed weight copies (PackedLinearScope); generate() calls it when it returns,
-    // so the training step never holds them next to its activations and optimizer state.
-    void release_packed_weights() const;
 
     // Parameters under their Hugging Face names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
@@ -167,6 +158,7 @@ private:
     // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                              const Attention& attention, KVCache* cache) const;
+    at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;  // the layer's SwiGLU block
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
     at::Tensor decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention, KVCache* cache) const;
     static std::unique_ptr<Model> build(const std::string& folder,
@@ -177,8 +169,6 @@ private:
     std::vector<std::unique_ptr<Layer>> layers_;
     at::Tensor norm_;
     std::optional<at::Tensor> lm_head_;  // absent when tied
-    mutable at::Tensor packed_lm_head_;  // see PackedLinearScope
-    mutable int64_t packed_lm_head_version_ = -1;
     at::Tensor inv_freq_;                // [head_dim / 2], float32
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;

@@ -1,0 +1,265 @@
+#include "decode_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+
+namespace grove::kernels {
+namespace {
+
+#define GROVE_AVX2 __attribute__((target("avx2,fma")))
+// the partial sums live in registers only if the fixed-count loops are fully unrolled
+#define GROVE_UNROLL _Pragma("GCC unroll 16")
+
+GROVE_AVX2 inline float horizontal_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// ROWS rows of x against WEIGHTS consecutive weight rows: ROWS x WEIGHTS dot products of length K,
+// each kept as 8 partial sums in one register. With `prefetch`, the next WEIGHTS weight rows are
+// requested at the same offsets, so memory works while this block multiplies.
+template <int WEIGHTS, int ROWS>
+GROVE_AVX2 void block(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y, int64_t ldy,
+                      bool prefetch) {
+    __m256 acc[ROWS][WEIGHTS];
+    GROVE_UNROLL for (int m = 0; m < ROWS; ++m)
+        GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_setzero_ps();
+    const int64_t full = K & ~int64_t(7);
+    for (int64_t k = 0; k < full; k += 8) {
+        __m256 wv[WEIGHTS];
+        GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) wv[n] = _mm256_loadu_ps(w + n * K + k);
+        if (prefetch && (k & 15) == 0)  // one request per 64-byte line
+            GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) _mm_prefetch(reinterpret_cast<const char*>(w + (WEIGHTS + n) * K + k), _MM_HINT_T0);
+        GROVE_UNROLL for (int m = 0; m < ROWS; ++m) {
+            __m256 xv = _mm256_loadu_ps(x + m * ldx + k);
+            GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
+        }
+    }
+    if (full < K) {  // the last K % 8 columns through a lane mask
+        alignas(32) int32_t lanes[8];
+        for (int i = 0; i < 8; ++i) lanes[i] = full + i < K ? -1 : 0;
+        __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+        __m256 wv[WEIGHTS];
+        for (int n = 0; n < WEIGHTS; ++n) wv[n] = _mm256_maskload_ps(w + n * K + full, mask);
+        for (int m = 0; m < ROWS; ++m) {
+            __m256 xv = _mm256_maskload_ps(x + m * ldx + full, mask);
+            for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
+        }
+    }
+    for (int m = 0; m < ROWS; ++m)
+        for (int n = 0; n < WEIGHTS; ++n) {
+            float sum = horizontal_sum(acc[m][n]);
+            y[m * ldy + n] = bias ? sum + bias[n] : sum;
+        }
+}
+
+// All rows of x against WEIGHTS weight rows: blocks of 8 rows of x (16 partial-sum registers at
+// WEIGHTS = 2 would not leave room for the operands), then 4, 2, 1. The first block streams the
+// weight rows from memory and prefetches the next ones; the others find them in L1.
+template <int WEIGHTS>
+GROVE_AVX2 void weight_rows(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y,
+                            int64_t ldy, int64_t rows, bool prefetch) {
+    int64_t m = 0;
+    for (; m + 8 <= rows; m += 8, prefetch = false) block<WEIGHTS, 8>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
+    if (m + 4 <= rows) {
+        block<WEIGHTS, 4>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
+        m += 4, prefetch = false;
+    }
+    if (m + 2 <= rows) {
+        block<WEIGHTS, 2>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
+        m += 2, prefetch = false;
+    }
+    if (m < rows) block<WEIGHTS, 1>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
+}
+
+GROVE_AVX2 void linear_columns(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
+                           int64_t rows, int64_t K, int64_t n_begin, int64_t n_end) {
+    constexpr int kWeights = 2;  // weight rows per block: the fastest of 1-4 at the 135M shape on the CI machine
+    int64_t n = n_begin;
+    for (; n + kWeights <= n_end; n += kWeights)
+        weight_rows<kWeights>(x, ldx, w + n * K, K, bias ? bias + n : nullptr, y + n, ldy, rows, n + 2 * kWeights <= n_end);
+    for (; n < n_end; ++n) weight_rows<1>(x, ldx, w + n * K, K, bias ? bias + n : nullptr, y + n, ldy, rows, false);
+}
+
+GROVE_AVX2 float dot(const float* a, const float* b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float sum = horizontal_sum(acc);
+    for (; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+// y += a * x over n values
+GROVE_AVX2 void add_scaled(float* y, const float* x, float a, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// e^x in 8 lanes (Cephes' expf: x = n ln2 + r, a degree-5 polynomial for e^r, 2^n from the exponent
+// bits; within 2 ulp of expf for x in [-87, 88], which covers every value it is given here)
+GROVE_AVX2 __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+        p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(c));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+}
+
+// out[i] = e^(x[i] - shift) over n values
+GROVE_AVX2 void exp_shifted(const float* x, float shift, float* out, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(shift);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), sv)));
+    if (i < n) {
+        alignas(32) float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        std::copy(x + i, x + n, lanes);
+        _mm256_store_ps(lanes, exp8(_mm256_sub_ps(_mm256_load_ps(lanes), sv)));
+        std::copy(lanes, lanes + (n - i), out + i);
+    }
+}
+
+// The threads worth using for `work` multiply-adds: each at least 2^18, as in small_batch_linear
+int64_t useful_threads(int threads, int64_t parts, int64_t work) {
+    return std::max<int64_t>(1, std::min<int64_t>({int64_t(threads), parts, work >> 18}));
+}
+
+}  // namespace
+
+bool decode_kernels_available() {
+    static const bool supported = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }();
+    return supported;
+}
+
+void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
+                        int64_t rows, int64_t K, int64_t N, int threads) {
+    const int64_t parts = useful_threads(threads, N, rows * K * N);
+    if (parts == 1) return linear_columns(x, ldx, w, bias, y, ldy, rows, K, 0, N);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+#endif
+    for (int64_t part = 0; part < parts; ++part)
+        linear_columns(x, ldx, w, bias, y, ldy, rows, K, N * part / parts, N * (part + 1) / parts);
+}
+
+GROVE_AVX2 void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t H, float eps) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * H;
+        float* yr = y + r * H;
+        const float inverse = 1.0f / std::sqrt(dot(xr, xr, H) / float(H) + eps);
+        for (int64_t i = 0; i < H; ++i) yr[i] = weight[i] * (xr[i] * inverse);
+    }
+}
+
+GROVE_AVX2 void rotary(float* x, const float* cos, const float* sin, int64_t rows, int64_t heads, int64_t D) {
+    const int64_t half = D / 2;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* c = cos + r * D;
+        const float* s = sin + r * D;
+        for (int64_t h = 0; h < heads; ++h) {
+            float* v = x + (r * heads + h) * D;
+            for (int64_t i = 0; i < half; ++i) {
+                const float first = v[i], second = v[i + half];
+                v[i] = first * c[i] - second * s[i];
+                v[i + half] = second * c[i + half] + first * s[i + half];
+            }
+        }
+    }
+}
+
+GROVE_AVX2 void silu_mul(const float* gate, const float* up, float* y, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+namespace {
+// decode_attention for the (sequence, head) pairs [begin, end); scores holds S floats
+GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* value_cache, int64_t capacity,
+                       const bool* visible, float* out, int64_t heads, int64_t kv_heads, int64_t S, int64_t D, float scale,
+                       int64_t begin, int64_t end, float* scores) {
+    const int64_t group = heads / kv_heads;
+    for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / heads, g = (task % heads) / group;
+        const float* query = q + task * D;
+        const float* keys = key_cache + (b * kv_heads + g) * capacity * D;
+        const float* values = value_cache + (b * kv_heads + g) * capacity * D;
+        const bool* seen = visible + b * S;
+        float top = -INFINITY;
+        for (int64_t s = 0; s < S; ++s) {
+            scores[s] = seen[s] ? scale * dot(query, keys + s * D, D) : -INFINITY;
+            top = std::max(top, scores[s]);
+        }
+        exp_shifted(scores, top, scores, S);
+        float total = 0.0f;
+        for (int64_t s = 0; s < S; ++s) total += seen[s] ? scores[s] : 0.0f;
+        float* o = out + task * D;
+        std::fill(o, o + D, 0.0f);
+        for (int64_t s = 0; s < S; ++s)
+            if (seen[s]) add_scaled(o, values + s * D, scores[s] / total, D);
+    }
+}
+}  // namespace
+
+void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache,
+                      float* value_cache, int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads,
+                      int64_t kv_heads, int64_t S, int64_t D, float scale, int threads) {
+    for (int64_t row = 0; row < B * kv_heads; ++row) {  // (sequence, kv head) rows of the cache
+        std::copy(new_keys + row * D, new_keys + (row + 1) * D, key_cache + (row * capacity + S - 1) * D);
+        std::copy(new_values + row * D, new_values + (row + 1) * D, value_cache + (row * capacity + S - 1) * D);
+    }
+    const int64_t tasks = B * heads, parts = useful_threads(threads, tasks, tasks * S * D * 2);
+    if (parts == 1) {
+        std::vector<float> scores(static_cast<size_t>(S));
+        return attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, 0, tasks, scores.data());
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+#endif
+    for (int64_t part = 0; part < parts; ++part) {
+        std::vector<float> scores(static_cast<size_t>(S));
+        attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, tasks * part / parts,
+               tasks * (part + 1) / parts, scores.data());
+    }
+}
+
+}  // namespace grove::kernels
+
+#else  // not x86-64: decode_kernels_available() is false and nothing else may be called
+
+namespace grove::kernels {
+bool decode_kernels_available() { return false; }
+void small_batch_linear(const float*, int64_t, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int) {
+    std::abort();
+}
+void rms_norm(const float*, const float*, float*, int64_t, int64_t, float) { std::abort(); }
+void rotary(float*, const float*, const float*, int64_t, int64_t, int64_t) { std::abort(); }
+void silu_mul(const float*, const float*, float*, int64_t) { std::abort(); }
+void decode_attention(const float*, const float*, const float*, float*, float*, int64_t, const bool*, float*, int64_t,
+                      int64_t, int64_t, int64_t, int64_t, float, int) {
+    std::abort();
+}
+}  // namespace grove::kernels
+#endif
