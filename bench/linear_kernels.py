@@ -1,5 +1,6 @@
 """Where the 135M-shape decode step's matrix time goes: torch's plain F.linear vs oneDNN's pre-packed
-linear (what Grove's generate() uses for large weights), on this machine, one run.
+linear (what Grove's generate() used for large weights before its own decode kernels), on this
+machine, one run.
 
     .venv/bin/python bench/linear_kernels.py [--batch 16]
 
