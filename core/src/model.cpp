@@ -455,38 +455,50 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
                                  const Attention& attention, KVCache* cache) const {
     const ModelConfig& c = config_;
     const Layer& layer = *layers_[index];
-    const int64_t B = h_in.size(0), T = h_in.size(1), past = cache ? cache->length : 0, S = past + T;
-    const bool gqa = c.num_key_value_heads != c.num_attention_heads;
+    const int64_t B = h_in.size(0), T = h_in.size(1), S = (cache ? cache->length : 0) + T;
     at::Tensor h = h_in;
     at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
     at::Tensor q = layer.q(x), k = layer.k(x), v = layer.v(x);  // [B, T, heads * head_dim]
-    if (decode_kernels_apply(q) && q.is_contiguous() && k.is_contiguous() && cos.is_contiguous() && sin.is_contiguous() &&
-        cos.scalar_type() == at::kFloat && cos.numel() == B * T * c.head_dim) {
-        // the decode step: rotary in place on the fresh projections, then (with a cache) attention
-        // on the cache, both by the decode kernels
+    // the decode kernels: rotary in place on the fresh projections, and (one new position with a
+    // cache) the attention on the cache
+    const bool rotary_kernel = decode_kernels_apply(q) && q.is_contiguous() && k.is_contiguous() && cos.is_contiguous() &&
+                               sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == B * T * c.head_dim;
+    if (rotary_kernel) {
         kernels::rotary(q.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_attention_heads, c.head_dim);
         kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads, c.head_dim);
-        if (cache && T == 1 && !attention.slots.defined() && v.is_contiguous() && cache->keys[index].is_contiguous() &&
-            cache->values[index].is_contiguous() && attention.visible.is_contiguous() &&
-            attention.visible.scalar_type() == at::kBool && attention.visible.numel() == B * S) {
-            at::Tensor attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
-            kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                                      cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(),
-                                      cache->capacity, attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B,
-                                      c.num_attention_heads, c.num_key_value_heads, S, c.head_dim,
-                                      float(1.0 / std::sqrt(double(c.head_dim))), at::get_num_threads());
-            h = h + layer.o(attn);
-            return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
-        }
-        q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
-        k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+    }
+    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
+                                  cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
+                                  attention.visible.is_contiguous() && attention.visible.scalar_type() == at::kBool &&
+                                  attention.visible.numel() == B * S;
+    at::Tensor attn;  // [B, T, heads * head_dim]
+    if (attention_kernel) {
+        attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
+        kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                  cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(),
+                                  cache->capacity, attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B,
+                                  c.num_attention_heads, c.num_key_value_heads, S, c.head_dim,
+                                  float(1.0 / std::sqrt(double(c.head_dim))), at::get_num_threads());
     } else {
         q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
         k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
-        q = q * cos + rotate_half(q) * sin;
-        k = k * cos + rotate_half(k) * sin;
+        v = v.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+        if (!rotary_kernel) {
+            q = q * cos + rotate_half(q) * sin;
+            k = k * cos + rotate_half(k) * sin;
+        }
+        attn = attend(q, k, v, attention, cache, index);
     }
-    v = v.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+    h = h + layer.o(attn);
+    return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
+}
+
+// ATen's attention for layer_forward: packed rows, or a padded batch (with its cache) under a mask
+at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, KVCache* cache,
+                         size_t index) const {
+    const ModelConfig& c = config_;
+    const int64_t B = q.size(0), T = q.size(2), past = cache ? cache->length : 0, S = past + T;
+    const bool gqa = c.num_key_value_heads != c.num_attention_heads;
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention.slots.defined()) {
         // [1, heads, N, D] -> [rows, heads, width, D]: each row's tokens first, then zero slots that
@@ -515,8 +527,7 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
                    .transpose(1, 2)
                    .reshape({B, T, c.num_attention_heads * c.head_dim});
     }
-    h = h + layer.o(attn);
-    return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
+    return attn;
 }
 
 // SwiGLU: down(silu(gate(x)) * up(x))

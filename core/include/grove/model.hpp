@@ -158,6 +158,8 @@ private:
     // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                              const Attention& attention, KVCache* cache) const;
+    at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, KVCache* cache,
+                      size_t index) const;                       // [B, heads, T, D] each -> [B, T, heads * D]
     at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;  // the layer's SwiGLU block
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
     at::Tensor decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention, KVCache* cache) const;
