@@ -23,20 +23,23 @@ GROVE_AVX2 inline float horizontal_sum(__m256 v) {
 }
 
 // ROWS rows of x against WEIGHTS consecutive weight rows: ROWS x WEIGHTS dot products of length K,
-// each kept as 8 partial sums in one register. With `prefetch`, the next WEIGHTS weight rows are
-// requested at the same offsets, so memory works while this block multiplies.
+// each kept as 8 partial sums in one register (3 x 4 = 12 of the 16 ymm registers, plus the weight
+// vectors; more spill and run at half speed). As k advances it also asks for the 64-byte lines of
+// [ahead, ahead_end), evenly spread, to be brought into cache: weight rows a later block will need.
 template <int WEIGHTS, int ROWS>
 GROVE_AVX2 void block(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y, int64_t ldy,
-                      bool prefetch) {
+                      const char* ahead, const char* ahead_end) {
     __m256 acc[ROWS][WEIGHTS];
     GROVE_UNROLL for (int m = 0; m < ROWS; ++m)
         GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_setzero_ps();
     const int64_t full = K & ~int64_t(7);
+    const int64_t ahead_per_step = full ? ((ahead_end - ahead) * 8 + full - 1) / full : 0;
+    const char* requested_to = ahead;
     for (int64_t k = 0; k < full; k += 8) {
         __m256 wv[WEIGHTS];
         GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) wv[n] = _mm256_loadu_ps(w + n * K + k);
-        if (prefetch && (k & 15) == 0)  // one request per 64-byte line
-            GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) _mm_prefetch(reinterpret_cast<const char*>(w + (WEIGHTS + n) * K + k), _MM_HINT_T0);
+        for (requested_to += ahead_per_step; ahead < requested_to && ahead < ahead_end; ahead += 64)
+            _mm_prefetch(ahead, _MM_HINT_T1);
         GROVE_UNROLL for (int m = 0; m < ROWS; ++m) {
             __m256 xv = _mm256_loadu_ps(x + m * ldx + k);
             GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
@@ -60,32 +63,38 @@ GROVE_AVX2 void block(const float* x, int64_t ldx, const float* w, int64_t K, co
         }
 }
 
-// All rows of x against WEIGHTS weight rows: blocks of 8 rows of x (16 partial-sum registers at
-// WEIGHTS = 2 would not leave room for the operands), then 4, 2, 1. The first block streams the
-// weight rows from memory and prefetches the next ones; the others find them in L1.
+// All rows of x against WEIGHTS weight rows, in passes of 4 rows of x (then 2, then 1). Only the first
+// pass reads the weight rows from memory; the others find them in cache. So that memory keeps
+// streaming during those compute-only passes, the bytes [ahead, ahead_end) of weight rows needed
+// later are split evenly over all passes and requested as they run.
 template <int WEIGHTS>
 GROVE_AVX2 void weight_rows(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y,
-                            int64_t ldy, int64_t rows, bool prefetch) {
+                            int64_t ldy, int64_t rows, const char* ahead, const char* ahead_end) {
+    const int64_t passes = rows / 4 + (rows % 4) / 2 + rows % 2;
+    int64_t pass = 0;
+    auto share = [&](int64_t p) { return ahead + (ahead_end - ahead) * p / passes; };
     int64_t m = 0;
-    for (; m + 8 <= rows; m += 8, prefetch = false) block<WEIGHTS, 8>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
-    if (m + 4 <= rows) {
-        block<WEIGHTS, 4>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
-        m += 4, prefetch = false;
-    }
+    for (; m + 4 <= rows; m += 4, ++pass)
+        block<WEIGHTS, 4>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, share(pass), share(pass + 1));
     if (m + 2 <= rows) {
-        block<WEIGHTS, 2>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
-        m += 2, prefetch = false;
+        block<WEIGHTS, 2>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, share(pass), share(pass + 1));
+        m += 2, ++pass;
     }
-    if (m < rows) block<WEIGHTS, 1>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, prefetch);
+    if (m < rows) block<WEIGHTS, 1>(x + m * ldx, ldx, w, K, bias, y + m * ldy, ldy, share(pass), share(pass + 1));
 }
 
 GROVE_AVX2 void linear_columns(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
-                           int64_t rows, int64_t K, int64_t n_begin, int64_t n_end) {
-    constexpr int kWeights = 2;  // weight rows per block: the fastest of 1-4 at the 135M shape on the CI machine
+                               int64_t rows, int64_t K, int64_t n_begin, int64_t n_end) {
+    // 3 weight rows per block and prefetching 2 blocks ahead: the fastest of the combinations tried
+    // (1-4 weight rows, 1-8 rows of x, 1-8 blocks ahead) at the 135M shape on the CI machine
+    constexpr int kWeights = 3, kBlocksAhead = 2;
+    const char* last = reinterpret_cast<const char*>(w + n_end * K);
+    auto bytes_of_row = [&](int64_t n) { return std::min(reinterpret_cast<const char*>(w + n * K), last); };
     int64_t n = n_begin;
     for (; n + kWeights <= n_end; n += kWeights)
-        weight_rows<kWeights>(x, ldx, w + n * K, K, bias ? bias + n : nullptr, y + n, ldy, rows, n + 2 * kWeights <= n_end);
-    for (; n < n_end; ++n) weight_rows<1>(x, ldx, w + n * K, K, bias ? bias + n : nullptr, y + n, ldy, rows, false);
+        weight_rows<kWeights>(x, ldx, w + n * K, K, bias ? bias + n : nullptr, y + n, ldy, rows,
+                              bytes_of_row(n + kBlocksAhead * kWeights), bytes_of_row(n + (kBlocksAhead + 1) * kWeights));
+    for (; n < n_end; ++n) weight_rows<1>(x, ldx, w + n * K, K, bias ? bias + n : nullptr, y + n, ldy, rows, last, last);
 }
 
 GROVE_AVX2 float dot(const float* a, const float* b, int64_t n) {
@@ -245,6 +254,105 @@ void decode_attention(const float* q, const float* new_keys, const float* new_va
     }
 }
 
+namespace {
+// Probabilities are summed in blocks of this many tokens: the walk to the sampled token skips
+// whole blocks and adds one by one only inside the block where the uniform falls.
+constexpr int64_t kSampleBlock = 64;
+
+// sample_softmax for one row; e holds V floats and block_sums V / kSampleBlock + 1 doubles
+GROVE_AVX2 void sample_row(const float* x, int64_t V, float temperature, double u, int64_t* token, float* logprob,
+                           float* e, double* block_sums) {
+    const bool divide = temperature != 1.0f;
+    const __m256 t = _mm256_set1_ps(temperature);
+    // the largest logit; dividing by a positive temperature keeps the order, so max(s) = max(x) / t
+    // (max_ps drops NaN, so NaN lanes are looked for on the way)
+    __m256 top8 = _mm256_set1_ps(-INFINITY), nan8 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= V; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        top8 = _mm256_max_ps(top8, v);
+        nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, top8);
+    float top = *std::max_element(lanes, lanes + 8);
+    bool nan = _mm256_movemask_ps(nan8) != 0;
+    for (; i < V; ++i) {
+        top = std::max(top, x[i]);
+        nan = nan || std::isnan(x[i]);
+    }
+    if (divide) top /= temperature;
+    *token = -1;
+    *logprob = 0.0f;
+    if (nan || !(top > -INFINITY)) return;  // NaN, or nothing drawable
+    // e[i] = exp(s[i] - top), 0 where that is below e^-87 (float's smallest normal; -inf included)
+    const __m256 shift = _mm256_set1_ps(top), floor = _mm256_set1_ps(-87.0f);
+    const int64_t blocks = (V + kSampleBlock - 1) / kSampleBlock;
+    double total = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t begin = b * kSampleBlock, end = std::min(V, begin + kSampleBlock);
+        __m256 sum8 = _mm256_setzero_ps();
+        int64_t j = begin;
+        for (; j + 8 <= end; j += 8) {
+            __m256 s = _mm256_loadu_ps(x + j);
+            if (divide) s = _mm256_div_ps(s, t);
+            const __m256 d = _mm256_sub_ps(s, shift);
+            const __m256 v = _mm256_and_ps(exp8(d), _mm256_cmp_ps(d, floor, _CMP_GE_OQ));
+            _mm256_storeu_ps(e + j, v);
+            sum8 = _mm256_add_ps(sum8, v);
+        }
+        float sum = horizontal_sum(sum8);
+        for (; j < end; ++j) {
+            const float d = (divide ? x[j] / temperature : x[j]) - top;
+            e[j] = d >= -87.0f ? std::exp(d) : 0.0f;
+            sum += e[j];
+        }
+        block_sums[b] = sum;
+        total += sum;
+    }
+    // the first block whose cumulative sum reaches u * total, then the token inside it; should the
+    // one-by-one sum fall short of the block's by rounding, the block's last drawable token
+    const double target = u * total;
+    double cumulative = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+        if (!(block_sums[b] > 0.0) || cumulative + block_sums[b] < target) {
+            cumulative += block_sums[b];
+            continue;
+        }
+        const int64_t begin = b * kSampleBlock, end = std::min(V, begin + kSampleBlock);
+        for (int64_t j = begin; j < end; ++j) {
+            if (e[j] <= 0.0f) continue;
+            *token = j;
+            cumulative += e[j];
+            if (cumulative >= target) break;
+        }
+        break;
+    }
+    if (*token < 0) return;
+    const float chosen = divide ? x[*token] / temperature : x[*token];
+    *logprob = float(double(chosen) - (double(top) + std::log(total)));
+}
+}  // namespace
+
+void sample_softmax(const float* logits, int64_t ld, int64_t rows, int64_t V, float temperature, const double* uniforms,
+                    int64_t* tokens, float* logprobs, int threads) {
+    const int64_t parts = useful_threads(threads, rows, rows * V * 8);
+    auto run = [&](int64_t begin, int64_t end) {
+        // per-thread scratch kept between steps: a fresh 200 KB buffer each step costs page faults
+        thread_local std::vector<float> e;
+        thread_local std::vector<double> block_sums;
+        e.resize(std::max<size_t>(e.size(), size_t(V)));
+        block_sums.resize(std::max<size_t>(block_sums.size(), size_t(V / kSampleBlock + 1)));
+        for (int64_t r = begin; r < end; ++r)
+            sample_row(logits + r * ld, V, temperature, uniforms[r], tokens + r, logprobs + r, e.data(), block_sums.data());
+    };
+    if (parts == 1) return run(0, rows);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+#endif
+    for (int64_t part = 0; part < parts; ++part) run(rows * part / parts, rows * (part + 1) / parts);
+}
+
 }  // namespace grove::kernels
 
 #else  // not x86-64: decode_kernels_available() is false and nothing else may be called
@@ -261,5 +369,6 @@ void decode_attention(const float*, const float*, const float*, float*, float*, 
                       int64_t, int64_t, int64_t, int64_t, float, int) {
     std::abort();
 }
+void sample_softmax(const float*, int64_t, int64_t, int64_t, float, const double*, int64_t*, float*, int) { std::abort(); }
 }  // namespace grove::kernels
 #endif

@@ -19,8 +19,9 @@ bool decode_kernels_available();
 // y[m, n] = bias[n] + sum_k x[m, k] * w[n, k] for m < rows and n < N, float32 accumulation (8 lanes
 // summed at the end: the order differs from a BLAS, the sum does not). x has row stride ldx, y row
 // stride ldy, w is [N, K] contiguous and read in place (nothing to repack after an optimizer step),
-// once per block of 8 rows of x, the next weight rows prefetched while the current ones multiply;
-// bias may be null. Up to `threads` threads share the columns, each at least 2^18 multiply-adds.
+// from memory once: passes over 4 rows of x at a time reuse it from cache while later weight rows
+// are prefetched; bias may be null. Up to `threads` threads share the columns, each at least 2^18
+// multiply-adds.
 void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
                         int64_t rows, int64_t K, int64_t N, int threads);
 
@@ -43,5 +44,15 @@ void silu_mul(const float* gate, const float* up, float* y, int64_t n);
 void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache,
                       float* value_cache, int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads,
                       int64_t kv_heads, int64_t S, int64_t D, float scale, int threads);
+
+// One sampling step over rows of V logits, float32 (row stride ld): for each row r, with
+// s = logits / temperature (temperature 1 leaves them as they are) and p = softmax(s),
+//   tokens[r]      = the first token i with p[i] > 0 whose cumulative probability p[0] + ... + p[i]
+//                    reaches uniforms[r] (in [0, 1)): inverse-CDF sampling, sums in float64;
+//   logprobs[r]    = s[tokens[r]] - logsumexp(s), the sampled token's log-probability.
+// Logits of -inf have probability 0 and are never drawn. A row whose logits are NaN or all -inf
+// gets token -1 (the caller reports it). Rows are shared by up to `threads` threads.
+void sample_softmax(const float* logits, int64_t ld, int64_t rows, int64_t V, float temperature, const double* uniforms,
+                    int64_t* tokens, float* logprobs, int threads);
 
 }  // namespace grove::kernels

@@ -1,10 +1,12 @@
 #include "grove/generation.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 
+#include "decode_kernels.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
@@ -113,30 +115,47 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     // Short completions in a batch with one long one are the common GRPO case.
     at::Tensor rows = at::arange(N, long_cpu.device(device));
     KVCache cache = model.make_cache(N, P + C);
+    const bool filtering = o.repetition_penalty != 1.0 || (o.top_k > 0 && o.top_k < V) || o.top_p < 1.0 || o.min_p > 0.0;
+    const bool sampling_kernel = device.is_cpu() && kernels::decode_kernels_available();
     at::Tensor hidden = model.hidden_states(ids, prompt_mask, positions, &cache);
     at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
     int64_t steps = 0;
     for (int64_t t = 0; t < C; ++t) {
         const int64_t A = rows.size(0);
-        at::Tensor token;
-        // per-token overhead is most of a small model's decode step: skip what changes nothing
-        at::Tensor scaled = logits.to(at::kFloat);
-        if (!o.greedy && o.temperature != 1.0) scaled = scaled / o.temperature;
-        at::Tensor normaliser = at::logsumexp(scaled, -1, true);  // log p(token) = scaled[token] - logsumexp
+        at::Tensor token, chosen;
         if (o.greedy) {
+            at::Tensor scaled = logits.to(at::kFloat);
             token = logits.argmax(-1);
+            chosen = (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
         } else {
-            at::Tensor processed = process_logits(logits, scaled, seen, o);
-            at::Tensor probs = processed.softmax(-1);
             // every prompt draws its uniform each step, in or out of the batch: a row's samples do not
             // depend on when the others stopped
             at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
             if (A < N) u = u.index_select(0, rows);
-            at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
-            // inverse CDF; clamp guards the rounding of the last bucket
-            token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
+            at::Tensor scaled = logits.to(at::kFloat);
+            if (o.temperature != 1.0 && (filtering || !sampling_kernel)) scaled = scaled / o.temperature;
+            if (sampling_kernel) {
+                // temperature, softmax, inverse CDF and the token's log-probability in one pass per row
+                // on the CPU, with no [rows, vocabulary] temporaries (the filters, when set, stay ATen's)
+                at::Tensor processed = (filtering ? process_logits(logits, scaled, seen, o) : scaled).contiguous();
+                token = at::empty({A}, long_cpu);
+                chosen = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
+                kernels::sample_softmax(processed.data_ptr<float>(), V, A, V, filtering ? 1.0f : float(o.temperature),
+                                        u.data_ptr<double>(), token.data_ptr<int64_t>(), chosen.data_ptr<float>(),
+                                        at::get_num_threads());
+                if (token.min().item<int64_t>() < 0)
+                    throw Error(ErrorKind::runtime, "generate: the model's logits are NaN at new token " + std::to_string(t + 1) +
+                                                        " (a diverged or corrupt checkpoint?)");
+                if (filtering)  // the log-probability under the temperature alone, as the sampler below
+                    chosen = (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+            } else {
+                at::Tensor probs = process_logits(logits, scaled, seen, o).softmax(-1);
+                at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
+                // inverse CDF; clamp guards the rounding of the last bucket
+                token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
+                chosen = (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+            }
         }
-        at::Tensor chosen = (scaled.gather(-1, token.unsqueeze(-1)) - normaliser).squeeze(-1);
         out_ids.select(1, t).index_copy_(0, rows, token);
         out_logp.select(1, t).index_copy_(0, rows, chosen);
         mask.select(1, P + t).fill_(1);

@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <optional>
 #include <fstream>
@@ -321,7 +323,7 @@ TEST(DecodeKernels, SmallBatchLinearMatchesADoubleReferenceOnEveryShapeAndSplit)
     int checked = 0;
     for (int64_t rows : {1, 2, 3, 5, 8, 15, 16, 32})
         for (int64_t K : {1, 7, 8, 64, 203, 4099})  // 4099: large enough that several threads share the columns
-            for (int64_t N : {1, 3, 10, 67})
+            for (int64_t N : {1, 3, 11, 67})
                 for (int threads : {1, 2, 3}) {
                     const bool with_bias = (rows + K + N + threads) % 2 == 0;
                     const int64_t ldx = K + 3, ldy = N + 2;
@@ -444,6 +446,67 @@ TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
         EXPECT_TRUE(at::equal(k, expected_keys)) << threads << " threads: the key cache";
         EXPECT_TRUE(at::equal(v, expected_values)) << threads << " threads: the value cache";
         EXPECT_LT((out - expected.squeeze(2)).abs().max().item<double>(), 1e-5) << threads << " threads";
+    }
+}
+
+// The sampler against a float64 inverse CDF: with p = softmax(logits / temperature), the token is
+// the first whose cumulative probability reaches the uniform. Uniforms within 1e-6 of a bucket's edge
+// are left out (float rounding may fall either way there). Tokens of logit -inf are never drawn, not
+// even at u = 0 or u just below 1; a row with a NaN, or with every logit -inf, gives token -1.
+TEST(DecodeKernels, SampleSoftmaxIsTheInverseCdfOfTheSoftmax) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(2);
+    const int64_t rows = 6, V = 1003, sampled_rows = 4;  // V: whole 64-token blocks, then vector and scalar tails
+    const double inf = std::numeric_limits<double>::infinity();
+    at::Tensor logits = at::randn({rows, V}) * 3;
+    logits[1].masked_fill_(at::rand({V}) < 0.9, -inf);  // as top-k / top-p leave them
+    logits[1][0] = -inf;
+    logits[1][V - 1] = -inf;
+    logits.index_put_({4, 17}, std::nan(""));
+    logits[5].fill_(-inf);
+    for (double temperature : {1.0, 0.7}) {
+        at::Tensor scaled = logits.narrow(0, 0, sampled_rows).to(at::kDouble) / temperature;
+        at::Tensor cdf = scaled.softmax(-1).cumsum(-1), logp = scaled.log_softmax(-1);
+        at::Tensor finite = at::isfinite(scaled).nonzero();
+        int64_t checked = 0;
+        const int trials = 300;
+        for (int trial = 0; trial < trials; ++trial) {
+            at::Tensor u = at::rand({rows}, at::kDouble);
+            if (trial == 0) u.fill_(0.0);
+            if (trial == 1) u.fill_(std::nextafter(1.0, 0.0));
+            at::Tensor tokens = at::empty({rows}, at::kLong), logprobs = at::empty({rows});
+            for (int threads : {1, 3}) {
+                at::Tensor t = at::empty({rows}, at::kLong);
+                grove::kernels::sample_softmax(logits.data_ptr<float>(), V, rows, V, float(temperature),
+                                               u.data_ptr<double>(), t.data_ptr<int64_t>(), logprobs.data_ptr<float>(),
+                                               threads);
+                if (threads == 1) tokens = t;
+                else EXPECT_TRUE(at::equal(t, tokens)) << "threads share rows, not draws";
+            }
+            EXPECT_EQ(tokens[4].item<int64_t>(), -1) << "a NaN logit";
+            EXPECT_EQ(tokens[5].item<int64_t>(), -1) << "nothing drawable";
+            for (int64_t r = 0; r < sampled_rows; ++r) {
+                const int64_t token = tokens[r].item<int64_t>();
+                ASSERT_TRUE(token >= 0 && token < V) << "row " << r;
+                EXPECT_TRUE(std::isfinite(logits[r][token].item<float>())) << "row " << r << " drew a token of logit -inf";
+                EXPECT_NEAR(logprobs[r].item<double>(), logp[r][token].item<double>(), 1e-5) << "row " << r;
+                at::Tensor row_finite = at::isfinite(scaled[r]).nonzero().squeeze(-1);
+                int64_t expected;
+                if (trial <= 1) {
+                    expected = row_finite[trial == 0 ? 0 : row_finite.size(0) - 1].item<int64_t>();
+                } else {
+                    const double target = u[r].item<double>();
+                    at::Tensor reached = (cdf[r] >= target).logical_and(at::isfinite(scaled[r])).nonzero();
+                    expected = reached.size(0) ? reached[0][0].item<int64_t>() : row_finite[-1].item<int64_t>();
+                    double edge = std::abs(cdf[r][expected].item<double>() - target);
+                    if (expected > 0) edge = std::min(edge, std::abs(cdf[r][expected - 1].item<double>() - target));
+                    if (edge < 1e-6) continue;
+                }
+                EXPECT_EQ(token, expected) << "row " << r << " trial " << trial << " temperature " << temperature;
+                ++checked;
+            }
+        }
+        EXPECT_GT(checked, sampled_rows * trials * 99 / 100) << "too many draws left out near an edge";
     }
 }
 
