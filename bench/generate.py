@@ -1,16 +1,18 @@
 """Generation throughput, Grove vs transformers, same model, machine, batch and lengths, one run.
 
     .venv/bin/python bench/generate.py [--batch 16] [--prompt-len 32] [--new-tokens 128] [--dtype float32]
-                                       [--device cpu] [--shape smollm2-135m|tiny]
+                                       [--device cpu] [--shape smollm2-135m|tiny] [--repeats 3]
 
 Builds a randomly initialised checkpoint of the chosen shape (SmolLM2-135M's by default: 30 layers,
 hidden 576, 9 heads / 3 KV heads, vocabulary 49152, tied embeddings), then times
 transformers' generate (sampling, KV cache, min_new_tokens = max_new_tokens so no row stops early)
-and build/bin/grove_bench_generate on the same prompts' shape. Prints tokens/s for both and the ratio.
+and build/bin/grove_bench_generate on the same prompts' shape, alternately, --repeats times. Prints
+tokens/s for both in each pair, the pairs' ratios and their median.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -35,6 +37,7 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
+    parser.add_argument("--repeats", type=int, default=3, help="transformers / Grove pairs, run alternately")
     parser.add_argument("--grove", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin",
                                                        "grove_bench_generate"))
     args = parser.parse_args()
@@ -51,27 +54,37 @@ def main():
     with torch.no_grad():
         model.generate(input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), do_sample=True, max_new_tokens=2,
                        pad_token_id=0)  # warm-up
-        if args.device != "cpu":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                             top_k=0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                             pad_token_id=0, eos_token_id=None)
-        if args.device != "cpu":
-            torch.cuda.synchronize()
-        hf_seconds = time.perf_counter() - start
-    hf_tokens = (out.shape[1] - args.prompt_len) * args.batch
-    hf_tps = hf_tokens / hf_seconds
 
-    result = subprocess.run([args.grove, folder, str(args.batch), str(args.prompt_len), str(args.new_tokens),
-                             args.dtype, args.device], capture_output=True, text=True, check=True)
-    grove = json.loads(result.stdout)
+    def transformers_tokens_per_second():
+        with torch.no_grad():
+            if args.device != "cpu":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                 top_k=0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                                 pad_token_id=0, eos_token_id=None)
+            if args.device != "cpu":
+                torch.cuda.synchronize()
+            return (out.shape[1] - args.prompt_len) * args.batch / (time.perf_counter() - start)
+
+    def grove_tokens_per_second():
+        result = subprocess.run([args.grove, folder, str(args.batch), str(args.prompt_len), str(args.new_tokens),
+                                 args.dtype, args.device], capture_output=True, text=True, check=True)
+        return json.loads(result.stdout)["tokens_per_second"]
+
+    # the two alternate, so a slow spell of a shared machine falls on both; each pair gives a ratio
+    pairs = []
+    for _ in range(args.repeats):
+        hf = transformers_tokens_per_second()
+        pairs.append((hf, grove_tokens_per_second()))
+    ratios = [g / h for h, g in pairs]
     print(json.dumps({"shape": args.shape, "batch": args.batch, "prompt_len": args.prompt_len,
                       "new_tokens": args.new_tokens, "dtype": args.dtype, "device": args.device,
                       "torch_threads": torch.get_num_threads(),
-                      "transformers_tokens_per_second": round(hf_tps, 1),
-                      "grove_tokens_per_second": round(grove["tokens_per_second"], 1),
-                      "ratio": round(grove["tokens_per_second"] / hf_tps, 2)}))
+                      "transformers_tokens_per_second": [round(h, 1) for h, _ in pairs],
+                      "grove_tokens_per_second": [round(g, 1) for _, g in pairs],
+                      "ratios": [round(r, 2) for r in ratios],
+                      "median_ratio": round(statistics.median(ratios), 2)}))
 
 
 if __name__ == "__main__":
