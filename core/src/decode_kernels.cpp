@@ -205,28 +205,77 @@ GROVE_AVX2 void silu_mul(const float* gate, const float* up, float* y, int64_t n
 }
 
 namespace {
+// The dot products of q with 4 consecutive rows of D values each (D a multiple of 8): four 8-lane
+// partial sums, reduced together by horizontal adds.
+GROVE_AVX2 inline __m128 dot4(const float* q, const float* rows, int64_t D) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t c = 0; c < D; c += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + c);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows + c), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows + D + c), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows + 2 * D + c), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows + 3 * D + c), a3);
+    }
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// out = sum_s weights[s] values[s] / total for D a multiple of 8: 64 dimensions at a time are kept in
+// 8 registers across all positions, so out is written once
+GROVE_AVX2 void weighted_rows(const float* weights, const float* values, int64_t S, int64_t D, float total, float* out) {
+    const __m256 inverse = _mm256_set1_ps(1.0f / total);
+    for (int64_t c0 = 0; c0 < D; c0 += 64) {
+        const int64_t width = std::min<int64_t>(64, D - c0) / 8;
+        __m256 acc[8];
+        GROVE_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < S; ++s) {
+            if (weights[s] == 0.0f) continue;  // masked positions
+            const __m256 wv = _mm256_set1_ps(weights[s]);
+            const float* v = values + s * D + c0;
+            if (width == 8) {
+                GROVE_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + 8 * i), acc[i]);
+            } else {
+                for (int64_t i = 0; i < width; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + 8 * i), acc[i]);
+            }
+        }
+        for (int64_t i = 0; i < width; ++i) _mm256_storeu_ps(out + c0 + 8 * i, _mm256_mul_ps(acc[i], inverse));
+    }
+}
+
 // decode_attention for the (sequence, head) pairs [begin, end); scores holds S floats
 GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* value_cache, int64_t capacity,
                        const bool* visible, float* out, int64_t heads, int64_t kv_heads, int64_t S, int64_t D, float scale,
                        int64_t begin, int64_t end, float* scores) {
     const int64_t group = heads / kv_heads;
+    const bool vector_rows = D % 8 == 0;  // every head size in use (64, 80, 96, 128, ...)
     for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / heads, g = (task % heads) / group;
         const float* query = q + task * D;
         const float* keys = key_cache + (b * kv_heads + g) * capacity * D;
         const float* values = value_cache + (b * kv_heads + g) * capacity * D;
         const bool* seen = visible + b * S;
+        int64_t s = 0;
+        if (vector_rows)
+            for (; s + 4 <= S; s += 4) _mm_storeu_ps(scores + s, dot4(query, keys + s * D, D));
+        for (; s < S; ++s) scores[s] = dot(query, keys + s * D, D);
         float top = -INFINITY;
-        for (int64_t s = 0; s < S; ++s) {
-            scores[s] = seen[s] ? scale * dot(query, keys + s * D, D) : -INFINITY;
+        for (s = 0; s < S; ++s) {
+            scores[s] = seen[s] ? scale * scores[s] : -INFINITY;
             top = std::max(top, scores[s]);
         }
         exp_shifted(scores, top, scores, S);
         float total = 0.0f;
-        for (int64_t s = 0; s < S; ++s) total += seen[s] ? scores[s] : 0.0f;
+        for (s = 0; s < S; ++s) {
+            if (!seen[s]) scores[s] = 0.0f;
+            total += scores[s];
+        }
         float* o = out + task * D;
+        if (vector_rows) {
+            weighted_rows(scores, values, S, D, total, o);
+            continue;
+        }
         std::fill(o, o + D, 0.0f);
-        for (int64_t s = 0; s < S; ++s)
+        for (s = 0; s < S; ++s)
             if (seen[s]) add_scaled(o, values + s * D, scores[s] / total, D);
     }
 }

@@ -420,32 +420,37 @@ TEST(DecodeKernels, ElementwiseKernelsMatchDoublePrecision) {
     EXPECT_LT(out.masked_select(gd <= -80).abs().max().item<double>(), 1e-30);
 }
 
-// The cached attention against ATen's SDPA: grouped heads (4 query heads on 2 kv heads), a masked
-// position, an odd head size and more tasks than one thread takes.
+// The cached attention against ATen's SDPA: grouped heads (4 query heads on 2 kv heads), masked
+// positions, more tasks than one thread takes, and head sizes for both of the kernel's paths: 64 and
+// 80 (vectors of 8, the second with a partial 64-wide chunk) and an odd 13 (one value at a time).
 TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
     if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
     at::manual_seed(1);
-    const int64_t B = 5, heads = 4, kv_heads = 2, capacity = 9, S = 7, D = 13;
-    at::Tensor keys = at::randn({B, kv_heads, capacity, D}), values = at::randn({B, kv_heads, capacity, D});
-    at::Tensor q = at::randn({B, heads, D}), new_keys = at::randn({B, kv_heads, D}), new_values = at::randn({B, kv_heads, D});
-    at::Tensor visible = at::ones({B, S}, at::kBool);
-    visible.index_put_({1, 0}, false);
-    visible.index_put_({3, 2}, false);
-    at::Tensor expected_keys = keys.clone(), expected_values = values.clone();
-    expected_keys.select(2, S - 1).copy_(new_keys);
-    expected_values.select(2, S - 1).copy_(new_values);
-    at::Tensor expected = at::scaled_dot_product_attention(
-        q.unsqueeze(2), expected_keys.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1),
-        expected_values.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1), visible.view({B, 1, 1, S}));
-    for (int threads : {1, 2}) {
-        at::Tensor k = keys.clone(), v = values.clone(), out = at::empty({B, heads, D});
-        grove::kernels::decode_attention(q.data_ptr<float>(), new_keys.data_ptr<float>(), new_values.data_ptr<float>(),
-                                         k.data_ptr<float>(), v.data_ptr<float>(), capacity, visible.data_ptr<bool>(),
-                                         out.data_ptr<float>(), B, heads, kv_heads, S, D, float(1.0 / std::sqrt(double(D))),
-                                         threads);
-        EXPECT_TRUE(at::equal(k, expected_keys)) << threads << " threads: the key cache";
-        EXPECT_TRUE(at::equal(v, expected_values)) << threads << " threads: the value cache";
-        EXPECT_LT((out - expected.squeeze(2)).abs().max().item<double>(), 1e-5) << threads << " threads";
+    const int64_t B = 5, heads = 4, kv_heads = 2, capacity = 11, S = 10;
+    for (int64_t D : {13, 64, 80}) {
+        at::Tensor keys = at::randn({B, kv_heads, capacity, D}), values = at::randn({B, kv_heads, capacity, D});
+        at::Tensor q = at::randn({B, heads, D}), new_keys = at::randn({B, kv_heads, D}), new_values = at::randn({B, kv_heads, D});
+        at::Tensor visible = at::ones({B, S}, at::kBool);
+        visible.index_put_({1, 0}, false);
+        visible.index_put_({3, 2}, false);
+        visible.index_put_({3, 5}, false);
+        at::Tensor expected_keys = keys.clone(), expected_values = values.clone();
+        expected_keys.select(2, S - 1).copy_(new_keys);
+        expected_values.select(2, S - 1).copy_(new_values);
+        at::Tensor expected = at::scaled_dot_product_attention(
+            q.unsqueeze(2), expected_keys.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1),
+            expected_values.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1), visible.view({B, 1, 1, S}));
+        for (int threads : {1, 2}) {
+            at::Tensor k = keys.clone(), v = values.clone(), out = at::empty({B, heads, D});
+            grove::kernels::decode_attention(q.data_ptr<float>(), new_keys.data_ptr<float>(), new_values.data_ptr<float>(),
+                                             k.data_ptr<float>(), v.data_ptr<float>(), capacity, visible.data_ptr<bool>(),
+                                             out.data_ptr<float>(), B, heads, kv_heads, S, D,
+                                             float(1.0 / std::sqrt(double(D))), threads);
+            std::string where = "head size " + std::to_string(D) + ", " + std::to_string(threads) + " threads";
+            EXPECT_TRUE(at::equal(k, expected_keys)) << where << ": the key cache";
+            EXPECT_TRUE(at::equal(v, expected_values)) << where << ": the value cache";
+            EXPECT_LT((out - expected.squeeze(2)).abs().max().item<double>(), 1e-5) << where;
+        }
     }
 }
 
