@@ -20,8 +20,8 @@ bool decode_kernels_available();
 // summed at the end: the order differs from a BLAS, the sum does not). x has row stride ldx, y row
 // stride ldy, w is [N, K] contiguous and read in place (nothing to repack after an optimizer step),
 // from memory once: passes over 4 rows of x at a time reuse it from cache while later weight rows
-// are prefetched; bias may be null. Up to `threads` threads share the columns, each at least 2^18
-// multiply-adds.
+// are prefetched; bias may be null. Up to `threads` threads share the columns (each at least 2^18
+// multiply-adds), taking chunks of them as they become free.
 void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
                         int64_t rows, int64_t K, int64_t N, int threads);
 
