@@ -119,6 +119,10 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     const bool sampling_kernel = device.is_cpu() && kernels::decode_kernels_available();
     at::Tensor hidden = model.hidden_states(ids, prompt_mask, positions, &cache);
     at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
+    // log p(token) under the temperature alone, from the scaled logits: what the sampler used
+    auto log_probability = [](const at::Tensor& scaled, const at::Tensor& token) {
+        return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+    };
     int64_t steps = 0;
     for (int64_t t = 0; t < C; ++t) {
         const int64_t A = rows.size(0);
@@ -126,7 +130,7 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
         if (o.greedy) {
             at::Tensor scaled = logits.to(at::kFloat);
             token = logits.argmax(-1);
-            chosen = (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+            chosen = log_probability(scaled, token);
         } else {
             // every prompt draws its uniform each step, in or out of the batch: a row's samples do not
             // depend on when the others stopped
@@ -144,16 +148,16 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
                                         u.data_ptr<double>(), token.data_ptr<int64_t>(), chosen.data_ptr<float>(),
                                         at::get_num_threads());
                 if (token.min().item<int64_t>() < 0)
-                    throw Error(ErrorKind::runtime, "generate: the model's logits are NaN at new token " + std::to_string(t + 1) +
-                                                        " (a diverged or corrupt checkpoint?)");
-                if (filtering)  // the log-probability under the temperature alone, as the sampler below
-                    chosen = (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+                    throw Error(ErrorKind::runtime, "generate: the model's logits are NaN (or all -inf) at new token " +
+                                                        std::to_string(t + 1) + " (a diverged or corrupt checkpoint?)");
+                if (filtering)  // the kernel's log-probability is of the filtered logits
+                    chosen = log_probability(scaled, token);
             } else {
                 at::Tensor probs = process_logits(logits, scaled, seen, o).softmax(-1);
                 at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
                 // inverse CDF; clamp guards the rounding of the last bucket
                 token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
-                chosen = (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+                chosen = log_probability(scaled, token);
             }
         }
         out_ids.select(1, t).index_copy_(0, rows, token);
