@@ -167,8 +167,8 @@ void small_batch_linear(const float* x, int64_t ldx, const float* w, const float
     const int64_t parts = useful_threads(threads, N, rows * K * N);
     if (parts == 1) return linear_columns(x, ldx, w, bias, y, ldy, rows, K, 0, N, N);
     // Columns go in chunks to whichever thread is free, not half to each: on a shared machine one
-    // core often runs far slower than the other for a while (measured: 65 ms against 40 ms for the
-    // same half of a 135M step), and the other would wait for it. Whole weight blocks per chunk.
+    // core often runs far slower than the other for a while, and the other would wait for it.
+    // Whole weight blocks per chunk.
     const int64_t chunks = std::min<int64_t>(parts * kChunksPerThread, (N + kWeights - 1) / kWeights);
     const int64_t chunk = (N / chunks + kWeights - 1) / kWeights * kWeights;
 #ifdef _OPENMP
