@@ -152,6 +152,16 @@ int64_t useful_threads(int threads, int64_t parts, int64_t work) {
 // Work split over threads comes in this many chunks per thread, taken dynamically
 constexpr int64_t kChunksPerThread = 8;
 
+// This thread's scratch buffer of at least n values, kept between calls: a fresh buffer each decode
+// step would cost an allocation (and, past malloc's mmap threshold, page faults). Valid until the
+// thread's next call for the same type.
+template <typename T>
+T* scratch(int64_t n) {
+    thread_local std::vector<T> buffer;
+    if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
+    return buffer.data();
+}
+
 }  // namespace
 
 bool decode_kernels_available() {
@@ -300,18 +310,16 @@ void decode_attention(const float* q, const float* new_keys, const float* new_va
     }
     const int64_t tasks = B * heads, parts = useful_threads(threads, tasks, tasks * S * D * 2);
     if (parts == 1) {
-        std::vector<float> scores(static_cast<size_t>(S));
-        return attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, 0, tasks, scores.data());
+        return attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, 0, tasks,
+                      scratch<float>(S));
     }
     const int64_t chunks = std::min(parts * kChunksPerThread, tasks);  // dynamic, as in small_batch_linear
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(dynamic, 1)
 #endif
     for (int64_t part = 0; part < chunks; ++part) {
-        thread_local std::vector<float> scores;
-        scores.resize(std::max<size_t>(scores.size(), size_t(S)));
         attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, tasks * part / chunks,
-               tasks * (part + 1) / chunks, scores.data());
+               tasks * (part + 1) / chunks, scratch<float>(S));
     }
 }
 
@@ -399,13 +407,10 @@ void sample_softmax(const float* logits, int64_t ld, int64_t rows, int64_t V, fl
                     int64_t* tokens, float* logprobs, int threads) {
     const int64_t parts = useful_threads(threads, rows, rows * V * 8);
     auto run = [&](int64_t begin, int64_t end) {
-        // per-thread scratch kept between steps: a fresh 200 KB buffer each step costs page faults
-        thread_local std::vector<float> e;
-        thread_local std::vector<double> block_sums;
-        e.resize(std::max<size_t>(e.size(), size_t(V)));
-        block_sums.resize(std::max<size_t>(block_sums.size(), size_t(V / kSampleBlock + 1)));
+        float* e = scratch<float>(V);
+        double* block_sums = scratch<double>(V / kSampleBlock + 1);
         for (int64_t r = begin; r < end; ++r)
-            sample_row(logits + r * ld, V, temperature, uniforms[r], tokens + r, logprobs + r, e.data(), block_sums.data());
+            sample_row(logits + r * ld, V, temperature, uniforms[r], tokens + r, logprobs + r, e, block_sums);
     };
     if (parts == 1) return run(0, rows);
 #ifdef _OPENMP
