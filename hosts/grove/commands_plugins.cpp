@@ -11,7 +11,6 @@
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
-#include "grove/text_util.hpp"
 
 namespace grove::cli {
 
@@ -69,7 +68,11 @@ int plugins_list(const std::vector<std::string>& args) {
             std::cout << std::setw(18) << p.name << std::setw(11) << grove::plugin_kind_name(p.kind) << std::setw(9)
                       << p.version << std::setw(6) << (std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor))
                       << p.file << "\n";
-        if (plugins.empty()) std::cout << "(no plugins found in: " << grove::join(host.search_dirs(), ", ") << ")\n";
+        if (plugins.empty()) {
+            std::cout << "(no plugins found in:";
+            for (const auto& dir : host.search_dirs()) std::cout << " " << dir;
+            std::cout << ")\n";
+        }
     }
     for (const auto& s : skipped) std::cerr << "grove: warning: skipped " << s << "\n";
     return 0;

@@ -21,7 +21,6 @@
 #include <toml++/toml.h>
 
 #include "grove/error.hpp"
-#include "grove/text_util.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/version.hpp"

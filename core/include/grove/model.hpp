@@ -74,7 +74,7 @@ struct Linear {
 };
 
 // Within this scope (one thread), gradient-free CPU float32 work runs on the decode kernels
-// (core/src/decode_kernels.hpp): products of at most 32 rows, RMSNorm, rotary, the SwiGLU middle and
+// (core/src/model/decode_kernels.hpp): products of at most 32 rows, RMSNorm, rotary, the SwiGLU middle and
 // the decode step's attention on the KV cache. At decode sizes they are about twice as fast as ATen's
 // general kernels on the CPUs measured (docs/performance.md). generate() opens it; the training
 // forward and log-probabilities never do, so the loss sees exactly ATen's arithmetic. A no-op on

@@ -1,0 +1,589 @@
+#include "grove/manifest.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <toml++/toml.h>
+
+#include "grove/error.hpp"
+#include "text/text_util.hpp"
+
+namespace fs = std::filesystem;
+
+namespace grove {
+
+namespace {
+
+Error manifest_error(const std::string& where, const std::string& what) {
+    return Error(ErrorKind::manifest, where + ": error: " + what);
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    std::stringstream stream(text);
+    std::string part;
+    while (std::getline(stream, part, separator)) parts.push_back(part);
+    return parts;
+}
+
+std::string format_number(double value) {
+    std::ostringstream os;
+    os.precision(17);
+    os << value;
+    return os.str();
+}
+
+const char* type_phrase(KeyType type) {
+    switch (type) {
+        case KeyType::string: return "a string";
+        case KeyType::integer: return "an integer";
+        case KeyType::number: return "a number";
+        case KeyType::boolean: return "true or false";
+        case KeyType::string_array: return "an array of strings";
+        case KeyType::table: return "a table, e.g. { key = value }";
+    }
+    return "?";
+}
+
+// The user-facing name of a section as written in TOML.
+std::string section_header(const std::string& section) {
+    return section == "rewards[]" ? "[[rewards]]" : "[" + section + "]";
+}
+
+std::vector<std::string> section_names() {
+    std::vector<std::string> names;
+    for (const auto& spec : manifest_schema()) {
+        std::string s = spec.section;
+        if (s.empty()) continue;
+        if (s == "rewards[]") s = "rewards";
+        if (std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
+    }
+    return names;
+}
+
+const KeySpec* find_spec(const std::string& section, const std::string& name) {
+    for (const auto& spec : manifest_schema())
+        if (section == spec.section && name == spec.key) return &spec;
+    return nullptr;
+}
+
+std::vector<std::string> keys_of(const std::string& section) {
+    std::vector<std::string> names;
+    for (const auto& spec : manifest_schema())
+        if (section == spec.section) names.push_back(spec.key);
+    return names;
+}
+
+// Parses the value part of --set: any TOML value; anything that is not valid TOML is a string.
+toml::table parse_override_value(const std::string& value) {
+    try {
+        return toml::parse("value = " + value, std::string_view("--set"));
+    } catch (const toml::parse_error&) {
+        toml::table t;
+        t.insert("value", value);
+        return t;
+    }
+}
+
+class Validator {
+public:
+    Validator(std::string path, std::set<std::string> overridden) : path_(std::move(path)), overridden_(std::move(overridden)) {}
+
+    std::string where(const toml::node& node, const std::string& dotted) const {
+        const auto& source = node.source();
+        if (source.path && source.begin.line > 0)
+            return *source.path + ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);
+        if (overridden_.count(dotted)) return "--set " + dotted;
+        return path_;
+    }
+
+    std::string key_where(const toml::key& key, const toml::node& value, const std::string& dotted) const {
+        const auto& source = key.source();
+        if (source.path && source.begin.line > 0)
+            return *source.path + ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);
+        return where(value, dotted);
+    }
+
+    // Checks one value against its spec; returns the value to store (numbers widened to float).
+    // `at` is the key's position: that is the line a user fixes.
+    std::unique_ptr<toml::node> check(const KeySpec& spec, const toml::node& node, const std::string& dotted,
+                                      const std::string& at) const {
+        std::string name = dotted;
+        auto wrong_type = [&]() {
+            return manifest_error(at, name + " must be " + type_phrase(spec.type) + " (" + spec.help + ")");
+        };
+        switch (spec.type) {
+            case KeyType::string: {
+                if (!node.is_string()) {
+                    if (spec.choices) {
+                        std::string hint = name == "loss.scale_rewards" && node.is_boolean()
+                                               ? " (TRL's true is \"group\", false is \"none\")"
+                                               : "";
+                        throw manifest_error(at, name + " must be one of " + choices_text(spec) + hint);
+                    }
+                    throw wrong_type();
+                }
+                std::string value = *node.value<std::string>();
+                if (spec.choices) {
+                    auto options = split(spec.choices, '|');
+                    if (std::find(options.begin(), options.end(), value) == options.end())
+                        throw manifest_error(at, name + " = \"" + value + "\" is not valid; use one of " +
+                                                     choices_text(spec) + did_you_mean(value, options));
+                }
+                return std::make_unique<toml::value<std::string>>(value);
+            }
+            case KeyType::boolean:
+                if (!node.is_boolean()) throw wrong_type();
+                return std::make_unique<toml::value<bool>>(*node.value<bool>());
+            case KeyType::integer: {
+                if (!node.is_integer()) throw wrong_type();
+                int64_t value = *node.value<int64_t>();
+                check_range(spec, double(value), at, name);
+                return std::make_unique<toml::value<int64_t>>(value);
+            }
+            case KeyType::number: {
+                if (!node.is_number()) throw wrong_type();
+                double value = *node.value<double>();
+                if (!std::isfinite(value)) throw manifest_error(at, name + " must be a finite number");
+                check_range(spec, value, at, name);
+                return std::make_unique<toml::value<double>>(value);
+            }
+            case KeyType::string_array: {
+                const toml::array* array = node.as_array();
+                if (!array) throw wrong_type();
+                auto out = std::make_unique<toml::array>();
+                for (const auto& element : *array) {
+                    if (!element.is_string()) throw wrong_type();
+                    out->push_back(*element.value<std::string>());
+                }
+                return out;
+            }
+            case KeyType::table: {
+                const toml::table* table = node.as_table();
+                if (!table) throw wrong_type();
+                return std::make_unique<toml::table>(*table);
+            }
+        }
+        throw std::logic_error("unhandled key type");
+    }
+
+    static std::string choices_text(const KeySpec& spec) {
+        std::vector<std::string> quoted;
+        for (const auto& c : split(spec.choices, '|')) quoted.push_back("\"" + c + "\"");
+        return join(quoted, ", ");
+    }
+
+    static void check_range(const KeySpec& spec, double value, const std::string& at, const std::string& name) {
+        bool low = spec.min_exclusive ? value <= spec.min : value < spec.min;
+        if (low || value > spec.max) {
+            std::string lower = spec.min <= -1e299 ? "" : (spec.min_exclusive ? "> " : ">= ") + format_number(spec.min);
+            std::string upper = spec.max >= 1e299 ? "" : "<= " + format_number(spec.max);
+            std::string valid = lower.empty() ? upper : upper.empty() ? lower : lower + " and " + upper;
+            throw manifest_error(at, name + " = " + format_number(value) + " is out of range; it must be " + valid +
+                                         " (" + spec.help + ")");
+        }
+    }
+
+    // Validates the keys of one section table into `out`, filling defaults.
+    void section(const std::string& section, const toml::table* in, toml::table& out, const std::string& dotted_prefix,
+                 const std::string& table_where) const {
+        if (in) {
+            for (const auto& [key_node, node] : *in) {
+                std::string key(key_node.str());
+                const KeySpec* spec = find_spec(section, key);
+                std::string dotted = dotted_prefix + key;
+                std::string at = key_where(key_node, node, dotted);
+                if (!spec) {
+                    auto known = keys_of(section);
+                    std::string header = section.empty() ? "at the top level" : "in " + section_header(section);
+                    throw manifest_error(at, "unknown key '" + key + "' " + header + did_you_mean(key, known) +
+                                                 "; valid keys: " + join(known, ", "));
+                }
+                out.insert_or_assign(key, *check(*spec, node, dotted, at));
+            }
+        }
+        for (const auto& spec : manifest_schema()) {
+            if (section != spec.section || out.contains(spec.key)) continue;
+            if (spec.required)
+                throw manifest_error(table_where, "missing required key " + dotted_prefix + spec.key + " (" + spec.help +
+                                                      ")" + (section.empty() ? "" : " in " + section_header(section)));
+            if (spec.default_toml) {
+                toml::table parsed = toml::parse(std::string("v = ") + spec.default_toml);
+                out.insert_or_assign(spec.key, *parsed.get("v"));
+            }
+        }
+    }
+
+private:
+    std::string path_;
+    std::set<std::string> overridden_;
+};
+
+void apply_override(toml::table& root, const std::string& assignment, std::set<std::string>& overridden) {
+    auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw Error(ErrorKind::usage, "--set " + assignment + ": expected section.key=value, e.g. --set loss.beta=0.001");
+    std::string dotted = assignment.substr(0, eq);
+    auto parts = split(dotted, '.');
+    toml::node* current = &root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        const std::string& part = parts[i];
+        if (auto* table = current->as_table()) {
+            if (!table->contains(part)) table->insert(part, toml::table{});
+            current = table->get(part);
+        } else if (auto* array = current->as_array()) {
+            char* end = nullptr;
+            long index = std::strtol(part.c_str(), &end, 10);
+            if (*end || index < 0 || size_t(index) >= array->size())
+                throw Error(ErrorKind::usage, "--set " + assignment + ": '" + part + "' is not an index of the " +
+                                                  std::to_string(array->size()) + " entries there (0-based)");
+            current = array->get(size_t(index));
+        } else {
+            throw Error(ErrorKind::usage, "--set " + assignment + ": '" + parts[i - 1] + "' is a value, not a table");
+        }
+    }
+    auto* table = current->as_table();
+    if (!table) throw Error(ErrorKind::usage, "--set " + assignment + ": the parent of '" + parts.back() + "' is not a table");
+    toml::table value = parse_override_value(assignment.substr(eq + 1));
+    table->insert_or_assign(parts.back(), *value.get("value"));
+    overridden.insert(dotted);
+}
+
+std::string resolve_path(const std::string& directory, const std::string& value) {
+    if (value.empty() || value.rfind("builtin:", 0) == 0) return value;
+    fs::path p(value);
+    if (p.is_absolute()) return value;
+    return (fs::path(directory) / p).lexically_normal().string();
+}
+
+bool looks_like_plugin_path(const std::string& reference) {
+    return reference.find('/') != std::string::npos ||
+           (reference.size() > 3 && reference.compare(reference.size() - 3, 3, ".so") == 0);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+Manifest Manifest::load(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) throw Error(ErrorKind::manifest, path + ": error: cannot read the manifest (does the file exist?)");
+    std::stringstream text;
+    text << file.rdbuf();
+    return parse(text.str(), path, overrides, world_size);
+}
+
+Manifest Manifest::parse(const std::string& text, const std::string& source_name,
+                         const std::vector<std::string>& overrides, int world_size) {
+    Manifest m;
+    m.path_ = source_name;
+    m.directory_ = fs::path(source_name).parent_path().string();
+    if (m.directory_.empty()) m.directory_ = ".";
+    m.world_size_ = world_size;
+    if (world_size < 1) throw Error(ErrorKind::usage, "world size must be >= 1 (WORLD_SIZE=" + std::to_string(world_size) + ")");
+
+    toml::table root;
+    try {
+        root = toml::parse(std::string_view(text), std::string_view(source_name));
+    } catch (const toml::parse_error& e) {
+        const auto& where = e.source();
+        throw manifest_error(source_name + ":" + std::to_string(where.begin.line) + ":" + std::to_string(where.begin.column),
+                             "invalid TOML: " + std::string(e.description()));
+    }
+    std::set<std::string> overridden;
+    for (const auto& assignment : overrides) apply_override(root, assignment, overridden);
+
+    Validator v(source_name, overridden);
+    auto values = std::make_shared<toml::table>();
+    auto sections = section_names();
+
+    // top level: sections and top-level keys
+    toml::table top_scalars;
+    for (const auto& [key_node, node] : root) {
+        std::string key(key_node.str());
+        bool is_section = std::find(sections.begin(), sections.end(), key) != sections.end();
+        if (!is_section && !find_spec("", key)) {
+            auto candidates = sections;
+            for (const auto& k : keys_of("")) candidates.push_back(k);
+            throw manifest_error(v.key_where(key_node, node, key), "unknown section or key '" + key + "'" + did_you_mean(key, candidates) +
+                                                         "; valid: " + join(candidates, ", "));
+        }
+        if (!is_section) top_scalars.insert(key, node);
+    }
+    toml::table top;
+    v.section("", &top_scalars, top, "", source_name);
+    values->insert("", top);
+
+    for (const auto& section : sections) {
+        if (section == "rewards") continue;
+        const toml::node* node = root.get(section);
+        if (node && !node->is_table())
+            throw manifest_error(v.where(*node, section), "'" + section + "' must be a table: write [" + section + "]");
+        toml::table out;
+        v.section(section, node ? node->as_table() : nullptr, out, section + ".",
+                  node ? v.where(*node, section) : source_name);
+        values->insert(section, out);
+    }
+
+    // rewards: an array of tables, at least one
+    const toml::node* rewards = root.get("rewards");
+    if (!rewards)
+        throw manifest_error(source_name, "no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  plugin = \"correctness\"");
+    const toml::array* reward_array = rewards->as_array();
+    if (!reward_array || !reward_array->is_array_of_tables() || reward_array->empty())
+        throw manifest_error(v.where(*rewards, "rewards"), "'rewards' must be one or more [[rewards]] tables");
+    std::set<std::string> reward_names;
+    for (size_t i = 0; i < reward_array->size(); ++i) {
+        const toml::node& node = *reward_array->get(i);
+        std::string prefix = "rewards." + std::to_string(i) + ".";
+        std::string at = v.where(node, "rewards." + std::to_string(i));
+        toml::table out;
+        v.section("rewards[]", node.as_table(), out, prefix, at);
+        PluginUse use;
+        use.plugin = *out["plugin"].value<std::string>();
+        if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(m.directory_, use.plugin);
+        use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;
+        if (looks_like_plugin_path(use.name)) use.name = fs::path(use.name).stem().string();
+        use.weight = *out["weight"].value<double>();
+        use.config = std::make_shared<toml::table>(*out["config"].as_table());
+        use.origin = at + " [[rewards]] #" + std::to_string(i + 1);
+        if (!reward_names.insert(use.name).second)
+            throw manifest_error(at, "two rewards are named '" + use.name +
+                                         "'; metric names must be unique: give one of them name = \"...\"");
+        m.rewards_.push_back(std::move(use));
+    }
+
+    for (auto [section, use] : {std::pair<const char*, PluginUse*>{"adapter", &m.adapter_},
+                                 std::pair<const char*, PluginUse*>{"reduction", &m.reduction_}}) {
+        const toml::table& t = *values->get(section)->as_table();
+        use->plugin = *t["plugin"].value<std::string>();
+        if (looks_like_plugin_path(use->plugin)) use->plugin = resolve_path(m.directory_, use->plugin);
+        use->name = use->plugin;
+        use->config = std::make_shared<toml::table>(*t["config"].as_table());
+        const toml::node* declared = root.get(section);
+        use->origin = (declared ? v.where(*declared, section) : source_name) + " [" + section + "]";
+    }
+
+    // paths relative to the manifest's folder
+    for (const auto& spec : manifest_schema()) {
+        if (!spec.is_path) continue;
+        toml::table& t = *values->get(spec.section)->as_table();
+        if (auto* s = t.get(spec.key); s && s->is_string())
+            t.insert_or_assign(spec.key, resolve_path(m.directory_, *s->value<std::string>()));
+        if (auto* a = t.get(spec.key); a && a->is_array())
+            for (auto& element : *a->as_array()) element.ref<std::string>() = resolve_path(m.directory_, element.ref<std::string>());
+    }
+    m.values_ = values;
+    {
+        toml::table& data = *values->get("data")->as_table();
+        for (const char* key : {"source", "eval_source"})
+            if (auto* s = data.get(key)) data.insert_or_assign(key, resolve_path(m.directory_, *s->value<std::string>()));
+    }
+
+    if (!m.optional_string("data.source") && !m.optional_string("rollouts.path"))
+        throw manifest_error(source_name, "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
+                                          "or rollouts.path to replay rollouts made elsewhere");
+
+    // the batch arithmetic of reference §3
+    toml::table& train = *values->get("train")->as_table();
+    auto at = [&](const std::string& dotted) {
+        auto parts = split(dotted, '.');
+        const toml::node* n = root.at_path(dotted).node();
+        return n ? v.where(*n, dotted) : source_name;
+    };
+    int64_t batch = m.integer("train.per_device_train_batch_size");
+    int64_t accumulation = m.integer("train.gradient_accumulation_steps");
+    int64_t generations = m.integer("generation.num_generations");
+    auto gbs = m.optional_integer("train.generation_batch_size");
+    auto spg = m.optional_integer("train.steps_per_generation");
+    int64_t per_step = batch * world_size;
+    // TRL refuses both; Grove accepts both when they agree, so a resolved manifest checks again
+    if (gbs && spg && *gbs != per_step * *spg)
+        throw manifest_error(at("train.steps_per_generation"),
+                             "train.generation_batch_size = " + std::to_string(*gbs) + " and train.steps_per_generation = " +
+                                 std::to_string(*spg) + " disagree: generation_batch_size must be per_device_train_batch_size "
+                                 "x world size x steps_per_generation = " + std::to_string(per_step * *spg) +
+                                 "; set only one of them");
+    if (gbs) {
+        if (*gbs % per_step != 0)
+            throw manifest_error(at("train.generation_batch_size"),
+                                 "train.generation_batch_size = " + std::to_string(*gbs) +
+                                     " must be a multiple of per_device_train_batch_size x world size = " +
+                                     std::to_string(per_step) + " (e.g. " + std::to_string(per_step * std::max<int64_t>(1, *gbs / per_step)) + ")");
+        spg = *gbs / per_step;
+    } else {
+        if (!spg) spg = accumulation;
+        gbs = per_step * *spg;
+    }
+    if (*gbs % generations != 0) {
+        std::vector<std::string> divisors;
+        for (int64_t g = 2; g <= *gbs; ++g)
+            if (*gbs % g == 0) divisors.push_back(std::to_string(g));
+        int64_t multiple = std::lcm(*gbs, generations);
+        throw manifest_error(at("generation.num_generations"),
+                             "the generation batch of " + std::to_string(*gbs) +
+                                 " completions (per_device_train_batch_size " + std::to_string(batch) + " x world size " +
+                                 std::to_string(world_size) + " x steps_per_generation " + std::to_string(*spg) +
+                                 ") cannot hold whole groups of num_generations = " + std::to_string(generations) +
+                                 "; use num_generations in {" + join(divisors, ", ") +
+                                 "} or a generation batch that is a multiple of " + std::to_string(generations) +
+                                 " (e.g. train.generation_batch_size = " + std::to_string(multiple) + ")");
+    }
+    train.insert_or_assign("generation_batch_size", *gbs);
+    train.insert_or_assign("steps_per_generation", *spg);
+    toml::table& loss = *values->get("loss")->as_table();
+    if (!loss.contains("epsilon_high")) loss.insert("epsilon_high", m.number("loss.epsilon"));
+    return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+const toml::node* lookup(const toml::table& values, const std::string& dotted, const KeySpec** spec_out) {
+    auto dot = dotted.rfind('.');
+    std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
+    std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+    const KeySpec* spec = find_spec(section, key);
+    if (!spec) throw std::logic_error("manifest key '" + dotted + "' is not in the schema");
+    if (spec_out) *spec_out = spec;
+    const toml::node* table = values.get(section);
+    return table ? table->as_table()->get(key) : nullptr;
+}
+}  // namespace
+
+std::optional<std::string> Manifest::optional_string(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    return n ? n->value<std::string>() : std::nullopt;
+}
+
+std::string Manifest::string(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    if (!n) throw std::logic_error("manifest key '" + key + "' is unset");
+    return *n->value<std::string>();
+}
+int64_t Manifest::integer(const std::string& key) const {
+    auto v = optional_integer(key);
+    if (!v) throw std::logic_error("manifest key '" + key + "' is unset");
+    return *v;
+}
+double Manifest::number(const std::string& key) const {
+    auto v = optional_number(key);
+    if (!v) throw std::logic_error("manifest key '" + key + "' is unset");
+    return *v;
+}
+bool Manifest::boolean(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    if (!n) throw std::logic_error("manifest key '" + key + "' is unset");
+    return *n->value<bool>();
+}
+std::optional<int64_t> Manifest::optional_integer(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    return n ? n->value<int64_t>() : std::nullopt;
+}
+std::optional<double> Manifest::optional_number(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    return n ? n->value<double>() : std::nullopt;
+}
+std::vector<std::string> Manifest::strings(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, nullptr);
+    std::vector<std::string> out;
+    if (n)
+        for (const auto& element : *n->as_array()) out.push_back(*element.value<std::string>());
+    return out;
+}
+
+namespace {
+std::string toml_value_text(const toml::node& node) {
+    std::ostringstream os;
+    if (const auto* table = node.as_table()) {
+        // inline table
+        os << "{";
+        bool first = true;
+        for (const auto& [k, v] : *table) {
+            os << (first ? " " : ", ") << k.str() << " = " << toml_value_text(v);
+            first = false;
+        }
+        os << (first ? "}" : " }");
+    } else if (const auto* array = node.as_array()) {
+        os << "[";
+        for (size_t i = 0; i < array->size(); ++i) os << (i ? ", " : "") << toml_value_text(*array->get(i));
+        os << "]";
+    } else if (const auto* d = node.as_floating_point()) {
+        double value = d->get();
+        std::string text = format_number(value);
+        if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+        os << text;
+    } else {
+        node.visit([&](const auto& value) { os << toml::toml_formatter(value); });
+    }
+    return os.str();
+}
+
+void print_key(std::ostringstream& os, const KeySpec& spec, const toml::node* node) {
+    std::string line = node ? std::string(spec.key) + " = " + toml_value_text(*node) : "# " + std::string(spec.key) + " = (unset)";
+    os << line;
+    if (line.size() < 40) os << std::string(40 - line.size(), ' ');
+    os << "  # " << spec.help << "\n";
+}
+}  // namespace
+
+std::string Manifest::resolved_toml() const {
+    std::ostringstream os;
+    os << "# " << path_ << ", resolved: every key with its value or default\n";
+    for (const auto& spec : manifest_schema())
+        if (std::string(spec.section).empty()) print_key(os, spec, values_->get("")->as_table()->get(spec.key));
+    std::string current = "\x01";
+    for (const auto& spec : manifest_schema()) {
+        std::string section = spec.section;
+        if (section.empty() || section == "rewards[]") continue;
+        if (section != current) {
+            current = section;
+            os << "\n[" << section << "]\n";
+        }
+        print_key(os, spec, values_->get(section)->as_table()->get(spec.key));
+    }
+    for (const auto& reward : rewards_) {
+        os << "\n[[rewards]]\n";
+        os << "plugin = " << toml_value_text(toml::value<std::string>(reward.plugin)) << "\n";
+        os << "name = " << toml_value_text(toml::value<std::string>(reward.name)) << "\n";
+        os << "weight = " << toml_value_text(toml::value<double>(reward.weight)) << "\n";
+        os << "config = " << toml_value_text(*reward.config) << "\n";
+    }
+    return os.str();
+}
+
+std::string manifest_reference_markdown() {
+    std::ostringstream os;
+    os << "# Manifest reference\n\n"
+       << "Generated from the schema in `core/src/manifest_schema.cpp` by `grove manifest-reference`;\n"
+       << "a test keeps this file identical to what the validator accepts. Relative paths are resolved\n"
+       << "against the manifest's folder. Any key can be overridden with `--set section.key=value`.\n";
+    std::string current = "\x01";
+    for (const auto& spec : manifest_schema()) {
+        std::string section = spec.section;
+        if (section != current) {
+            current = section;
+            os << "\n## " << (section.empty() ? "top level" : section_header(section)) << "\n\n"
+               << "| key | type | default | valid | TRL option | meaning |\n|---|---|---|---|---|---|\n";
+        }
+        std::string valid;
+        if (spec.choices) valid = Validator::choices_text(spec);
+        else if (spec.type == KeyType::integer || spec.type == KeyType::number) {
+            std::string lower = spec.min <= -1e299 ? "" : (spec.min_exclusive ? "> " : ">= ") + format_number(spec.min);
+            std::string upper = spec.max >= 1e299 ? "" : "<= " + format_number(spec.max);
+            valid = lower.empty() ? upper : upper.empty() ? lower : lower + ", " + upper;
+        }
+        std::string type = type_phrase(spec.type);
+        os << "| `" << spec.key << "` | " << type << " | "
+           << (spec.required ? "required" : spec.default_toml ? "`" + std::string(spec.default_toml) + "`" : "unset")
+           << " | " << valid << " | " << (spec.trl_name ? "`" + std::string(spec.trl_name) + "`" : "") << " | "
+           << spec.help << " |\n";
+    }
+    return os.str();
+}
+
+}  // namespace grove

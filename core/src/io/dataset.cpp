@@ -1,0 +1,208 @@
+#include "grove/dataset.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "grove/error.hpp"
+#include "text/text_util.hpp"
+
+using nlohmann::json;
+
+namespace grove {
+
+namespace {
+
+// ---- builtin:arithmetic ------------------------------------------------------------------------
+// "What is 37 + 48?" with a worked reference completion, column by column from the units:
+//   37 + 48 -> <think>7+8=15 3+4+1=8</think><answer>85</answer>     (sum, carry)
+//   43 - 28 -> <think>13-8=5 4-2-1=1</think><answer>15</answer>     (a leading 1 marks a borrow)
+//   37 * 6  -> <think>7*6=42 3*6+4=22</think><answer>222</answer>   (product plus carry)
+// Every step is a one-digit fact, so a problem never seen in training is made of steps that were:
+// a small model can generalise instead of memorising, and an imperfect one makes step errors that
+// reinforcement learning can fix.
+struct ArithmeticOptions {
+    int digits = 2;            // operands have at most this many digits (1..3)
+    std::string ops = "+-*";   // which operations; the second factor of * is always one digit (2..9)
+    bool worked = true;        // style=worked: the system prompt asks for <think>/<answer>;
+                               // style=short: "reply with the result only", for chat models that
+                               // have never seen those tags (examples/smollm2)
+};
+
+struct Problem {
+    int a, b;
+    char op;
+};
+
+std::string worked_completion(const Problem& p, long& answer) {
+    std::string steps;
+    auto digit = [](int n, int k) { return (n / int(std::pow(10, k))) % 10; };
+    auto step = [&](const std::string& s) { steps += (steps.empty() ? "" : " ") + s; };
+    if (p.op == '*') {
+        answer = long(p.a) * p.b;
+        int columns = std::max<int>(1, int(std::to_string(p.a).size())), carry = 0;
+        for (int k = 0; k < columns; ++k) {
+            int r = digit(p.a, k) * p.b + carry;
+            step(std::to_string(digit(p.a, k)) + "*" + std::to_string(p.b) + (k ? "+" + std::to_string(carry) : "") + "=" +
+                 std::to_string(r));
+            carry = r / 10;
+        }
+    } else {
+        answer = p.op == '+' ? long(p.a) + p.b : long(p.a) - p.b;
+        int columns = int(std::max(std::to_string(p.a).size(), std::to_string(p.b).size())), carry = 0;
+        for (int k = 0; k < columns; ++k) {
+            int x = digit(p.a, k), y = digit(p.b, k);
+            std::string tail = k ? std::string(p.op == '+' ? "+" : "-") + std::to_string(carry) : "";
+            if (p.op == '+') {
+                int r = x + y + carry;
+                step(std::to_string(x) + "+" + std::to_string(y) + tail + "=" + std::to_string(r));
+                carry = r / 10;
+            } else {
+                int r = x - y - carry;
+                bool borrow = r < 0;
+                step((borrow ? "1" : "") + std::to_string(x) + "-" + std::to_string(y) + tail + "=" +
+                     std::to_string(borrow ? r + 10 : r));
+                carry = borrow ? 1 : 0;
+            }
+        }
+    }
+    return "<think>" + steps + "</think><answer>" + std::to_string(answer) + "</answer>";
+}
+
+ArithmeticOptions arithmetic_options(const std::string& source, const std::string& query) {
+    ArithmeticOptions o;
+    std::stringstream items(query);
+    for (std::string item; std::getline(items, item, '&');) {
+        auto eq = item.find('=');
+        std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (key == "digits") {
+            if (value != "1" && value != "2" && value != "3")
+                throw Error(ErrorKind::input, source + ": digits must be 1, 2 or 3, not '" + value + "'");
+            o.digits = std::stoi(value);
+        } else if (key == "ops") {
+            if (value.empty() || value.find_first_not_of("+-*") != std::string::npos)
+                throw Error(ErrorKind::input, source + ": ops is a non-empty set of + - *, e.g. ops=+-, not '" + value + "'");
+            o.ops = value;
+        } else if (key == "style") {
+            if (value != "worked" && value != "short")
+                throw Error(ErrorKind::input, source + ": style is worked or short, not '" + value + "'");
+            o.worked = value == "worked";
+        } else {
+            throw Error(ErrorKind::input, source + ": unknown option '" + key +
+                                              "' (builtin:arithmetic takes digits=1..3, ops=+-* and style=worked|short)" +
+                                              did_you_mean(key, {"digits", "ops", "style"}));
+        }
+    }
+    return o;
+}
+
+// Every problem of the chosen difficulty, shuffled with a fixed seed; the first ones (200, or a
+// fifth of a small space) are held out, the rest (up to 20000) are the training split.
+std::vector<PromptRow> arithmetic(const std::string& source, bool test_split, const ArithmeticOptions& o) {
+    int limit = int(std::pow(10, o.digits));
+    std::vector<Problem> all;
+    for (char op : std::string("+-*")) {
+        if (o.ops.find(op) == std::string::npos) continue;
+        for (int a = 0; a < limit; ++a) {
+            if (op == '*') {
+                for (int b = 2; b <= 9; ++b) all.push_back({a, b, op});
+            } else {
+                for (int b = 0; b < (op == '-' ? a + 1 : limit); ++b) all.push_back({a, b, op});
+            }
+        }
+    }
+    std::mt19937 rng(20261122);
+    std::shuffle(all.begin(), all.end(), rng);
+    size_t held_out = std::min<size_t>(200, all.size() / 5);
+    size_t begin = test_split ? 0 : held_out, end = test_split ? held_out : std::min(all.size(), held_out + 20000);
+    std::vector<PromptRow> rows;
+    for (size_t i = begin; i < end; ++i) {
+        const Problem& p = all[i];
+        std::string question = "What is " + std::to_string(p.a) + " " + p.op + " " + std::to_string(p.b) + "?";
+        long answer = 0;
+        std::string completion = worked_completion(p, answer);  // the reference `grove sft` imitates
+        PromptRow row;
+        row.messages = {{"system", o.worked ? "Work it out digit by digit inside <think></think>, then give only the "
+                                              "number inside <answer></answer>."
+                                            : "You are a calculator. Reply with the result only."},
+                        {"user", question}};
+        row.text = question;
+        row.columns_json = json({{"answer", std::to_string(answer)}, {"question", question}, {"completion", completion}}).dump();
+        row.origin = source + " #" + std::to_string(rows.size());
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+}  // namespace
+
+std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config) {
+    return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config);
+}
+
+std::vector<std::string> builtin_sources() { return {"arithmetic", "arithmetic-test"}; }
+
+void for_each_jsonl(const std::string& path, const std::string& what,
+                    const std::function<void(json& row, const std::string& where)>& row) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::input, path + ": cannot read " + what);
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        std::string where = path + ":" + std::to_string(number);
+        json j;
+        try {
+            j = json::parse(line);
+        } catch (const json::exception& e) {
+            throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
+        }
+        try {
+            row(j, where);
+        } catch (const json::exception& e) {  // a field of the wrong type, e.g. "prompt_ids": "12"
+            throw Error(ErrorKind::input, where + ": " + e.what());
+        }
+    }
+}
+
+std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column) {
+    if (source.rfind("builtin:", 0) == 0) {
+        std::string name = source.substr(8), query;
+        if (auto q = name.find('?'); q != std::string::npos) {
+            query = name.substr(q + 1);
+            name = name.substr(0, q);
+        }
+        if (name == "arithmetic" || name == "arithmetic-test")
+            return arithmetic(source, name == "arithmetic-test", arithmetic_options(source, query));
+        throw Error(ErrorKind::input, "unknown data source '" + source + "'" + did_you_mean(name, builtin_sources()) +
+                                          "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
+    }
+    std::vector<PromptRow> rows;
+    for_each_jsonl(source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)", [&](json& j, const std::string& where) {
+        if (!j.is_object() || !j.contains(prompt_column))
+            throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column + "\" column");
+        PromptRow row;
+        row.origin = where;
+        const json& prompt = j[prompt_column];
+        if (prompt.is_string()) {
+            row.text = prompt;
+        } else if (prompt.is_array() && !prompt.empty()) {
+            for (const auto& m : prompt) {
+                if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
+                    throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
+                row.messages.push_back({m["role"], m["content"]});
+            }
+        } else {
+            throw Error(ErrorKind::input, where + ": \"" + prompt_column + "\" must be text or a list of messages");
+        }
+        j.erase(prompt_column);
+        row.columns_json = j.dump();
+        rows.push_back(std::move(row));
+    });
+    if (rows.empty()) throw Error(ErrorKind::input, source + ": the dataset has no rows");
+    return rows;
+}
+
+}  // namespace grove

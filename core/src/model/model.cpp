@@ -1,0 +1,731 @@
+#include "grove/model.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/Parallel.h>  // at::get_num_threads
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "grove/adapter_host.hpp"
+#include "grove/error.hpp"
+#include "grove/safetensors.hpp"
+#include "model/tensor_io.hpp"
+#include "text/text_util.hpp"
+#include "model/decode_kernels.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace grove {
+
+// ---------------------------------------------------------------------------------------------
+// safetensors <-> at::Tensor
+at::ScalarType scalar_type_of(DType dtype) {
+    switch (dtype) {
+        case DType::f64: return at::kDouble;
+        case DType::f32: return at::kFloat;
+        case DType::f16: return at::kHalf;
+        case DType::bf16: return at::kBFloat16;
+        case DType::i64: return at::kLong;
+        case DType::i32: return at::kInt;
+        case DType::i16: return at::kShort;
+        case DType::i8: return at::kChar;
+        case DType::u8: return at::kByte;
+        case DType::boolean: return at::kBool;
+    }
+    return at::kFloat;
+}
+
+DType dtype_of(at::ScalarType type) {
+    switch (type) {
+        case at::kDouble: return DType::f64;
+        case at::kFloat: return DType::f32;
+        case at::kHalf: return DType::f16;
+        case at::kBFloat16: return DType::bf16;
+        case at::kLong: return DType::i64;
+        case at::kInt: return DType::i32;
+        case at::kShort: return DType::i16;
+        case at::kChar: return DType::i8;
+        case at::kByte: return DType::u8;
+        case at::kBool: return DType::boolean;
+        default: throw Error(ErrorKind::runtime, std::string("safetensors cannot store dtype ") + c10::toString(type));
+    }
+}
+
+at::Tensor tensor_from_entry(const TensorEntry& entry, const std::string&) {
+    auto options = at::TensorOptions().dtype(scalar_type_of(entry.dtype));
+    if (entry.numel() == 0) return at::empty(entry.shape, options);
+    return at::from_blob(const_cast<uint8_t*>(entry.data), entry.shape, options).clone();
+}
+
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                  const std::map<std::string, std::string>& metadata) {
+    std::vector<at::Tensor> keep;
+    std::vector<TensorBytes> bytes;
+    for (const auto& [name, tensor] : tensors) {
+        at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
+        keep.push_back(cpu);
+        bytes.push_back({name, dtype_of(cpu.scalar_type()), cpu.sizes().vec(), cpu.data_ptr(), cpu.nbytes()});
+    }
+    write_safetensors(path, bytes, metadata);
+}
+
+// ---------------------------------------------------------------------------------------------
+// config.json
+namespace {
+
+json read_json(const fs::path& path) {
+    std::ifstream file(path);
+    if (!file) throw Error(ErrorKind::input, path.string() + ": cannot read (is this a Hugging Face model folder?)");
+    try {
+        return json::parse(file);
+    } catch (const json::exception& e) {
+        throw Error(ErrorKind::input, path.string() + ": invalid JSON: " + e.what());
+    }
+}
+
+const std::map<std::string, std::string> kSupported = {
+    {"LlamaForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"}, {"MistralForCausalLM", "mistral"}};
+
+std::string supported_list() {
+    std::vector<std::string> names;
+    for (const auto& [arch, type] : kSupported) names.push_back(arch + " (" + type + ")");
+    return join(names, ", ");
+}
+
+template <class T>
+T get(const json& j, const std::string& key, const std::string& file) {
+    if (!j.contains(key) || j[key].is_null()) throw Error(ErrorKind::input, file + ": missing key \"" + key + "\"");
+    try {
+        return j[key].get<T>();
+    } catch (const json::exception&) {
+        throw Error(ErrorKind::input, file + ": key \"" + key + "\" has the wrong type (" + j[key].dump() + ")");
+    }
+}
+template <class T>
+T get_or(const json& j, const std::string& key, T fallback, const std::string& file) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    return get<T>(j, key, file);
+}
+
+void add_ids(const json& value, std::vector<int64_t>& out) {
+    if (value.is_number_integer()) out.push_back(value.get<int64_t>());
+    else if (value.is_array())
+        for (const auto& v : value)
+            if (v.is_number_integer()) out.push_back(v.get<int64_t>());
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::string& folder) {
+    fs::path path = fs::path(folder) / "config.json";
+    std::string file = path.string();
+    json j = read_json(path);
+    ModelConfig c;
+    c.config_json = j.dump(2);
+    if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty())
+        c.architecture = j["architectures"][0].get<std::string>();
+    c.model_type = get_or<std::string>(j, "model_type", "", file);
+    bool known_arch = kSupported.count(c.architecture) > 0;
+    bool known_type = false;
+    for (const auto& [arch, type] : kSupported) known_type |= type == c.model_type;
+    if (!known_arch || !known_type)
+        throw Error(ErrorKind::input, file + ": unsupported model (architectures: \"" + c.architecture +
+                                          "\", model_type: \"" + c.model_type + "\"); Grove supports " + supported_list());
+    c.vocab_size = get<int64_t>(j, "vocab_size", file);
+    c.hidden_size = get<int64_t>(j, "hidden_size", file);
+    c.intermediate_size = get<int64_t>(j, "intermediate_size", file);
+    c.num_hidden_layers = get<int64_t>(j, "num_hidden_layers", file);
+    c.num_attention_heads = get<int64_t>(j, "num_attention_heads", file);
+    c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, file);
+    c.head_dim = get_or<int64_t>(j, "head_dim", c.hidden_size / std::max<int64_t>(1, c.num_attention_heads), file);
+    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096, file);
+    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, file);
+    c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, file);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
+        c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
+    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false, file);
+    if (c.model_type == "qwen2") {
+        c.attention_bias = true;  // Qwen2: q/k/v have biases, o_proj has none
+    } else if (c.model_type == "llama") {
+        c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+        c.mlp_bias = get_or<bool>(j, "mlp_bias", false, file);
+    }
+    for (int64_t v : {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                      c.num_key_value_heads, c.head_dim})
+        if (v <= 0) throw Error(ErrorKind::input, file + ": sizes must be positive");
+    if (c.num_attention_heads % c.num_key_value_heads != 0)
+        throw Error(ErrorKind::input, file + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                                          ") must be a multiple of num_key_value_heads (" +
+                                          std::to_string(c.num_key_value_heads) + ")");
+    if (c.head_dim % 2 != 0) throw Error(ErrorKind::input, file + ": head_dim must be even for rotary embeddings");
+    const json* scaling = nullptr;
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) scaling = &j["rope_scaling"];
+    else if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+             j["rope_parameters"].value("rope_type", "default") != "default")
+        scaling = &j["rope_parameters"];
+    if (scaling) {
+        std::string type = scaling->value("rope_type", scaling->value("type", std::string("default")));
+        if (type == "llama3") {
+            c.rope_scaling.type = type;
+            c.rope_scaling.factor = get<double>(*scaling, "factor", file + " rope_scaling");
+            c.rope_scaling.low_freq_factor = get<double>(*scaling, "low_freq_factor", file + " rope_scaling");
+            c.rope_scaling.high_freq_factor = get<double>(*scaling, "high_freq_factor", file + " rope_scaling");
+            c.rope_scaling.original_max_position_embeddings =
+                get<int64_t>(*scaling, "original_max_position_embeddings", file + " rope_scaling");
+        } else if (type != "default") {
+            throw Error(ErrorKind::input, file + ": rope_scaling type \"" + type +
+                                              "\" is not supported (supported: none, llama3)");
+        }
+    }
+    if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
+    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int64_t>();
+    if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) c.pad_token_id = j["pad_token_id"].get<int64_t>();
+    fs::path generation = fs::path(folder) / "generation_config.json";
+    if (fs::exists(generation)) {
+        json g = read_json(generation);
+        c.generation_config_json = g.dump(2);
+        if (g.contains("eos_token_id")) add_ids(g["eos_token_id"], c.eos_token_ids);
+        if (!c.pad_token_id && g.contains("pad_token_id") && g["pad_token_id"].is_number_integer())
+            c.pad_token_id = g["pad_token_id"].get<int64_t>();
+    }
+    std::sort(c.eos_token_ids.begin(), c.eos_token_ids.end());
+    c.eos_token_ids.erase(std::unique(c.eos_token_ids.begin(), c.eos_token_ids.end()), c.eos_token_ids.end());
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+thread_local bool t_decode_kernels = false;
+
+// Inside a DecodeKernelScope, gradient-free CPU float32 work goes to the decode kernels
+bool decode_kernels_apply(const at::Tensor& t) {
+    return t_decode_kernels && !at::GradMode::is_enabled() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+           !at::autocast::is_autocast_enabled(at::kCPU);
+}
+
+// Products of at most this many rows go to kernels::small_batch_linear; larger ones (prefill) are
+// real GEMMs, where the BLAS wins
+constexpr int64_t kSmallBatchMaxRows = 32;
+
+at::Tensor linear_for_scope(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+    if (decode_kernels_apply(x) && weight.scalar_type() == at::kFloat && weight.dim() == 2 && weight.is_contiguous() &&
+        x.dim() >= 1 && x.size(-1) == weight.size(1) && (!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous()))) {
+        const int64_t K = weight.size(1), N = weight.size(0), rows = K > 0 ? x.numel() / K : 0;
+        if (rows >= 1 && rows <= kSmallBatchMaxRows) {
+            at::Tensor input = x.reshape({rows, K}).contiguous();
+            std::vector<int64_t> sizes = x.sizes().vec();
+            sizes.back() = N;
+            at::Tensor y = at::empty(sizes, x.options());
+            kernels::small_batch_linear(input.data_ptr<float>(), K, weight.data_ptr<float>(),
+                                        bias ? bias->data_ptr<float>() : nullptr, y.data_ptr<float>(), N, rows, K, N,
+                                        at::get_num_threads());
+            return y;
+        }
+    }
+    return bias ? at::linear(x, weight, *bias) : at::linear(x, weight);
+}
+}  // namespace
+
+DecodeKernelScope::DecodeKernelScope() : previous_(t_decode_kernels) { t_decode_kernels = kernels::decode_kernels_available(); }
+DecodeKernelScope::~DecodeKernelScope() { t_decode_kernels = previous_; }
+
+at::Tensor Linear::base(const at::Tensor& x) const { return linear_for_scope(x, weight, bias); }
+
+at::Tensor Linear::operator()(const at::Tensor& x) const {
+    at::Tensor y = base(x);
+    if (adapter && (!adapters_enabled || *adapters_enabled)) y = y + adapter->delta(x);
+    return y;
+}
+
+struct Model::Layer {
+    at::Tensor input_norm, post_attention_norm;
+    Linear q, k, v, o, gate, up, down;
+};
+
+Model::~Model() = default;
+
+namespace {
+
+// Every weight of the checkpoint, by name, from model.safetensors or the sharded index.
+class WeightSource {
+public:
+    explicit WeightSource(const std::string& folder) {
+        fs::path single = fs::path(folder) / "model.safetensors";
+        fs::path index = fs::path(folder) / "model.safetensors.index.json";
+        if (fs::exists(single)) {
+            open(single.string());
+        } else if (fs::exists(index)) {
+            json j = read_json(index);
+            if (!j.contains("weight_map") || !j["weight_map"].is_object())
+                throw Error(ErrorKind::input, index.string() + ": missing \"weight_map\"");
+            std::set<std::string> shards;
+            for (const auto& [name, shard] : j["weight_map"].items()) shards.insert(shard.get<std::string>());
+            for (const auto& shard : shards) {
+                if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
+                    throw Error(ErrorKind::input, index.string() + ": shard name \"" + shard + "\" must be a file in the folder");
+                open((fs::path(folder) / shard).string());
+            }
+        } else {
+            throw Error(ErrorKind::input, folder + ": no model.safetensors or model.safetensors.index.json "
+                                                   "(only safetensors checkpoints are supported; convert .bin with transformers)");
+        }
+    }
+    at::Tensor take(const std::string& name, std::vector<int64_t> shape) {
+        auto it = where_.find(name);
+        if (it == where_.end())
+            throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
+        const SafetensorsFile& file = *files_[it->second];
+        const TensorEntry* entry = file.find(name);
+        if (entry->shape != shape) {
+            std::ostringstream os;
+            os << file.path() << ": tensor \"" << name << "\" has shape " << c10::IntArrayRef(entry->shape)
+               << " but config.json implies " << c10::IntArrayRef(shape);
+            throw Error(ErrorKind::input, os.str());
+        }
+        if (entry->dtype != DType::f32 && entry->dtype != DType::f16 && entry->dtype != DType::bf16)
+            throw Error(ErrorKind::input, file.path() + ": tensor \"" + name + "\" has dtype " + dtype_name(entry->dtype) +
+                                              "; weights must be F32, F16 or BF16");
+        used_.insert(name);
+        return tensor_from_entry(*entry, file.path());
+    }
+    bool has(const std::string& name) const { return where_.count(name) > 0; }
+
+private:
+    void open(const std::string& path) {
+        files_.push_back(std::make_unique<SafetensorsFile>(path));
+        for (const auto& t : files_.back()->tensors()) where_[t.name] = files_.size() - 1;
+    }
+    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::map<std::string, size_t> where_;
+    std::set<std::string> used_;
+};
+
+at::Tensor rotate_half(const at::Tensor& x) {
+    int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// transformers' _compute_llama3_parameters
+at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& s) {
+    double low_wavelen = double(s.original_max_position_embeddings) / s.low_freq_factor;
+    double high_wavelen = double(s.original_max_position_embeddings) / s.high_freq_factor;
+    at::Tensor wavelen = 2 * M_PI / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
+    at::Tensor smooth = (double(s.original_max_position_embeddings) / wavelen - s.low_freq_factor) /
+                        (s.high_freq_factor - s.low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+    at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    return at::where(medium, smoothed, scaled);
+}
+
+at::Device parse_device(const std::string& device) {
+    if (device == "auto") return at::hasCUDA() ? at::Device("cuda") : at::Device("cpu");
+    try {
+        at::Device d(device);
+        if (d.is_cuda() && !at::hasCUDA())
+            throw Error(ErrorKind::usage, "device \"" + device + "\" requested, but no CUDA device is available");
+        return d;
+    } catch (const c10::Error&) {
+        throw Error(ErrorKind::usage, "unknown device \"" + device + "\"; use cpu, cuda, cuda:N or auto");
+    }
+}
+
+at::ScalarType parse_dtype_name(const std::string& dtype) {
+    if (dtype == "float32") return at::kFloat;
+    if (dtype == "bfloat16") return at::kBFloat16;
+    throw Error(ErrorKind::usage, "unknown dtype \"" + dtype + "\"; use float32 or bfloat16");
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& folder, const std::string& device_name, const std::string& dtype_name) {
+    load_model_config(folder);  // a folder that is not a model is reported by its config.json first
+    WeightSource weights(folder);
+    return build(folder, [&](const std::string& name, std::vector<int64_t> shape) { return weights.take(name, shape); },
+                 device_name, dtype_name);
+}
+
+std::unique_ptr<Model> Model::initialize(const std::string& folder, uint64_t seed, const std::string& device,
+                                         const std::string& dtype) {
+    // transformers' LlamaPreTrainedModel._init_weights: N(0, 0.02) weights, zero biases, unit norms
+    at::Generator g = at::detail::createCPUGenerator(seed);
+    auto random = [&](const std::string& name, std::vector<int64_t> shape) {
+        if (name.find("norm") != std::string::npos) return at::ones(shape, at::kFloat);
+        if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return at::zeros(shape, at::kFloat);
+        return at::empty(shape, at::kFloat).normal_(0.0, 0.02, g);
+    };
+    return build(folder, random, device, dtype);
+}
+
+std::unique_ptr<Model> Model::build(const std::string& folder,
+                                    const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,
+                                    const std::string& device_name, const std::string& dtype_name) {
+    std::unique_ptr<Model> m(new Model());
+    m->config_ = load_model_config(folder);
+    const ModelConfig& c = m->config_;
+    at::Device device = parse_device(device_name);
+    at::ScalarType dtype = parse_dtype_name(dtype_name);
+    auto place = [&](at::Tensor t) { return t.to(device, dtype).contiguous(); };
+    struct {
+        const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& f;
+        at::Tensor take(const std::string& name, std::vector<int64_t> shape) { return f(name, std::move(shape)); }
+    } weights{source};
+    int64_t q_out = c.num_attention_heads * c.head_dim, kv_out = c.num_key_value_heads * c.head_dim;
+    m->embed_tokens_ = place(weights.take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
+    auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
+        Linear l;
+        l.name = name;
+        l.weight = place(weights.take(name + ".weight", {out, in}));
+        if (bias) l.bias = place(weights.take(name + ".bias", {out}));
+        return l;
+    };
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+        std::string p = "model.layers." + std::to_string(i);
+        auto layer = std::make_unique<Layer>();
+        layer->input_norm = place(weights.take(p + ".input_layernorm.weight", {c.hidden_size}));
+        layer->post_attention_norm = place(weights.take(p + ".post_attention_layernorm.weight", {c.hidden_size}));
+        layer->q = linear(p + ".self_attn.q_proj", q_out, c.hidden_size, c.attention_bias);
+        layer->k = linear(p + ".self_attn.k_proj", kv_out, c.hidden_size, c.attention_bias);
+        layer->v = linear(p + ".self_attn.v_proj", kv_out, c.hidden_size, c.attention_bias);
+        layer->o = linear(p + ".self_attn.o_proj", c.hidden_size, q_out, c.o_proj_bias);
+        layer->gate = linear(p + ".mlp.gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
+        layer->up = linear(p + ".mlp.up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
+        layer->down = linear(p + ".mlp.down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
+        m->layers_.push_back(std::move(layer));
+    }
+    m->norm_ = place(weights.take("model.norm.weight", {c.hidden_size}));
+    if (!c.tie_word_embeddings) m->lm_head_ = place(weights.take("lm_head.weight", {c.vocab_size, c.hidden_size}));
+    at::Tensor inv_freq =
+        1.0 / at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / double(c.head_dim));
+    if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);
+    m->inv_freq_ = inv_freq.to(device);
+    return m;
+}
+
+at::Device Model::device() const { return embed_tokens_.device(); }
+at::ScalarType Model::dtype() const { return embed_tokens_.scalar_type(); }
+const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embed_tokens_; }
+
+KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
+    KVCache cache;
+    cache.capacity = capacity;
+    auto options = embed_tokens_.options();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        cache.keys.push_back(at::empty({batch, config_.num_key_value_heads, capacity, config_.head_dim}, options));
+        cache.values.push_back(at::empty({batch, config_.num_key_value_heads, capacity, config_.head_dim}, options));
+    }
+    return cache;
+}
+
+namespace {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    if (decode_kernels_apply(x) && x.is_contiguous() && weight.scalar_type() == at::kFloat && weight.is_contiguous()) {
+        const int64_t H = x.size(-1);
+        at::Tensor y = at::empty_like(x);
+        kernels::rms_norm(x.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(), x.numel() / H, H, float(eps));
+        return y;
+    }
+    at::Tensor h = x.to(at::kFloat);
+    h = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
+    return weight * h.to(x.scalar_type());
+}
+}  // namespace
+
+// How the positions of one forward pass see each other.
+struct Model::Attention {
+    // a padded batch: [B, 1, T, S], key j visible to query i
+    at::Tensor visible;
+    // packed rows (h is [1, N, H]): token n sits in slot slots[n] of a right-padded [rows, width]
+    // batch, in which plain causal attention is the padded batch's masked attention
+    at::Tensor slots;
+    int64_t rows = 0, width = 0;
+};
+
+at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
+                                 const Attention& attention, KVCache* cache) const {
+    const ModelConfig& c = config_;
+    const Layer& layer = *layers_[index];
+    const int64_t B = h_in.size(0), T = h_in.size(1), S = (cache ? cache->length : 0) + T;
+    at::Tensor h = h_in;
+    at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
+    at::Tensor q = layer.q(x), k = layer.k(x), v = layer.v(x);  // [B, T, heads * head_dim]
+    // the decode kernels: rotary in place on the fresh projections, and (one new position with a
+    // cache) the attention on the cache
+    const bool rotary_kernel = decode_kernels_apply(q) && q.is_contiguous() && k.is_contiguous() && cos.is_contiguous() &&
+                               sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == B * T * c.head_dim;
+    if (rotary_kernel) {
+        kernels::rotary(q.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_attention_heads, c.head_dim);
+        kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads, c.head_dim);
+    }
+    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
+                                  cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
+                                  attention.visible.is_contiguous() && attention.visible.scalar_type() == at::kBool &&
+                                  attention.visible.numel() == B * S;
+    at::Tensor attn;  // [B, T, heads * head_dim]
+    if (attention_kernel) {
+        attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
+        kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                  cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(),
+                                  cache->capacity, attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B,
+                                  c.num_attention_heads, c.num_key_value_heads, S, c.head_dim,
+                                  float(1.0 / std::sqrt(double(c.head_dim))), at::get_num_threads());
+    } else {
+        q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
+        k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+        v = v.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
+        if (!rotary_kernel) {
+            q = q * cos + rotate_half(q) * sin;
+            k = k * cos + rotate_half(k) * sin;
+        }
+        attn = attend(q, k, v, attention, cache, index);
+    }
+    h = h + layer.o(attn);
+    return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
+}
+
+// ATen's attention for layer_forward: packed rows, or a padded batch (with its cache) under a mask
+at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, KVCache* cache,
+                         size_t index) const {
+    const ModelConfig& c = config_;
+    const int64_t B = q.size(0), T = q.size(2), past = cache ? cache->length : 0, S = past + T;
+    const bool gqa = c.num_key_value_heads != c.num_attention_heads;
+    at::Tensor attn;  // [B, T, heads * head_dim]
+    if (attention.slots.defined()) {
+        // [1, heads, N, D] -> [rows, heads, width, D]: each row's tokens first, then zero slots that
+        // no real token attends to (they come after it)
+        auto to_rows = [&](const at::Tensor& tokens) {
+            int64_t heads = tokens.size(1);
+            return at::zeros({attention.rows * attention.width, heads, c.head_dim}, tokens.options())
+                .index_copy(0, attention.slots, tokens.squeeze(0).transpose(0, 1))
+                .view({attention.rows, attention.width, heads, c.head_dim})
+                .transpose(1, 2);
+        };
+        at::Tensor rows = at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v), std::nullopt, 0.0, true,
+                                                           std::nullopt, gqa);
+        attn = rows.transpose(1, 2)
+                   .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
+                   .index_select(0, attention.slots)
+                   .unsqueeze(0);
+    } else {
+        if (cache) {
+            cache->keys[index].narrow(2, past, T).copy_(k);
+            cache->values[index].narrow(2, past, T).copy_(v);
+            k = cache->keys[index].narrow(2, 0, S);
+            v = cache->values[index].narrow(2, 0, S);
+        }
+        attn = at::scaled_dot_product_attention(q, k, v, attention.visible, 0.0, false, std::nullopt, gqa)
+                   .transpose(1, 2)
+                   .reshape({B, T, c.num_attention_heads * c.head_dim});
+    }
+    return attn;
+}
+
+// SwiGLU: down(silu(gate(x)) * up(x))
+at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
+    at::Tensor gate = layer.gate(x), up = layer.up(x);
+    if (decode_kernels_apply(gate) && gate.is_contiguous() && up.is_contiguous()) {
+        kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.data_ptr<float>(), gate.numel());  // in place
+        return layer.down(gate);
+    }
+    return layer.down(at::silu(gate) * up);
+}
+
+// Reentrant checkpointing as torch.utils.checkpoint(use_reentrant=True): the forward keeps only the
+// layer input; the backward recomputes the layer with gradients on and back-propagates through it,
+// which accumulates the parameters' gradients directly (they are leaves) and returns the input's.
+struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedLayer> {
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const Model* model, int64_t index,
+                              const at::Tensor& cos, const at::Tensor& sin, const Attention* attention) {
+        ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+        ctx->saved_data["index"] = index;
+        ctx->saved_data["rows"] = attention->rows;
+        ctx->saved_data["width"] = attention->width;
+        at::Generator generator = at::globalContext().defaultGenerator(h.device());
+        {
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            ctx->saved_data["rng"] = generator.get_state();  // dropout must draw the same masks again
+        }
+        ctx->save_for_backward({h, cos, sin, attention->visible, attention->slots});
+        return model->layer_forward(size_t(index), h, cos, sin, *attention, nullptr);  // grad mode is off here
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grad_outputs) {
+        const Model* model = reinterpret_cast<const Model*>(ctx->saved_data["model"].toInt());
+        int64_t index = ctx->saved_data["index"].toInt();
+        auto saved = ctx->get_saved_variables();
+        Attention attention{saved[3], saved[4], ctx->saved_data["rows"].toInt(), ctx->saved_data["width"].toInt()};
+        at::Tensor h = saved[0].detach().requires_grad_(true);
+        at::Generator generator = at::globalContext().defaultGenerator(h.device());
+        at::Tensor now;
+        {
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            now = generator.get_state();
+            generator.set_state(ctx->saved_data["rng"].toTensor());
+        }
+        at::Tensor out;
+        {
+            at::AutoGradMode grad(true);
+            out = model->layer_forward(size_t(index), h, saved[1], saved[2], attention, nullptr);
+        }
+        {
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            generator.set_state(now);
+        }
+        torch::autograd::backward({out}, {grad_outputs[0]});
+        return {h.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+};
+
+at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention,
+                                KVCache* cache) const {
+    at::Device device = embed_tokens_.device();
+    // rotary tables in float32, cast like transformers does
+    at::Tensor freqs = position_ids.to(device).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    at::Tensor cos = emb.cos().to(dtype()).unsqueeze(1), sin = emb.sin().to(dtype()).unsqueeze(1);  // [B,1,T,D]
+
+    bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
+    if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
+    for (size_t l = 0; l < layers_.size(); ++l)
+        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), cos, sin, &attention)
+                       : layer_forward(l, h, cos, sin, attention, cache);
+    return rms_norm(h, norm_, config_.rms_norm_eps);
+}
+
+at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                const at::Tensor& position_ids, KVCache* cache) const {
+    int64_t B = input_ids.size(0), T = input_ids.size(1);
+    int64_t past = cache ? cache->length : 0;
+    int64_t S = past + T;
+    if (attention_mask.size(0) != B || attention_mask.size(1) != S)
+        throw Error(ErrorKind::runtime, "attention_mask must be [batch, cached + new positions]");
+    if (cache && S > cache->capacity) throw Error(ErrorKind::runtime, "KV cache capacity exceeded");
+    at::Device device = embed_tokens_.device();
+
+    // [B, 1, T, S]: key j visible to query i iff j is not padding and j <= past + i. A query that
+    // sees nothing (a padding position) sees itself, so softmax never divides by zero.
+    Attention attention;
+    if (T == 1) {  // one new position (decoding): every key is causal, and the query sees at least itself
+        attention.visible = attention_mask.to(device).to(at::kBool, /*non_blocking=*/false, /*copy=*/true);
+        attention.visible.select(1, S - 1).fill_(true);
+        attention.visible = attention.visible.view({B, 1, 1, S});
+    } else {
+        at::Tensor query_pos = at::arange(past, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, T, 1});
+        at::Tensor key_pos = at::arange(0, S, at::TensorOptions().dtype(at::kLong).device(device)).view({1, 1, 1, S});
+        attention.visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
+        attention.visible = attention.visible.logical_or(key_pos == query_pos);
+    }
+    at::Tensor hidden = decoder_stack(at::embedding(embed_tokens_, input_ids.to(device)), position_ids, attention, cache);
+    if (cache) cache->length = S;
+    return hidden;
+}
+
+at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
+                                       const std::vector<int64_t>& row_lengths) const {
+    const int64_t N = token_ids.size(0);
+    Attention attention;
+    attention.rows = int64_t(row_lengths.size());
+    attention.width = 1;
+    for (int64_t length : row_lengths) attention.width = std::max(attention.width, length);
+    std::vector<int64_t> slots;
+    slots.reserve(size_t(N));
+    for (int64_t r = 0; r < attention.rows; ++r)
+        for (int64_t i = 0; i < row_lengths[size_t(r)]; ++i) slots.push_back(r * attention.width + i);
+    if (int64_t(slots.size()) != N || position_ids.size(0) != N)
+        throw Error(ErrorKind::runtime, "packed_hidden_states: row lengths and position ids must cover the " +
+                                            std::to_string(N) + " tokens");
+    at::Device device = embed_tokens_.device();
+    attention.slots = at::tensor(slots, at::kLong).to(device);
+    at::Tensor h = at::embedding(embed_tokens_, token_ids.to(device)).unsqueeze(0);
+    return decoder_stack(h, position_ids.view({1, N}), attention, nullptr).squeeze(0);
+}
+
+at::Tensor Model::logits(const at::Tensor& hidden) const {
+    return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    out.emplace_back("model.embed_tokens.weight", embed_tokens_);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        const Layer& l = *layers_[i];
+        std::string p = "model.layers." + std::to_string(i);
+        out.emplace_back(p + ".input_layernorm.weight", l.input_norm);
+        for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o}) {
+            out.emplace_back(lin->name + ".weight", lin->weight);
+            if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);
+        }
+        out.emplace_back(p + ".post_attention_layernorm.weight", l.post_attention_norm);
+        for (const Linear* lin : {&l.gate, &l.up, &l.down}) {
+            out.emplace_back(lin->name + ".weight", lin->weight);
+            if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);
+        }
+    }
+    out.emplace_back("model.norm.weight", norm_);
+    if (lm_head_) out.emplace_back("lm_head.weight", *lm_head_);
+    return out;
+}
+
+void Model::set_base_trainable(bool trainable) {
+    for (auto& [name, tensor] : named_parameters()) tensor.requires_grad_(trainable);
+}
+
+std::vector<at::Tensor> Model::trainable_parameters() const {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, tensor] : named_parameters())
+        if (tensor.requires_grad()) out.push_back(tensor);
+    for (const auto& layer : layers_)
+        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+            if (lin->adapter)
+                for (const auto& [name, tensor] : lin->adapter->parameters())
+                    if (tensor.requires_grad()) out.push_back(tensor);
+    return out;
+}
+
+std::vector<Linear*> Model::linear_layers() {
+    std::vector<Linear*> out;
+    for (auto& l : layers_)
+        for (Linear* lin : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) out.push_back(lin);
+    return out;
+}
+
+void Model::attach_adapter(AdapterHost& host) {
+    for (size_t i = 0; i < layers_.size(); ++i)
+        for (Linear* lin : {&layers_[i]->q, &layers_[i]->k, &layers_[i]->v, &layers_[i]->o, &layers_[i]->gate,
+                            &layers_[i]->up, &layers_[i]->down}) {
+            LinearLayer layer{lin->name, uint32_t(i), lin->weight, lin->bias};
+            lin->adapter = host.attach(layer);
+            lin->adapters_enabled = &adapters_enabled_;
+        }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& layer : layers_)
+        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+            if (lin->adapter)
+                for (const auto& p : lin->adapter->parameters()) out.push_back(p);
+    return out;
+}
+
+void Model::save(const std::string& folder) const {
+    fs::create_directories(folder);
+    json config = json::parse(config_.config_json);
+    config["torch_dtype"] = dtype() == at::kBFloat16 ? "bfloat16" : "float32";
+    write_file_atomically((fs::path(folder) / "config.json").string(), config.dump(2) + "\n");
+    if (!config_.generation_config_json.empty())
+        write_file_atomically((fs::path(folder) / "generation_config.json").string(), config_.generation_config_json + "\n");
+    save_tensors((fs::path(folder) / "model.safetensors").string(), named_parameters(), {{"format", "pt"}});
+}
+
+}  // namespace grove

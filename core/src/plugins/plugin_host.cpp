@@ -1,0 +1,531 @@
+#include "grove/plugin_host.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#define BOOST_DLL_USE_STD_FS
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <toml++/toml.h>
+
+#include "grove/error.hpp"
+#include "text/text_util.hpp"
+#include "grove/version.hpp"
+
+namespace fs = std::filesystem;
+
+namespace grove {
+
+// ---------------------------------------------------------------------------------------------
+// The API table every plugin receives.
+namespace {
+void host_log(int32_t level, const char* plugin_name, const char* message) {
+    static const char* const levels[] = {"debug", "info", "warning"};
+    if (level < 1) return;  // debug messages are dropped unless a later option asks for them
+    std::cerr << "grove: " << levels[std::min(level, 2)] << ": plugin '" << (plugin_name ? plugin_name : "?")
+              << "': " << (message ? message : "") << "\n";
+}
+const grove_host_api kHostApi = {sizeof(grove_host_api), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, kGroveVersion, &host_log};
+
+Error plugin_error(const std::string& message) { return Error(ErrorKind::plugin, message); }
+
+bool looks_like_path(const std::string& reference) {
+    return reference.find('/') != std::string::npos ||
+           (reference.size() > 3 && reference.compare(reference.size() - 3, 3, ".so") == 0);
+}
+
+bool valid_plugin_name(const char* name) {
+    if (!name || !*name) return false;
+    for (const char* c = name; *c; ++c)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-')) return false;
+    return true;
+}
+}  // namespace
+
+const char* plugin_kind_name(uint32_t kind) {
+    switch (kind) {
+        case GROVE_PLUGIN_KIND_REWARD: return "reward";
+        case GROVE_PLUGIN_KIND_REDUCTION: return "reduction";
+        case GROVE_PLUGIN_KIND_ADAPTER: return "adapter";
+        default: return "unknown";
+    }
+}
+
+std::string PluginInfo::display() const { return "'" + name + "' (" + file + ")"; }
+
+// ---------------------------------------------------------------------------------------------
+class PluginLibrary {
+public:
+    PluginLibrary(boost::dll::shared_library library, std::string path, const grove_plugin_list* list)
+        : library_(std::move(library)), path_(std::move(path)), list_(list) {}
+    const std::string& path() const { return path_; }
+    const grove_plugin_list* list() const { return list_; }
+
+private:
+    boost::dll::shared_library library_;
+    std::string path_;
+    const grove_plugin_list* list_;
+};
+
+namespace {
+// One PluginLibrary per file while anything uses it, so a library is loaded (and its entry called) once.
+std::shared_ptr<PluginLibrary> open_library(const std::string& path) {
+    static std::mutex mutex;
+    static std::map<std::string, std::weak_ptr<PluginLibrary>> open;
+    std::error_code ec;
+    fs::path canonical = fs::canonical(path, ec);
+    if (ec) throw plugin_error("plugin library " + path + " does not exist (" + ec.message() + ")");
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto existing = open[canonical.string()].lock()) return existing;
+
+    boost::dll::shared_library library;
+    try {
+        library.load(canonical, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    } catch (const std::exception& e) {
+        throw plugin_error(canonical.string() + " is not a loadable shared library: " + e.what());
+    }
+    if (!library.has(GROVE_PLUGIN_ENTRY_SYMBOL))
+        throw plugin_error(canonical.string() + " is not a Grove plugin: it does not export '" +
+                           GROVE_PLUGIN_ENTRY_SYMBOL +
+                           "' (declare it with GROVE_EXPORT, or GROVE_PLUGIN_LIBRARY in C++, and build with "
+                           "-fvisibility=hidden)");
+    auto entry = library.get<const grove_plugin_list*(const grove_host_api*)>(GROVE_PLUGIN_ENTRY_SYMBOL);
+    const grove_plugin_list* list = entry(&kHostApi);
+    if (!list) throw plugin_error(canonical.string() + ": " + GROVE_PLUGIN_ENTRY_SYMBOL + " returned no plugin list");
+    if (list->struct_size < 3 * sizeof(uint32_t))
+        throw plugin_error(canonical.string() + ": the plugin list is malformed (struct_size " +
+                           std::to_string(list->struct_size) + ")");
+    if (list->abi_major != GROVE_ABI_MAJOR)
+        throw plugin_error(canonical.string() + " was built for Grove plugin ABI " + std::to_string(list->abi_major) +
+                           "." + std::to_string(list->abi_minor) + ", but this grove speaks ABI " +
+                           std::to_string(GROVE_ABI_MAJOR) + "." + std::to_string(GROVE_ABI_MINOR) +
+                           ": rebuild the plugin against the Grove SDK " + std::to_string(GROVE_ABI_MAJOR) + ".x");
+    auto result = std::make_shared<PluginLibrary>(std::move(library), canonical.string(), list);
+    open[canonical.string()] = result;
+    return result;
+}
+
+PluginInfo describe(const std::shared_ptr<PluginLibrary>& library, const grove_plugin_descriptor* d, uint32_t index) {
+    const std::string& file = library->path();
+    std::string where = file + ": plugin #" + std::to_string(index);
+    if (!d || d->struct_size < offsetof(grove_plugin_descriptor, adapter) + sizeof(void*))
+        throw plugin_error(where + " has a malformed descriptor (missing or too small)");
+    if (!valid_plugin_name(d->name))
+        throw plugin_error(where + " has an invalid name '" + std::string(d->name ? d->name : "") +
+                           "' (use lower-case letters, digits, '_' and '-')");
+    PluginInfo info;
+    info.name = d->name;
+    info.kind = d->kind;
+    info.version = d->version ? d->version : "";
+    info.description = d->description ? d->description : "";
+    info.file = file;
+    info.abi_major = library->list()->abi_major;
+    info.abi_minor = library->list()->abi_minor;
+    info.flags = d->flags;
+    info.descriptor = d;
+    info.library = library;
+    for (uint32_t i = 0; i < d->config_key_count; ++i) info.keys.push_back(d->config_keys[i]);
+    for (uint32_t i = 0; i < d->metric_count; ++i)
+        info.metric_names.push_back(d->metric_names[i] ? d->metric_names[i] : "");
+    bool table_ok = (d->kind == GROVE_PLUGIN_KIND_REWARD && d->reward && d->reward->score) ||
+                    (d->kind == GROVE_PLUGIN_KIND_REDUCTION && d->reduction && d->reduction->weights) ||
+                    (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter && d->adapter->attach && d->adapter->forward);
+    if (!table_ok || !d->create)
+        throw plugin_error("plugin " + info.display() + " declares kind '" + plugin_kind_name(d->kind) +
+                           "' but does not provide create() and that kind's function table");
+    return info;
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+std::vector<std::string> plugin_search_path(const std::vector<std::string>& explicit_dirs) {
+    std::vector<std::string> dirs = explicit_dirs;
+    if (const char* env = std::getenv("GROVE_PLUGIN_PATH")) {
+        std::stringstream stream(env);
+        std::string dir;
+        while (std::getline(stream, dir, ':'))
+            if (!dir.empty()) dirs.push_back(dir);
+    }
+    std::error_code ec;
+    fs::path exe = boost::dll::program_location(ec);
+    if (!ec) dirs.push_back((exe.parent_path().parent_path() / "lib" / "grove" / "plugins").string());
+    return dirs;
+}
+
+PluginHost::PluginHost(std::vector<std::string> search_dirs) {
+    std::set<std::string> seen;
+    for (auto& dir : search_dirs) {
+        std::error_code ec;
+        fs::path canonical = fs::weakly_canonical(dir, ec);
+        std::string key = ec ? dir : canonical.string();
+        if (seen.insert(key).second) search_dirs_.push_back(key);
+    }
+}
+
+std::vector<PluginInfo> PluginHost::load_file(const std::string& path) {
+    auto library = open_library(path);
+    std::vector<PluginInfo> plugins;
+    const grove_plugin_list* list = library->list();
+    for (uint32_t i = 0; i < list->count; ++i) {
+        PluginInfo info = describe(library, list->plugins ? list->plugins[i] : nullptr, i);
+        for (const auto& other : plugins)
+            if (other.name == info.name)
+                throw plugin_error(library->path() + " provides two plugins named '" + info.name + "'");
+        plugins.push_back(std::move(info));
+    }
+    return plugins;
+}
+
+std::vector<PluginInfo> PluginHost::list(std::vector<std::string>* skipped) {
+    std::vector<PluginInfo> all;
+    for (const auto& dir : search_dirs_) {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec)) continue;
+        std::vector<fs::path> files;
+        for (const auto& entry : fs::directory_iterator(dir, ec))
+            if (entry.path().extension() == ".so") files.push_back(entry.path());
+        std::sort(files.begin(), files.end());
+        for (const auto& file : files) {
+            try {
+                for (auto& info : load_file(file.string())) {
+                    for (const auto& other : all)
+                        if (other.name == info.name && other.file != info.file)
+                            throw plugin_error("two libraries provide a plugin named '" + info.name + "': " +
+                                               other.file + " and " + info.file +
+                                               "; remove one from the plugin search path, or name the plugin by "
+                                               "its path in the manifest");
+                    if (std::none_of(all.begin(), all.end(), [&](const PluginInfo& p) { return p.file == info.file && p.name == info.name; }))
+                        all.push_back(std::move(info));
+                }
+            } catch (const Error& e) {
+                if (std::string(e.what()).rfind("two libraries provide", 0) == 0) throw;
+                if (skipped) skipped->push_back(e.what());
+            }
+        }
+    }
+    return all;
+}
+
+PluginInfo PluginHost::find(const std::string& reference, uint32_t expected_kind) {
+    auto check_kind = [&](const PluginInfo& info) {
+        if (expected_kind && info.kind != expected_kind)
+            throw plugin_error("plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) +
+                               "', but a " + plugin_kind_name(expected_kind) + " plugin is needed here");
+        return info;
+    };
+    if (looks_like_path(reference)) {
+        std::string path = reference, name;
+        if (auto hash = reference.rfind('#'); hash != std::string::npos) {
+            path = reference.substr(0, hash);
+            name = reference.substr(hash + 1);
+        }
+        auto plugins = load_file(path);
+        std::vector<PluginInfo> candidates;
+        for (auto& p : plugins)
+            if ((name.empty() || p.name == name) && (!expected_kind || p.kind == expected_kind)) candidates.push_back(p);
+        if (candidates.size() == 1) return candidates.front();
+        std::vector<std::string> names;
+        for (auto& p : plugins) names.push_back(p.name + " (" + plugin_kind_name(p.kind) + ")");
+        if (candidates.empty() && !name.empty())
+            throw plugin_error(path + " has no plugin named '" + name + "'; it provides: " + join(names, ", "));
+        if (candidates.empty()) return check_kind(plugins.at(0));
+        throw plugin_error(path + " provides several plugins (" + join(names, ", ") +
+                           "); choose one with '" + path + "#NAME'");
+    }
+    std::vector<std::string> skipped;
+    auto all = list(&skipped);
+    std::vector<std::string> names;
+    for (auto& info : all) {
+        if (info.name == reference) return check_kind(info);
+        if (!expected_kind || info.kind == expected_kind) names.push_back(info.name);
+    }
+    std::string message = "no plugin named '" + reference + "'" + did_you_mean(reference, names) +
+                          "\n  searched: " + (search_dirs_.empty() ? "(nothing)" : join(search_dirs_, ", ")) +
+                          "\n  available: " + (names.empty() ? "(none)" : join(names, ", "));
+    for (const auto& s : skipped) message += "\n  skipped: " + s;
+    message += "\n  fix: correct the name, add its folder to plugin_dirs or GROVE_PLUGIN_PATH, or give its path";
+    throw plugin_error(message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration: TOML table -> checked grove_config.
+namespace {
+const char* value_type_name(uint32_t type) {
+    switch (type) {
+        case GROVE_VALUE_STRING: return "a string";
+        case GROVE_VALUE_INT: return "an integer";
+        case GROVE_VALUE_FLOAT: return "a number";
+        case GROVE_VALUE_BOOL: return "a boolean (true or false)";
+        case GROVE_VALUE_STRING_ARRAY: return "an array of strings";
+        case GROVE_VALUE_INT_ARRAY: return "an array of integers";
+        case GROVE_VALUE_FLOAT_ARRAY: return "an array of numbers";
+        default: return "an unknown type";
+    }
+}
+
+std::string node_location(const toml::node& node, const std::string& fallback) {
+    const auto& source = node.source();
+    if (!source.path || source.begin.line == 0) return fallback;
+    return *source.path + ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);
+}
+}  // namespace
+
+struct PluginConfig::Storage {
+    std::deque<std::string> strings;
+    std::deque<std::vector<const char*>> string_arrays;
+    std::deque<std::vector<int64_t>> int_arrays;
+    std::deque<std::vector<double>> float_arrays;
+    std::vector<grove_config_value> values;
+    std::map<std::string, std::string> locations;
+    std::string raw_toml;
+    std::string source_name;
+    std::shared_ptr<toml::table> owned_table;  // for from_toml_text
+};
+
+PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin)
+    : storage_(std::make_unique<Storage>()), origin_(origin) {
+    Storage& s = *storage_;
+    std::vector<std::string> accepted;
+    for (const auto& key : plugin.keys) accepted.push_back(key.name);
+    auto fail = [&](const std::string& where, const std::string& what) -> Error {
+        return Error(ErrorKind::manifest, where + ": error: " + what + " (plugin " + plugin.display() + ")");
+    };
+    if (table) {
+        for (const auto& [key_node, node] : *table) {
+            std::string key(key_node.str());
+            std::string where = node_location(node, origin + "." + key);
+            s.locations[key] = where;
+            auto declared = std::find_if(plugin.keys.begin(), plugin.keys.end(),
+                                         [&](const grove_config_key& k) { return key == k.name; });
+            if (declared == plugin.keys.end())
+                throw fail(where, "unknown key '" + key + "' for plugin '" + plugin.name + "'" +
+                                      did_you_mean(key, accepted) + "; accepted keys: " +
+                                      (accepted.empty() ? "(none)" : join(accepted, ", ")));
+            grove_config_value v{};
+            v.struct_size = sizeof(grove_config_value);
+            s.strings.push_back(key);
+            v.key = s.strings.back().c_str();
+            v.type = declared->type;
+            auto wrong = [&]() {
+                return fail(where, "'" + key + "' must be " + value_type_name(declared->type) + " (" +
+                                       (declared->help ? declared->help : "") + ")");
+            };
+            switch (declared->type) {
+                case GROVE_VALUE_STRING:
+                    if (!node.is_string()) throw wrong();
+                    s.strings.push_back(*node.value<std::string>());
+                    v.string_value = s.strings.back().c_str();
+                    break;
+                case GROVE_VALUE_INT:
+                    if (!node.is_integer()) throw wrong();
+                    v.int_value = *node.value<int64_t>();
+                    break;
+                case GROVE_VALUE_FLOAT:
+                    if (!node.is_number()) throw wrong();
+                    v.float_value = *node.value<double>();
+                    break;
+                case GROVE_VALUE_BOOL:
+                    if (!node.is_boolean()) throw wrong();
+                    v.bool_value = *node.value<bool>() ? 1 : 0;
+                    break;
+                case GROVE_VALUE_STRING_ARRAY:
+                case GROVE_VALUE_INT_ARRAY:
+                case GROVE_VALUE_FLOAT_ARRAY: {
+                    const toml::array* array = node.as_array();
+                    if (!array) throw wrong();
+                    if (declared->type == GROVE_VALUE_STRING_ARRAY) {
+                        std::vector<const char*> items;
+                        for (const auto& element : *array) {
+                            if (!element.is_string()) throw wrong();
+                            s.strings.push_back(*element.value<std::string>());
+                            items.push_back(s.strings.back().c_str());
+                        }
+                        s.string_arrays.push_back(std::move(items));
+                        v.string_array = s.string_arrays.back().data();
+                    } else if (declared->type == GROVE_VALUE_INT_ARRAY) {
+                        std::vector<int64_t> items;
+                        for (const auto& element : *array) {
+                            if (!element.is_integer()) throw wrong();
+                            items.push_back(*element.value<int64_t>());
+                        }
+                        s.int_arrays.push_back(std::move(items));
+                        v.int_array = s.int_arrays.back().data();
+                    } else {
+                        std::vector<double> items;
+                        for (const auto& element : *array) {
+                            if (!element.is_number()) throw wrong();
+                            items.push_back(*element.value<double>());
+                        }
+                        s.float_arrays.push_back(std::move(items));
+                        v.float_array = s.float_arrays.back().data();
+                    }
+                    v.array_length = static_cast<uint32_t>(array->size());
+                    break;
+                }
+                default:
+                    throw fail(where, "plugin declares key '" + key + "' with an unknown type");
+            }
+            s.values.push_back(v);
+        }
+    }
+    for (const auto& key : plugin.keys)
+        if (key.required && !s.locations.count(key.name))
+            throw fail(origin, "missing required key '" + std::string(key.name) + "' for plugin '" + plugin.name +
+                                   "' (" + (key.help ? key.help : "") + ")");
+    if (table) {
+        std::ostringstream raw;
+        raw << toml::toml_formatter(*table);
+        s.raw_toml = raw.str();
+    }
+    s.source_name = origin;
+    config_.struct_size = sizeof(grove_config);
+    config_.count = static_cast<uint32_t>(s.values.size());
+    config_.values = s.values.data();
+    config_.raw_toml = s.raw_toml.c_str();
+    config_.source_name = s.source_name.c_str();
+}
+
+PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::string& toml_text,
+                                          const std::string& origin) {
+    auto table = std::make_shared<toml::table>();
+    try {
+        *table = toml::parse(std::string_view(toml_text), std::string_view(origin));
+    } catch (const toml::parse_error& e) {
+        throw Error(ErrorKind::manifest, origin + ": error: " + std::string(e.description()));
+    }
+    PluginConfig config(plugin, table.get(), origin);
+    config.storage_->owned_table = table;
+    return config;
+}
+
+PluginConfig::PluginConfig(PluginConfig&& other) noexcept
+    : storage_(std::move(other.storage_)), config_(other.config_), origin_(std::move(other.origin_)) {}
+PluginConfig::~PluginConfig() = default;
+
+std::string PluginConfig::location_of(const std::string& key) const {
+    auto it = storage_->locations.find(key);
+    return it == storage_->locations.end() ? origin_ : it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+ErrorCapture::ErrorCapture() {
+    sink.struct_size = sizeof(grove_error_sink);
+    sink.host_data = this;
+    sink.report = [](grove_error_sink* s, const char* key, const char* message) {
+        auto* self = static_cast<ErrorCapture*>(s->host_data);
+        if (self->reported) return;  // keep the first report: it is the cause
+        self->reported = true;
+        self->key = key ? key : "";
+        self->message = message ? message : "";
+    };
+}
+
+PluginInstance::PluginInstance(PluginInfo plugin, PluginConfig config)
+    : plugin_(std::move(plugin)), config_(std::move(config)) {
+    ErrorCapture capture;
+    grove_status status = plugin_.descriptor->create(config_.get(), &instance_, &capture.sink);
+    if (status != GROVE_OK) {
+        std::string where = capture.key.empty() ? config_.origin() : config_.location_of(capture.key);
+        std::string key = capture.key.empty() ? "" : "'" + capture.key + "': ";
+        throw Error(status == GROVE_ERROR_CONFIG ? ErrorKind::manifest : ErrorKind::plugin,
+                    where + ": error: plugin " + plugin_.display() + " refused its configuration: " + key +
+                        (capture.message.empty() ? "create() failed without a message" : capture.message));
+    }
+}
+
+PluginInstance::PluginInstance(PluginInstance&& other) noexcept
+    : plugin_(std::move(other.plugin_)), config_(std::move(other.config_)), instance_(other.instance_) {
+    other.instance_ = nullptr;
+    other.plugin_.descriptor = nullptr;
+}
+
+PluginInstance::~PluginInstance() {
+    if (plugin_.descriptor && plugin_.descriptor->destroy && instance_) plugin_.descriptor->destroy(instance_);
+}
+
+void PluginInstance::check(grove_status status, const char* call, const ErrorCapture& capture) const {
+    if (status == GROVE_OK) return;
+    throw plugin_error("plugin " + plugin_.display() + " failed in " + call + "(): " +
+                       (capture.message.empty() ? "no message given (status " + std::to_string(status) + ")"
+                                                : capture.message));
+}
+
+void RewardRows::add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
+                     bool is_truncated, std::string columns_json) {
+    prompts.push_back(std::move(prompt));
+    completions.push_back(std::move(completion));
+    row_json.push_back(std::move(columns_json));
+    tokens.insert(tokens.end(), completion_tokens.begin(), completion_tokens.end());
+    token_offsets.push_back(int64_t(tokens.size()));
+    truncated.push_back(is_truncated ? 1 : 0);
+}
+
+const grove_reward_batch& RewardRows::view() {
+    auto texts = [](const std::vector<std::string>& from, std::vector<grove_text>& to) {
+        to.clear();
+        for (const auto& s : from) to.push_back({s.data(), s.size()});
+    };
+    texts(prompts, prompt_views_);
+    texts(completions, completion_views_);
+    texts(row_json, json_views_);
+    batch_ = grove_reward_batch{};
+    batch_.struct_size = sizeof(grove_reward_batch);
+    batch_.count = uint32_t(prompts.size());
+    batch_.num_generations = num_generations;
+    batch_.prompts = prompt_views_.data();
+    batch_.completions = completion_views_.data();
+    batch_.completion_token_offsets = token_offsets.data();
+    batch_.completion_tokens = tokens.data();
+    batch_.truncated = truncated.data();
+    batch_.row_json = json_views_.data();
+    batch_.step = step;
+    batch_.seed = seed;
+    batch_.rank = rank;
+    batch_.world_size = world_size;
+    return batch_;
+}
+
+void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores,
+                           std::vector<float>& metrics) const {
+    if (plugin_.kind != GROVE_PLUGIN_KIND_REWARD) throw plugin_error("plugin " + plugin_.display() + " is not a reward");
+    const float nan = std::nanf("");
+    scores.assign(batch.count, nan);
+    metrics.assign(size_t(batch.count) * plugin_.metric_names.size(), nan);
+    grove_reward_output out{sizeof(grove_reward_output), scores.data(),
+                            static_cast<uint32_t>(plugin_.metric_names.size()), metrics.data()};
+    ErrorCapture capture;
+    check(plugin_.descriptor->reward->score(instance_, &batch, &out, &capture.sink), "score", capture);
+    for (uint32_t i = 0; i < batch.count; ++i)
+        if (std::isinf(scores[i]))
+            throw plugin_error("plugin " + plugin_.display() + " returned an infinite score for row " +
+                               std::to_string(i) + "; rewards must be finite, or NaN for 'not applicable'");
+}
+
+void PluginInstance::weights(const grove_reduction_context& context, std::vector<float>& weight) const {
+    if (plugin_.kind != GROVE_PLUGIN_KIND_REDUCTION)
+        throw plugin_error("plugin " + plugin_.display() + " is not a reduction");
+    size_t n = size_t(context.rows) * context.columns;
+    weight.assign(n, 0.0f);
+    ErrorCapture capture;
+    check(plugin_.descriptor->reduction->weights(instance_, &context, weight.data(), &capture.sink), "weights",
+          capture);
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(weight[i]))
+            throw plugin_error("plugin " + plugin_.display() + " returned a non-finite weight at row " +
+                               std::to_string(i / context.columns) + ", column " + std::to_string(i % context.columns));
+        if (context.mask[i] == 0.0f && weight[i] != 0.0f)
+            throw plugin_error("plugin " + plugin_.display() + " gave weight " + std::to_string(weight[i]) +
+                               " to a masked position (row " + std::to_string(i / context.columns) + ", column " +
+                               std::to_string(i % context.columns) + "); masked positions must weigh 0");
+    }
+}
+
+}  // namespace grove

@@ -1,0 +1,689 @@
+#include "grove/tokenizer.hpp"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "grove/error.hpp"
+#include "text/text_util.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace grove {
+
+namespace {
+
+Error bad_tokenizer(const std::string& file, const std::string& what) { return Error(ErrorKind::input, file + ": " + what); }
+
+json read_json_file(const fs::path& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::input, path.string() + ": cannot read");
+    try {
+        return json::parse(in);
+    } catch (const json::exception& e) {
+        throw Error(ErrorKind::input, path.string() + ": invalid JSON: " + e.what());
+    }
+}
+
+// ---- UTF-8 -----------------------------------------------------------------------------------
+size_t utf8_length(unsigned char lead) {
+    if (lead < 0x80) return 1;
+    if ((lead >> 5) == 0x6) return 2;
+    if ((lead >> 4) == 0xe) return 3;
+    if ((lead >> 3) == 0x1e) return 4;
+    return 1;  // invalid lead byte: treat as one unit
+}
+
+std::vector<std::string> utf8_chars(std::string_view s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        size_t n = std::min(utf8_length((unsigned char)s[i]), s.size() - i);
+        out.emplace_back(s.substr(i, n));
+        i += n;
+    }
+    return out;
+}
+
+std::string utf8_encode(uint32_t cp) {
+    std::string out;
+    if (cp < 0x80) out += char(cp);
+    else if (cp < 0x800) {
+        out += char(0xc0 | (cp >> 6));
+        out += char(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        out += char(0xe0 | (cp >> 12));
+        out += char(0x80 | ((cp >> 6) & 0x3f));
+        out += char(0x80 | (cp & 0x3f));
+    } else {
+        out += char(0xf0 | (cp >> 18));
+        out += char(0x80 | ((cp >> 12) & 0x3f));
+        out += char(0x80 | ((cp >> 6) & 0x3f));
+        out += char(0x80 | (cp & 0x3f));
+    }
+    return out;
+}
+
+// GPT-2's reversible byte <-> printable-unicode map used by byte-level BPE.
+struct ByteMap {
+    std::string to_unicode[256];
+    std::unordered_map<std::string, unsigned char> to_byte;
+    ByteMap() {
+        std::vector<int> printable;
+        for (int b = '!'; b <= '~'; ++b) printable.push_back(b);
+        for (int b = 0xa1; b <= 0xac; ++b) printable.push_back(b);
+        for (int b = 0xae; b <= 0xff; ++b) printable.push_back(b);
+        int extra = 0;
+        for (int b = 0; b < 256; ++b) {
+            bool is_printable = std::find(printable.begin(), printable.end(), b) != printable.end();
+            to_unicode[b] = utf8_encode(is_printable ? uint32_t(b) : uint32_t(256 + extra++));
+            to_byte[to_unicode[b]] = (unsigned char)b;
+        }
+    }
+};
+const ByteMap& byte_map() {
+    static const ByteMap map;
+    return map;
+}
+
+// ---- PCRE2 -----------------------------------------------------------------------------------
+class Regex {
+public:
+    Regex(const std::string& pattern, const std::string& file) {
+        int error = 0;
+        PCRE2_SIZE offset = 0;
+        code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                              &error, &offset, nullptr);
+        if (!code_) {
+            PCRE2_UCHAR message[256];
+            pcre2_get_error_message(error, message, sizeof message);
+            throw bad_tokenizer(file, "pre-tokenizer regex does not compile at offset " + std::to_string(offset) + ": " +
+                                          reinterpret_cast<char*>(message));
+        }
+        pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
+    }
+    ~Regex() { pcre2_code_free(code_); }
+    Regex(const Regex&) = delete;
+    // [begin, end) byte ranges of every non-empty match
+    std::vector<std::pair<size_t, size_t>> matches(std::string_view text) const {
+        std::vector<std::pair<size_t, size_t>> out;
+        pcre2_match_data* data = pcre2_match_data_create_from_pattern(code_, nullptr);
+        size_t start = 0;
+        while (start <= text.size()) {
+            int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, 0, data, nullptr);
+            if (rc < 0) break;
+            PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data);
+            if (ov[1] > ov[0]) {
+                out.emplace_back(ov[0], ov[1]);
+                start = ov[1];
+            } else {
+                start = ov[0] + (ov[0] < text.size() ? utf8_length((unsigned char)text[ov[0]]) : 1);
+            }
+        }
+        pcre2_match_data_free(data);
+        return out;
+    }
+
+private:
+    pcre2_code* code_ = nullptr;
+};
+
+const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+struct PreTokenizerStep {
+    enum Kind { split, byte_level, digits } kind = split;
+    std::shared_ptr<Regex> regex;  // split; byte_level with use_regex
+    bool isolated = true;          // split behaviour: Isolated (keep matches and gaps) or Removed (gaps only)
+    bool invert = false;
+    bool add_prefix_space = false;
+    bool individual_digits = false;
+};
+
+// Splits each piece by the step. Byte-level mapping is applied separately (it does not split).
+std::vector<std::string> apply_split(const PreTokenizerStep& step, const std::vector<std::string>& pieces) {
+    std::vector<std::string> out;
+    for (const auto& piece : pieces) {
+        if (step.kind == PreTokenizerStep::digits) {
+            std::string current;
+            bool current_is_digit = false;
+            for (const auto& ch : utf8_chars(piece)) {
+                bool digit = ch.size() == 1 && ch[0] >= '0' && ch[0] <= '9';
+                if (!current.empty() && (digit != current_is_digit || (digit && step.individual_digits))) {
+                    out.push_back(current);
+                    current.clear();
+                }
+                current += ch;
+                current_is_digit = digit;
+            }
+            if (!current.empty()) out.push_back(current);
+            continue;
+        }
+        auto matches = step.regex->matches(piece);
+        size_t last = 0;
+        for (auto [b, e] : matches) {
+            bool keep_gap = !step.invert || step.isolated;
+            if (b > last && keep_gap) out.emplace_back(piece.substr(last, b - last));
+            if (!step.invert && step.isolated) out.emplace_back(piece.substr(b, e - b));
+            if (step.invert) out.emplace_back(piece.substr(b, e - b));
+            last = e;
+        }
+        if (last < piece.size()) out.emplace_back(piece.substr(last));
+    }
+    return out;
+}
+
+struct AddedToken {
+    std::string content;
+    int64_t id;
+    bool special;
+    bool lstrip, rstrip;
+};
+
+// ---- byte-level BPE from tokenizer.json --------------------------------------------------------
+class BpeTokenizer : public Tokenizer {
+public:
+    BpeTokenizer(const json& j, const std::string& file) {
+        const json& model = j.at("model");
+        std::string type = model.value("type", "");
+        if (type != "BPE") throw bad_tokenizer(file, "model type \"" + type + "\" is not supported (supported: BPE)");
+        for (const auto& [token, id] : model.at("vocab").items()) {
+            vocab_[token] = id.get<int64_t>();
+            if (id.get<int64_t>() >= int64_t(id_to_token_.size())) id_to_token_.resize(id.get<int64_t>() + 1);
+            id_to_token_[id.get<int64_t>()] = token;
+        }
+        int rank = 0;
+        for (const auto& merge : model.at("merges")) {
+            std::string a, b;
+            if (merge.is_string()) {  // "a b"
+                std::string m = merge.get<std::string>();
+                auto space = m.find(' ', 1);
+                if (space == std::string::npos) throw bad_tokenizer(file, "malformed merge \"" + m + "\"");
+                a = m.substr(0, space);
+                b = m.substr(space + 1);
+            } else if (merge.is_array() && merge.size() == 2) {  // ["a", "b"]
+                a = merge[0].get<std::string>();
+                b = merge[1].get<std::string>();
+            } else {
+                throw bad_tokenizer(file, "malformed merge " + merge.dump());
+            }
+            merge_ranks_.emplace(a + '\x01' + b, rank++);
+        }
+        byte_fallback_ = model.value("byte_fallback", false);
+        ignore_merges_ = model.value("ignore_merges", false);
+        if (model.contains("unk_token") && model["unk_token"].is_string()) unk_ = token_to_id(model["unk_token"]);
+        if (!model.value("continuing_subword_prefix", json()).is_null() || !model.value("end_of_word_suffix", json()).is_null())
+            throw bad_tokenizer(file, "BPE continuing_subword_prefix / end_of_word_suffix are not supported");
+
+        if (j.contains("added_tokens"))
+            for (const auto& t : j["added_tokens"]) {
+                AddedToken a{t.at("content").get<std::string>(), t.at("id").get<int64_t>(), t.value("special", false),
+                             t.value("lstrip", false), t.value("rstrip", false)};
+                added_.push_back(a);
+                vocab_.emplace(a.content, a.id);
+                if (a.id >= int64_t(id_to_token_.size())) id_to_token_.resize(a.id + 1);
+                id_to_token_[a.id] = a.content;
+                added_by_id_[a.id] = added_.size() - 1;
+            }
+        // longest first, so "<|im_start|>" wins over a shorter token at the same position
+        std::stable_sort(added_.begin(), added_.end(),
+                         [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+        added_by_id_.clear();
+        for (size_t i = 0; i < added_.size(); ++i) added_by_id_[added_[i].id] = i;
+
+        parse_normalizer(j.value("normalizer", json()), file);
+        parse_pre_tokenizer(j.value("pre_tokenizer", json()), file);
+        if (!byte_level_) throw bad_tokenizer(file, "only byte-level BPE tokenizer.json files are supported (no ByteLevel pre-tokenizer found); "
+                                                    "for sentencepiece-style checkpoints Grove reads tokenizer.model");
+        const json& post = j.value("post_processor", json());
+        parse_post_processor(post, file);
+        const json& decoder = j.value("decoder", json());
+        if (!decoder.is_null() && decoder.value("type", "") != "ByteLevel")
+            throw bad_tokenizer(file, "decoder \"" + decoder.value("type", "") + "\" is not supported (supported: ByteLevel)");
+    }
+
+    std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const override {
+        std::vector<int64_t> ids;
+        if (add_special_tokens) ids.insert(ids.end(), prefix_ids_.begin(), prefix_ids_.end());
+        // added tokens are matched on the raw text first; the segments between them are tokenized
+        size_t pos = 0;
+        while (pos <= text.size()) {
+            size_t best = std::string::npos;
+            const AddedToken* found = nullptr;
+            for (const auto& a : added_) {
+                size_t at = text.find(a.content, pos);
+                if (at != std::string::npos && (best == std::string::npos || at < best)) {
+                    best = at;
+                    found = &a;
+                }
+            }
+            size_t end = found ? best : text.size();
+            std::string_view segment = text.substr(pos, end - pos);
+            if (found && found->lstrip)
+                while (!segment.empty() && std::isspace((unsigned char)segment.back())) segment.remove_suffix(1);
+            encode_segment(segment, ids);
+            if (!found) break;
+            ids.push_back(found->id);
+            pos = best + found->content.size();
+            if (found->rstrip)
+                while (pos < text.size() && std::isspace((unsigned char)text[pos])) ++pos;
+        }
+        if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+        return ids;
+    }
+
+    std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+        std::string out, pending;
+        auto flush = [&] {
+            for (const auto& ch : utf8_chars(pending)) {
+                auto it = byte_map().to_byte.find(ch);
+                if (it != byte_map().to_byte.end()) out += char(it->second);
+                else out += ch;
+            }
+            pending.clear();
+        };
+        for (int64_t id : ids) {
+            if (id < 0 || id >= int64_t(id_to_token_.size())) continue;
+            auto added = added_by_id_.find(id);
+            if (added != added_by_id_.end()) {
+                if (skip_special_tokens && added_[added->second].special) continue;
+                flush();
+                out += added_[added->second].content;
+                continue;
+            }
+            pending += id_to_token_[id];
+        }
+        flush();
+        return out;
+    }
+
+    int64_t vocab_size() const override { return int64_t(id_to_token_.size()); }
+    std::optional<int64_t> token_to_id(const std::string& token) const override {
+        auto it = vocab_.find(token);
+        return it == vocab_.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    }
+    bool is_special(int64_t id) const override {
+        auto it = added_by_id_.find(id);
+        return it != added_by_id_.end() && added_[it->second].special;
+    }
+
+private:
+    void parse_normalizer(const json& n, const std::string& file) {
+        if (n.is_null()) return;
+        std::string type = n.value("type", "");
+        if (type == "Sequence") {
+            for (const auto& step : n.at("normalizers")) parse_normalizer(step, file);
+        } else if (type == "NFC") {
+            nfc_ = true;
+        } else {
+            throw bad_tokenizer(file, "normalizer \"" + type + "\" is not supported (supported: NFC)");
+        }
+    }
+
+    void parse_pre_tokenizer(const json& p, const std::string& file) {
+        if (p.is_null()) return;
+        std::string type = p.value("type", "");
+        if (type == "Sequence") {
+            for (const auto& step : p.at("pretokenizers")) parse_pre_tokenizer(step, file);
+        } else if (type == "Split") {
+            PreTokenizerStep s;
+            s.kind = PreTokenizerStep::split;
+            const json& pattern = p.at("pattern");
+            if (pattern.contains("Regex")) s.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(), file);
+            else throw bad_tokenizer(file, "Split pre-tokenizer with a String pattern is not supported");
+            std::string behavior = p.value("behavior", "Isolated");
+            if (behavior == "Removed") s.isolated = false;
+            else if (behavior != "Isolated")
+                throw bad_tokenizer(file, "Split behavior \"" + behavior + "\" is not supported (supported: Isolated, Removed)");
+            s.invert = p.value("invert", false);
+            steps_.push_back(s);
+        } else if (type == "ByteLevel") {
+            PreTokenizerStep s;
+            s.kind = PreTokenizerStep::byte_level;
+            s.add_prefix_space = p.value("add_prefix_space", false);
+            if (p.value("use_regex", true)) s.regex = std::make_shared<Regex>(kGpt2Pattern, file);
+            steps_.push_back(s);
+            byte_level_ = true;
+        } else if (type == "Digits") {
+            PreTokenizerStep s;
+            s.kind = PreTokenizerStep::digits;
+            s.individual_digits = p.value("individual_digits", false);
+            steps_.push_back(s);
+        } else {
+            throw bad_tokenizer(file, "pre-tokenizer \"" + type + "\" is not supported (supported: ByteLevel, Split, Digits, Sequence)");
+        }
+    }
+
+    void parse_post_processor(const json& p, const std::string& file) {
+        if (p.is_null()) return;
+        std::string type = p.value("type", "");
+        if (type == "Sequence") {
+            for (const auto& step : p.at("processors")) parse_post_processor(step, file);
+        } else if (type == "ByteLevel") {
+            return;  // only trims offsets
+        } else if (type == "TemplateProcessing") {
+            bool after = false;
+            for (const auto& piece : p.at("single")) {
+                if (piece.contains("Sequence")) {
+                    after = true;
+                } else if (piece.contains("SpecialToken")) {
+                    std::string name = piece["SpecialToken"].at("id").get<std::string>();
+                    const json& special = p.at("special_tokens").at(name);
+                    for (const auto& id : special.at("ids")) (after ? suffix_ids_ : prefix_ids_).push_back(id.get<int64_t>());
+                }
+            }
+        } else {
+            throw bad_tokenizer(file, "post-processor \"" + type + "\" is not supported (supported: TemplateProcessing, ByteLevel)");
+        }
+    }
+
+    void encode_segment(std::string_view segment, std::vector<int64_t>& ids) const {
+        if (segment.empty()) return;
+        std::string text(segment);
+        if (nfc_) {
+            UErrorCode status = U_ZERO_ERROR;
+            const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+            icu::UnicodeString normalized = nfc->normalize(icu::UnicodeString::fromUTF8(text), status);
+            if (U_SUCCESS(status)) {
+                text.clear();
+                normalized.toUTF8String(text);
+            }
+        }
+        std::vector<std::string> pieces{text};
+        for (const auto& step : steps_) {
+            if (step.kind == PreTokenizerStep::byte_level) {
+                if (step.add_prefix_space && !pieces.empty() && !pieces.front().empty() && pieces.front()[0] != ' ')
+                    pieces.front().insert(0, " ");
+                if (step.regex) pieces = apply_split(step, pieces);
+            } else {
+                pieces = apply_split(step, pieces);
+            }
+        }
+        for (const auto& piece : pieces) {
+            std::string mapped;
+            for (unsigned char c : piece) mapped += byte_map().to_unicode[c];
+            bpe(mapped, ids);
+        }
+    }
+
+    void bpe(const std::string& word, std::vector<int64_t>& ids) const {
+        if (word.empty()) return;
+        if (ignore_merges_) {
+            if (auto id = token_to_id(word)) {
+                ids.push_back(*id);
+                return;
+            }
+        }
+        std::vector<std::string> symbols = utf8_chars(word);
+        while (symbols.size() > 1) {
+            int best_rank = INT32_MAX;
+            size_t best = 0;
+            for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+                auto it = merge_ranks_.find(symbols[i] + '\x01' + symbols[i + 1]);
+                if (it != merge_ranks_.end() && it->second < best_rank) {
+                    best_rank = it->second;
+                    best = i;
+                }
+            }
+            if (best_rank == INT32_MAX) break;
+            // merge every non-overlapping occurrence of the best pair, left to right
+            std::string a = symbols[best], b = symbols[best + 1];
+            std::vector<std::string> merged;
+            for (size_t i = 0; i < symbols.size();) {
+                if (i + 1 < symbols.size() && symbols[i] == a && symbols[i + 1] == b) {
+                    merged.push_back(a + b);
+                    i += 2;
+                } else {
+                    merged.push_back(symbols[i++]);
+                }
+            }
+            symbols.swap(merged);
+        }
+        for (const auto& s : symbols) {
+            if (auto id = token_to_id(s)) {
+                ids.push_back(*id);
+            } else if (byte_fallback_) {
+                for (unsigned char c : s) {
+                    char name[8];
+                    std::snprintf(name, sizeof name, "<0x%02X>", c);
+                    if (auto byte_id = token_to_id(name)) ids.push_back(*byte_id);
+                    else if (unk_) ids.push_back(*unk_);
+                }
+            } else if (unk_) {
+                ids.push_back(*unk_);
+            }
+            // a symbol with no id, no fallback and no unk token is dropped, as tokenizers does
+        }
+    }
+
+    std::unordered_map<std::string, int64_t> vocab_;
+    std::vector<std::string> id_to_token_;
+    std::unordered_map<std::string, int> merge_ranks_;
+    std::vector<AddedToken> added_;
+    std::unordered_map<int64_t, size_t> added_by_id_;
+    std::vector<PreTokenizerStep> steps_;
+    std::vector<int64_t> prefix_ids_, suffix_ids_;
+    std::optional<int64_t> unk_;
+    bool byte_fallback_ = false, ignore_merges_ = false, byte_level_ = false, nfc_ = false;
+};
+
+// ---- sentencepiece -----------------------------------------------------------------------------
+class SentencePieceTokenizer : public Tokenizer {
+public:
+    explicit SentencePieceTokenizer(const std::string& file) {
+        auto status = processor_.Load(file);
+        if (!status.ok()) throw bad_tokenizer(file, "cannot load the sentencepiece model: " + status.ToString());
+    }
+    std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const override {
+        std::vector<int> pieces;
+        processor_.Encode(text, &pieces);
+        std::vector<int64_t> ids;
+        if (add_special_tokens && config_.add_bos_token && config_.bos_id) ids.push_back(*config_.bos_id);
+        ids.insert(ids.end(), pieces.begin(), pieces.end());
+        if (add_special_tokens && config_.add_eos_token && config_.eos_id) ids.push_back(*config_.eos_id);
+        return ids;
+    }
+    std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+        std::vector<int> pieces;
+        for (int64_t id : ids)
+            if (id >= 0 && id < processor_.GetPieceSize() && !(skip_special_tokens && is_special(id))) pieces.push_back(int(id));
+        std::string out;
+        processor_.Decode(pieces, &out);
+        return out;
+    }
+    int64_t vocab_size() const override { return processor_.GetPieceSize(); }
+    std::optional<int64_t> token_to_id(const std::string& token) const override {
+        int id = processor_.PieceToId(token);
+        if (id == processor_.unk_id() && token != processor_.IdToPiece(id)) return std::nullopt;
+        return id;
+    }
+    bool is_special(int64_t id) const override { return processor_.IsControl(int(id)) || processor_.IsUnknown(int(id)); }
+    void set_config(TokenizerConfig c) { config_ = std::move(c); }
+
+private:
+    sentencepiece::SentencePieceProcessor processor_;
+};
+
+std::optional<std::string> token_text(const json& j, const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (j[key].is_string()) return j[key].get<std::string>();
+    if (j[key].is_object() && j[key].contains("content")) return j[key]["content"].get<std::string>();
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
+    fs::path json_file = fs::path(folder) / "tokenizer.json";
+    fs::path sp_file = fs::path(folder) / "tokenizer.model";
+    fs::path config_file = fs::path(folder) / "tokenizer_config.json";
+    json config = fs::exists(config_file) ? read_json_file(config_file) : json::object();
+    std::unique_ptr<Tokenizer> tokenizer;
+    bool sentencepiece = false;
+    if (fs::exists(json_file)) {
+        json j = read_json_file(json_file);
+        try {
+            tokenizer = std::make_unique<BpeTokenizer>(j, json_file.string());
+        } catch (const json::exception& e) {
+            throw bad_tokenizer(json_file.string(), std::string("unexpected structure: ") + e.what());
+        }
+    } else if (fs::exists(sp_file)) {
+        tokenizer = std::make_unique<SentencePieceTokenizer>(sp_file.string());
+        sentencepiece = true;
+    } else {
+        throw Error(ErrorKind::input, folder + ": no tokenizer.json or tokenizer.model");
+    }
+    TokenizerConfig c;
+    c.bos_token = token_text(config, "bos_token");
+    c.eos_token = token_text(config, "eos_token");
+    c.pad_token = token_text(config, "pad_token");
+    c.unk_token = token_text(config, "unk_token");
+    // sentencepiece Llama tokenizers add BOS by default (LlamaTokenizer's add_bos_token=True)
+    c.add_bos_token = config.value("add_bos_token", sentencepiece);
+    c.add_eos_token = config.value("add_eos_token", false);
+    if (config.contains("chat_template")) {
+        const json& t = config["chat_template"];
+        if (t.is_string()) c.chat_template = t.get<std::string>();
+        else if (t.is_array())
+            for (const auto& entry : t)
+                if (entry.value("name", "") == "default") c.chat_template = entry.value("template", "");
+    }
+    auto resolve = [&](const std::optional<std::string>& token, const char* key) -> std::optional<int64_t> {
+        if (!token) return std::nullopt;
+        auto id = tokenizer->token_to_id(*token);
+        if (!id) throw bad_tokenizer(config_file.string(), std::string(key) + " \"" + *token + "\" is not in the vocabulary");
+        return id;
+    };
+    c.bos_id = resolve(c.bos_token, "bos_token");
+    c.eos_id = resolve(c.eos_token, "eos_token");
+    c.pad_id = resolve(c.pad_token, "pad_token");
+    if (sentencepiece) static_cast<SentencePieceTokenizer*>(tokenizer.get())->set_config(c);
+    tokenizer->config_ = c;
+    return tokenizer;
+}
+
+void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
+    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+        fs::path from = fs::path(from_dir) / f;
+        if (fs::exists(from)) fs::copy_file(from, fs::path(to_dir) / f, fs::copy_options::overwrite_existing);
+    }
+}
+
+// ---- training (sentencepiece) ------------------------------------------------------------------
+void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir, const TokenizerTrainOptions& o) {
+    if (corpus.empty()) throw Error(ErrorKind::input, "tokenizer training: the corpus is empty");
+    if (o.model_type != "bpe" && o.model_type != "unigram")
+        throw Error(ErrorKind::usage, "tokenizer training: model type must be bpe or unigram, not " + o.model_type);
+    fs::create_directories(out_dir);
+    fs::path text = fs::path(out_dir) / ".corpus.txt";
+    {
+        std::ofstream out(text);
+        for (const auto& line : corpus) {
+            std::string flat = line;
+            std::replace(flat.begin(), flat.end(), '\n', ' ');  // sentencepiece reads one sentence per line
+            out << flat << "\n";
+        }
+    }
+    std::string symbols;
+    for (const auto& s : o.symbols) symbols += (symbols.empty() ? "" : ",") + s;
+    std::string args = "--input=" + text.string() + " --model_prefix=" + (fs::path(out_dir) / "tokenizer").string() +
+                       " --vocab_size=" + std::to_string(o.vocab_size) + " --model_type=" + o.model_type +
+                       " --character_coverage=1.0 --byte_fallback=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3"
+                       " --minloglevel=2 --hard_vocab_limit=false"
+                       // as Llama's own model: no NFKC, whitespace kept (a newline is a byte piece), so
+                       // transformers' tokenizer.json conversion gives the same ids as libsentencepiece
+                       " --normalization_rule_name=identity --remove_extra_whitespaces=false" +
+                       (o.split_digits ? " --split_digits=true" : "") +
+                       (symbols.empty() ? "" : " --user_defined_symbols=" + symbols);
+    auto status = sentencepiece::SentencePieceTrainer::Train(args);
+    fs::remove(text);
+    if (!status.ok()) throw Error(ErrorKind::runtime, "tokenizer training failed: " + status.ToString());
+    // add_bos_token false: Grove (like TRL) tokenizes prompts without special tokens, so a model trained
+    // here never sees BOS; transformers' tokenizer(prompt) must then give the same ids as training did.
+    json config = {{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
+                   {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"add_bos_token", false}, {"add_eos_token", false},
+                   {"legacy", false}};  // no extra "▁" after special tokens, as libsentencepiece
+    if (!o.chat_template.empty()) config["chat_template"] = o.chat_template;
+    std::ofstream(fs::path(out_dir) / "tokenizer_config.json") << config.dump(2) << "\n";
+}
+
+// ---- chat templates ----------------------------------------------------------------------------
+namespace {
+std::string trim(const std::string& s) {
+    size_t b = s.find_first_not_of(" \t\n\r"), e = s.find_last_not_of(" \t\n\r");
+    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+}  // namespace
+
+ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config) {
+    if (name == "chatml") return ChatTemplate::chatml;
+    if (name == "llama3") return ChatTemplate::llama3;
+    if (name == "llama2") return ChatTemplate::llama2;
+    if (name == "plain" || name == "none") return ChatTemplate::plain;
+    if (name == "auto") {
+        const std::string& t = config.chat_template;
+        if (t.find("<|im_start|>") != std::string::npos) return ChatTemplate::chatml;
+        if (t.find("<|start_header_id|>") != std::string::npos) return ChatTemplate::llama3;
+        if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
+        return ChatTemplate::plain;
+    }
+    throw Error(ErrorKind::usage, "unknown chat template \"" + name + "\"" +
+                                      did_you_mean(name, {"auto", "chatml", "llama3", "llama2", "plain", "none"}) +
+                                      "; use auto, chatml, llama3, llama2, plain or none");
+}
+
+std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                        const TokenizerConfig& config) {
+    std::string out;
+    std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
+    switch (family) {
+        case ChatTemplate::chatml:
+            for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+            if (add_generation_prompt) out += "<|im_start|>assistant\n";
+            return out;
+        case ChatTemplate::llama3:
+            out = bos;
+            for (const auto& m : messages)
+                out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+            if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+            return out;
+        case ChatTemplate::llama2: {
+            // Llama-2-chat: the system prompt goes inside the first [INST] block
+            size_t first = 0;
+            std::string system;
+            if (!messages.empty() && messages[0].role == "system") {
+                system = messages[0].content;
+                first = 1;
+            }
+            for (size_t i = first; i < messages.size(); ++i) {
+                const auto& m = messages[i];
+                if (m.role == "user") {
+                    std::string content = m.content;
+                    if (i == first && !system.empty()) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+                    out += bos + "[INST] " + trim(content) + " [/INST]";
+                } else if (m.role == "assistant") {
+                    out += " " + trim(m.content) + " " + eos;
+                } else {
+                    throw Error(ErrorKind::input, "llama2 chat template: role \"" + m.role + "\" is not supported here");
+                }
+            }
+            return out;
+        }
+        case ChatTemplate::plain:
+            for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
+            if (add_generation_prompt && !messages.empty()) out += "\n";
+            return out;
+    }
+    return out;
+}
+
+}  // namespace grove

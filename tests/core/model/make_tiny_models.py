@@ -1,0 +1,122 @@
+"""Creates tiny random Hugging Face checkpoints with transformers and the reference outputs Grove's
+model tests compare against (logits, greedy generation, log-probabilities). Everything here is
+computed by transformers, never by Grove.
+
+    .venv/bin/python tests/core/model/make_tiny_models.py OUT_DIR
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, Qwen2Config
+
+OUT = sys.argv[1]
+COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
+              max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
+
+CONFIGS = {
+    # grouped-query attention, untied head
+    "llama_gqa": LlamaConfig(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                             rope_theta=10000.0, **COMMON),
+    # Llama 3 rope scaling, one KV head (multi-query), several EOS ids
+    "llama3_rope": LlamaConfig(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False,
+                               rope_theta=500000.0,
+                               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
+                               **{**COMMON, "eos_token_id": [2, 3]}),
+    # Qwen2: q/k/v biases, tied embeddings
+    "qwen2_tied": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                              rope_theta=1000000.0, use_sliding_window=False, **COMMON),
+    # Mistral: plain multi-head attention
+    "mistral_mha": MistralConfig(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
+                                 sliding_window=None, **COMMON),
+}
+
+
+def left_padded_batch():
+    g = torch.Generator().manual_seed(0)
+    lengths = [7, 5, 3]
+    T = max(lengths)
+    ids = torch.zeros(len(lengths), T, dtype=torch.long)
+    mask = torch.zeros(len(lengths), T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, T - n:] = torch.randint(4, COMMON["vocab_size"], (n,), generator=g)
+        mask[b, T - n:] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, positions
+
+
+def save_tokenizer(folder):
+    """A byte-level BPE tokenizer sized to the tiny vocabulary, so the CLI can be tested on text."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=COMMON["vocab_size"], special_tokens=["<pad>", "<s>", "<|im_end|>", "<|im_start|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["What is 2 + 2? The answer is 4.", "Hello world, hello there."] * 50, trainer)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<|im_end|>",
+                   "pad_token": "<pad>",
+                   "chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                                    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+                                    "{{ '<|im_start|>assistant\\n' }}{% endif %}"}, f)
+
+
+def cli_reference(folder, model):
+    """What transformers generates greedily for a text prompt, plain and with the chat template."""
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    out = {}
+    for name, text in [("plain", "What is 2 + 2?"),
+                       ("chat", tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}],
+                                                              tokenize=False, add_generation_prompt=True))]:
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=(name == "plain")).input_ids
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                       max_new_tokens=6, min_new_tokens=6, pad_token_id=0, eos_token_id=None)
+        out[name] = {"prompt_ids": ids[0].tolist(), "completion_ids": generated[0, ids.shape[1]:].tolist()}
+    return out
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(1234)
+    ids, mask, positions = left_padded_batch()
+    for name, config in CONFIGS.items():
+        folder = os.path.join(OUT, name)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+        with torch.no_grad():
+            for p in model.parameters():  # larger weights than the default init, so logits differ visibly
+                p.normal_(0.0, 0.08)
+            # biases and norms too
+        model.save_pretrained(folder, safe_serialization=True)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+            greedy = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=8,
+                                    min_new_tokens=8, pad_token_id=0, eos_token_id=None)
+            completion = greedy[:, ids.shape[1]:]
+            full = torch.cat([ids, completion], 1)
+            full_mask = torch.cat([mask, torch.ones_like(completion)], 1)
+            # TRL's logprob recipe: logits / T, log_softmax, gather the next token
+            temperature = 0.7
+            out = model(input_ids=full, attention_mask=full_mask,
+                        position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits.float()
+            out = out[:, ids.shape[1] - 1:-1, :] / temperature
+            logprobs = torch.log_softmax(out, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        save_file({"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits": logits.contiguous(),
+                   "greedy": completion.contiguous(), "logprobs": logprobs.contiguous()},
+                  os.path.join(folder, "reference.safetensors"))
+        extra = {}
+        if name == "llama_gqa":
+            save_tokenizer(folder)
+            extra = cli_reference(folder, model)
+        with open(os.path.join(folder, "reference.json"), "w") as f:
+            json.dump({"temperature": temperature, **extra}, f)
+    print(f"tiny models written to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,573 @@
+// Grove's Llama-family model against transformers on tiny random checkpoints made by transformers
+// (tests/core/model/make_tiny_models.py): logits, greedy generation, log-probabilities, save/load.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <filesystem>
+#include <optional>
+#include <fstream>
+
+#include "grove/error.hpp"
+#include "grove/generation.hpp"
+#include "grove/model.hpp"
+#include "grove/safetensors.hpp"
+#include "model/tensor_io.hpp"
+#include "model/decode_kernels.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
+const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "mistral_mha"};
+
+std::map<std::string, at::Tensor> reference(const std::string& name) {
+    grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
+    std::map<std::string, at::Tensor> out;
+    for (const auto& t : file.tensors()) out[t.name] = grove::tensor_from_entry(t, file.path());
+    return out;
+}
+
+double masked_max_diff(const at::Tensor& a, const at::Tensor& b, const at::Tensor& mask) {
+    at::Tensor diff = (a - b).abs().amax(-1);  // [B, T]
+    return (diff * mask.to(at::kFloat)).max().item<double>();
+}
+
+std::vector<std::vector<int64_t>> unpadded_prompts(const at::Tensor& ids, const at::Tensor& mask) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t b = 0; b < ids.size(0); ++b) {
+        std::vector<int64_t> row;
+        for (int64_t t = 0; t < ids.size(1); ++t)
+            if (mask[b][t].item<int64_t>()) row.push_back(ids[b][t].item<int64_t>());
+        prompts.push_back(row);
+    }
+    return prompts;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const grove::Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
+
+}  // namespace
+
+TEST(Model, LogitsMatchTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        at::NoGradGuard no_grad;
+        at::Tensor logits = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+        double diff = masked_max_diff(logits, ref["logits"], ref["attention_mask"]);
+        EXPECT_LT(diff, 1e-4) << name;
+        EXPECT_GT(ref["logits"].abs().max().item<double>(), 0.1) << name << ": reference logits are degenerate";
+    }
+}
+
+TEST(Model, GreedyGenerationMatchesTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        grove::SamplingOptions options;
+        options.greedy = true;
+        options.max_new_tokens = 8;
+        auto result = grove::generate(*model, unpadded_prompts(ref["input_ids"], ref["attention_mask"]), options);
+        EXPECT_TRUE(at::equal(result.completion_ids, ref["greedy"])) << name << "\n" << result.completion_ids << "\n" << ref["greedy"];
+        EXPECT_TRUE(result.truncated.all().item<bool>()) << name;  // no EOS configured
+    }
+}
+
+TEST(Model, CompletionLogprobsMatchTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        at::NoGradGuard no_grad;
+        at::Tensor completion = ref["greedy"];
+        at::Tensor logprobs = grove::completion_logprobs(*model, ref["input_ids"], ref["attention_mask"], completion,
+                                                         at::ones_like(completion), 0.7);
+        EXPECT_LT((logprobs - ref["logprobs"]).abs().max().item<double>(), 1e-4) << name;
+    }
+}
+
+TEST(Model, ChunkedLogprobsEqualUnchunked) {
+    auto model = grove::Model::load(kModels + "/llama_gqa");
+    auto ref = reference("llama_gqa");
+    at::NoGradGuard no_grad;
+    at::Tensor hidden = model->hidden_states(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+    at::Tensor targets = ref["input_ids"];
+    at::Tensor whole = grove::token_logprobs(*model, hidden, targets, 0.9, 1 << 20);
+    at::Tensor chunked = grove::token_logprobs(*model, hidden, targets, 0.9, 3);
+    EXPECT_TRUE(at::allclose(whole, chunked, 1e-6, 1e-6));
+    at::Tensor direct = (model->logits(hidden) / 0.9).log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+    EXPECT_TRUE(at::allclose(whole, direct, 1e-5, 1e-5));
+}
+
+TEST(Model, SamplingIsSeededAndStopsAtAnyEos) {
+    auto model = grove::Model::load(kModels + "/llama3_rope");
+    auto ref = reference("llama3_rope");
+    auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
+    grove::SamplingOptions options;
+    options.max_new_tokens = 12;
+    options.temperature = 1.3;
+    options.top_k = 50;
+    options.top_p = 0.95;
+    options.seed = 7;
+    auto a = grove::generate(*model, prompts, options);
+    auto b = grove::generate(*model, prompts, options);
+    EXPECT_TRUE(at::equal(a.completion_ids, b.completion_ids));
+    options.seed = 8;
+    auto c = grove::generate(*model, prompts, options);
+    EXPECT_FALSE(at::equal(a.completion_ids, c.completion_ids));
+
+    // make the first greedy token an EOS id: that row stops at once, its mask covers the EOS only
+    grove::SamplingOptions greedy;
+    greedy.greedy = true;
+    greedy.max_new_tokens = 8;
+    int64_t first = ref["greedy"][1][0].item<int64_t>();
+    greedy.eos_token_ids = {1000, first};
+    greedy.pad_token_id = 0;
+    auto stopped = grove::generate(*model, prompts, greedy);
+    EXPECT_FALSE(stopped.truncated[1].item<bool>());
+    EXPECT_EQ(stopped.lengths[1], 1);
+    EXPECT_EQ(stopped.completion_mask[1].sum().item<int64_t>(), 1);
+    EXPECT_EQ(stopped.completion_ids[1][0].item<int64_t>(), first);
+    for (int64_t t = 1; t < stopped.completion_ids.size(1); ++t) EXPECT_EQ(stopped.completion_ids[1][t].item<int64_t>(), 0);
+    // the sampled log-probs are the model's log softmax of the chosen tokens
+    EXPECT_LT(stopped.sampled_logprobs[1][0].item<double>(), 0.0);
+    EXPECT_EQ(stopped.sampled_logprobs[1][1].item<double>(), 0.0);
+}
+
+// Rows that stop leave the decode batch; the others sample exactly what they would have sampled
+// with no row stopping (each prompt keeps its own uniforms), and the stopped rows end at their EOS.
+TEST(Model, RowsThatStopDoNotChangeTheOthers) {
+    auto model = grove::Model::load(kModels + "/llama_gqa");
+    auto ref = reference("llama_gqa");
+    auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
+    auto once = prompts;
+    prompts.insert(prompts.end(), once.begin(), once.end());  // more rows, more ways to stop
+    grove::SamplingOptions options;
+    options.max_new_tokens = 16;
+    options.temperature = 1.5;
+    options.seed = 11;
+    options.pad_token_id = 0;
+    auto free_run = grove::generate(*model, prompts, options);
+    const int64_t N = int64_t(prompts.size()), C = options.max_new_tokens;
+    // EOS ids: a token each of the first rows sampled mid-way; the other rows must not all sample one
+    std::vector<int64_t> eos;
+    for (int64_t row = 0; row < N / 2; ++row) eos.push_back(free_run.completion_ids[row][2 + row].item<int64_t>());
+    auto first_at = [&](int64_t row) {
+        for (int64_t t = 0; t < C; ++t)
+            if (std::count(eos.begin(), eos.end(), free_run.completion_ids[row][t].item<int64_t>())) return t;
+        return C;
+    };
+    int64_t rows_running_to_the_end = 0;
+    for (int64_t row = 0; row < N; ++row) rows_running_to_the_end += first_at(row) == C;
+    ASSERT_GT(rows_running_to_the_end, 0) << "every row samples an EOS id; change the seed";
+    options.eos_token_ids = eos;
+    auto stopping = grove::generate(*model, prompts, options);
+    int64_t stopped_rows = 0;
+    for (int64_t row = 0; row < N; ++row) {
+        int64_t stop = first_at(row);
+        int64_t length = std::min(stop + 1, C);
+        stopped_rows += stop < C;
+        EXPECT_EQ(stopping.lengths[size_t(row)], length) << "row " << row;
+        EXPECT_EQ(stopping.truncated[row].item<bool>(), stop == C) << "row " << row;
+        EXPECT_TRUE(at::equal(stopping.completion_ids[row].narrow(0, 0, length), free_run.completion_ids[row].narrow(0, 0, length)))
+            << "row " << row;
+        EXPECT_LT((stopping.sampled_logprobs[row].narrow(0, 0, length) - free_run.sampled_logprobs[row].narrow(0, 0, length))
+                      .abs().max().item<double>(), 1e-5) << "row " << row;
+        if (length < stopping.completion_ids.size(1))
+            EXPECT_EQ(stopping.completion_ids[row].narrow(0, length, stopping.completion_ids.size(1) - length).abs().sum().item<int64_t>(), 0)
+                << "row " << row << ": pad after the EOS";
+    }
+    EXPECT_GE(stopped_rows, 2);
+}
+
+TEST(Model, EosIdsComeFromConfigAndGenerationConfig) {
+    auto config = grove::load_model_config(kModels + "/llama3_rope");
+    EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(config.rope_scaling.type, "llama3");
+}
+
+TEST(Model, SavedFolderLoadsBackAndInTransformers) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        std::string out = std::string(GROVE_TEST_BINARY_DIR) + "/models/saved/" + name;
+        fs::remove_all(out);
+        model->save(out);
+        auto again = grove::Model::load(out);
+        auto ref = reference(name);
+        at::NoGradGuard no_grad;
+        at::Tensor a = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+        at::Tensor b = again->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
+        EXPECT_TRUE(at::equal(a, b)) << name;
+        std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
+                              "/tests/core/model/check_saved.py " + out + " " + kModels + "/" + name + "/reference.safetensors";
+        EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    }
+}
+
+TEST(Model, Bfloat16LogitsStayClose) {
+    auto model = grove::Model::load(kModels + "/qwen2_tied", "cpu", "bfloat16");
+    auto ref = reference("qwen2_tied");
+    at::NoGradGuard no_grad;
+    at::Tensor logits = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]).to(at::kFloat);
+    EXPECT_EQ(model->dtype(), at::kBFloat16);
+    EXPECT_LT(masked_max_diff(logits, ref["logits"], ref["attention_mask"]), 0.15);
+}
+
+TEST(Model, BadCheckpointsGiveClearErrors) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/bad";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto copy = [&](const std::string& name) {
+        std::string d = dir + "/" + name;
+        fs::create_directories(d);
+        fs::copy(kModels + "/llama_gqa/config.json", d + "/config.json");
+        fs::copy(kModels + "/llama_gqa/model.safetensors", d + "/model.safetensors");
+        return d;
+    };
+    // truncated weights file
+    std::string truncated = copy("truncated");
+    fs::resize_file(truncated + "/model.safetensors", 1000);
+    auto message = error_of([&] { grove::Model::load(truncated); });
+    EXPECT_CONTAINS(message, "truncated/model.safetensors: invalid safetensors file");
+    // header that claims more bytes than exist
+    std::string huge = copy("huge_header");
+    {
+        std::fstream f(huge + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+        uint64_t size = 1ull << 40;
+        f.write(reinterpret_cast<const char*>(&size), 8);
+    }
+    EXPECT_CONTAINS(error_of([&] { grove::Model::load(huge); }), "exceeds the format's limit");
+    // unsupported architecture
+    std::string arch = copy("gpt2");
+    {
+        std::ofstream(arch + "/config.json") << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})";
+    }
+    message = error_of([&] { grove::Model::load(arch); });
+    EXPECT_CONTAINS(message, "unsupported model");
+    EXPECT_CONTAINS(message, "LlamaForCausalLM (llama)");
+    // a config that disagrees with the weights names the tensor
+    std::string shape = copy("shape");
+    {
+        std::ifstream in(kModels + "/llama_gqa/config.json");
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        text.replace(text.find("\"intermediate_size\": 112"), 24, "\"intermediate_size\": 100");
+        std::ofstream(shape + "/config.json") << text;
+    }
+    message = error_of([&] { grove::Model::load(shape); });
+    EXPECT_CONTAINS(message, "tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [112, 64]");
+    // missing key
+    std::string key = copy("key");
+    { std::ofstream(key + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})"; }
+    EXPECT_CONTAINS(error_of([&] { grove::Model::load(key); }), "config.json: missing key \"vocab_size\"");
+    // no weights at all
+    std::string none = dir + "/none";
+    fs::create_directories(none);
+    fs::copy(kModels + "/llama_gqa/config.json", none + "/config.json");
+    EXPECT_CONTAINS(error_of([&] { grove::Model::load(none); }), "no model.safetensors");
+}
+
+TEST(Safetensors, HeaderFieldsAreValidated) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/st";
+    fs::create_directories(dir);
+    auto write = [&](const std::string& name, const std::string& header, size_t data_bytes) {
+        std::string path = dir + "/" + name;
+        std::ofstream f(path, std::ios::binary);
+        uint64_t n = header.size();
+        f.write(reinterpret_cast<const char*>(&n), 8);
+        f << header << std::string(data_bytes, '\0');
+        return path;
+    };
+    auto open_error = [&](const std::string& path) { return error_of([&] { grove::SafetensorsFile file(path); }); };
+    EXPECT_CONTAINS(open_error(write("a", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4)),
+                    "tensor 'w': shape x dtype size = 8 bytes, but data_offsets span 4");
+    EXPECT_CONTAINS(open_error(write("b", R"({"w": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1)),
+                    "tensor 'w': unsupported dtype \"F8\"");
+    EXPECT_CONTAINS(open_error(write("c", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+                                          R"("x": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", 6)),
+                    "overlap");
+    EXPECT_CONTAINS(open_error(write("d", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 2)),
+                    "lie outside the data section");
+    EXPECT_CONTAINS(open_error(write("e", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)),
+                    "negative");
+    EXPECT_CONTAINS(open_error(write("f", "{not json", 0)), "not valid JSON");
+    // the writer round-trips, atomically (no temporary left behind)
+    std::vector<float> values{1.5f, -2.0f, 3.25f};
+    grove::write_safetensors(dir + "/ok.safetensors", {{"v", grove::DType::f32, {3}, values.data(), 12}}, {{"k", "v"}});
+    grove::SafetensorsFile ok(dir + "/ok.safetensors");
+    ASSERT_NE(ok.find("v"), nullptr);
+    EXPECT_EQ(ok.metadata().at("k"), "v");
+    EXPECT_EQ(reinterpret_cast<const float*>(ok.find("v")->data)[2], 3.25f);
+    for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().filename().string().rfind(".tmp-", 0), std::string::npos);
+}
+
+// The decode kernel against a double-precision sum, on shapes that exercise every path: row blocks
+// of 8, 4, 2, 1, a K that is not a multiple of 8 (masked tail), columns split over 1 to 3 threads
+// (shares that start inside a block of weight rows), strided input and output rows, with and
+// without bias. The padding columns of y must stay untouched.
+TEST(DecodeKernels, SmallBatchLinearMatchesADoubleReferenceOnEveryShapeAndSplit) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(0);
+    int checked = 0;
+    for (int64_t rows : {1, 2, 3, 5, 8, 15, 16, 32})
+        for (int64_t K : {1, 7, 8, 64, 203, 4099})  // 4099: large enough that several threads share the columns
+            for (int64_t N : {1, 3, 11, 67})
+                for (int threads : {1, 2, 3}) {
+                    const bool with_bias = (rows + K + N + threads) % 2 == 0;
+                    const int64_t ldx = K + 3, ldy = N + 2;
+                    at::Tensor x = at::randn({rows, ldx}), w = at::randn({N, K}), bias = at::randn({N});
+                    at::Tensor y = at::full({rows, ldy}, 7.0f);
+                    grove::kernels::small_batch_linear(x.data_ptr<float>(), ldx, w.data_ptr<float>(),
+                                                       with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(),
+                                                       ldy, rows, K, N, threads);
+                    at::Tensor expected = at::matmul(x.narrow(1, 0, K).to(at::kDouble), w.to(at::kDouble).t());
+                    if (with_bias) expected = expected + bias.to(at::kDouble);
+                    std::string where = "rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " +
+                                        std::to_string(N) + " threads " + std::to_string(threads) + (with_bias ? " bias" : "");
+                    double error = (y.narrow(1, 0, N).to(at::kDouble) - expected).abs().max().item<double>();
+                    EXPECT_LT(error, 1e-5 * std::sqrt(double(K)) * 10) << where;
+                    EXPECT_TRUE(at::all(y.narrow(1, N, 2) == 7.0f).item<bool>()) << where << ": wrote past the row";
+                    ++checked;
+                }
+    EXPECT_EQ(checked, 8 * 6 * 4 * 3);
+}
+
+// generate() runs its decode steps on the decode kernels (DecodeKernelScope). For every tiny
+// architecture (grouped and plain heads, Qwen2 biases, llama3 rope), prefilling the left-padded
+// reference batch into a KV cache and decoding three tokens must give ATen's logits at every step:
+// products, RMSNorm, rotary, SwiGLU and the cached attention (with its cache writes) all checked.
+// An in-place weight update (an optimizer step) must be seen at once: the kernels keep no copy.
+TEST(Model, DecodeKernelsGiveAtensDecodeSteps) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the scope is off";
+    at::NoGradGuard no_grad;
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        at::Tensor ids = ref["input_ids"], prompt_mask = ref["attention_mask"], positions = ref["position_ids"];
+        ASSERT_LE(ids.numel(), 32) << "the prefill must be small enough for the kernel products";
+        const int64_t B = ids.size(0), P = ids.size(1), steps = 3;
+        at::Tensor next = at::randint(4, model->config().vocab_size, {B, steps});
+        auto decode = [&](bool kernels) {
+            std::optional<grove::DecodeKernelScope> scope;
+            if (kernels) scope.emplace();
+            grove::KVCache cache = model->make_cache(B, P + steps);
+            std::vector<at::Tensor> logits{model->logits(model->hidden_states(ids, prompt_mask, positions, &cache))};
+            at::Tensor mask = prompt_mask, position = prompt_mask.sum(-1, true);
+            for (int64_t t = 0; t < steps; ++t) {
+                mask = at::cat({mask, at::ones({B, 1}, mask.options())}, 1);
+                logits.push_back(model->logits(model->hidden_states(next.narrow(1, t, 1), mask, position + t, &cache)));
+            }
+            return logits;
+        };
+        auto compare = [&](const std::string& when) {
+            std::vector<at::Tensor> aten = decode(false), kernels = decode(true);
+            EXPECT_LT(masked_max_diff(aten[0], kernels[0], prompt_mask), 1e-5) << name << when << ": prefill";
+            if (when.empty())
+                EXPECT_LT(masked_max_diff(ref["logits"], kernels[0], prompt_mask), 1e-4) << name << ": against transformers";
+            for (int64_t t = 1; t <= steps; ++t) {
+                EXPECT_LT((aten[size_t(t)] - kernels[size_t(t)]).abs().max().item<double>(), 1e-5) << name << when << ": step " << t;
+                EXPECT_FALSE(at::equal(aten[size_t(t)], kernels[size_t(t)])) << name << when << ": identical bits suggest ATen ran";
+            }
+            return aten;
+        };
+        std::vector<at::Tensor> before = compare("");
+        for (grove::Linear* layer : model->linear_layers()) layer->weight.mul_(1.5);  // as an optimizer step would
+        model->named_parameters().front().second.mul_(0.5);                             // embeddings (tied head)
+        std::vector<at::Tensor> after = compare(" after an update");
+        EXPECT_GT((after.back() - before.back()).abs().max().item<double>(), 1e-3) << name;
+    }
+}
+
+// The element-wise kernels against double precision on odd sizes (vector tails): RMSNorm, rotary,
+// silu(gate) * up (its exponential is a polynomial of ours), over the range of values they see.
+TEST(DecodeKernels, ElementwiseKernelsMatchDoublePrecision) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(0);
+    const int64_t rows = 3, H = 37, heads = 2, D = 10;
+    at::Tensor x = at::randn({rows, H}) * 3, weight = at::randn({H}), y = at::empty({rows, H});
+    grove::kernels::rms_norm(x.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(), rows, H, 1e-5f);
+    at::Tensor xd = x.to(at::kDouble);
+    at::Tensor expected = weight.to(at::kDouble) * xd * at::rsqrt(xd.pow(2).mean(-1, true) + 1e-5);
+    EXPECT_LT((y.to(at::kDouble) - expected).abs().max().item<double>(), 1e-5);
+
+    at::Tensor q = at::randn({rows, heads, D}), cos = at::randn({rows, 1, D}), sin = at::randn({rows, 1, D});
+    at::Tensor rotated = q.clone();
+    grove::kernels::rotary(rotated.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), rows, heads, D);
+    at::Tensor qd = q.to(at::kDouble);
+    at::Tensor half_turn = at::cat({-qd.narrow(-1, D / 2, D / 2), qd.narrow(-1, 0, D / 2)}, -1);
+    expected = qd * cos.to(at::kDouble) + half_turn * sin.to(at::kDouble);
+    EXPECT_LT((rotated.to(at::kDouble) - expected).abs().max().item<double>(), 1e-5);
+
+    const int64_t n = 1003;
+    at::Tensor gate = at::linspace(-90, 90, n), up = at::randn({n}), out = at::empty({n});
+    grove::kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), out.data_ptr<float>(), n);
+    at::Tensor gd = gate.to(at::kDouble);
+    expected = gd * at::sigmoid(gd) * up.to(at::kDouble);
+    at::Tensor relative = (out.to(at::kDouble) - expected).abs() / expected.abs().clamp_min(1e-30);
+    EXPECT_LT(relative.masked_select(gd > -80).max().item<double>(), 1e-6);  // e^80 and beyond: silu is ~0 either way
+    EXPECT_LT(out.masked_select(gd <= -80).abs().max().item<double>(), 1e-30);
+}
+
+// The cached attention against ATen's SDPA: grouped heads (4 query heads on 2 kv heads), masked
+// positions, more tasks than one thread takes, and head sizes for both of the kernel's paths: 64 and
+// 80 (vectors of 8, the second with a partial 64-wide chunk) and an odd 13 (one value at a time).
+TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(1);
+    const int64_t B = 5, heads = 4, kv_heads = 2, capacity = 11, S = 10;
+    for (int64_t D : {13, 64, 80}) {
+        at::Tensor keys = at::randn({B, kv_heads, capacity, D}), values = at::randn({B, kv_heads, capacity, D});
+        at::Tensor q = at::randn({B, heads, D}), new_keys = at::randn({B, kv_heads, D}), new_values = at::randn({B, kv_heads, D});
+        at::Tensor visible = at::ones({B, S}, at::kBool);
+        visible.index_put_({1, 0}, false);
+        visible.index_put_({3, 2}, false);
+        visible.index_put_({3, 5}, false);
+        at::Tensor expected_keys = keys.clone(), expected_values = values.clone();
+        expected_keys.select(2, S - 1).copy_(new_keys);
+        expected_values.select(2, S - 1).copy_(new_values);
+        at::Tensor expected = at::scaled_dot_product_attention(
+            q.unsqueeze(2), expected_keys.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1),
+            expected_values.narrow(2, 0, S).repeat_interleave(heads / kv_heads, 1), visible.view({B, 1, 1, S}));
+        for (int threads : {1, 2}) {
+            at::Tensor k = keys.clone(), v = values.clone(), out = at::empty({B, heads, D});
+            grove::kernels::decode_attention(q.data_ptr<float>(), new_keys.data_ptr<float>(), new_values.data_ptr<float>(),
+                                             k.data_ptr<float>(), v.data_ptr<float>(), capacity, visible.data_ptr<bool>(),
+                                             out.data_ptr<float>(), B, heads, kv_heads, S, D,
+                                             float(1.0 / std::sqrt(double(D))), threads);
+            std::string where = "head size " + std::to_string(D) + ", " + std::to_string(threads) + " threads";
+            EXPECT_TRUE(at::equal(k, expected_keys)) << where << ": the key cache";
+            EXPECT_TRUE(at::equal(v, expected_values)) << where << ": the value cache";
+            EXPECT_LT((out - expected.squeeze(2)).abs().max().item<double>(), 1e-5) << where;
+        }
+    }
+}
+
+// The sampler against a float64 inverse CDF: with p = softmax(logits / temperature), the token is
+// the first whose cumulative probability reaches the uniform. Uniforms within 1e-6 of a bucket's edge
+// are left out (float rounding may fall either way there). Tokens of logit -inf are never drawn, not
+// even at u = 0 or u just below 1; a row with a NaN, or with every logit -inf, gives token -1.
+TEST(DecodeKernels, SampleSoftmaxIsTheInverseCdfOfTheSoftmax) {
+    if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernels are never used";
+    at::manual_seed(2);
+    const int64_t rows = 6, V = 1003, sampled_rows = 4;  // V: whole 64-token blocks, then vector and scalar tails
+    const double inf = std::numeric_limits<double>::infinity();
+    at::Tensor logits = at::randn({rows, V}) * 3;
+    logits[1].masked_fill_(at::rand({V}) < 0.9, -inf);  // as top-k / top-p leave them
+    logits[1][0] = -inf;
+    logits[1][V - 1] = -inf;
+    logits.index_put_({4, 17}, std::nan(""));
+    logits[5].fill_(-inf);
+    for (double temperature : {1.0, 0.7}) {
+        at::Tensor scaled = logits.narrow(0, 0, sampled_rows).to(at::kDouble) / temperature;
+        at::Tensor cdf = scaled.softmax(-1).cumsum(-1), logp = scaled.log_softmax(-1);
+        at::Tensor finite = at::isfinite(scaled).nonzero();
+        int64_t checked = 0;
+        const int trials = 300;
+        for (int trial = 0; trial < trials; ++trial) {
+            at::Tensor u = at::rand({rows}, at::kDouble);
+            if (trial == 0) u.fill_(0.0);
+            if (trial == 1) u.fill_(std::nextafter(1.0, 0.0));
+            at::Tensor tokens = at::empty({rows}, at::kLong), logprobs = at::empty({rows});
+            for (int threads : {1, 3}) {
+                at::Tensor t = at::empty({rows}, at::kLong);
+                grove::kernels::sample_softmax(logits.data_ptr<float>(), V, rows, V, float(temperature),
+                                               u.data_ptr<double>(), t.data_ptr<int64_t>(), logprobs.data_ptr<float>(),
+                                               threads);
+                if (threads == 1) tokens = t;
+                else EXPECT_TRUE(at::equal(t, tokens)) << "threads share rows, not draws";
+            }
+            EXPECT_EQ(tokens[4].item<int64_t>(), -1) << "a NaN logit";
+            EXPECT_EQ(tokens[5].item<int64_t>(), -1) << "nothing drawable";
+            for (int64_t r = 0; r < sampled_rows; ++r) {
+                const int64_t token = tokens[r].item<int64_t>();
+                ASSERT_TRUE(token >= 0 && token < V) << "row " << r;
+                EXPECT_TRUE(std::isfinite(logits[r][token].item<float>())) << "row " << r << " drew a token of logit -inf";
+                EXPECT_NEAR(logprobs[r].item<double>(), logp[r][token].item<double>(), 1e-5) << "row " << r;
+                at::Tensor row_finite = at::isfinite(scaled[r]).nonzero().squeeze(-1);
+                int64_t expected;
+                if (trial <= 1) {
+                    expected = row_finite[trial == 0 ? 0 : row_finite.size(0) - 1].item<int64_t>();
+                } else {
+                    const double target = u[r].item<double>();
+                    at::Tensor reached = (cdf[r] >= target).logical_and(at::isfinite(scaled[r])).nonzero();
+                    expected = reached.size(0) ? reached[0][0].item<int64_t>() : row_finite[-1].item<int64_t>();
+                    double edge = std::abs(cdf[r][expected].item<double>() - target);
+                    if (expected > 0) edge = std::min(edge, std::abs(cdf[r][expected - 1].item<double>() - target));
+                    if (edge < 1e-6) continue;
+                }
+                EXPECT_EQ(token, expected) << "row " << r << " trial " << trial << " temperature " << temperature;
+                ++checked;
+            }
+        }
+        EXPECT_GT(checked, sampled_rows * trials * 99 / 100) << "too many draws left out near an edge";
+    }
+}
+
+// The training forward packs rows end to end without padding. Against the padded batch (whose logits
+// match transformers above) it gives the same log-probs, entropies and parameter gradients, with and
+// without gradient checkpointing, for ragged completions; masked positions hold 0.
+TEST(Model, PackedRowsGiveThePaddedLogprobsAndGradients) {
+    for (const char* name : kNames) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        model->set_base_trainable(true);
+        auto ref = reference(name);
+        at::Tensor prompt_ids = ref["input_ids"], prompt_mask = ref["attention_mask"], completion = ref["greedy"];
+        const int64_t B = completion.size(0), P = prompt_ids.size(1), C = completion.size(1);
+        ASSERT_GE(B, 2) << name;
+        ASSERT_LT(prompt_mask.sum().item<int64_t>(), B * P) << name << ": the prompts must be padded for this test";
+        // row b keeps C - 2b completion tokens (at least 1)
+        at::Tensor kept = (C - 2 * at::arange(B, at::kLong)).clamp_min(1);
+        at::Tensor completion_mask = (at::arange(C, at::kLong).unsqueeze(0) < kept.unsqueeze(1)).to(at::kLong);
+        at::Tensor mask = completion_mask.to(at::kFloat);
+        auto parameters = model->trainable_parameters();
+        auto take_gradients = [&] {
+            std::vector<at::Tensor> grads;
+            for (at::Tensor& p : parameters) {
+                grads.push_back(p.grad().clone());
+                p.mutable_grad().reset();
+            }
+            return grads;
+        };
+        for (bool checkpointing : {false, true}) {
+            model->set_gradient_checkpointing(checkpointing);
+            std::string what = std::string(name) + (checkpointing ? " (checkpointing)" : "");
+
+            at::Tensor packed_entropy;
+            at::Tensor packed = grove::completion_logprobs(*model, prompt_ids, prompt_mask, completion, completion_mask, 0.7,
+                                                           &packed_entropy);
+            (packed * mask * at::arange(1, C + 1, at::kFloat)).sum().backward();  // position weights: a gradient that sees order
+            auto packed_grads = take_gradients();
+
+            at::Tensor input_mask = at::cat({prompt_mask, completion_mask}, 1);
+            at::Tensor hidden = model->hidden_states(at::cat({prompt_ids, completion}, 1), input_mask,
+                                                     (input_mask.cumsum(-1) - 1).clamp_min(0));
+            at::Tensor padded_entropy;
+            at::Tensor padded = grove::token_logprobs(*model, hidden.narrow(1, P - 1, C), completion, 0.7, 1024, &padded_entropy);
+            (padded * mask * at::arange(1, C + 1, at::kFloat)).sum().backward();
+            auto padded_grads = take_gradients();
+
+            EXPECT_LT(((packed - padded).abs() * mask).max().item<double>(), 1e-5) << what;
+            EXPECT_LT(((packed_entropy - padded_entropy).abs() * mask).max().item<double>(), 1e-5) << what;
+            EXPECT_EQ((packed * (1 - mask)).abs().max().item<double>(), 0.0) << what;
+            EXPECT_EQ((packed_entropy * (1 - mask)).abs().max().item<double>(), 0.0) << what;
+            EXPECT_LT(packed.min().item<double>(), -0.1) << what << ": real log-probs are negative";
+            for (size_t i = 0; i < parameters.size(); ++i) {
+                double scale = std::max(1.0, padded_grads[i].abs().max().item<double>());
+                EXPECT_LT((packed_grads[i] - padded_grads[i]).abs().max().item<double>() / scale, 1e-5) << what << " parameter " << i;
+            }
+            EXPECT_GT(packed_grads.front().abs().sum().item<double>(), 0.0) << what;
+        }
+    }
+}

@@ -1,0 +1,160 @@
+"""Trains small tokenizers of each family with Hugging Face `tokenizers` (and sentencepiece's own
+trainer), and records what those reference implementations produce: token ids, decoded text, and
+transformers' apply_chat_template output. Grove's tokenizer tests compare against these files.
+
+    .venv/bin/python tests/core/text/make_tokenizers.py OUT_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+OUT = sys.argv[1]
+
+CORPUS = [
+    "Hello world! How are you doing today?",
+    "What is 37 + 48? The answer is 85.",
+    "Numbers: 1234567 and 3.14159, also -42 and 1,000,000.",
+    "Whitespace   runs\tand\ttabs\n\nand newlines\r\nhere.",
+    "  leading and trailing spaces  ",
+    "Unicode: café, naïve, Ärger, 東京, 答案是四十二, Ελληνικά, русский.",
+    "Emoji: 🙂🚀 👩‍💻 and ❤️!",
+    "Code: def f(x):\n    return x ** 2  # squared",
+    "<think>I add the tens.</think><answer>85</answer>",
+    "It's we'll they've I'm you'd he's THEY'RE",
+    "e\u0301 (decomposed é) and \u00e9 (composed é)",
+]
+SPECIAL_TEXTS = [
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "text<|endoftext|>more text",
+]
+LLAMA3_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|eot_id|>",
+            "<|start_header_id|>", "<|end_header_id|>"]
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+LLAMA3 = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+          " + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}"
+          "{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+          "{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}"
+          "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+          "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
+          "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+          "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}")
+CONVERSATIONS = [
+    ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 3 + 4?"}], True),
+    ([{"role": "user", "content": "  Hi there \n"}, {"role": "assistant", "content": " Hello! "},
+      {"role": "user", "content": "答案? 🙂"}], True),
+    ([{"role": "user", "content": "Say 5."}, {"role": "assistant", "content": "5"}], False),
+]
+
+
+def byte_level(name, pre, normalizer=None, post=None, string_merges=False, ignore_merges=False):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS * 20, trainer)
+    if post is not None:
+        tok.post_processor = post(tok)
+    folder = os.path.join(OUT, name)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "tokenizer.json")
+    tok.save(path)
+    if string_merges:  # the older "a b" form of merges, as many published files still have
+        with open(path) as f:
+            data = json.load(f)
+        data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in data["model"]["merges"]]
+        with open(path, "w") as f:
+            json.dump(data, f, ensure_ascii=False)
+        tok = Tokenizer.from_file(path)
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    cases = []
+    for text in CORPUS + SPECIAL_TEXTS:
+        ids = tok.encode(text, add_special_tokens=True).ids
+        cases.append({"text": text, "ids": ids,
+                      "ids_plain": tok.encode(text, add_special_tokens=False).ids,
+                      "decoded_skip": tok.decode(ids, skip_special_tokens=True),
+                      "decoded_keep": tok.decode(ids, skip_special_tokens=False)})
+    with open(os.path.join(folder, "expected.json"), "w") as f:
+        json.dump(cases, f, ensure_ascii=False, indent=1)
+    return folder
+
+
+def llama3_post(tok):
+    bos = tok.token_to_id("<|begin_of_text|>")
+    return processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])
+
+
+def chat_templates(folder):
+    fast = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"),
+                                   bos_token="<|begin_of_text|>", eos_token="<|endoftext|>")
+    out = []
+    for family, template in [("chatml", CHATML), ("llama3", LLAMA3), ("llama2", LLAMA2)]:
+        for messages, add_generation_prompt in CONVERSATIONS:
+            if family == "llama2" and add_generation_prompt is False and messages[-1]["role"] != "assistant":
+                continue
+            text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt)
+            out.append({"family": family, "messages": messages, "add_generation_prompt": add_generation_prompt,
+                        "text": text})
+    with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
+        json.dump({"cases": out, "templates": {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2}}, f,
+                  ensure_ascii=False, indent=1)
+
+
+def sentencepiece_model():
+    folder = os.path.join(OUT, "sentencepiece")
+    os.makedirs(folder, exist_ok=True)
+    corpus = os.path.join(folder, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("\n".join(CORPUS * 5) + "\n")
+    subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={folder}/tokenizer", "--vocab_size=600",
+                    "--model_type=bpe", "--byte_fallback=true", "--character_coverage=0.98", "--minloglevel=2"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}, f)
+    cases = []
+    for text in CORPUS:
+        ids = subprocess.run(["spm_encode", f"--model={folder}/tokenizer.model", "--output_format=id"],
+                             input=text.replace("\n", " ") + "\n", capture_output=True, text=True, check=True).stdout.split()
+        decoded = subprocess.run(["spm_decode", f"--model={folder}/tokenizer.model", "--input_format=id"],
+                                 input=" ".join(ids) + "\n", capture_output=True, text=True, check=True).stdout
+        # spm normalises (NFKC, whitespace runs): the round trip gives the normalised text
+        cases.append({"text": text.replace("\n", " "), "ids": [1] + [int(i) for i in ids],
+                      "decoded": decoded.rstrip("\n")})
+    with open(os.path.join(folder, "expected.json"), "w") as f:
+        json.dump(cases, f, ensure_ascii=False, indent=1)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    byte_level("gpt2_style", pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), string_merges=True)
+    llama3 = byte_level("llama3_style", pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), post=llama3_post, ignore_merges=True)
+    byte_level("qwen2_style", pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), normalizer=normalizers.NFC())
+    byte_level("smollm2_style", pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]))
+    chat_templates(llama3)
+    sentencepiece_model()
+    print(f"tokenizers written to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

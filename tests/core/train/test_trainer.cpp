@@ -1,0 +1,436 @@
+// The training loop on a tiny checkpoint (tests/core/model/make_tiny_models.py): gradient-accumulation
+// equivalence, the on-policy zero loss, no reference model at beta = 0, LoRA (frozen base, PEFT
+// loading), exact resume, and a reward that actually improves.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "grove/error.hpp"
+#include "grove/manifest.hpp"
+#include "grove/model.hpp"
+#include "grove/policy_loss.hpp"
+#include "grove/safetensors.hpp"
+#include "model/tensor_io.hpp"
+#include "grove/trainer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
+const std::string kLowIds = GROVE_TEST_LOW_IDS_PLUGIN;
+
+// A run folder with 12 prompts and a manifest; `extra` is appended (later keys win via --set).
+grove::Manifest manifest(const std::string& name, const std::vector<std::string>& overrides,
+                         const std::string& rewards = "") {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    {
+        std::ofstream prompts(dir + "/prompts.jsonl");
+        for (int i = 0; i < 12; ++i) prompts << nlohmann::json({{"prompt", "What is " + std::to_string(i) + " + 2?"}}).dump() << "\n";
+    }
+    std::string text = "[model]\npath = \"" + kModel + "\"\nchat_template = \"none\"\n"
+                       "[data]\nsource = \"prompts.jsonl\"\nshuffle = true\n"
+                       "[generation]\nnum_generations = 2\nmax_completion_length = 6\n" +
+                       (rewards.empty() ? "[[rewards]]\nplugin = \"format\"\nconfig = { pattern = \"[aeiou]\", full_match = false }\n"
+                                        : rewards) +
+                       "[train]\nlearning_rate = 0.05\nseed = 3\n"
+                       "[output]\ndir = \"out\"\nsave_steps = 1000\n"
+                       "[logging]\nlogging_steps = 1\n";
+    std::ofstream(dir + "/grove.toml") << text;
+    return grove::Manifest::load(dir + "/grove.toml", overrides);
+}
+
+grove::TrainerOptions fresh() {
+    grove::TrainerOptions o;
+    o.overwrite = true;
+    return o;
+}
+
+std::map<std::string, at::Tensor> snapshot(grove::Model& model) {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& [name, t] : model.named_parameters()) out[name] = t.detach().clone();
+    for (const auto& [name, t] : model.adapter_parameters()) out[name] = t.detach().clone();
+    return out;
+}
+
+double max_difference(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
+    double worst = 0;
+    for (const auto& [name, t] : a) worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
+    return worst;
+}
+
+}  // namespace
+
+// (batch 4, accumulation 1) and (batch 2, accumulation 2) see the same generation batch and must
+// give the same update. adam_epsilon = 1 makes AdamW nearly SGD here: the test is about the
+// accumulated gradient, and Adam's normalisation would magnify float noise on near-zero gradients.
+TEST(Trainer, GradientAccumulationGivesTheSameUpdate) {
+    for (const char* reduction : {"grpo", "dr_grpo", "dapo"}) {
+        std::vector<std::string> common{std::string("reduction.plugin=\"") + reduction + "\"", "train.adam_epsilon=1.0",
+                                        "train.max_steps=1"};
+        auto one = common, two = common;
+        one.insert(one.end(), {"train.per_device_train_batch_size=4", "train.gradient_accumulation_steps=1"});
+        two.insert(two.end(), {"train.per_device_train_batch_size=2", "train.gradient_accumulation_steps=2"});
+        grove::Trainer a(manifest(std::string("ga1_") + reduction, one), fresh());
+        grove::Trainer b(manifest(std::string("ga2_") + reduction, two), fresh());
+        auto before = snapshot(a.model());
+        auto ma = a.step(), mb = b.step();
+        EXPECT_DOUBLE_EQ(ma["reward"], mb["reward"]) << reduction;  // same completions
+        EXPECT_GT(ma["grad_norm"], 0.0) << reduction;
+        EXPECT_NEAR(ma["grad_norm"], mb["grad_norm"], 1e-6 * ma["grad_norm"]) << reduction;
+        EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 1e-6) << reduction;
+        EXPECT_GT(max_difference(snapshot(a.model()), before), 1e-5) << reduction << ": the update is not empty";
+    }
+}
+
+TEST(Trainer, OnPolicyGrpoLossIsZeroWhileGradientsFlow) {
+    grove::Trainer t(manifest("zero_loss", {"reduction.plugin=\"grpo\"", "train.per_device_train_batch_size=8", "train.max_steps=4"}),
+                     fresh());
+    bool some_gradient = false;
+    for (int i = 0; i < 4; ++i) {
+        auto m = t.step();
+        EXPECT_LT(std::abs(m["loss"]), 1e-6) << "step " << i;
+        if (m["frac_reward_zero_std"] < 1.0) {
+            EXPECT_GT(m["grad_norm"], 0.0) << "step " << i;
+            some_gradient = true;
+        }
+    }
+    EXPECT_TRUE(some_gradient) << "no group with reward variance in 4 steps: the test proves nothing";
+}
+
+TEST(Trainer, BetaZeroLoadsNoReferenceModelAndLogsNoKl) {
+    grove::Trainer zero(manifest("beta0", {"train.max_steps=1"}), fresh());
+    EXPECT_FALSE(zero.has_reference_model());
+    EXPECT_EQ(zero.step().count("kl"), 0u);
+    grove::Trainer with_kl(manifest("beta1", {"train.max_steps=2", "loss.beta=0.1"}), fresh());
+    EXPECT_TRUE(with_kl.has_reference_model());
+    auto first = with_kl.step();
+    ASSERT_EQ(first.count("kl"), 1u);
+    EXPECT_NEAR(first["kl"], 0.0, 1e-6);  // policy == reference before the first update
+    EXPECT_GT(with_kl.step()["kl"], 0.0);
+}
+
+// TRL's `entropy`: the masked mean of each position's entropy of softmax(logits / temperature).
+// At a very high temperature every distribution is nearly uniform, so it must approach log(vocab).
+TEST(Trainer, EntropyIsThatOfTheTemperedDistribution) {
+    double vocab = double(grove::Model::load(kModel, "cpu", "float32")->config().vocab_size);
+    grove::Trainer hot(manifest("entropy-hot", {"train.max_steps=1", "generation.temperature=1000"}), fresh());
+    double uniform = hot.step()["entropy"];
+    EXPECT_NEAR(uniform, std::log(vocab), 1e-3 * std::log(vocab));
+    grove::Trainer cold(manifest("entropy-cold", {"train.max_steps=1", "generation.temperature=0.05"}), fresh());
+    double sharper = cold.step()["entropy"];
+    EXPECT_GT(sharper, 0.0);
+    EXPECT_LT(sharper, uniform - 0.1) << "a lower temperature must give a lower entropy";
+}
+
+TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
+    grove::Trainer t(manifest("lora", {"adapter.plugin=\"lora\"", "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"q_proj\", \"v_proj\"] }",
+                                       "train.max_steps=2", "train.per_device_train_batch_size=8"}),
+                     fresh());
+    EXPECT_FALSE(t.has_reference_model());
+    std::map<std::string, at::Tensor> base_before, adapter_before;
+    for (const auto& [n, p] : t.model().named_parameters()) base_before[n] = p.detach().clone();
+    for (const auto& [n, p] : t.model().adapter_parameters()) adapter_before[n] = p.detach().clone();
+    ASSERT_EQ(adapter_before.size(), 2u * 2u * 2u);  // 2 layers x (q, v) x (A, B)
+    t.step();
+    t.step();  // A moves from the second step on (its gradient is zero while B is zero)
+    for (const auto& [n, p] : t.model().named_parameters()) EXPECT_TRUE(at::equal(p, base_before[n])) << n << " changed";
+    for (const auto& [n, p] : t.model().adapter_parameters()) EXPECT_FALSE(at::equal(p, adapter_before[n])) << n << " did not move";
+    std::string checkpoint = t.save_checkpoint();
+    EXPECT_TRUE(fs::exists(checkpoint + "/adapter_model.safetensors"));
+    // Grove's logits with the adapter, then PEFT's from the saved folder
+    at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0);
+    at::Tensor logits;
+    {
+        at::NoGradGuard no_grad;
+        logits = t.model().forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
+    }
+    std::string file = checkpoint + "/grove_logits.safetensors";
+    grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
+    std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " + checkpoint +
+                          " " + kModel + " " + file;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    // and the merged export equals the adapted model
+    std::string merged = checkpoint + "-merged";
+    grove::export_merged(checkpoint, kModel, merged);
+    auto merged_model = grove::Model::load(merged);
+    at::NoGradGuard no_grad;
+    at::Tensor merged_logits = merged_model->forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
+    EXPECT_LT((merged_logits - logits).abs().max().item<double>(), 1e-4);
+}
+
+// 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
+// steps_per_generation = 2 > accumulation the checkpoint falls inside a generation batch.
+TEST(Trainer, ResumeContinuesExactly) {
+    std::vector<std::string> settings{"train.max_steps=6", "train.per_device_train_batch_size=4", "train.steps_per_generation=2",
+                                      "reduction.plugin=\"dapo\""};
+    grove::Trainer straight(manifest("straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 6; ++i) expected.push_back(straight.step());
+
+    auto m = manifest("resumed", settings);
+    {
+        grove::Trainer first(m, fresh());
+        for (int i = 0; i < 3; ++i) {
+            auto got = first.step();
+            EXPECT_DOUBLE_EQ(got["loss"], expected[size_t(i)]["loss"]) << "step " << i;
+        }
+        std::string saved = first.save_checkpoint();
+        fs::path latest = fs::path(saved).parent_path() / "latest";
+        ASSERT_TRUE(fs::is_symlink(latest)) << "the run folder has a latest link";
+        EXPECT_EQ(fs::read_symlink(latest), fs::path("checkpoint-3")) << "relative, to the checkpoint just written";
+        EXPECT_TRUE(fs::exists(latest / "trainer_state.json"));
+    }
+    grove::TrainerOptions resume;
+    resume.resume = "latest";
+    grove::Trainer second(m, resume);
+    EXPECT_EQ(second.global_step(), 3);
+    for (int i = 3; i < 6; ++i) {
+        auto got = second.step();
+        for (const char* key : {"loss", "reward", "grad_norm", "learning_rate", "completions/mean_length"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
+    std::string saved = second.save_checkpoint();
+    EXPECT_EQ(fs::read_symlink(fs::path(saved).parent_path() / "latest"), fs::path("checkpoint-6")) << "moved on";
+}
+
+TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {
+    std::string reward = "[[rewards]]\nplugin = \"" + kLowIds + "\"\nconfig = { below = 64 }\n";
+    grove::Trainer t(manifest("learn", {"train.max_steps=30", "train.per_device_train_batch_size=16", "generation.num_generations=8",
+                                        "train.lr_scheduler_type=\"constant\"", "train.learning_rate=0.02"},
+                              reward),
+                     fresh());
+    std::vector<double> rewards;
+    for (int i = 0; i < 30; ++i) rewards.push_back(t.step()["reward"]);
+    double first = (rewards[0] + rewards[1] + rewards[2] + rewards[3] + rewards[4]) / 5;
+    double last = (rewards[25] + rewards[26] + rewards[27] + rewards[28] + rewards[29]) / 5;
+    // stated margin: the share of low token ids rises by at least 0.3 (it starts near 64/320 = 0.2)
+    EXPECT_GT(last, first + 0.3) << "first 5 steps " << first << ", last 5 steps " << last;
+}
+
+// Rollouts saved by one run and replayed through [rollouts] path give the same update as the run.
+TEST(Trainer, ReplayedRolloutsGiveTheSameUpdate) {
+    std::vector<std::string> settings{"train.max_steps=2", "train.per_device_train_batch_size=4", "reduction.plugin=\"dapo\""};
+    auto original_settings = settings;
+    original_settings.push_back("logging.save_rollouts=true");
+    auto original_manifest = manifest("replay_source", original_settings);
+    grove::Trainer original(original_manifest, fresh());
+    auto before = snapshot(original.model());
+    std::vector<std::map<std::string, double>> expected{original.step(), original.step()};
+    std::string rollouts = original_manifest.string("output.dir") + "/rollouts.jsonl";
+    ASSERT_TRUE(fs::exists(rollouts));
+
+    auto replay_settings = settings;
+    replay_settings.push_back("rollouts.path=\"" + rollouts + "\"");
+    grove::Trainer replayed(manifest("replay", replay_settings), fresh());
+    for (int i = 0; i < 2; ++i) {
+        auto got = replayed.step();
+        for (const char* key : {"loss", "reward", "grad_norm", "completions/mean_length"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+        // the saved sampling log-probs are the generator's: they match the trainer's on the first step
+        if (i == 0) {
+            ASSERT_EQ(got.count("sampling/sampling_logp_difference/mean"), 1u);
+            EXPECT_LT(got["sampling/sampling_logp_difference/mean"], 1e-4);
+        }
+    }
+    EXPECT_EQ(max_difference(snapshot(replayed.model()), snapshot(original.model())), 0.0);
+    EXPECT_GT(max_difference(snapshot(replayed.model()), before), 0.0);
+}
+
+TEST(Trainer, ReplayRejectsBrokenGroups) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/bad_rollouts.jsonl";
+    fs::create_directories(fs::path(dir).parent_path());
+    std::ofstream(dir) << R"({"prompt_ids": [5, 6], "completion_ids": [7]})" "\n" R"({"prompt_ids": [5, 9], "completion_ids": [8]})" "\n";
+    try {
+        grove::Trainer t(manifest("bad_replay", {"train.max_steps=1", "train.per_device_train_batch_size=2",
+                                                 "rollouts.path=\"" + dir + "\""}),
+                         fresh());
+        FAIL() << "accepted a group whose rows have different prompts";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("bad_rollouts.jsonl:2: this row's prompt differs from its group's first row"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(Trainer, RefusesToOverwriteAnotherRun) {
+    auto m = manifest("guard", {"train.max_steps=1"});
+    {
+        grove::Trainer t(m, fresh());
+        t.run();
+    }
+    try {
+        grove::Trainer again(m, grove::TrainerOptions{});
+        FAIL() << "a second run reused the output folder";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("already holds a run: pass --resume"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Trainer, FullyMaskedBatchGivesZeroLossAndZeroGradient) {
+    // every completion masked (e.g. all truncated with mask_truncated_completions): reduction weights
+    // are 0, the loss is 0, the gradient is exactly zero and nothing is NaN
+    at::Tensor logp = at::randn({3, 4}).requires_grad_(true);
+    at::Tensor mask = at::zeros({3, 4});
+    grove::PolicyLossOptions o;
+    o.beta = 0.1;
+    auto r = grove::policy_loss(logp, std::nullopt, logp.detach() + 0.5, at::tensor({1.0f, -1.0f, 0.5f}), mask,
+                                at::zeros({3, 4}), o);
+    r.loss.backward();
+    EXPECT_EQ(r.loss.item<double>(), 0.0);
+    EXPECT_TRUE(at::equal(logp.grad(), at::zeros_like(logp)));
+    EXPECT_EQ(r.token_count, 0.0);
+}
+
+// Checkpointed layers recompute their activations in backward, with the random state of the first
+// pass (LoRA dropout draws the same masks): two steps give the same losses, gradients and weights.
+TEST(Trainer, GradientCheckpointingGivesTheSameSteps) {
+    const std::vector<std::vector<std::string>> setups{
+        {"train.per_device_train_batch_size=4"},
+        {"train.per_device_train_batch_size=4", "adapter.plugin=\"lora\"",
+         "adapter.config={ r = 4, alpha = 8.0, dropout = 0.2, target_modules = [\"q_proj\", \"v_proj\", \"down_proj\"] }"}};
+    for (size_t i = 0; i < setups.size(); ++i) {
+        auto plain = setups[i], checkpointed = setups[i];
+        plain.insert(plain.end(), {"train.max_steps=2", "model.gradient_checkpointing=false"});
+        checkpointed.insert(checkpointed.end(), {"train.max_steps=2", "model.gradient_checkpointing=true"});
+        // one trainer after the other: dropout draws from torch's global generator, which the
+        // constructor seeds, so interleaved steps would hand each run the other's random numbers
+        grove::Trainer a(manifest("gc_off_" + std::to_string(i), plain), fresh());
+        auto before = snapshot(a.model());
+        std::vector<std::map<std::string, double>> ma{a.step(), a.step()};
+        grove::Trainer b(manifest("gc_on_" + std::to_string(i), checkpointed), fresh());
+        EXPECT_TRUE(b.model().gradient_checkpointing());
+        std::vector<std::map<std::string, double>> mb{b.step(), b.step()};
+        for (size_t step = 0; step < 2; ++step) {
+            EXPECT_DOUBLE_EQ(ma[step]["reward"], mb[step]["reward"]) << "setup " << i << " step " << step;
+            EXPECT_NEAR(ma[step]["loss"], mb[step]["loss"], 1e-6 * std::max(1.0, std::abs(ma[step]["loss"]))) << "setup " << i;
+            EXPECT_NEAR(ma[step]["grad_norm"], mb[step]["grad_norm"], 1e-5 * ma[step]["grad_norm"]) << "setup " << i << " step " << step;
+        }
+        EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 1e-6) << "setup " << i;
+        EXPECT_GT(max_difference(snapshot(a.model()), before), 1e-5) << "setup " << i << ": the update is not empty";
+    }
+}
+
+// train.mixed_precision = "bf16" (TRL's bf16 = True) on fixed rollouts: the forward runs in bfloat16,
+// so the gradient differs slightly from float32's, while weights and optimizer stay float32.
+TEST(Trainer, Bf16AutocastKeepsFloat32WeightsAndStaysClose) {
+    // adam_epsilon = 1 makes the first AdamW step nearly SGD, so weight differences follow gradient differences
+    std::vector<std::string> settings{"train.max_steps=1", "train.per_device_train_batch_size=4", "reduction.plugin=\"dapo\"",
+                                      "train.adam_epsilon=1.0"};
+    auto source_settings = settings;
+    source_settings.push_back("logging.save_rollouts=true");
+    auto source = manifest("bf16_source", source_settings);
+    grove::Trainer(source, fresh()).step();
+    std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
+    auto replay = settings;
+    replay.push_back("rollouts.path=\"" + rollouts + "\"");
+    auto fp32 = replay, bf16 = replay;
+    fp32.push_back("train.mixed_precision=\"no\"");
+    bf16.push_back("train.mixed_precision=\"bf16\"");
+    grove::Trainer a(manifest("bf16_off", fp32), fresh());
+    grove::Trainer b(manifest("bf16_on", bf16), fresh());
+    auto before = snapshot(a.model());
+    auto ma = a.step(), mb = b.step();
+    EXPECT_DOUBLE_EQ(ma["reward"], mb["reward"]);  // the same rollouts
+    ASSERT_GT(ma["grad_norm"], 0.0);
+    double relative = std::abs(ma["grad_norm"] - mb["grad_norm"]) / ma["grad_norm"];
+    EXPECT_GT(relative, 1e-7) << "identical gradients: autocast did not run";
+    EXPECT_LT(relative, 0.05) << "bf16 gradient norm " << mb["grad_norm"] << " vs float32 " << ma["grad_norm"];
+    for (const auto& [name, p] : b.model().named_parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat) << name;
+    double update = max_difference(snapshot(a.model()), before);
+    ASSERT_GT(update, 0.0);
+    EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 0.05 * update);
+}
+
+namespace {
+std::map<std::string, at::Tensor> checkpoint_tensors(const std::string& file) {
+    grove::SafetensorsFile f(file);
+    std::map<std::string, at::Tensor> out;
+    for (const auto& t : f.tensors()) out[t.name] = grove::tensor_from_entry(t, f.path()).clone();
+    return out;
+}
+std::vector<nlohmann::json> metric_lines(const std::string& file) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+}
+}  // namespace
+
+// torch.distributed (Gloo): `grove train --nproc 2` with 4 completions per rank equals one process
+// with 8 on the same rollouts: each rank scores its slice, rewards are gathered for the advantages,
+// token counts are summed for dapo, gradients are averaged, rank 0 writes metrics and checkpoints.
+TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
+    auto source = manifest("ddp_source", {"train.max_steps=2", "train.per_device_train_batch_size=8", "logging.save_rollouts=true"});
+    grove::Trainer(source, fresh()).run();
+    std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
+    ASSERT_TRUE(fs::exists(rollouts));
+    for (const char* reduction : {"dapo", "grpo"}) {
+        std::map<int, std::string> outputs;
+        for (int nproc : {1, 2}) {
+            std::string name = std::string("ddp_") + reduction + "_" + std::to_string(nproc);
+            auto m = manifest(name, {});
+            std::string command = std::string(GROVE_EXECUTABLE) + " train " + m.path() + " --overwrite --nproc " + std::to_string(nproc) +
+                                  " --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=2 --set output.save_steps=2" +
+                                  " --set train.per_device_train_batch_size=" + std::to_string(8 / nproc) +
+                                  " --set 'reduction.plugin=\"" + reduction + "\"' --set train.adam_epsilon=1.0 2>" +
+                                  fs::path(m.path()).parent_path().string() + "/stderr.txt";
+            ASSERT_EQ(std::system(command.c_str()), 0) << command;
+            outputs[nproc] = m.string("output.dir");
+        }
+        auto one = metric_lines(outputs[1] + "/metrics.jsonl"), two = metric_lines(outputs[2] + "/metrics.jsonl");
+        ASSERT_EQ(one.size(), 2u) << reduction;
+        ASSERT_EQ(two.size(), 2u) << reduction << ": rank 0 alone writes one line per step";
+        for (size_t step = 0; step < 2; ++step) {
+            for (const char* key : {"reward", "reward_std", "completions/mean_length", "num_tokens", "frac_reward_zero_std"})
+                EXPECT_DOUBLE_EQ(one[step][key].get<double>(), two[step][key].get<double>()) << reduction << " " << key << " step " << step;
+            for (const char* key : {"loss", "grad_norm", "entropy"}) {
+                double a = one[step][key].get<double>(), b = two[step][key].get<double>();
+                EXPECT_NEAR(a, b, 1e-5 * std::max(1e-3, std::abs(a))) << reduction << " " << key << " step " << step;
+            }
+        }
+        EXPECT_GT(one[0]["grad_norm"].get<double>(), 0.0) << reduction;
+        auto weights_one = checkpoint_tensors(outputs[1] + "/checkpoint-2/trainable.safetensors");
+        auto weights_two = checkpoint_tensors(outputs[2] + "/checkpoint-2/trainable.safetensors");
+        ASSERT_EQ(weights_one.size(), weights_two.size());
+        EXPECT_LT(max_difference(weights_one, weights_two), 1e-6) << reduction;
+        EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors")) << "a checkpoint at a generation boundary";
+    }
+}
+
+// Two ranks stopped inside a generation batch (steps_per_generation 2, a checkpoint after step 1 holds
+// each rank's unused micro-batch) and resumed with --resume continue exactly as a straight run.
+TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
+    auto run = [](const std::string& name, int steps, bool resume) {
+        std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
+        if (!resume) manifest(name, {});
+        std::string command = std::string(GROVE_EXECUTABLE) + " train " + dir + "/grove.toml --nproc 2 " +
+                              (resume ? "--resume" : "--overwrite") + " --set train.max_steps=" + std::to_string(steps) +
+                              " --set train.per_device_train_batch_size=2 --set train.steps_per_generation=2" +
+                              " --set 'train.lr_scheduler_type=\"constant\"' --set output.save_steps=1 2>>" + dir + "/stderr.txt";
+        EXPECT_EQ(std::system(command.c_str()), 0) << command;
+        return dir + "/out";
+    };
+    std::string straight = run("ddp_straight", 3, false);
+    run("ddp_resumed", 1, false);
+    std::string resumed = run("ddp_resumed", 3, true);
+    EXPECT_TRUE(fs::exists(resumed + "/checkpoint-1/buffer.rank1.safetensors")) << "rank 1's unused micro-batch";
+    auto a = metric_lines(straight + "/metrics.jsonl"), b = metric_lines(resumed + "/metrics.jsonl");
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u) << "1 step, then 2 more appended";
+    for (size_t step = 0; step < 3; ++step)
+        for (const char* key : {"loss", "reward", "grad_norm", "completions/mean_length"})
+            EXPECT_DOUBLE_EQ(a[step][key].get<double>(), b[step][key].get<double>()) << key << " step " << step;
+    EXPECT_EQ(max_difference(checkpoint_tensors(straight + "/checkpoint-3/trainable.safetensors"),
+                             checkpoint_tensors(resumed + "/checkpoint-3/trainable.safetensors")),
+              0.0);
+}

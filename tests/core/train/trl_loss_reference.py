@@ -1,0 +1,116 @@
+"""TRL's GRPOTrainer._compute_loss on fixed rollouts: the loss and gradient norm Grove must reproduce.
+
+    .venv/bin/python tests/core/train/trl_loss_reference.py OUT_DIR
+
+Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/rollouts.safetensors (prompt/completion ids and
+masks, advantages, old and reference log-probs) and OUT_DIR/cases.json (one entry per configuration
+with TRL's loss and grad_norm). Everything numeric here is computed by TRL and transformers.
+"""
+import json
+import os
+import sys
+import tempfile
+import warnings
+
+import torch
+from datasets import Dataset
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+from trl import GRPOConfig, GRPOTrainer
+
+warnings.filterwarnings("ignore")
+OUT = sys.argv[1]
+TEMPERATURE = 0.7
+CASES = [
+    dict(name="grpo", loss_type="grpo"),
+    dict(name="bnpo", loss_type="bnpo"),
+    dict(name="dr_grpo", loss_type="dr_grpo"),
+    dict(name="dapo", loss_type="dapo"),
+    dict(name="dapo_epsilon_high", loss_type="dapo", epsilon_high=0.28, off_policy=True),
+    dict(name="grpo_delta", loss_type="grpo", delta=1.1, off_policy=True),
+    dict(name="dapo_beta", loss_type="dapo", beta=0.1, with_ref=True),
+    dict(name="grpo_sequence", loss_type="grpo", importance_sampling_level="sequence", off_policy=True),
+    dict(name="dapo_second_iteration", loss_type="dapo", num_iterations=2, off_policy=True, beta=0.04, with_ref=True),
+    dict(name="dapo_beta_bias_corrected", loss_type="dapo", beta=0.1, with_ref=True, off_policy=True,
+         use_bias_correction_kl=True),
+]
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=False, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.08)
+    folder = os.path.join(OUT, "model")
+    model.save_pretrained(folder)
+    # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
+    word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="t0", bos_token="t1", eos_token="t2")
+
+    # 2 prompts x 2 generations; prompts left-padded, completions right-padded with varied lengths
+    g = torch.Generator().manual_seed(1)
+    B, P, C = 4, 5, 6
+    prompt_ids = torch.randint(3, 128, (B, P), generator=g)
+    prompt_mask = torch.ones(B, P, dtype=torch.long)
+    prompt_mask[2:, :2] = 0
+    prompt_ids[2:, :2] = 0
+    completion_ids = torch.randint(3, 128, (B, C), generator=g)
+    lengths = [6, 3, 5, 1]
+    completion_mask = torch.zeros(B, C, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        completion_mask[b, :n] = 1
+        completion_ids[b, n:] = 0
+    advantages = torch.tensor([0.7071, -0.7071, 1.2, -0.3])
+    # old and reference log-probs: the model's own, shifted per token, so ratios leave [1-eps, 1+eps]
+    noise_old = (torch.rand(B, C, generator=g) - 0.5) * 0.6
+    noise_ref = (torch.rand(B, C, generator=g) - 0.5) * 0.8
+
+    results = []
+    for case in CASES:
+        args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=B, num_generations=2,
+                          max_completion_length=C, temperature=TEMPERATURE, loss_type=case["loss_type"],
+                          beta=case.get("beta", 0.0), epsilon=0.2, epsilon_high=case.get("epsilon_high"),
+                          delta=case.get("delta"), importance_sampling_level=case.get("importance_sampling_level", "token"),
+                          num_iterations=case.get("num_iterations", 1),
+                          # the reference snapshot's default; TRL >= 1.1x defaults to True
+                          use_bias_correction_kl=case.get("use_bias_correction_kl", False), report_to="none", use_cpu=True, bf16=False,
+                          gradient_checkpointing=False, logging_steps=1)
+        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(folder), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                              args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}))
+        trainer.current_gradient_accumulation_steps = 1
+        trainer.model.train()
+        if not results:  # the model's own log-probs, once: old and reference log-probs derive from them
+            with torch.no_grad():
+                logps = trainer._get_per_token_logps_and_entropies(
+                    trainer.model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1), C)[0]
+        inputs = dict(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
+                      completion_mask=completion_mask, advantages=advantages,
+                      num_items_in_batch=completion_mask.sum())
+        if case.get("off_policy"):
+            inputs["old_per_token_logps"] = logps + noise_old
+        if case.get("with_ref"):
+            inputs["ref_per_token_logps"] = logps + noise_ref
+        trainer.model.zero_grad()
+        loss = trainer._compute_loss(trainer.model, inputs)
+        loss.backward()
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None]).item()
+        results.append({**case, "loss": loss.item(), "grad_norm": grad_norm})
+    save_file({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+               "completion_mask": completion_mask, "advantages": advantages,
+               "old_logps": (logps + noise_old).contiguous(), "ref_logps": (logps + noise_ref).contiguous(),
+               "trl_logps": logps.contiguous()},
+              os.path.join(OUT, "rollouts.safetensors"))
+    with open(os.path.join(OUT, "cases.json"), "w") as f:
+        json.dump({"temperature": TEMPERATURE, "max_completion_length": C, "cases": results}, f, indent=1)
+    print(f"TRL reference losses written to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

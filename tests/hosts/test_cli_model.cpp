@@ -1,0 +1,95 @@
+// `grove generate` and `grove logprobs` on a tiny checkpoint, against transformers' outputs.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "grove/safetensors.hpp"
+#include "model/tensor_io.hpp"
+#include "plugin_test_support.hpp"
+
+namespace {
+
+const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
+
+grove::test::CommandResult run_grove(const std::string& args) { return grove::test::run_grove(args); }
+
+nlohmann::json reference_json() {
+    std::ifstream in(kModel + "/reference.json");
+    return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST(CliModel, GenerateGreedyMatchesTransformersPlainAndChat) {
+    auto ref = reference_json();
+    auto plain = run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --greedy --max-new-tokens 6 --json --device cpu");
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    auto row = nlohmann::json::parse(plain.out);
+    EXPECT_EQ(row["prompt_ids"], ref["plain"]["prompt_ids"]);
+    EXPECT_EQ(row["completion_ids"], ref["plain"]["completion_ids"]);
+    EXPECT_EQ(row["logprobs"].size(), 6u);
+    auto chat = run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --chat --greedy --max-new-tokens 6 --json");
+    ASSERT_EQ(chat.exit_code, 0) << chat.out;
+    row = nlohmann::json::parse(chat.out);
+    EXPECT_EQ(row["prompt_ids"], ref["chat"]["prompt_ids"]);  // apply_chat_template + tokenizer
+    EXPECT_EQ(row["completion_ids"], ref["chat"]["completion_ids"]);
+}
+
+TEST(CliModel, GenerateSeveralSamplesIsSeeded) {
+    std::string args = "generate --model " + kModel + " --prompt 'Hello' --n 3 --max-new-tokens 5 --temperature 1.5 --json --seed ";
+    auto a = run_grove(args + "11"), b = run_grove(args + "11");
+    ASSERT_EQ(a.exit_code, 0) << a.out;
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 3);
+}
+
+TEST(CliModel, LogprobsMatchTransformers) {
+    grove::SafetensorsFile file(kModel + "/reference.safetensors");
+    auto tensor = [&](const char* name) { return grove::tensor_from_entry(*file.find(name), file.path()); };
+    at::Tensor ids = tensor("input_ids"), mask = tensor("attention_mask"), greedy = tensor("greedy"),
+               expected = tensor("logprobs");
+    std::string input = std::string(GROVE_TEST_BINARY_DIR) + "/models/logprobs_input.jsonl";
+    {
+        std::ofstream out(input);
+        for (int64_t b = 0; b < ids.size(0); ++b) {
+            std::vector<int64_t> prompt, completion;
+            for (int64_t t = 0; t < ids.size(1); ++t)
+                if (mask[b][t].item<int64_t>()) prompt.push_back(ids[b][t].item<int64_t>());
+            for (int64_t t = 0; t < greedy.size(1); ++t) completion.push_back(greedy[b][t].item<int64_t>());
+            out << nlohmann::json({{"prompt_ids", prompt}, {"completion_ids", completion}}).dump() << "\n";
+        }
+    }
+    auto r = run_grove("logprobs --model " + kModel + " --input " + input + " --temperature 0.7");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    std::istringstream lines(r.out);
+    std::string line;
+    int64_t b = 0;
+    for (; std::getline(lines, line); ++b) {
+        auto row = nlohmann::json::parse(line);
+        auto values = row["logprobs"].get<std::vector<float>>();
+        ASSERT_EQ(int64_t(values.size()), greedy.size(1));
+        for (size_t t = 0; t < values.size(); ++t)
+            EXPECT_NEAR(values[t], expected[b][int64_t(t)].item<float>(), 1e-4) << "row " << b << " token " << t;
+    }
+    EXPECT_EQ(b, ids.size(0));
+}
+
+TEST(CliModel, BadInputNamesFileAndLine) {
+    std::string input = std::string(GROVE_TEST_BINARY_DIR) + "/models/bad_input.jsonl";
+    std::ofstream(input) << "{\"prompt_ids\": [5], \"completion_ids\": [6]}\n{\"text\": \"no prompt\"}\n";
+    auto r = run_grove("logprobs --model " + kModel + " --input " + input);
+    EXPECT_EQ(r.exit_code, 5);
+    EXPECT_NE(r.out.find("bad_input.jsonl:2: need prompt_ids + completion_ids, or prompt + completion"), std::string::npos) << r.out;
+    std::ofstream(input) << "{\"prompt_ids\": [5], \"completion_ids\": [99999]}\n";
+    r = run_grove("logprobs --model " + kModel + " --input " + input);
+    EXPECT_EQ(r.exit_code, 5);
+    EXPECT_NE(r.out.find("token id 99999 is outside the vocabulary"), std::string::npos) << r.out;
+    r = run_grove("generate --model /nonexistent --prompt x");
+    EXPECT_EQ(r.exit_code, 5);
+    EXPECT_NE(r.out.find("/nonexistent/config.json: cannot read"), std::string::npos) << r.out;
+    r = run_grove("generate --model " + kModel);
+    EXPECT_EQ(r.exit_code, 2);
+}
