@@ -21,7 +21,7 @@ int world_size_from_environment();
 // Runs `grove COMMAND...` as nproc local ranks (torchrun-style environment); the worst exit code.
 int launch_local_processes(int nproc, const std::vector<std::string>& command);
 
-// commands (one translation unit each group; only commands_model.cpp includes libtorch)
+// commands: each in the file named after it (generate_logprobs.cpp, train_sft.cpp, ...)
 int plugins_list(const std::vector<std::string>& args);
 int plugins_info(const std::vector<std::string>& args);
 int plugins_score(const std::vector<std::string>& args);

@@ -1,4 +1,4 @@
-// Reduction "bnpo": token mean over the LOCAL micro-batch (TRL loss_type="bnpo", reference §2.6):
+// Reduction "bnpo": token mean over the LOCAL micro-batch (TRL loss_type="bnpo"; docs/grpo.md#reductions):
 //   loss = sum(L*m) / clamp(sum(m), 1) / GA   =>  weight[b,t] = m[b,t] / clamp(sum m, 1) / GA
 // Not split-invariant: each micro-batch is normalised by its own token count, so (batch 4, GA 1)
 // and (batch 2, GA 2) weigh tokens differently when the micro-batches hold different token counts.

@@ -348,7 +348,7 @@ const grove_config_key kKeys[] = {
 const char* const kMetrics[] = {"extracted"};
 constexpr auto kCorrectness = grove::sdk::reward_descriptor<Correctness>(
     "correctness", "1.0.0", "1.0 when the extracted answer equals the row's reference (numeric or text)",
-    GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, kKeys, kMetrics);
+    GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC | GROVE_PLUGIN_REPORTS_ACCURACY, kKeys, kMetrics);
 }  // namespace
 
 GROVE_PLUGIN_LIBRARY(&kCorrectness)

@@ -1,5 +1,5 @@
 // Reduction "dapo": token mean over every token that contributes to one optimizer step, across all
-// processes (TRL loss_type="dapo", its default; reference §2.6):
+// processes (TRL loss_type="dapo", its default; docs/grpo.md#reductions):
 //   loss = sum(L*m) / (clamp(N, 1) / world_size)  =>  weight[b,t] = m[b,t] * world_size / clamp(N, 1)
 // (DDP averages gradients over processes; multiplying by world_size undoes that average.)
 //

@@ -1,4 +1,4 @@
-// Reduction "dr_grpo": Dr. GRPO's constant normaliser (TRL loss_type="dr_grpo", reference §2.6):
+// Reduction "dr_grpo": Dr. GRPO's constant normaliser (TRL loss_type="dr_grpo"; docs/grpo.md#reductions):
 //   loss = sum(L*m) / (B * max_completion_length) / GA
 //   =>  weight[b,t] = m[b,t] / (B * max_completion_length * GA)
 // No length bias; split-invariant for equal-size micro-batches.

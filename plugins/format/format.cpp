@@ -131,7 +131,7 @@ const grove_config_key kKeys[] = {
 const char* const kMetrics[] = {"matched"};
 constexpr auto kFormat = grove::sdk::reward_descriptor<Format>(
     "format", "1.0.0", "1.0 when the completion matches a format regex (<think>...</think><answer>...</answer>)",
-    GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, kKeys, kMetrics);
+    GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC | GROVE_PLUGIN_REPORTS_FORMAT_RATE, kKeys, kMetrics);
 }  // namespace
 
 GROVE_PLUGIN_LIBRARY(&kFormat)

@@ -1,4 +1,4 @@
-// Reduction "grpo": the GRPO paper's sequence-level mean (TRL loss_type="grpo", reference §2.6):
+// Reduction "grpo": the GRPO paper's sequence-level mean (TRL loss_type="grpo"; docs/grpo.md#reductions):
 //   loss = mean_b( sum_t(L*m) / clamp(sum_t m, 1) ) / GA
 //   =>  weight[b,t] = m[b,t] / clamp(sum_t m[b,t], 1) / B / GA
 // Every sequence counts equally whatever its length. Split-invariant for equal-size micro-batches.

@@ -1,4 +1,4 @@
-// Rewards -> group-relative advantages, exactly as TRL's GRPOTrainer (reference §2.1, §2.8):
+// Rewards -> group-relative advantages, exactly as TRL's GRPOTrainer (docs/grpo.md#rewards-and-advantages):
 //   sum_then_normalize: r_i = nansum_k(w_k R[i,k]) (NaN when every R[i,k] is NaN);
 //       A_i = r_i - nanmean_group(r);  scale "group": / (nanstd_group(r) + 1e-4),
 //       "batch": / (nanstd_all(r) + 1e-4) (the mean stays per group), "none": unscaled.
@@ -11,12 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "grove/run_config.hpp"
+
 namespace grove {
 
 struct AdvantageOptions {
     int num_generations = 8;
-    std::string scale_rewards = "group";            // group | batch | none
-    std::string aggregation = "sum_then_normalize";  // or normalize_then_sum
+    ScaleRewards scale_rewards = ScaleRewards::group;
+    RewardAggregation aggregation = RewardAggregation::sum_then_normalize;
 };
 
 struct AdvantageResult {

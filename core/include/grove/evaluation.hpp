@@ -1,6 +1,6 @@
 // `grove eval`: sample (or greedily decode) completions for a prompt set and score them with reward
-// plugins: mean reward per function, accuracy where a correctness reward is present, format rate
-// where a format reward is present, and completion lengths.
+// plugins: mean reward per function, accuracy and format rate where a reward declares that role
+// (GROVE_PLUGIN_REPORTS_ACCURACY / _FORMAT_RATE, or [[rewards]] role), and completion lengths.
 #pragma once
 
 #include <map>
@@ -37,8 +37,8 @@ struct EvaluationResult {
     std::vector<EvaluationRow> rows;
     std::map<std::string, double> reward_mean;  // per reward name (NaN rows excluded)
     double reward = 0;                          // weighted sum, averaged
-    double accuracy = -1;                       // mean of the correctness reward; -1 when none
-    double format_rate = -1;                    // mean of the format reward; -1 when none
+    double accuracy = -1;                       // mean of the reward whose role is accuracy; -1 when none
+    double format_rate = -1;                    // mean of the reward whose role is format_rate; -1 when none
     double mean_length = 0;
     double truncated_ratio = 0;
 };

@@ -10,7 +10,7 @@
 namespace grove {
 
 class Model;
-class Manifest;
+struct RunConfig;
 struct TokenizerConfig;
 
 struct SamplingOptions {
@@ -35,7 +35,7 @@ struct GenerationResult {
 };
 
 // The manifest's [generation] settings (the seed is the run's).
-SamplingOptions sampling_options(const Manifest& manifest);
+SamplingOptions sampling_options(const RunConfig& config);
 // Stop at every EOS id of the checkpoint (config.json, generation_config.json) and the tokenizer;
 // pad with the tokenizer's pad token, else the first EOS id.
 void set_stop_tokens(SamplingOptions& options, const Model& model, const TokenizerConfig& tokenizer);

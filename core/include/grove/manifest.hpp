@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct PluginUse {
     std::string plugin;  // name or path (paths already resolved)
     std::string name;    // rewards: the metric name (defaults to the plugin name)
     double weight = 1.0;
+    std::string role;    // rewards: "accuracy" | "format_rate" | "none" for `grove eval`; "" = the plugin's own
     std::shared_ptr<toml::table> config;  // the plugin's own table (never null)
     std::string origin;  // "grove.toml:12:1 [[rewards]] #1" — where the use is declared
 };
@@ -73,6 +75,10 @@ public:
     const std::string& directory() const { return directory_; }
     int world_size() const { return world_size_; }
 
+    // Schema keys (outside [[rewards]], [adapter], [reduction]) that no accessor has read since the
+    // manifest was loaded: a test builds a RunConfig and expects none, so no key is ignored silently.
+    std::vector<std::string> keys_never_read() const;
+
     // The whole configuration with every default and derived value, as TOML with one comment per key.
     std::string resolved_toml() const;
 
@@ -80,9 +86,17 @@ private:
     std::string path_, directory_;
     int world_size_ = 1;
     std::shared_ptr<toml::table> values_;  // resolved section -> key -> value
+    std::shared_ptr<std::set<std::string>> keys_read_ = std::make_shared<std::set<std::string>>();
     std::vector<PluginUse> rewards_;
     PluginUse adapter_, reduction_;
 };
+
+// A plugin use's own table as TOML text, and back (adapter checkpoints record theirs).
+std::string plugin_config_toml(const PluginUse& use);
+PluginUse plugin_use_from_toml(const std::string& plugin, const std::string& config_toml, const std::string& origin);
+// The explicitly named import of a PEFT LoRA folder made elsewhere: the built-in "lora" adapter
+// configured from its adapter_config.json (r, lora_alpha, lora_dropout, use_rslora, target_modules).
+PluginUse peft_lora_import(const std::string& adapter_config_path);
 
 // docs/manifest.md, generated from the schema (a test keeps the committed file identical).
 std::string manifest_reference_markdown();

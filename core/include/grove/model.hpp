@@ -144,6 +144,8 @@ public:
     bool gradient_checkpointing() const { return gradient_checkpointing_; }
     // With adapters disabled the model is the base model (TRL's reference for PEFT runs).
     void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
+    // W += each attached adapter's merged_delta, then the adapters are detached (merging a checkpoint).
+    void merge_adapters();
     // Adapter parameters under their saved (PEFT) names.
     std::vector<std::pair<std::string, at::Tensor>> adapter_parameters() const;
 

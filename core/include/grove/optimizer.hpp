@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "grove/run_config.hpp"
+
 namespace grove {
 
 struct AdamWOptions {
@@ -41,6 +43,6 @@ private:
 
 // transformers.get_scheduler's multiplier of the peak rate at optimizer step `step` (0-based):
 // linear warmup, then linear decay to 0, cosine, or constant.
-double learning_rate_multiplier(const std::string& type, int64_t step, int64_t warmup, int64_t total);
+double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total);
 
 }  // namespace grove

@@ -57,7 +57,8 @@ public:
     // `reference` is a name ("format") or a path to a library ("./libmy_reward.so", anything with a
     // '/' or ending in ".so"). With a path, the library must hold exactly one plugin of that kind,
     // or `name` selects one. `expected_kind` 0 accepts any kind.
-    PluginInfo find(const std::string& reference, uint32_t expected_kind = 0);
+    // `origin` (e.g. "grove.toml:12:1 [adapter]") prefixes every error, so it names the line to fix.
+    PluginInfo find(const std::string& reference, uint32_t expected_kind = 0, const std::string& origin = "");
 
     // Loads one library file and returns all its plugins (errors name the file).
     std::vector<PluginInfo> load_file(const std::string& path);
@@ -65,6 +66,7 @@ public:
     const std::vector<std::string>& search_dirs() const { return search_dirs_; }
 
 private:
+    PluginInfo find_anywhere(const std::string& reference, uint32_t expected_kind);
     std::vector<std::string> search_dirs_;
 };
 
@@ -131,6 +133,7 @@ struct RewardRows {
     int64_t step = 0;
     uint64_t seed = 0;
     uint32_t rank = 0, world_size = 1;
+    uint64_t global_row_offset = 0;  // index of row 0 in the whole generation batch (rank * rows)
 
     void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
              bool is_truncated, std::string columns_json);
@@ -141,6 +144,19 @@ private:
     std::vector<grove_text> prompt_views_, completion_views_, json_views_;
     grove_reward_batch batch_{};
 };
+
+// The counts a reduction plugin's weights depend on, besides the mask (grove_reduction_context).
+struct ReductionCounts {
+    uint32_t gradient_accumulation_steps = 1, steps_per_generation = 1, world_size = 1, max_completion_length = 0;
+    double generation_batch_tokens = 0, generation_batch_sequences = 0, optimizer_window_tokens = 0;
+};
+// The borrowed C context for one micro-batch's mask [rows * columns], row-major.
+grove_reduction_context reduction_context(const float* mask, uint32_t rows, uint32_t columns, const ReductionCounts& counts);
+
+struct PluginUse;
+// The manifest's use of a plugin (a reward, the adapter, the reduction) as a live instance: found by
+// name or path, its table checked against the plugin's keys; errors name the use's manifest line.
+PluginInstance create_plugin(PluginHost& host, const PluginUse& use, uint32_t kind);
 
 // Collects what a plugin reports through a grove_error_sink.
 struct ErrorCapture {

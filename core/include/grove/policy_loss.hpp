@@ -1,4 +1,4 @@
-// The GRPO policy loss for one micro-batch (reference §2.3-2.6), reduced by per-token weights from
+// The GRPO policy loss for one micro-batch (docs/grpo.md#policy-loss), reduced by per-token weights from
 // a reduction plugin so the policy and KL terms are always reduced alike:
 //   log_ratio = logp - old_logp              (old_logp = logp.detach() when absent: ratio exactly 1)
 //   token level:    w = log_ratio;   sequence level (GSPO): w = sum_t(log_ratio m) / clamp(sum_t m, 1)
@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include "grove/run_config.hpp"
+
 namespace grove {
 
 struct PolicyLossOptions {
@@ -23,17 +25,21 @@ struct PolicyLossOptions {
     double epsilon = 0.2;
     double epsilon_high = 0.2;
     std::optional<double> delta;
-    std::string importance_sampling_level = "token";  // or "sequence"
+    ImportanceSamplingLevel importance_sampling_level = ImportanceSamplingLevel::token;
     bool use_bias_correction_kl = false;  // the reference snapshot's default (newer TRL defaults to true)
 };
 
 struct PolicyLossResult {
     at::Tensor loss;  // scalar, differentiable
-    // masked sums and counts for TRL's metrics; divide the sums by the counts (over all micro-batches
-    // and processes) to get kl, clip_ratio/low_mean, clip_ratio/high_mean, clip_ratio/region_mean
+    // masked sums and counts for TRL's metrics: summed over processes, sum / max(count, 1) is this
+    // micro-batch's kl and clip_ratio/{low,high,region}_mean as TRL's _compute_loss logs them
+    // (docs/grpo.md#logged-metrics)
     double kl_sum = 0, clip_low_sum = 0, clip_high_sum = 0, clip_region_sum = 0;
+    bool has_kl = false;         // beta != 0
     double token_count = 0;      // sum of the mask
-    double clip_count = 0;       // what clip sums are divided by: tokens, or sequences at sequence level
+    double clip_count = 0;       // what clip sums are divided by: tokens, or every row at sequence level
+    // the lowest row share of low-clipped tokens and the highest of high-clipped ones (NaN: no row has tokens)
+    double clip_low_row_min = 0, clip_high_row_max = 0;
 };
 
 // logp, old_logp, ref_logp, mask, weights: [B, T]; advantages: [B].

@@ -1,6 +1,7 @@
-// The GRPO training loop (reference §0 and §3): TRL's batching, rewards from plugins, group-relative
-// advantages, the clipped policy loss reduced by a reduction plugin, AdamW with gradient clipping and
-// a learning-rate schedule, TRL-named metrics, atomic checkpoints and exact resume.
+// The GRPO training loop (docs/grpo.md#one-training-step, docs/architecture.md): TRL's batching,
+// rewards from plugins, group-relative advantages, the clipped policy loss reduced by a reduction
+// plugin, AdamW with gradient clipping and a learning-rate schedule, TRL-named metrics, atomic
+// checkpoints and exact resume.
 #pragma once
 
 #include <map>
@@ -45,17 +46,9 @@ public:
     class Model& model();
 
 private:
+    void print_progress(const std::map<std::string, double>& metrics, int64_t steps_run, double elapsed_seconds) const;
     struct State;
     std::unique_ptr<State> s_;
 };
-
-// `grove export --merge ADAPTER_DIR --base MODEL_DIR OUT_DIR`: base weights + merged LoRA deltas.
-void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir);
-
-// A model folder, or a LoRA checkpoint (adapter_config.json, no config.json): then the base model
-// its adapter_config.json names (base_model_name_or_path, relative to the checkpoint if relative)
-// with the adapter merged in. eval, generate and logprobs take LoRA checkpoints this way.
-std::unique_ptr<class Model> load_model_or_lora_checkpoint(const std::string& folder, const std::string& device,
-                                                           const std::string& dtype);
 
 }  // namespace grove

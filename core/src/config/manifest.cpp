@@ -350,6 +350,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;
         if (looks_like_plugin_path(use.name)) use.name = fs::path(use.name).stem().string();
         use.weight = *out["weight"].value<double>();
+        if (out.contains("role")) use.role = *out["role"].value<std::string>();
         use.config = std::make_shared<toml::table>(*out["config"].as_table());
         use.origin = at + " [[rewards]] #" + std::to_string(i + 1);
         if (!reward_names.insert(use.name).second)
@@ -389,7 +390,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         throw manifest_error(source_name, "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
                                           "or rollouts.path to replay rollouts made elsewhere");
 
-    // the batch arithmetic of reference §3
+    // the batch arithmetic of docs/grpo.md#batching-and-grouping
     toml::table& train = *values->get("train")->as_table();
     auto at = [&](const std::string& dotted) {
         auto parts = split(dotted, '.');
@@ -438,30 +439,42 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     train.insert_or_assign("steps_per_generation", *spg);
     toml::table& loss = *values->get("loss")->as_table();
     if (!loss.contains("epsilon_high")) loss.insert("epsilon_high", m.number("loss.epsilon"));
+    m.keys_read_->clear();  // validation's reads do not count as the run's use of a key
     return m;
 }
 
 // ---------------------------------------------------------------------------------------------
 namespace {
-const toml::node* lookup(const toml::table& values, const std::string& dotted, const KeySpec** spec_out) {
+const toml::node* lookup(const toml::table& values, const std::string& dotted, std::set<std::string>& keys_read) {
     auto dot = dotted.rfind('.');
     std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
     std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
     const KeySpec* spec = find_spec(section, key);
     if (!spec) throw std::logic_error("manifest key '" + dotted + "' is not in the schema");
-    if (spec_out) *spec_out = spec;
+    keys_read.insert(dotted);
     const toml::node* table = values.get(section);
     return table ? table->as_table()->get(key) : nullptr;
 }
 }  // namespace
 
+std::vector<std::string> Manifest::keys_never_read() const {
+    std::vector<std::string> unread;
+    for (const KeySpec& spec : manifest_schema()) {
+        std::string section = spec.section;
+        if (section == "rewards[]" || section == "adapter" || section == "reduction") continue;  // PluginUse
+        std::string dotted = section.empty() ? spec.key : section + "." + spec.key;
+        if (!keys_read_->count(dotted)) unread.push_back(dotted);
+    }
+    return unread;
+}
+
 std::optional<std::string> Manifest::optional_string(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, nullptr);
+    const toml::node* n = lookup(*values_, key, *keys_read_);
     return n ? n->value<std::string>() : std::nullopt;
 }
 
 std::string Manifest::string(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, nullptr);
+    const toml::node* n = lookup(*values_, key, *keys_read_);
     if (!n) throw std::logic_error("manifest key '" + key + "' is unset");
     return *n->value<std::string>();
 }
@@ -476,20 +489,20 @@ double Manifest::number(const std::string& key) const {
     return *v;
 }
 bool Manifest::boolean(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, nullptr);
+    const toml::node* n = lookup(*values_, key, *keys_read_);
     if (!n) throw std::logic_error("manifest key '" + key + "' is unset");
     return *n->value<bool>();
 }
 std::optional<int64_t> Manifest::optional_integer(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, nullptr);
+    const toml::node* n = lookup(*values_, key, *keys_read_);
     return n ? n->value<int64_t>() : std::nullopt;
 }
 std::optional<double> Manifest::optional_number(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, nullptr);
+    const toml::node* n = lookup(*values_, key, *keys_read_);
     return n ? n->value<double>() : std::nullopt;
 }
 std::vector<std::string> Manifest::strings(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, nullptr);
+    const toml::node* n = lookup(*values_, key, *keys_read_);
     std::vector<std::string> out;
     if (n)
         for (const auto& element : *n->as_array()) out.push_back(*element.value<std::string>());
@@ -559,7 +572,7 @@ std::string Manifest::resolved_toml() const {
 std::string manifest_reference_markdown() {
     std::ostringstream os;
     os << "# Manifest reference\n\n"
-       << "Generated from the schema in `core/src/manifest_schema.cpp` by `grove manifest-reference`;\n"
+       << "Generated from the schema in `core/src/config/manifest_schema.cpp` by `grove manifest-reference`;\n"
        << "a test keeps this file identical to what the validator accepts. Relative paths are resolved\n"
        << "against the manifest's folder. Any key can be overridden with `--set section.key=value`.\n";
     std::string current = "\x01";

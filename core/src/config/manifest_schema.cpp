@@ -1,5 +1,5 @@
-// Every manifest key, once. Defaults follow TRL's GRPOConfig / TrainingArguments at the reference
-// snapshot (../shared/reference/trl-grpo-semantics.md §1) unless the help text says otherwise.
+// Every manifest key, once. Defaults follow TRL's GRPOConfig / TrainingArguments (trl 1.16,
+// trl/trainer/grpo_config.py) unless the help text says otherwise; docs/grpo.md explains them.
 #include "grove/manifest.hpp"
 
 namespace grove {
@@ -74,6 +74,10 @@ const std::vector<KeySpec>& manifest_schema() {
         required(key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library")),
         trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),
         key("rewards[]", "name", T::string, nullptr, "name in metrics (rewards/<name>/mean); defaults to the plugin name"),
+        pick(key("rewards[]", "role", T::string, nullptr,
+                 "what `grove eval` reports this reward's mean as; unset = what the plugin declares (correctness: "
+                 "accuracy, format: format_rate)"),
+             "accuracy|format_rate|none"),
         key("rewards[]", "config", T::table, "{}", "the plugin's own settings (`grove plugins info NAME`)"),
 
         key("adapter", "plugin", T::string, "\"full\"", "what trains: full (all base weights) or lora"),
@@ -172,14 +176,14 @@ const std::vector<KeySpec>& manifest_schema() {
                   1, kInf),
             "save_total_limit"),
 
-        trl(range(key("logging", "logging_steps", T::integer, "10", "write metrics every N optimizer steps"), 1, kInf),
+        trl(range(key("logging", "logging_steps", T::integer, "10", "print a progress line every N optimizer steps (metrics.jsonl gets every step)"), 1, kInf),
             "logging_steps"),
         trl(key("logging", "log_completions", T::boolean, "false", "write sample completions to completions.jsonl"),
             "log_completions"),
         key("logging", "save_rollouts", T::boolean, "false",
             "write every generated row (prompt_ids, completion_ids, sampling_logprobs, rewards) to rollouts.jsonl, "
             "which [rollouts] path can replay"),
-        trl(range(key("logging", "num_completions_to_print", T::integer, nullptr, "completions written per logging step; unset = all"),
+        trl(range(key("logging", "num_completions_to_print", T::integer, nullptr, "completions written to completions.jsonl per generation batch (its first N rows); unset = all"),
                   0, kInf),
             "num_completions_to_print"),
     };

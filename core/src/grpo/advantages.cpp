@@ -43,8 +43,6 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
     if (G < 1 || N % size_t(G) != 0)
         throw Error(ErrorKind::runtime, "compute_advantages: " + std::to_string(N) + " rows do not form groups of " +
                                             std::to_string(G));
-    if (o.scale_rewards != "group" && o.scale_rewards != "batch" && o.scale_rewards != "none")
-        throw Error(ErrorKind::runtime, "compute_advantages: unknown scale_rewards " + o.scale_rewards);
     AdvantageResult out;
     std::vector<double> r(N, kNaN), A(N, kNaN), std_used(N, kNaN);
     std::vector<bool> unscorable(N, true);
@@ -70,20 +68,20 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
     // the logged reward is the weighted sum of the raw rewards in both aggregations (TRL's
     // test_reward_metric_reflects_reward_weights)
     const std::vector<double> raw = weighted_sums(R);
-    if (o.aggregation == "sum_then_normalize") {
+    if (o.aggregation == RewardAggregation::sum_then_normalize) {
         r = raw;
         double batch_std = nanstd(r);
         for (size_t g = 0; g < N / G; ++g) {
             auto rows = group_rows(g, r);
-            double mean = nanmean(rows), std = o.scale_rewards == "batch" ? batch_std : nanstd(rows);
+            double mean = nanmean(rows), std = o.scale_rewards == ScaleRewards::batch ? batch_std : nanstd(rows);
             for (int j = 0; j < G; ++j) {
                 size_t i = g * G + j;
                 std_used[i] = std;
                 A[i] = r[i] - mean;
-                if (o.scale_rewards != "none") A[i] /= std + kEpsilon;
+                if (o.scale_rewards != ScaleRewards::none) A[i] /= std + kEpsilon;
             }
         }
-    } else if (o.aggregation == "normalize_then_sum") {
+    } else {  // normalize_then_sum
         std::vector<double> z(N * K, kNaN);
         for (int k = 0; k < K; ++k) {
             std::vector<double> column(N);
@@ -100,8 +98,6 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
             A[i] = (r[i] - mean) / (std + kEpsilon);
             std_used[i] = std;
         }
-    } else {
-        throw Error(ErrorKind::runtime, "compute_advantages: unknown aggregation " + o.aggregation);
     }
 
     out.advantages.resize(N);

@@ -164,7 +164,7 @@ std::unique_ptr<AdaptedLinear> AdapterHost::attach(const LinearLayer& layer) {
 
 std::string AdapterHost::saved_config_json() const {
     const grove_adapter_api* api = adapter_.info().descriptor->adapter;
-    if (!api->saved_config_json) return "";
+    if (!GROVE_HAS_FIELD(api, grove_adapter_api, saved_config_json) || !api->saved_config_json) return "";
     std::string text;
     grove_text_sink sink{sizeof(grove_text_sink), &text, [](grove_text_sink* s, const char* data, size_t size) {
                              static_cast<std::string*>(s->host_data)->append(data, size);
@@ -176,7 +176,7 @@ std::string AdapterHost::saved_config_json() const {
 
 AdaptedLinear::~AdaptedLinear() {
     const grove_adapter_api* api = host_.adapter_.info().descriptor->adapter;
-    if (state_ && api->detach) api->detach(host_.adapter_.handle(), state_);
+    if (state_ && GROVE_HAS_FIELD(api, grove_adapter_api, detach) && api->detach) api->detach(host_.adapter_.handle(), state_);
 }
 
 at::Tensor AdaptedLinear::delta(const at::Tensor& x) const {
@@ -208,7 +208,7 @@ at::Tensor AdaptedLinear::forward(const at::Tensor& x) const {
 
 at::Tensor AdaptedLinear::merged_delta() const {
     const grove_adapter_api* api = host_.adapter_.info().descriptor->adapter;
-    if (!api->merged_delta)
+    if (!GROVE_HAS_FIELD(api, grove_adapter_api, merged_delta) || !api->merged_delta)
         throw Error(ErrorKind::plugin, "plugin " + host_.adapter_.info().display() + " cannot be merged (no merged_delta)");
     grove_op_context ctx;
     ctx.training = false;

@@ -8,7 +8,7 @@
 
 #include "model/decode_kernels.hpp"
 #include "grove/error.hpp"
-#include "grove/manifest.hpp"
+#include "grove/run_config.hpp"
 #include "grove/model.hpp"
 #include "grove/tokenizer.hpp"
 
@@ -50,15 +50,15 @@ at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const
 
 }  // namespace
 
-SamplingOptions sampling_options(const Manifest& m) {
+SamplingOptions sampling_options(const RunConfig& c) {
     SamplingOptions o;
-    o.max_new_tokens = m.integer("generation.max_completion_length");
-    o.temperature = m.number("generation.temperature");
-    o.top_p = m.number("generation.top_p");
-    o.top_k = m.integer("generation.top_k");
-    o.min_p = m.number("generation.min_p");
-    o.repetition_penalty = m.number("generation.repetition_penalty");
-    o.seed = uint64_t(m.integer("train.seed"));
+    o.max_new_tokens = c.generation.max_completion_length;
+    o.temperature = c.generation.temperature;
+    o.top_p = c.generation.top_p;
+    o.top_k = c.generation.top_k;
+    o.min_p = c.generation.min_p;
+    o.repetition_penalty = c.generation.repetition_penalty;
+    o.seed = uint64_t(c.train.seed);
     return o;
 }
 

@@ -709,6 +709,16 @@ void Model::attach_adapter(AdapterHost& host) {
         }
 }
 
+void Model::merge_adapters() {
+    at::NoGradGuard no_grad;
+    for (auto& layer : layers_)
+        for (Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down}) {
+            if (!lin->adapter) continue;
+            lin->weight.add_(lin->adapter->merged_delta().to(lin->weight.device(), lin->weight.scalar_type()));
+            lin->adapter.reset();
+        }
+}
+
 std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (const auto& layer : layers_)

@@ -17,6 +17,7 @@
 #include <toml++/toml.h>
 
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
 #include "text/text_util.hpp"
 #include "grove/version.hpp"
 
@@ -135,6 +136,19 @@ PluginInfo describe(const std::shared_ptr<PluginLibrary>& library, const grove_p
     for (uint32_t i = 0; i < d->config_key_count; ++i) info.keys.push_back(d->config_keys[i]);
     for (uint32_t i = 0; i < d->metric_count; ++i)
         info.metric_names.push_back(d->metric_names[i] ? d->metric_names[i] : "");
+    // a function table must reach its required entries; entries past its struct_size read as absent
+    auto too_small = [&](const char* table, uint32_t size, size_t needed, const char* entry) {
+        if (size >= needed) return;
+        throw plugin_error("plugin " + info.display() + ": its " + table + " function table has struct_size " + std::to_string(size) +
+                           ", which stops before " + entry + "() (" + std::to_string(needed) +
+                           " bytes needed); rebuild it against the Grove SDK header");
+    };
+    if (d->kind == GROVE_PLUGIN_KIND_REWARD && d->reward)
+        too_small("reward", d->reward->struct_size, offsetof(grove_reward_api, score) + sizeof(void*), "score");
+    if (d->kind == GROVE_PLUGIN_KIND_REDUCTION && d->reduction)
+        too_small("reduction", d->reduction->struct_size, offsetof(grove_reduction_api, weights) + sizeof(void*), "weights");
+    if (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter)
+        too_small("adapter", d->adapter->struct_size, offsetof(grove_adapter_api, forward) + sizeof(void*), "forward");
     bool table_ok = (d->kind == GROVE_PLUGIN_KIND_REWARD && d->reward && d->reward->score) ||
                     (d->kind == GROVE_PLUGIN_KIND_REDUCTION && d->reduction && d->reduction->weights) ||
                     (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter && d->adapter->attach && d->adapter->forward);
@@ -194,27 +208,28 @@ std::vector<PluginInfo> PluginHost::list(std::vector<std::string>* skipped) {
             if (entry.path().extension() == ".so") files.push_back(entry.path());
         std::sort(files.begin(), files.end());
         for (const auto& file : files) {
-            try {
-                for (auto& info : load_file(file.string())) {
-                    for (const auto& other : all)
-                        if (other.name == info.name && other.file != info.file)
-                            throw plugin_error("two libraries provide a plugin named '" + info.name + "': " +
-                                               other.file + " and " + info.file +
-                                               "; remove one from the plugin search path, or name the plugin by "
-                                               "its path in the manifest");
-                    if (std::none_of(all.begin(), all.end(), [&](const PluginInfo& p) { return p.file == info.file && p.name == info.name; }))
-                        all.push_back(std::move(info));
-                }
+            std::vector<PluginInfo> found;
+            try {  // a library that cannot be used is skipped and described
+                found = load_file(file.string());
             } catch (const Error& e) {
-                if (std::string(e.what()).rfind("two libraries provide", 0) == 0) throw;
                 if (skipped) skipped->push_back(e.what());
+                continue;
+            }
+            for (auto& info : found) {  // a name two files provide is ambiguous: an error, never skipped
+                for (const auto& other : all)
+                    if (other.name == info.name && other.file != info.file)
+                        throw plugin_error("two libraries provide a plugin named '" + info.name + "': " + other.file + " and " +
+                                           info.file + "; remove one from the plugin search path, or name the plugin by "
+                                           "its path in the manifest");
+                if (std::none_of(all.begin(), all.end(), [&](const PluginInfo& p) { return p.file == info.file && p.name == info.name; }))
+                    all.push_back(std::move(info));
             }
         }
     }
     return all;
 }
 
-PluginInfo PluginHost::find(const std::string& reference, uint32_t expected_kind) {
+PluginInfo PluginHost::find_anywhere(const std::string& reference, uint32_t expected_kind) {
     auto check_kind = [&](const PluginInfo& info) {
         if (expected_kind && info.kind != expected_kind)
             throw plugin_error("plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) +
@@ -486,6 +501,7 @@ const grove_reward_batch& RewardRows::view() {
     batch_.completion_tokens = tokens.data();
     batch_.truncated = truncated.data();
     batch_.row_json = json_views_.data();
+    batch_.global_row_offset = global_row_offset;
     batch_.step = step;
     batch_.seed = seed;
     batch_.rank = rank;
@@ -526,6 +542,41 @@ void PluginInstance::weights(const grove_reduction_context& context, std::vector
                                " to a masked position (row " + std::to_string(i / context.columns) + ", column " +
                                std::to_string(i % context.columns) + "); masked positions must weigh 0");
     }
+}
+
+}  // namespace grove
+
+namespace grove {
+
+PluginInfo PluginHost::find(const std::string& reference, uint32_t expected_kind, const std::string& origin) {
+    if (origin.empty()) return find_anywhere(reference, expected_kind);
+    try {
+        return find_anywhere(reference, expected_kind);
+    } catch (const Error& e) {  // the manifest's line that names the plugin, then why it is unusable
+        throw Error(e.kind(), origin + ": " + e.what());
+    }
+}
+
+grove_reduction_context reduction_context(const float* mask, uint32_t rows, uint32_t columns, const ReductionCounts& counts) {
+    grove_reduction_context ctx{};
+    ctx.struct_size = sizeof(ctx);
+    ctx.rows = rows;
+    ctx.columns = columns;
+    ctx.mask = mask;
+    ctx.gradient_accumulation_steps = counts.gradient_accumulation_steps;
+    ctx.steps_per_generation = counts.steps_per_generation;
+    ctx.world_size = counts.world_size;
+    ctx.max_completion_length = counts.max_completion_length;
+    ctx.generation_batch_tokens = counts.generation_batch_tokens;
+    ctx.generation_batch_sequences = counts.generation_batch_sequences;
+    ctx.optimizer_window_tokens = counts.optimizer_window_tokens;
+    return ctx;
+}
+
+PluginInstance create_plugin(PluginHost& host, const PluginUse& use, uint32_t kind) {
+    PluginInfo info = host.find(use.plugin, kind, use.origin);
+    PluginConfig config(info, use.config.get(), use.origin + " config");
+    return PluginInstance(std::move(info), std::move(config));
 }
 
 }  // namespace grove

@@ -10,37 +10,35 @@
 #include "grove/model.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/tokenizer.hpp"
-#include "grove/trainer.hpp"
+#include "grove/adapter_checkpoint.hpp"
+#include "grove/reward_set.hpp"
+#include "grove/run_config.hpp"
 
 namespace grove {
 
-EvaluationRequest evaluation_request(const Manifest& m) {
+EvaluationRequest evaluation_request(const Manifest& manifest) {
+    const RunConfig c = RunConfig::from(manifest);
     EvaluationRequest r;
-    r.model_dir = m.string("model.path");
-    auto eval_source = m.optional_string("data.eval_source");
-    auto source = eval_source ? eval_source : m.optional_string("data.source");
-    if (!source) throw Error(ErrorKind::manifest, m.path() + ": grove eval needs data.eval_source or data.source");
+    r.model_dir = c.model.path;
+    auto source = c.data.eval_source ? c.data.eval_source : c.data.source;
+    if (!source) throw Error(ErrorKind::manifest, c.manifest_path + ": grove eval needs data.eval_source or data.source");
     r.data_source = *source;
-    r.prompt_column = m.string("data.prompt_column");
-    r.chat_template = m.string("model.chat_template");
-    r.rewards = m.rewards();
-    r.plugin_dirs = m.strings("plugin_dirs");
-    r.sampling = sampling_options(m);
-    r.device = m.string("model.device");
-    r.dtype = m.string("model.dtype");
+    r.prompt_column = c.data.prompt_column;
+    r.chat_template = c.model.chat_template;
+    r.rewards = c.rewards;
+    r.plugin_dirs = c.plugin_dirs;
+    r.sampling = sampling_options(c);
+    r.device = c.model.device;
+    r.dtype = c.model.dtype;
     return r;
 }
 
 EvaluationResult evaluate(const EvaluationRequest& q) {
-    auto model = load_model_or_lora_checkpoint(q.model_dir, q.device, q.dtype);
+    auto model = load_model_or_adapter_checkpoint(q.model_dir, q.device, q.dtype);
     auto tokenizer = Tokenizer::load(q.model_dir);
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer->config());
     PluginHost host(plugin_search_path(q.plugin_dirs));
-    std::vector<PluginInstance> rewards;
-    for (const auto& use : q.rewards) {
-        auto info = host.find(use.plugin, GROVE_PLUGIN_KIND_REWARD);
-        rewards.emplace_back(info, PluginConfig(info, use.config.get(), use.origin + " config"));
-    }
+    const RewardSet rewards(host, q.rewards);
     auto rows = load_prompts(q.data_source, q.prompt_column);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
@@ -82,9 +80,9 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         size_t first = result.rows.size() - prompts.size();
         std::vector<double> sums(prompts.size(), 0.0);
         std::vector<bool> scored(prompts.size(), false);
+        const RewardScores scores_of_batch = rewards.score(batch.view());
         for (size_t k = 0; k < rewards.size(); ++k) {
-            std::vector<float> scores, metrics;
-            rewards[k].score(batch.view(), scores, metrics);
+            const std::vector<float>& scores = scores_of_batch.values[k];
             for (size_t i = 0; i < prompts.size(); ++i) {
                 result.rows[first + i].rewards[q.rewards[k].name] = scores[i];
                 columns[q.rewards[k].name].push_back(scores[i]);
@@ -100,10 +98,10 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         const std::string& name = q.rewards[k].name;
         double mean = nanmean(columns[name]);
         result.reward_mean[name] = mean;
-        const std::string& plugin = rewards[k].info().name;
-        if (plugin == "correctness" && result.accuracy < 0) result.accuracy = mean;
-        if (plugin == "format" && result.format_rate < 0) result.format_rate = mean;
     }
+    // what a reward counts as is declared (by the plugin, or the manifest's role), never guessed from its name
+    if (auto k = rewards.find_role(RewardRole::accuracy)) result.accuracy = result.reward_mean[q.rewards[*k].name];
+    if (auto k = rewards.find_role(RewardRole::format_rate)) result.format_rate = result.reward_mean[q.rewards[*k].name];
     result.reward = nanmean(weighted);
     double length = 0, truncated = 0;
     for (const auto& row : result.rows) {

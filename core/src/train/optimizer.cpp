@@ -67,11 +67,11 @@ void AdamW::restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const
     }
 }
 
-double learning_rate_multiplier(const std::string& type, int64_t step, int64_t warmup, int64_t total) {
+double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total) {
     if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
-    if (type == "constant") return 1.0;
+    if (schedule == LrSchedule::constant) return 1.0;
     double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
-    if (type == "cosine") return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+    if (schedule == LrSchedule::cosine) return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
     return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
 }
 

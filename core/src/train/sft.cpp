@@ -12,6 +12,7 @@
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
 #include "grove/optimizer.hpp"
+#include "grove/run_config.hpp"
 #include "grove/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -19,14 +20,15 @@ using nlohmann::json;
 
 namespace grove {
 
-SftResult run_sft(const Manifest& m, std::ostream* log) {
-    auto model = Model::load(m.string("model.path"), m.string("model.device"), m.string("model.dtype"));
-    auto tokenizer = Tokenizer::load(m.string("model.path"));
-    ChatTemplate chat = chat_template_from_name(m.string("model.chat_template"), tokenizer->config());
-    auto source = m.optional_string("data.source");
-    if (!source) throw Error(ErrorKind::manifest, m.path() + ": grove sft needs data.source");
-    auto rows = load_prompts(*source, m.string("data.prompt_column"));
-    std::string column = m.string("data.completion_column");
+SftResult run_sft(const Manifest& manifest, std::ostream* log) {
+    const RunConfig c = RunConfig::from(manifest);
+    auto model = Model::load(c.model.path, c.model.device, c.model.dtype);
+    auto tokenizer = Tokenizer::load(c.model.path);
+    ChatTemplate chat = chat_template_from_name(c.model.chat_template, tokenizer->config());
+    auto source = c.data.source;
+    if (!source) throw Error(ErrorKind::manifest, c.manifest_path + ": grove sft needs data.source");
+    auto rows = load_prompts(*source, c.data.prompt_column);
+    std::string column = c.data.completion_column;
     std::optional<int64_t> eos = tokenizer->config().eos_id;
     if (!eos && !model->config().eos_token_ids.empty()) eos = model->config().eos_token_ids.front();
 
@@ -47,21 +49,21 @@ SftResult run_sft(const Manifest& m, std::ostream* log) {
 
     model->set_base_trainable(true);
     AdamWOptions ao;
-    ao.beta1 = m.number("train.adam_beta1");
-    ao.beta2 = m.number("train.adam_beta2");
-    ao.epsilon = m.number("train.adam_epsilon");
-    ao.weight_decay = m.number("train.weight_decay");
+    ao.beta1 = c.train.adam_beta1;
+    ao.beta2 = c.train.adam_beta2;
+    ao.epsilon = c.train.adam_epsilon;
+    ao.weight_decay = c.train.weight_decay;
     AdamW optimizer(model->trainable_parameters(), ao);
-    int64_t batch = m.integer("train.per_device_train_batch_size");
-    int64_t total = m.integer("train.max_steps");
+    int64_t batch = c.train.per_device_train_batch_size;
+    int64_t total = c.train.max_steps;
     if (total <= 0)
-        total = int64_t(std::ceil(m.number("train.num_train_epochs") * double(rows.size()) / double(batch)));
-    int64_t warmup = m.integer("train.warmup_steps") > 0 ? m.integer("train.warmup_steps")
-                                                          : int64_t(std::ceil(m.number("train.warmup_ratio") * double(total)));
-    std::string output = m.string("output.dir");
+        total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
+    int64_t warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps
+                                                          : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
+    std::string output = c.output.dir;
     fs::create_directories(output);
     std::ofstream metrics(fs::path(output) / "metrics.jsonl");
-    at::Generator g = at::detail::createCPUGenerator(uint64_t(m.integer("train.seed")));
+    at::Generator g = at::detail::createCPUGenerator(uint64_t(c.train.seed));
     at::Tensor order = at::randperm(int64_t(inputs.size()), g, at::kLong);
     int64_t cursor = 0;
 
@@ -96,17 +98,17 @@ SftResult run_sft(const Manifest& m, std::ostream* log) {
             throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " + std::to_string(step + 1) +
                                                 "; lower train.learning_rate");
         loss.backward();
-        double grad_norm = optimizer.clip_grad_norm(m.number("train.max_grad_norm"));
-        double lr = m.number("train.learning_rate") * learning_rate_multiplier(m.string("train.lr_scheduler_type"), step, warmup, total);
+        double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
+        double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, step, warmup, total);
         optimizer.step(lr);
         optimizer.zero_grad();
         result.losses.push_back(value);
         metrics << json({{"step", step + 1}, {"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}}).dump() << "\n";
-        if (log && ((step + 1) % m.integer("logging.logging_steps") == 0 || step + 1 == total))
+        if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n" << std::flush;
     }
     model->save(output);
-    copy_tokenizer_files(m.string("model.path"), output);
+    copy_tokenizer_files(c.model.path, output);
     result.output = output;
     return result;
 }

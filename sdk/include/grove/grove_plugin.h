@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.0.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.1.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -69,7 +69,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 0
+#define GROVE_ABI_MINOR 1
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -222,7 +222,11 @@ typedef enum grove_plugin_flags {
      * (with gradient accumulation over the split) equals the whole-batch loss */
     GROVE_PLUGIN_SPLIT_INVARIANT = 1u << 2,
     /* adapters: the base model's own weights are trained (the "full" adapter sets it) */
-    GROVE_PLUGIN_TRAINS_BASE_WEIGHTS = 1u << 3
+    GROVE_PLUGIN_TRAINS_BASE_WEIGHTS = 1u << 3,
+    /* rewards (ABI 1.1): `grove eval` reports this reward's mean as "accuracy" (1 = right answer)
+     * or as "format_rate" (1 = well-formed); a manifest's [[rewards]] role overrides it */
+    GROVE_PLUGIN_REPORTS_ACCURACY = 1u << 4,
+    GROVE_PLUGIN_REPORTS_FORMAT_RATE = 1u << 5
 } grove_plugin_flags;
 
 typedef struct grove_host_api grove_host_api;
@@ -280,6 +284,10 @@ typedef const grove_plugin_list* (*grove_plugin_entry_fn)(const grove_host_api* 
  * scores (and metrics) with NaN; write one float per row. Leave NaN where the reward does not
  * apply (e.g. no reference answer): the host then excludes that row from this reward's sum, as TRL
  * does with None.
+ *
+ * A reward whose mean is a right-answer rate sets GROVE_PLUGIN_REPORTS_ACCURACY in its flags (a
+ * well-formedness rate: GROVE_PLUGIN_REPORTS_FORMAT_RATE); `grove eval` then reports it as
+ * "accuracy" ("format rate"). The host never guesses this from a plugin's name.
  */
 typedef struct grove_text {
     const char* data; /* UTF-8, NOT necessarily NUL-terminated */
@@ -367,6 +375,12 @@ struct grove_reduction_api {
  *
  * Handle lifetime: parameters live as long as the adapter instance. Every other handle (op results,
  * the x you are given) lives until the call that produced it returns.
+ *
+ * Saving and merging: a checkpoint holds your parameters (adapter_model.safetensors, under the names
+ * you gave them), your saved_config_json (adapter_config.json) and which plugin and configuration
+ * made it (grove_adapter.json). `grove export --merge` re-creates your adapter from that record,
+ * attaches it, loads the parameters and adds merged_delta() to each layer's weight, so implement
+ * merged_delta() exactly as the weight change forward() applies.
  */
 typedef struct grove_tensor_opaque* grove_tensor;
 typedef struct grove_op_context grove_op_context; /* the host's, per call */

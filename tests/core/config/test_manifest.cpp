@@ -9,6 +9,7 @@
 
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
+#include "grove/run_config.hpp"
 
 namespace {
 
@@ -206,4 +207,38 @@ TEST(Manifest, DocsReferenceIsGeneratedFromTheSchema) {
     text << file.rdbuf();
     EXPECT_EQ(text.str(), grove::manifest_reference_markdown())
         << "docs/manifest.md is stale: regenerate it with build/bin/grove manifest-reference > docs/manifest.md";
+}
+
+// The typed run configuration reads every schema key (outside the plugin tables, which become
+// PluginUse), so no manifest key is accepted and then silently ignored.
+TEST(RunConfig, ReadsEverySchemaKey) {
+    auto m = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml");
+    EXPECT_FALSE(m.keys_never_read().empty()) << "validation's own reads must not count";
+    auto c = grove::RunConfig::from(m);
+    EXPECT_EQ(m.keys_never_read(), std::vector<std::string>{});
+    EXPECT_EQ(c.train.gradient_accumulation_steps, 1);
+    EXPECT_EQ(c.train.steps_per_generation, 1);  // resolved by the manifest
+    EXPECT_EQ(c.loss.importance_sampling_level, grove::ImportanceSamplingLevel::token);
+    EXPECT_EQ(c.train.mixed_precision, grove::MixedPrecision::automatic);
+}
+
+TEST(RunConfig, EnumsComeFromTheSchemasChoices) {
+    auto m = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml",
+                                    {"loss.importance_sampling_level=\"sequence\"", "loss.scale_rewards=\"batch\"",
+                                     "loss.aggregation=\"normalize_then_sum\"", "train.lr_scheduler_type=\"cosine\"",
+                                     "train.mixed_precision=\"no\""});
+    auto c = grove::RunConfig::from(m);
+    EXPECT_EQ(c.loss.importance_sampling_level, grove::ImportanceSamplingLevel::sequence);
+    EXPECT_EQ(c.loss.scale_rewards, grove::ScaleRewards::batch);
+    EXPECT_EQ(c.loss.aggregation, grove::RewardAggregation::normalize_then_sum);
+    EXPECT_EQ(c.train.lr_scheduler_type, grove::LrSchedule::cosine);
+    EXPECT_EQ(c.train.mixed_precision, grove::MixedPrecision::off);
+    EXPECT_THROW(grove::scale_rewards_from_name("groups"), std::invalid_argument);
+}
+
+TEST(RunConfig, ARewardsRoleIsOneOfTheDeclaredRoles) {
+    auto m = grove::Manifest::parse(kMinimal + "role = \"accuracy\"\n", "/runs/exp/grove.toml");
+    EXPECT_EQ(grove::RunConfig::from(m).rewards.at(0).role, "accuracy");
+    auto message = manifest_error(kMinimal + "role = \"accurate\"\n");
+    EXPECT_CONTAINS(message, "role");
 }

@@ -1,4 +1,4 @@
-// Advantages against TRL's formulas (reference §2.1) on hand-computed cases.
+// Advantages against TRL's formulas (docs/grpo.md#rewards-and-advantages) on hand-computed cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,8 +10,8 @@ const float kNaN = std::nanf("");
 grove::AdvantageOptions options(int G, const char* scale = "group", const char* aggregation = "sum_then_normalize") {
     grove::AdvantageOptions o;
     o.num_generations = G;
-    o.scale_rewards = scale;
-    o.aggregation = aggregation;
+    o.scale_rewards = grove::scale_rewards_from_name(scale);
+    o.aggregation = grove::reward_aggregation_from_name(aggregation);
     return o;
 }
 }  // namespace

@@ -5,7 +5,10 @@
 #include <fstream>
 
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
+
+#include <toml++/toml.h>
 #include "plugin_test_support.hpp"
 
 namespace {
@@ -184,4 +187,35 @@ TEST(PluginHost, ListsEveryReferencePluginOnce) {
         for (const auto& p : plugins) count += p.name == name;
         EXPECT_EQ(count, 1) << name;
     }
+}
+
+// ABI 1.1 appended fields and flags only: a plugin built for 1.0 loads and scores in this host.
+TEST(PluginHost, APluginBuiltForAnOlderMinorLoads) {
+    grove::PluginHost host({});
+    auto info = host.find(kFixtures + "/old_minor/libold_minor.so", GROVE_PLUGIN_KIND_REWARD);
+    EXPECT_EQ(info.abi_minor, 0u);
+    auto instance = create(info, "");
+    std::vector<float> scores, metrics;
+    instance.score(one_row_batch(), scores, metrics);
+    ASSERT_EQ(scores.size(), 1u);
+    EXPECT_EQ(scores[0], 1.0f);
+}
+
+TEST(PluginHost, AFunctionTableSmallerThanItsRequiredEntriesIsRefused) {
+    grove::PluginHost host({});
+    auto message = error_of([&] { host.find(kFixtures + "/short_table/libshort_table.so"); });
+    EXPECT_CONTAINS(message, "short_table");
+    EXPECT_CONTAINS(message, "reward function table");
+    EXPECT_CONTAINS(message, "score");
+}
+
+TEST(PluginHost, AnUnknownPluginNamesTheManifestLineThatAsksForIt) {
+    grove::PluginHost host({GROVE_TEST_PLUGIN_DIR});
+    grove::PluginUse use;
+    use.plugin = "loraa";
+    use.origin = "grove.toml:7:1 [adapter]";
+    use.config = std::make_shared<toml::table>();
+    auto message = error_of([&] { grove::create_plugin(host, use, GROVE_PLUGIN_KIND_ADAPTER); });
+    EXPECT_EQ(message.rfind("grove.toml:7:1 [adapter]: no plugin named 'loraa'", 0), 0u) << message;
+    EXPECT_CONTAINS(message, "did you mean 'lora'");
 }

@@ -15,6 +15,7 @@
 #include "grove/policy_loss.hpp"
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
+#include "train/policy_step.hpp"
 #include "plugin_test_support.hpp"
 
 namespace {
@@ -38,14 +39,17 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
     std::ifstream in(kDir + "/cases.json");
     auto spec = nlohmann::json::parse(in);
     auto r = rollouts();
-    at::Tensor mask = r["completion_mask"].to(at::kFloat);
-    int64_t B = mask.size(0), T = mask.size(1);
+    const at::Tensor full_mask = r["completion_mask"].to(at::kFloat);
+    int64_t B = full_mask.size(0), T = full_mask.size(1);
     for (const auto& c : spec["cases"]) {
         std::string name = c["name"];
         auto model = grove::Model::load(kDir + "/model");
         model->set_base_trainable(true);
+        at::Tensor entropy;
         at::Tensor logp = grove::completion_logprobs(*model, r["prompt_ids"], r["prompt_mask"], r["completion_ids"],
-                                                     r["completion_mask"], spec["temperature"].get<double>());
+                                                     r["completion_mask"], spec["temperature"].get<double>(), &entropy);
+        at::Tensor mask = full_mask.clone();
+        if (c.contains("masked_row")) mask[c["masked_row"].get<int64_t>()].zero_();
         if (name == "grpo") {  // TRL zeroes masked positions' log-probs; compare the completion tokens
             EXPECT_LT(((logp.detach() - r["trl_logps"]).abs() * mask).max().item<double>(), 1e-5);
         }
@@ -70,7 +74,8 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         o.epsilon = 0.2;
         o.epsilon_high = c.contains("epsilon_high") && !c["epsilon_high"].is_null() ? c["epsilon_high"].get<double>() : 0.2;
         if (c.contains("delta") && !c["delta"].is_null()) o.delta = c["delta"].get<double>();
-        o.importance_sampling_level = c.value("importance_sampling_level", std::string("token"));
+        o.importance_sampling_level =
+            grove::importance_sampling_level_from_name(c.value("importance_sampling_level", std::string("token")));
         o.use_bias_correction_kl = c.value("use_bias_correction_kl", false);
         std::optional<at::Tensor> old, ref;
         if (c.value("off_policy", false)) old = r["old_logps"];
@@ -86,5 +91,19 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         EXPECT_NEAR(result.loss.item<double>(), trl_loss, 1e-5 * std::abs(trl_loss) + 1e-7) << name;
         EXPECT_NEAR(grad_norm, trl_norm, 1e-5 * trl_norm + 1e-7) << name;
         EXPECT_GT(grad_norm, 0.0) << name;
+        // the values TRL's _compute_loss logs for this micro-batch (one process: min = max = mean)
+        const double entropy_sum = (entropy * mask).sum().item<double>();
+        grove::StepMetrics one_micro_batch;
+        one_micro_batch.add(grove::micro_batch_metrics(result, entropy_sum));
+        auto ours = one_micro_batch.finish(nullptr);
+        const auto& logged = c["logged"];
+        for (const char* key : {"entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean",
+                                "clip_ratio/high_max", "clip_ratio/region_mean"}) {
+            ASSERT_TRUE(logged.contains(key)) << name << " " << key;
+            EXPECT_NEAR(ours[key], logged[key].get<double>(), 1e-5) << name << " " << key;
+        }
+        EXPECT_EQ(logged.contains("kl"), o.beta != 0.0) << name;
+        EXPECT_EQ(ours.count("kl"), logged.contains("kl") ? 1u : 0u) << name;
+        if (o.beta != 0.0) EXPECT_NEAR(ours["kl"], logged["kl"].get<double>(), 1e-5 * std::abs(logged["kl"].get<double>()) + 1e-7) << name;
     }
 }

@@ -34,7 +34,13 @@ CASES = [
     dict(name="dapo_second_iteration", loss_type="dapo", num_iterations=2, off_policy=True, beta=0.04, with_ref=True),
     dict(name="dapo_beta_bias_corrected", loss_type="dapo", beta=0.1, with_ref=True, off_policy=True,
          use_bias_correction_kl=True),
+    # a row with no loss tokens (mask_truncated_completions): TRL's sequence-level clip ratios count it
+    dict(name="grpo_sequence_masked_row", loss_type="grpo", importance_sampling_level="sequence", off_policy=True,
+         masked_row=1),
 ]
+# what TRL's _compute_loss appends to its logged metrics for one micro-batch
+LOGGED = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
+          "clip_ratio/region_mean"]
 
 
 def main():
@@ -79,7 +85,7 @@ def main():
                           beta=case.get("beta", 0.0), epsilon=0.2, epsilon_high=case.get("epsilon_high"),
                           delta=case.get("delta"), importance_sampling_level=case.get("importance_sampling_level", "token"),
                           num_iterations=case.get("num_iterations", 1),
-                          # the reference snapshot's default; TRL >= 1.1x defaults to True
+                          # TRL's default before 1.10 (later TRL defaults to True)
                           use_bias_correction_kl=case.get("use_bias_correction_kl", False), report_to="none", use_cpu=True, bf16=False,
                           gradient_checkpointing=False, logging_steps=1)
         trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(folder), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
@@ -90,9 +96,12 @@ def main():
             with torch.no_grad():
                 logps = trainer._get_per_token_logps_and_entropies(
                     trainer.model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1), C)[0]
+        case_mask = completion_mask.clone()
+        if "masked_row" in case:
+            case_mask[case["masked_row"]] = 0
         inputs = dict(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
-                      completion_mask=completion_mask, advantages=advantages,
-                      num_items_in_batch=completion_mask.sum())
+                      completion_mask=case_mask, advantages=advantages,
+                      num_items_in_batch=case_mask.sum())
         if case.get("off_policy"):
             inputs["old_per_token_logps"] = logps + noise_old
         if case.get("with_ref"):
@@ -101,7 +110,8 @@ def main():
         loss = trainer._compute_loss(trainer.model, inputs)
         loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None]).item()
-        results.append({**case, "loss": loss.item(), "grad_norm": grad_norm})
+        logged = {k: trainer._metrics["train"][k][-1] for k in LOGGED if trainer._metrics["train"].get(k)}
+        results.append({**case, "loss": loss.item(), "grad_norm": grad_norm, "logged": logged})
     save_file({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask, "advantages": advantages,
                "old_logps": (logps + noise_old).contiguous(), "ref_logps": (logps + noise_ref).contiguous(),

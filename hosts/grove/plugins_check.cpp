@@ -176,15 +176,10 @@ int check(const std::vector<std::string>& args) {
     auto manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
 
     grove::PluginHost host(grove::plugin_search_path(manifest.strings("plugin_dirs")));
-    auto instantiate = [&](const grove::PluginUse& use, uint32_t kind) {
-        auto info = host.find(use.plugin, kind);
-        grove::PluginConfig config(info, use.config.get(), use.origin + " config");
-        return grove::PluginInstance(std::move(info), std::move(config));
-    };
     std::vector<grove::PluginInstance> instances;
-    for (const auto& reward : manifest.rewards()) instances.push_back(instantiate(reward, GROVE_PLUGIN_KIND_REWARD));
-    instances.push_back(instantiate(manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
-    instances.push_back(instantiate(manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
+    for (const auto& reward : manifest.rewards()) instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
+    instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
+    instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
 
     std::cout << manifest.resolved_toml();
     std::cout << "\n# plugins (all created successfully)\n";

@@ -1,0 +1,55 @@
+// The run's reward functions as one unit: the plugin instances with their metric names and weights,
+// scoring a batch in one call per function. Shared by `grove train` (the scoring stage), `grove eval`
+// and `grove plugins score`. No libtorch.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grove/manifest.hpp"
+#include "grove/plugin_host.hpp"
+
+namespace grove {
+
+// Every reward function's score of every row of one batch (rows group-major, as the batch's).
+struct RewardScores {
+    std::vector<std::string> names;              // [K] metric names of the functions
+    std::vector<std::vector<float>> values;      // [K][N]; NaN where a function does not apply
+    std::vector<std::string> metric_names;       // [M] "rewards/<reward>/<metric>"
+    std::vector<std::vector<float>> metrics;     // [M][N] per-row metrics the plugins report
+    size_t rows() const { return values.empty() ? 0 : values[0].size(); }
+    // row-major [N * K], as compute_advantages takes it
+    std::vector<float> row_major() const;
+};
+
+// What `grove eval` reports a reward as. A plugin declares it (GROVE_PLUGIN_REPORTS_ACCURACY /
+// _FORMAT_RATE); the manifest's [[rewards]] role overrides it.
+enum class RewardRole { none, accuracy, format_rate };
+
+class RewardSet {
+public:
+    // Finds and configures every use (manifest errors name the use's origin).
+    RewardSet(PluginHost& host, const std::vector<PluginUse>& uses);
+
+    size_t size() const { return instances_.size(); }
+    const std::vector<std::string>& names() const { return names_; }
+    const std::vector<double>& weights() const { return weights_; }
+
+    // Calls every function once on the batch. `skip[k]` leaves function k uncalled, its values NaN
+    // (replayed rows that bring their own values).
+    RewardScores score(const grove_reward_batch& batch, const std::vector<bool>& skip = {}) const;
+
+    // The first function with this role, if any.
+    std::optional<size_t> find_role(RewardRole role) const;
+
+private:
+    std::vector<PluginInstance> instances_;
+    std::vector<std::string> names_;
+    std::vector<double> weights_;
+    std::vector<RewardRole> roles_;
+};
+
+RewardRole reward_role_from_name(const std::string& name);  // "none" | "accuracy" | "format_rate"
+
+}  // namespace grove

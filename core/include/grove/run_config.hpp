@@ -1,0 +1,102 @@
+// The run's configuration as typed structs, built once from a validated manifest (one struct per
+// manifest section, enums for closed choices). train, sft and eval read these instead of looking
+// values up by string key; `Manifest` stays the parser, validator and resolved-TOML printer.
+// Adding a manifest key: its schema entry (config/manifest_schema.cpp), a field here, one line in
+// RunConfig::from (config/run_config.cpp); a test fails while a schema key is read nowhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grove/manifest.hpp"
+
+namespace grove {
+
+enum class ImportanceSamplingLevel { token, sequence };
+enum class ScaleRewards { group, batch, none };
+enum class RewardAggregation { sum_then_normalize, normalize_then_sum };
+enum class LrSchedule { linear, cosine, constant };
+enum class MixedPrecision { automatic, bf16, off };  // "auto" | "bf16" | "no"
+
+struct ModelSection {
+    std::string path, dtype, device, chat_template;
+    bool gradient_checkpointing = false;
+};
+
+struct DataSection {
+    std::optional<std::string> source, eval_source;
+    std::string prompt_column, completion_column;
+    bool shuffle = true;
+};
+
+struct GenerationSection {
+    int64_t num_generations = 8, max_completion_length = 512, top_k = 0;
+    double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+};
+
+struct LossSection {
+    double beta = 0.0, epsilon = 0.2, epsilon_high = 0.2;
+    std::optional<double> delta;
+    ImportanceSamplingLevel importance_sampling_level = ImportanceSamplingLevel::token;
+    int64_t num_iterations = 1;
+    ScaleRewards scale_rewards = ScaleRewards::group;
+    RewardAggregation aggregation = RewardAggregation::sum_then_normalize;
+    bool use_bias_correction_kl = false, mask_truncated_completions = false;
+};
+
+struct TrainSection {
+    // batching, resolved by the manifest (docs/grpo.md#batching-and-grouping)
+    int64_t per_device_train_batch_size = 8, gradient_accumulation_steps = 1, generation_batch_size = 8,
+            steps_per_generation = 1;
+    double learning_rate = 1e-6;
+    LrSchedule lr_scheduler_type = LrSchedule::linear;
+    int64_t warmup_steps = 0;
+    double warmup_ratio = 0.0, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
+           max_grad_norm = 1.0;
+    int64_t max_steps = -1;
+    double num_train_epochs = 1.0;
+    int64_t seed = 42;
+    MixedPrecision mixed_precision = MixedPrecision::automatic;
+};
+
+struct OutputSection {
+    std::string dir;
+    int64_t save_steps = 500;
+    std::optional<int64_t> save_total_limit;
+};
+
+struct LoggingSection {
+    int64_t logging_steps = 10;
+    bool log_completions = false, save_rollouts = false;
+    std::optional<int64_t> num_completions_to_print;
+};
+
+struct RunConfig {
+    std::string manifest_path;
+    std::vector<std::string> plugin_dirs;
+    ModelSection model;
+    DataSection data;
+    GenerationSection generation;
+    LossSection loss;
+    TrainSection train;
+    std::optional<std::string> rollouts_path;
+    OutputSection output;
+    LoggingSection logging;
+    std::vector<PluginUse> rewards;
+    PluginUse adapter, reduction;
+    int world_size = 1;
+
+    static RunConfig from(const Manifest& manifest);
+};
+
+// The manifest's names of the enums (the schema's choices); a name outside them throws
+// std::invalid_argument naming the valid ones.
+ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& name);
+ScaleRewards scale_rewards_from_name(const std::string& name);
+RewardAggregation reward_aggregation_from_name(const std::string& name);
+LrSchedule lr_schedule_from_name(const std::string& name);
+MixedPrecision mixed_precision_from_name(const std::string& name);
+
+}  // namespace grove

@@ -1,0 +1,111 @@
+#include "grove/run_config.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+namespace grove {
+
+namespace {
+template <typename Enum>
+Enum enum_from(const std::string& text, std::initializer_list<std::pair<const char*, Enum>> names) {
+    std::string valid;
+    for (const auto& [name, value] : names) {
+        if (text == name) return value;
+        valid += std::string(valid.empty() ? "" : ", ") + name;
+    }
+    throw std::invalid_argument("'" + text + "' is not one of " + valid);
+}
+}  // namespace
+
+ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& name) {
+    return enum_from<ImportanceSamplingLevel>(name, {{"token", ImportanceSamplingLevel::token},
+                                                     {"sequence", ImportanceSamplingLevel::sequence}});
+}
+ScaleRewards scale_rewards_from_name(const std::string& name) {
+    return enum_from<ScaleRewards>(name, {{"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}});
+}
+RewardAggregation reward_aggregation_from_name(const std::string& name) {
+    return enum_from<RewardAggregation>(name, {{"sum_then_normalize", RewardAggregation::sum_then_normalize},
+                                               {"normalize_then_sum", RewardAggregation::normalize_then_sum}});
+}
+LrSchedule lr_schedule_from_name(const std::string& name) {
+    return enum_from<LrSchedule>(name, {{"linear", LrSchedule::linear}, {"cosine", LrSchedule::cosine}, {"constant", LrSchedule::constant}});
+}
+MixedPrecision mixed_precision_from_name(const std::string& name) {
+    return enum_from<MixedPrecision>(name, {{"auto", MixedPrecision::automatic}, {"bf16", MixedPrecision::bf16}, {"no", MixedPrecision::off}});
+}
+
+RunConfig RunConfig::from(const Manifest& m) {
+    RunConfig c;
+    c.manifest_path = m.path();
+    c.world_size = m.world_size();
+    c.plugin_dirs = m.strings("plugin_dirs");
+
+    c.model.path = m.string("model.path");
+    c.model.dtype = m.string("model.dtype");
+    c.model.device = m.string("model.device");
+    c.model.chat_template = m.string("model.chat_template");
+    c.model.gradient_checkpointing = m.boolean("model.gradient_checkpointing");
+
+    c.data.source = m.optional_string("data.source");
+    c.data.eval_source = m.optional_string("data.eval_source");
+    c.data.prompt_column = m.string("data.prompt_column");
+    c.data.completion_column = m.string("data.completion_column");
+    c.data.shuffle = m.boolean("data.shuffle");
+
+    GenerationSection& g = c.generation;
+    g.num_generations = m.integer("generation.num_generations");
+    g.max_completion_length = m.integer("generation.max_completion_length");
+    g.temperature = m.number("generation.temperature");
+    g.top_p = m.number("generation.top_p");
+    g.top_k = m.integer("generation.top_k");
+    g.min_p = m.number("generation.min_p");
+    g.repetition_penalty = m.number("generation.repetition_penalty");
+
+    LossSection& l = c.loss;
+    l.beta = m.number("loss.beta");
+    l.epsilon = m.number("loss.epsilon");
+    l.epsilon_high = m.number("loss.epsilon_high");
+    l.delta = m.optional_number("loss.delta");
+    l.importance_sampling_level = importance_sampling_level_from_name(m.string("loss.importance_sampling_level"));
+    l.num_iterations = m.integer("loss.num_iterations");
+    l.scale_rewards = scale_rewards_from_name(m.string("loss.scale_rewards"));
+    l.aggregation = reward_aggregation_from_name(m.string("loss.aggregation"));
+    l.use_bias_correction_kl = m.boolean("loss.use_bias_correction_kl");
+    l.mask_truncated_completions = m.boolean("loss.mask_truncated_completions");
+
+    TrainSection& t = c.train;
+    t.per_device_train_batch_size = m.integer("train.per_device_train_batch_size");
+    t.gradient_accumulation_steps = m.integer("train.gradient_accumulation_steps");
+    t.generation_batch_size = m.integer("train.generation_batch_size");
+    t.steps_per_generation = m.integer("train.steps_per_generation");
+    t.learning_rate = m.number("train.learning_rate");
+    t.lr_scheduler_type = lr_schedule_from_name(m.string("train.lr_scheduler_type"));
+    t.warmup_steps = m.integer("train.warmup_steps");
+    t.warmup_ratio = m.number("train.warmup_ratio");
+    t.weight_decay = m.number("train.weight_decay");
+    t.adam_beta1 = m.number("train.adam_beta1");
+    t.adam_beta2 = m.number("train.adam_beta2");
+    t.adam_epsilon = m.number("train.adam_epsilon");
+    t.max_grad_norm = m.number("train.max_grad_norm");
+    t.max_steps = m.integer("train.max_steps");
+    t.num_train_epochs = m.number("train.num_train_epochs");
+    t.seed = m.integer("train.seed");
+    t.mixed_precision = mixed_precision_from_name(m.string("train.mixed_precision"));
+
+    c.rollouts_path = m.optional_string("rollouts.path");
+    c.output.dir = m.string("output.dir");
+    c.output.save_steps = m.integer("output.save_steps");
+    c.output.save_total_limit = m.optional_integer("output.save_total_limit");
+    c.logging.logging_steps = m.integer("logging.logging_steps");
+    c.logging.log_completions = m.boolean("logging.log_completions");
+    c.logging.save_rollouts = m.boolean("logging.save_rollouts");
+    c.logging.num_completions_to_print = m.optional_integer("logging.num_completions_to_print");
+
+    c.rewards = m.rewards();
+    c.adapter = m.adapter();
+    c.reduction = m.reduction();
+    return c;
+}
+
+}  // namespace grove

@@ -1,0 +1,109 @@
+#include "grove/adapter_checkpoint.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "grove/adapter_host.hpp"
+#include "grove/error.hpp"
+#include "grove/model.hpp"
+#include "grove/plugin_host.hpp"
+#include "grove/safetensors.hpp"
+#include "grove/tokenizer.hpp"
+#include "model/tensor_io.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace grove {
+
+namespace {
+const char* kAdapterRecord = "grove_adapter.json";
+
+json read_json_file(const fs::path& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorKind::input, path.string() + ": cannot be read");
+    json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw Error(ErrorKind::input, path.string() + ": not a JSON object (is the file damaged?)");
+    return j;
+}
+}  // namespace
+
+void save_adapter_checkpoint(const std::string& folder, const Model& model, const AdapterHost& adapter,
+                             const PluginUse& adapter_use, const std::string& base_model_dir) {
+    save_tensors((fs::path(folder) / "adapter_model.safetensors").string(), model.adapter_parameters(), {{"format", "pt"}});
+    const std::string saved = adapter.saved_config_json();
+    json config = saved.empty() ? json::object() : json::parse(saved, nullptr, false);
+    if (!config.is_object())
+        throw Error(ErrorKind::plugin, adapter_use.origin + ": the adapter's saved_config_json is not a JSON object");
+    config["base_model_name_or_path"] = fs::absolute(base_model_dir).string();
+    write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
+    json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
+    write_file_atomically((fs::path(folder) / kAdapterRecord).string(), record.dump(2) + "\n");
+}
+
+PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir) {
+    const fs::path record_path = fs::path(adapter_dir) / kAdapterRecord;
+    if (!fs::exists(record_path)) return peft_lora_import((fs::path(adapter_dir) / "adapter_config.json").string());
+    json record = read_json_file(record_path);
+    if (!record.contains("plugin") || !record["plugin"].is_string() || !record.contains("config") || !record["config"].is_string())
+        throw Error(ErrorKind::input, record_path.string() + ": needs \"plugin\" and \"config\" strings");
+    return plugin_use_from_toml(record["plugin"], record["config"], record_path.string());
+}
+
+std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const std::string& base_dir, const std::string& device,
+                                           const std::string& dtype, const std::vector<std::string>& plugin_dirs) {
+    const PluginUse use = adapter_use_of_checkpoint(adapter_dir);
+    auto model = Model::load(base_dir, device, dtype);
+    PluginHost host(plugin_search_path(plugin_dirs));
+    PluginInstance adapter = create_plugin(host, use, GROVE_PLUGIN_KIND_ADAPTER);
+    AdapterHost adapter_host(adapter);
+    if (adapter_host.trains_base_weights())
+        throw Error(ErrorKind::input, adapter_dir + ": made by the adapter '" + adapter.info().name +
+                                          "', which trains the base weights: the folder is a full model, nothing to merge");
+    model->attach_adapter(adapter_host);
+    const std::string weights_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
+    SafetensorsFile weights(weights_path);
+    const auto parameters = model->adapter_parameters();
+    if (parameters.empty())
+        throw Error(ErrorKind::input, adapter_dir + ": its adapter '" + adapter.info().name + "' attaches to no layer of " + base_dir);
+    {
+        at::NoGradGuard no_grad;
+        for (const auto& [name, tensor] : parameters) {
+            const TensorEntry* entry = weights.find(name);
+            if (!entry)
+                throw Error(ErrorKind::input, weights_path + ": no \"" + name + "\" (was the adapter made for another model or configuration?)");
+            at::Tensor target = tensor;
+            target.copy_(tensor_from_entry(*entry, weights_path));
+        }
+    }
+    model->merge_adapters();  // before adapter_host and adapter go out of scope
+    return model;
+}
+
+void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir) {
+    auto model = load_merged_adapter(adapter_dir, base_dir, "cpu", "float32");
+    model->save(out_dir);
+    copy_tokenizer_files(base_dir, out_dir);
+}
+
+std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folder, const std::string& device, const std::string& dtype) {
+    const fs::path dir(folder);
+    if (fs::exists(dir / "config.json") || !fs::exists(dir / "adapter_config.json")) return Model::load(folder, device, dtype);
+    json config = read_json_file(dir / "adapter_config.json");
+    std::string base = config.value("base_model_name_or_path", json()).is_string() ? config["base_model_name_or_path"].get<std::string>() : "";
+    if (base.empty())
+        throw Error(ErrorKind::input, folder + "/adapter_config.json: no base_model_name_or_path; merge it with "
+                                      "`grove export --merge " + folder + " --base MODEL_DIR OUT_DIR`");
+    const fs::path base_dir = fs::path(base).is_absolute() ? fs::path(base) : dir / base;
+    if (!fs::exists(base_dir / "config.json"))
+        throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base_dir.string() +
+                                      " is not a model folder here; merge it with `grove export --merge " + folder +
+                                      " --base MODEL_DIR OUT_DIR`");
+    return load_merged_adapter(folder, base_dir.string(), device, dtype);
+}
+
+}  // namespace grove

@@ -1,0 +1,67 @@
+// The checkpoint unit (docs/training.md#checkpoints-and-resume): save and restore side by side.
+// <output>/checkpoint-<step>/ holds the model as users load it (a Hugging Face folder, or an
+// adapter folder in PEFT's layout), the tokenizer, and what exact resume needs: trainable tensors,
+// AdamW's moments, the counters and sampler position, and a partly used generation batch's
+// micro-batches (one file per rank). Folders are written under a temporary name and renamed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/micro_batches.hpp"
+#include "train/rollout.hpp"
+
+namespace grove {
+
+class AdamW;
+class ProcessGroup;
+
+// The counters a run advances; all of it is saved.
+struct TrainingProgress {
+    int64_t global_step = 0, micro_step = 0, generation_index = 0, num_tokens = 0;
+    PromptSource::Position sampler;
+    double generation_tokens = 0;                      // the current generation batch's loss tokens, all ranks
+    std::map<std::string, double> generation_metrics;  // the current generation batch's metrics
+};
+
+// What a checkpoint saves and restores, by reference to the trainer's own.
+struct CheckpointedState {
+    TrainingProgress& progress;
+    std::vector<MicroBatch>& unused_micro_batches;  // saved only inside a generation batch
+    const std::vector<at::Tensor>& trainable;
+    AdamW& optimizer;
+};
+
+// "checkpoint-<step>" and back; nullopt for any other folder name.
+std::string checkpoint_name(int64_t step);
+std::optional<int64_t> checkpoint_step(const std::string& folder_name);
+// The newest checkpoint folder of a run, or nullopt.
+std::optional<std::string> latest_checkpoint(const std::string& output_dir);
+// True when the folder holds a run's files (metrics, state or checkpoints).
+bool holds_run(const std::string& output_dir);
+
+class Checkpoints {
+public:
+    Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group)
+        : output_(std::move(output_dir)), rank_(rank), world_size_(world_size), group_(group) {}
+
+    // Writes checkpoint-<global_step> (every rank calls it). `export_model(folder)` writes the model
+    // files users load (rank 0 only). Keeps only the newest `keep_last` checkpoints when set.
+    std::string save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
+                     const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
+    // `folder` is a checkpoint folder or "latest". Errors name the folder and what is missing.
+    void restore(const std::string& folder, CheckpointedState& state) const;
+
+private:
+    std::string output_;
+    int rank_, world_size_;
+    ProcessGroup* group_;
+};
+
+}  // namespace grove

@@ -1,0 +1,97 @@
+#include "train/micro_batches.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+
+#include "grove/distributed.hpp"
+#include "grove/model.hpp"
+
+namespace grove {
+
+MicroBatch pad_rollout(const Rollout& rollout, const std::vector<float>& advantages, bool mask_truncated_completions,
+                       int64_t pad_token_id) {
+    const int64_t N = int64_t(rollout.rows.size());
+    int64_t P = 0;
+    for (const BatchRow& row : rollout.rows) P = std::max<int64_t>(P, int64_t(row.prompt_ids.size()));
+    MicroBatch b;
+    b.prompt_ids = at::full({N, P}, pad_token_id, at::kLong);
+    b.prompt_mask = at::zeros({N, P}, at::kLong);
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<int64_t>& ids = rollout.rows[size_t(i)].prompt_ids;
+        const int64_t n = int64_t(ids.size());
+        b.prompt_ids[i].narrow(0, P - n, n).copy_(at::tensor(ids, at::kLong));
+        b.prompt_mask[i].narrow(0, P - n, n).fill_(1);
+    }
+    const GenerationResult& c = rollout.completions;
+    b.completion_ids = c.completion_ids;
+    b.completion_mask = c.completion_mask.clone();
+    if (mask_truncated_completions) b.completion_mask.mul_(c.truncated.logical_not().to(at::kLong).unsqueeze(1));
+    b.advantages = at::tensor(advantages, at::kFloat);
+    return b;
+}
+
+std::vector<MicroBatch> split_micro_batches(const MicroBatch& whole, int64_t count, uint64_t shuffle_seed) {
+    const int64_t N = whole.prompt_ids.size(0), rows = N / count;
+    at::Generator g = at::detail::createCPUGenerator(shuffle_seed);
+    at::Tensor order = at::randperm(N, g, at::kLong);
+    std::vector<MicroBatch> out;
+    for (int64_t s = 0; s < count; ++s) {
+        at::Tensor index = order.narrow(0, s * rows, rows);
+        out.push_back({whole.prompt_ids.index_select(0, index), whole.prompt_mask.index_select(0, index),
+                       whole.completion_ids.index_select(0, index), whole.completion_mask.index_select(0, index),
+                       whole.advantages.index_select(0, index), std::nullopt, std::nullopt});
+    }
+    return out;
+}
+
+at::Tensor logprobs_no_grad(const Model& model, const MicroBatch& b, double temperature) {
+    at::NoGradGuard no_grad;
+    return completion_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature);
+}
+
+void add_old_and_reference_logprobs(std::vector<MicroBatch>& batches, const LogprobSources& s) {
+    for (MicroBatch& b : batches) {
+        if (s.need_old) b.old_logps = logprobs_no_grad(*s.policy, b, s.temperature).cpu();
+        if (!s.need_reference) continue;
+        if (s.reference) {
+            b.ref_logps = logprobs_no_grad(*s.reference, b, s.temperature).cpu();
+        } else {  // LoRA: the base model is the adapter switched off
+            s.policy->set_adapters_enabled(false);
+            b.ref_logps = logprobs_no_grad(*s.policy, b, s.temperature).cpu();
+            s.policy->set_adapters_enabled(true);
+        }
+    }
+}
+
+std::optional<SamplingDifference> sampling_logprob_difference(const Rollout& rollout, const MicroBatch& whole,
+                                                              const Model& model, double temperature, ProcessGroup* group) {
+    bool all_given = rollout.replayed() && std::all_of(rollout.rows.begin(), rollout.rows.end(), [](const BatchRow& row) {
+        return row.replay && !row.replay->sampling_logprobs.empty();
+    });
+    if (group) all_given = group->max(all_given ? 0.0 : 1.0) == 0.0;  // every rank's rows
+    if (!all_given) return std::nullopt;
+    const GenerationResult& c = rollout.completions;
+    at::Tensor sampling = at::zeros(c.completion_ids.sizes(), at::kFloat);
+    for (size_t i = 0; i < rollout.rows.size(); ++i) {
+        const int64_t length = c.lengths[i];
+        const std::vector<float>& given = rollout.rows[i].replay->sampling_logprobs;
+        if (length > 0)
+            sampling[int64_t(i)].narrow(0, 0, length).copy_(at::tensor(std::vector<float>(given.begin(), given.begin() + length)));
+    }
+    MicroBatch all_tokens = whole;  // truncated rows too: the difference is about sampling, not the loss
+    all_tokens.completion_mask = c.completion_mask;
+    at::Tensor trainer = logprobs_no_grad(model, all_tokens, temperature).cpu();
+    at::Tensor mask = c.completion_mask.to(at::kFloat);
+    at::Tensor diff = (trainer - sampling).abs() * mask;
+    double sum = diff.sum().item<double>(), count = mask.sum().item<double>(), max = diff.max().item<double>();
+    if (group) {
+        sum = group->sum(sum);
+        count = group->sum(count);
+        max = group->max(max);
+    }
+    return SamplingDifference{sum / std::max(1.0, count), max};
+}
+
+}  // namespace grove

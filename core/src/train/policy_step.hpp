@@ -1,0 +1,58 @@
+// Stage 4 of a GRPO step, the update (docs/architecture.md#the-training-step-as-stages): each
+// micro-batch's forward, loss and backward, and the step's loss-side metrics as TRL logs them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grove/policy_loss.hpp"
+#include "train/micro_batches.hpp"
+
+namespace grove {
+
+class Model;
+class PluginInstance;
+class ProcessGroup;
+struct ReductionCounts;
+
+// One micro-batch's share of TRL's loss-side metrics on this process: sums and counts, which TRL sums
+// over processes before dividing (its global_masked_mean), and the row extremes behind
+// clip_ratio/low_min and high_max (min / max over every row of every process).
+struct MicroBatchMetrics {
+    bool has_kl = false;
+    double kl_sum = 0, entropy_sum = 0, token_count = 0;
+    double clip_low_sum = 0, clip_high_sum = 0, clip_region_sum = 0, clip_count = 0;
+    double clip_low_row_min = std::numeric_limits<double>::quiet_NaN(), clip_high_row_max = std::numeric_limits<double>::quiet_NaN();
+};
+MicroBatchMetrics micro_batch_metrics(const PolicyLossResult& loss, double entropy_sum);
+
+// TRL appends one value per micro-batch and logs the mean of what was appended since the last log:
+// with a line per optimizer step, the mean over the step's micro-batches (docs/grpo.md#logged-metrics).
+class StepMetrics {
+public:
+    void add(const MicroBatchMetrics& m) { micro_batches_.push_back(m); }
+    // Every rank calls it with the same number of micro-batches (one collective).
+    std::map<std::string, double> finish(ProcessGroup* group) const;
+
+private:
+    std::vector<MicroBatchMetrics> micro_batches_;
+};
+
+struct MicroStepResult {
+    double loss = 0;  // the value back-propagated (not back-propagated when not finite)
+    MicroBatchMetrics metrics;
+};
+
+// The policy's forward on the micro-batch (under bf16 autocast on `autocast`, when set), the
+// reduction plugin's weights, the loss and its backward.
+MicroStepResult train_micro_batch(Model& policy, const MicroBatch& batch, const PluginInstance& reduction,
+                                  const ReductionCounts& counts, const PolicyLossOptions& loss, double temperature,
+                                  std::optional<at::DeviceType> autocast);
+
+}  // namespace grove

@@ -1,0 +1,175 @@
+#include "train/rollout.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "grove/error.hpp"
+#include "grove/model.hpp"
+#include "grove/tokenizer.hpp"
+#include "text/text_util.hpp"
+
+namespace grove {
+
+using nlohmann::json;
+
+PromptSource::PromptSource(std::vector<BatchRow> prompts, int64_t num_generations, uint64_t seed, bool shuffle)
+    : prompts_(std::move(prompts)), prompt_count_(prompts_.size()), G_(num_generations), seed_(seed), shuffle_(shuffle) {
+    fill_permutation();
+}
+
+PromptSource::PromptSource(std::vector<ReplayRow> replay, int64_t num_generations)
+    : replay_(std::move(replay)), prompt_count_(replay_.size() / size_t(num_generations)), G_(num_generations) {}
+
+void PromptSource::fill_permutation() {
+    if (!replay_.empty()) return;
+    at::Generator g = at::detail::createCPUGenerator(seed_ * 1000003ull + uint64_t(at_.epoch));
+    at::Tensor p = shuffle_ ? at::randperm(int64_t(prompts_.size()), g, at::kLong) : at::arange(int64_t(prompts_.size()), at::kLong);
+    permutation_.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+}
+
+void PromptSource::restore(const Position& position) {
+    at_ = position;
+    fill_permutation();
+}
+
+double PromptSource::epoch_progress() const {
+    return double(at_.epoch) + double(at_.position) / double(std::max<size_t>(1, prompt_count_));
+}
+
+std::vector<BatchRow> PromptSource::next_batch(int64_t rows) {
+    std::vector<BatchRow> batch;
+    if (!replay_.empty()) {  // whole groups in file order
+        for (int64_t i = 0; i < rows; ++i) {
+            if (at_.replay_position >= replay_.size()) {
+                at_.replay_position = 0;
+                ++at_.epoch;
+            }
+            const ReplayRow& r = replay_[at_.replay_position++];
+            batch.push_back({r.prompt_ids, r.prompt_text, r.columns_json, &r});
+        }
+        at_.position = int64_t(at_.replay_position / size_t(G_));
+        return batch;
+    }
+    const int64_t count = rows / G_;
+    if (at_.position + count > int64_t(prompts_.size())) {  // TRL's RepeatSampler drops an incomplete last chunk
+        ++at_.epoch;
+        at_.position = 0;
+        fill_permutation();
+    }
+    for (int64_t i = 0; i < count; ++i)
+        for (int64_t j = 0; j < G_; ++j) batch.push_back(prompts_[size_t(permutation_[size_t(at_.position + i)])]);
+    at_.position += count;
+    return batch;
+}
+
+std::vector<BatchRow> shard_rows(const std::vector<BatchRow>& batch, int rank, int world_size) {
+    const size_t n = batch.size() / size_t(world_size), first = size_t(rank) * n;
+    return std::vector<BatchRow>(batch.begin() + long(first), batch.begin() + long(first + n));
+}
+
+std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_generations, const Tokenizer& tokenizer,
+                                     int64_t vocab_size, const std::vector<std::string>& reward_names) {
+    std::vector<ReplayRow> replay;
+    std::vector<std::string> origin;
+    for_each_jsonl(path, "the rollouts (rollouts.path)", [&](json& j, const std::string& where) {
+        ReplayRow r;
+        try {
+            if (j.contains("prompt_ids")) {
+                r.prompt_ids = j["prompt_ids"].get<std::vector<int64_t>>();
+                r.prompt_text = tokenizer.decode(r.prompt_ids, false);
+            } else if (j.contains("prompt") && j["prompt"].is_string()) {
+                r.prompt_text = j["prompt"];
+                r.prompt_ids = tokenizer.encode(r.prompt_text, false);
+            } else {
+                throw Error(ErrorKind::input, where + ": a rollout needs \"prompt_ids\" or a text \"prompt\"");
+            }
+            if (!j.contains("completion_ids")) throw Error(ErrorKind::input, where + ": a rollout needs \"completion_ids\"");
+            r.completion_ids = j["completion_ids"].get<std::vector<int64_t>>();
+            if (j.contains("sampling_logprobs")) {
+                r.sampling_logprobs = j["sampling_logprobs"].get<std::vector<float>>();
+                if (r.sampling_logprobs.size() != r.completion_ids.size())
+                    throw Error(ErrorKind::input, where + ": sampling_logprobs has " + std::to_string(r.sampling_logprobs.size()) +
+                                                      " values for " + std::to_string(r.completion_ids.size()) + " completion tokens");
+            }
+            if (j.contains("rewards")) {
+                for (const auto& [name, value] : j["rewards"].items()) {
+                    if (std::find(reward_names.begin(), reward_names.end(), name) == reward_names.end())
+                        throw Error(ErrorKind::input, where + ": reward \"" + name + "\" is not one of the manifest's rewards (" +
+                                                          join(reward_names, ", ") + ")");
+                    r.rewards[name] = value.is_null() ? std::nan("") : value.get<double>();
+                }
+            }
+        } catch (const json::exception& e) {
+            throw Error(ErrorKind::input, where + ": " + e.what());
+        }
+        for (int64_t id : r.prompt_ids)
+            if (id < 0 || id >= vocab_size) throw Error(ErrorKind::input, where + ": prompt token id " + std::to_string(id) + " is outside the vocabulary");
+        for (int64_t id : r.completion_ids)
+            if (id < 0 || id >= vocab_size) throw Error(ErrorKind::input, where + ": completion token id " + std::to_string(id) + " is outside the vocabulary");
+        if (r.prompt_ids.empty()) throw Error(ErrorKind::input, where + ": empty prompt");
+        for (const char* key : {"prompt_ids", "prompt", "completion_ids", "sampling_logprobs", "rewards"}) j.erase(key);
+        r.columns_json = j.dump();
+        replay.push_back(std::move(r));
+        origin.push_back(where);
+    });
+    const size_t G = size_t(num_generations);
+    if (replay.empty() || replay.size() % G != 0)
+        throw Error(ErrorKind::input, path + ": " + std::to_string(replay.size()) +
+                                          " rollouts do not form whole groups of num_generations = " + std::to_string(G));
+    for (size_t i = 0; i < replay.size(); ++i)
+        if (replay[i].prompt_ids != replay[i - i % G].prompt_ids)
+            throw Error(ErrorKind::input, origin[i] + ": this row's prompt differs from its group's first row (" + origin[i - i % G] +
+                                              "); rows must come in consecutive groups of " + std::to_string(G) + " with the same prompt");
+    return replay;
+}
+
+}  // namespace grove
+
+namespace grove {
+
+Rollout generate_rollout(const Model& model, std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (const BatchRow& row : rows) prompts.push_back(row.prompt_ids);
+    Rollout r;
+    r.completions = generate(model, prompts, options);
+    r.rows = std::move(rows);
+    r.first_row = first_row;
+    r.seed = options.seed;
+    return r;
+}
+
+Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row) {
+    const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
+    const int64_t N = int64_t(rows.size());
+    int64_t width = 1;
+    for (const BatchRow& row : rows) width = std::max<int64_t>(width, int64_t(row.replay->completion_ids.size()));
+    Rollout r;
+    GenerationResult& c = r.completions;
+    c.completion_ids = at::full({N, width}, options.pad_token_id, at::kLong);
+    c.sampled_logprobs = at::zeros({N, width}, at::kFloat);
+    c.truncated = at::zeros({N}, at::kBool);
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<int64_t>& ids = rows[size_t(i)].replay->completion_ids;
+        int64_t length = int64_t(ids.size());
+        for (int64_t t = 0; t < int64_t(ids.size()); ++t)
+            if (eos.count(ids[size_t(t)])) {
+                length = t + 1;
+                break;
+            }
+        if (length > 0)
+            c.completion_ids[i].narrow(0, 0, length).copy_(at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + length), at::kLong));
+        c.truncated[i] = !(length > 0 && eos.count(ids[size_t(length - 1)]));
+        c.lengths.push_back(length);
+    }
+    c.completion_mask = (at::arange(width, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+    r.rows = std::move(rows);
+    r.first_row = first_row;
+    r.seed = options.seed;
+    return r;
+}
+
+}  // namespace grove

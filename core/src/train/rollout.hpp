@@ -1,0 +1,94 @@
+// Stage 1 of a GRPO step, the rollout (docs/architecture.md#the-training-step-as-stages): draw the
+// generation batch's prompts, then generate their completions, or replay completions made elsewhere
+// ([rollouts] path). Rows are group-major: rows [g*G, (g+1)*G) share prompt g.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grove/dataset.hpp"
+#include "grove/generation.hpp"
+
+namespace grove {
+
+class Model;
+class Tokenizer;
+
+// One row given by a rollouts file: what it was generated from and, optionally, how it was scored.
+struct ReplayRow {
+    std::vector<int64_t> prompt_ids, completion_ids;
+    std::vector<float> sampling_logprobs;   // empty when not given
+    std::map<std::string, double> rewards;  // given values (NaN for null) replace the plugins' scores
+    std::string prompt_text, columns_json;
+};
+
+// One row of a generation batch before it has a completion.
+struct BatchRow {
+    std::vector<int64_t> prompt_ids;
+    std::string prompt_text, columns_json;  // columns_json: the dataset row's other columns
+    const ReplayRow* replay = nullptr;      // set when the completion is replayed
+};
+
+// The prompts a run samples from, and the sampler's position in them: a seeded permutation per
+// epoch (TRL's RepeatSampler, each prompt num_generations times in a row), or the rollouts file in
+// its order. Only (epoch, position, replay_position) need saving to resume exactly.
+class PromptSource {
+public:
+    struct Position {
+        int64_t epoch = 0, position = 0;
+        size_t replay_position = 0;
+    };
+
+    // Training prompts, tokenized once with the chat template applied.
+    PromptSource(std::vector<BatchRow> prompts, int64_t num_generations, uint64_t seed, bool shuffle);
+    // A rollouts file's rows, in consecutive groups of num_generations (checked).
+    PromptSource(std::vector<ReplayRow> replay, int64_t num_generations);
+
+    // The next generation batch of `rows` rows (rows / num_generations prompts), the same on every rank.
+    std::vector<BatchRow> next_batch(int64_t rows);
+
+    size_t prompt_count() const { return prompt_count_; }  // prompts (replay: groups) per epoch
+    const Position& position() const { return at_; }
+    void restore(const Position& position);
+    double epoch_progress() const;  // epoch + position / prompt_count (the `epoch` metric)
+
+private:
+    void fill_permutation();
+    std::vector<BatchRow> prompts_;
+    std::vector<ReplayRow> replay_;
+    size_t prompt_count_ = 0;
+    int64_t G_ = 1;
+    uint64_t seed_ = 0;
+    bool shuffle_ = true;
+    std::vector<int64_t> permutation_;
+    Position at_;
+};
+
+// Reads a rollouts JSONL file (docs/training.md#replaying-rollouts); every error names file:line.
+std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_generations, const Tokenizer& tokenizer,
+                                     int64_t vocab_size, const std::vector<std::string>& reward_names);
+
+// This rank's slice [rank * n, (rank + 1) * n) of a generation batch, as accelerate shards TRL's
+// (groups may span ranks).
+std::vector<BatchRow> shard_rows(const std::vector<BatchRow>& batch, int rank, int world_size);
+
+// The rollout stage's value: this rank's rows with their completions.
+struct Rollout {
+    std::vector<BatchRow> rows;  // [N] this rank's
+    GenerationResult completions;  // [N, C]; lengths include the EOS token
+    int64_t first_row = 0;          // index of rows[0] in the global generation batch
+    uint64_t seed = 0;              // the sampler's seed for this batch
+    bool replayed() const { return !rows.empty() && rows[0].replay; }
+};
+
+// Samples every row's completion with `options` (its seed included).
+Rollout generate_rollout(const Model& model, std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row);
+// The rows' given completions, each cut after its first EOS id (kept), as generated ones stop.
+Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row);
+
+}  // namespace grove

@@ -1,0 +1,65 @@
+#include "train/run_log.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace grove {
+
+RunLog::RunLog(const std::string& output_dir, bool open, bool append, bool save_rollouts) {
+    if (!open) return;
+    const std::ios::openmode mode = std::ios::out | (append ? std::ios::app : std::ios::trunc);
+    metrics_.open(fs::path(output_dir) / "metrics.jsonl", mode);
+    completions_.open(fs::path(output_dir) / "completions.jsonl", mode);
+    if (save_rollouts) rollouts_.open(fs::path(output_dir) / "rollouts.jsonl", mode);
+}
+
+void RunLog::write_metrics(int64_t step, const std::map<std::string, double>& metrics) {
+    if (!metrics_.is_open()) return;
+    json line = {{"step", step}};
+    for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? json(v) : json(nullptr);
+    metrics_ << line.dump() << "\n";
+    metrics_.flush();
+}
+
+void RunLog::write_completions(int64_t step, const Rollout& rollout, const ScoredBatch& scored, std::optional<int64_t> limit) {
+    if (!completions_.is_open()) return;
+    const std::vector<float> advantages = scored.local_advantages();
+    const int64_t rows = std::min<int64_t>(scored.local_rows, limit.value_or(scored.local_rows));
+    for (int64_t i = 0; i < rows; ++i) {
+        json line = {{"step", step},
+                     {"prompt", rollout.rows[size_t(i)].prompt_text},
+                     {"completion", scored.local_completions[size_t(i)]},
+                     {"advantage", advantages[size_t(i)]}};
+        for (size_t k = 0; k < scored.reward_names.size(); ++k) line["rewards"][scored.reward_names[k]] = scored.local_reward(k, i);
+        completions_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    }
+    completions_.flush();
+}
+
+void RunLog::write_rollouts(const Rollout& rollout, const ScoredBatch& scored) {
+    if (!rollouts_.is_open()) return;
+    const GenerationResult& c = rollout.completions;
+    for (size_t i = 0; i < rollout.rows.size(); ++i) {
+        const int64_t length = c.lengths[i];
+        json line = json::parse(rollout.rows[i].columns_json);
+        line["prompt_ids"] = rollout.rows[i].prompt_ids;
+        const int64_t* ids = c.completion_ids[int64_t(i)].data_ptr<int64_t>();
+        line["completion_ids"] = std::vector<int64_t>(ids, ids + length);
+        at::Tensor lp = c.sampled_logprobs[int64_t(i)].narrow(0, 0, length).contiguous();
+        line["sampling_logprobs"] = std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + length);
+        for (size_t k = 0; k < scored.reward_names.size(); ++k) {
+            const float v = scored.local_reward(k, int64_t(i));
+            line["rewards"][scored.reward_names[k]] = std::isnan(v) ? json(nullptr) : json(v);
+        }
+        rollouts_ << line.dump() << "\n";
+    }
+    rollouts_.flush();
+}
+
+}  // namespace grove

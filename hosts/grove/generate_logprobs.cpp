@@ -1,0 +1,179 @@
+// grove generate, grove logprobs: the model, tokenizer and sampler from the command line.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iomanip>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "cli.hpp"
+#include "grove/dataset.hpp"
+#include "grove/error.hpp"
+#include "grove/generation.hpp"
+#include "grove/manifest.hpp"
+#include "grove/adapter_checkpoint.hpp"
+#include "grove/model.hpp"
+#include "grove/tokenizer.hpp"
+
+namespace grove::cli {
+
+using nlohmann::json;
+
+namespace {
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+    at::Tensor c = t.to(at::kLong).contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+}  // namespace
+
+int generate(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("model", po::value<std::string>()->required(), "Hugging Face model folder")(
+        "prompt", po::value<std::string>(), "one prompt")("input", po::value<std::string>(),
+                                                          "JSONL file, one {\"prompt\": text or messages} per line")(
+        "chat", "wrap text prompts as a user message and apply the chat template")(
+        "chat-template", po::value<std::string>()->default_value("auto"), "auto, chatml, llama3, llama2, plain")(
+        "n", po::value<int64_t>()->default_value(1), "completions per prompt")(
+        "max-new-tokens", po::value<int64_t>()->default_value(128), "longest completion")(
+        "greedy", "argmax decoding")("temperature", po::value<double>()->default_value(1.0), "sampling temperature")(
+        "top-p", po::value<double>()->default_value(1.0), "nucleus mass")("top-k", po::value<int64_t>()->default_value(0),
+                                                                          "top-k; 0 disables")(
+        "min-p", po::value<double>()->default_value(0.0), "min-p; 0 disables")(
+        "repetition-penalty", po::value<double>()->default_value(1.0), "1 disables")(
+        "seed", po::value<uint64_t>()->default_value(0), "sampling seed")(
+        "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
+        "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")(
+        "json", "one JSON object per completion");
+    auto vm = parse("generate", args, options, {}, "--model DIR (--prompt TEXT | --input FILE.jsonl) [options]");
+    if (vm.count("prompt") == vm.count("input"))
+        throw Error(ErrorKind::usage, "grove generate: give exactly one of --prompt and --input");
+    int64_t n = vm["n"].as<int64_t>();
+    if (n < 1) throw Error(ErrorKind::usage, "grove generate: --n must be >= 1");
+
+    std::string folder = vm["model"].as<std::string>();
+    auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
+    auto tokenizer = Tokenizer::load(folder);
+    std::vector<PromptRow> rows;
+    if (vm.count("prompt")) rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
+    else rows = load_prompts(vm["input"].as<std::string>());
+    ChatTemplate family = chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config());
+
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<std::string> texts;
+    for (auto& row : rows) {
+        bool chat = !row.messages.empty() || vm.count("chat");
+        if (row.messages.empty() && chat) row.messages.push_back({"user", row.text});
+        std::string text = prompt_text(row, family, tokenizer->config());
+        // a rendered template already holds its special tokens (as apply_chat_template does)
+        std::vector<int64_t> ids = tokenizer->encode(text, !chat);
+        for (int64_t i = 0; i < n; ++i) {
+            prompts.push_back(ids);
+            texts.push_back(text);
+        }
+    }
+    SamplingOptions o;
+    o.max_new_tokens = vm["max-new-tokens"].as<int64_t>();
+    o.greedy = vm.count("greedy") > 0;
+    o.temperature = vm["temperature"].as<double>();
+    o.top_p = vm["top-p"].as<double>();
+    o.top_k = vm["top-k"].as<int64_t>();
+    o.min_p = vm["min-p"].as<double>();
+    o.repetition_penalty = vm["repetition-penalty"].as<double>();
+    o.seed = vm["seed"].as<uint64_t>();
+    set_stop_tokens(o, *model, tokenizer->config());
+    auto result = grove::generate(*model, prompts, o);
+
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        int64_t length = result.lengths[i];
+        std::vector<int64_t> ids = to_vector(result.completion_ids[int64_t(i)].narrow(0, 0, length));
+        std::string completion = tokenizer->decode(ids, true);
+        if (vm.count("json")) {
+            at::Tensor lp = result.sampled_logprobs[int64_t(i)].narrow(0, 0, length).contiguous();
+            json out = {{"prompt_index", i / size_t(n)},
+                        {"sample", i % size_t(n)},
+                        {"prompt", texts[i]},
+                        {"prompt_ids", prompts[i]},
+                        {"completion", completion},
+                        {"completion_ids", ids},
+                        {"truncated", result.truncated[int64_t(i)].item<bool>()},
+                        {"logprobs", std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + length)}};
+            // completions can end mid-character: invalid UTF-8 becomes U+FFFD in JSON
+            std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+        } else {
+            std::cout << completion << (n > 1 || prompts.size() > 1 ? "\n---\n" : "\n");
+        }
+    }
+    return 0;
+}
+
+int logprobs(const std::vector<std::string>& args) {
+    po::options_description options("options");
+    options.add_options()("model", po::value<std::string>()->required(), "Hugging Face model folder")(
+        "input", po::value<std::string>()->required(),
+        "JSONL: {\"prompt_ids\": [...], \"completion_ids\": [...]} or {\"prompt\": \"...\", \"completion\": \"...\"}")(
+        "temperature", po::value<double>()->default_value(1.0), "logits are divided by it, as in training")(
+        "output", po::value<std::string>(), "write JSONL here instead of stdout")(
+        "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
+        "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16");
+    auto vm = parse("logprobs", args, options, {}, "--model DIR --input FILE.jsonl [--temperature T] [--output FILE]");
+    std::string folder = vm["model"].as<std::string>(), path = vm["input"].as<std::string>();
+    double temperature = vm["temperature"].as<double>();
+    if (!(temperature > 0)) throw Error(ErrorKind::usage, "grove logprobs: --temperature must be > 0");
+    auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
+    std::unique_ptr<Tokenizer> tokenizer;  // only for text rows
+
+    std::ofstream file;
+    if (vm.count("output")) {
+        file.open(vm["output"].as<std::string>());
+        if (!file) throw Error(ErrorKind::runtime, vm["output"].as<std::string>() + ": cannot write");
+    }
+    std::ostream& out = vm.count("output") ? file : std::cout;
+    at::NoGradGuard no_grad;
+    for_each_jsonl(path, "the input", [&](json& j, const std::string& where) {
+        std::vector<int64_t> prompt, completion;
+        if (j.contains("prompt_ids") && j.contains("completion_ids")) {
+            prompt = j["prompt_ids"].get<std::vector<int64_t>>();
+            completion = j["completion_ids"].get<std::vector<int64_t>>();
+        } else if (j.contains("prompt") && j.contains("completion")) {
+            if (!tokenizer) tokenizer = Tokenizer::load(folder);
+            prompt = tokenizer->encode(j["prompt"].get<std::string>(), true);
+            completion = tokenizer->encode(j["completion"].get<std::string>(), false);
+        } else {
+            throw Error(ErrorKind::input, where + ": need prompt_ids + completion_ids, or prompt + completion");
+        }
+        if (prompt.empty() || completion.empty()) throw Error(ErrorKind::input, where + ": empty prompt or completion");
+        for (int64_t id : prompt)
+            if (id < 0 || id >= model->config().vocab_size)
+                throw Error(ErrorKind::input, where + ": token id " + std::to_string(id) + " is outside the vocabulary");
+        for (int64_t id : completion)
+            if (id < 0 || id >= model->config().vocab_size)
+                throw Error(ErrorKind::input, where + ": token id " + std::to_string(id) + " is outside the vocabulary");
+        at::Tensor p = at::tensor(prompt).unsqueeze(0), c = at::tensor(completion).unsqueeze(0);
+        at::Tensor lp = completion_logprobs(*model, p, at::ones_like(p), c, at::ones_like(c), temperature).cpu().contiguous();
+        out << json({{"prompt_ids", prompt},
+                     {"completion_ids", completion},
+                     {"logprobs", std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel())}})
+                   .dump()
+            << "\n";
+    });
+    return 0;
+}
+
+}  // namespace grove::cli
+
+namespace grove::cli {
+
+
+
+
+
+
+}  // namespace grove::cli

@@ -1,0 +1,129 @@
+// The training step's stages, each alone, without a Trainer or a model: scoring's replayed rewards,
+// the prompt sampler, micro-batch assembly, checkpoint names and the step's metrics.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <set>
+
+#include "train/checkpoint.hpp"
+#include "train/micro_batches.hpp"
+#include "train/policy_step.hpp"
+#include "train/rollout.hpp"
+#include "train/scoring.hpp"
+
+namespace {
+grove::BatchRow row(std::vector<int64_t> prompt, const grove::ReplayRow* replay = nullptr) {
+    grove::BatchRow r;
+    r.prompt_ids = std::move(prompt);
+    r.prompt_text = "p";
+    r.columns_json = "{}";
+    r.replay = replay;
+    return r;
+}
+}  // namespace
+
+TEST(Scoring, ReplayedRewardsOverridePluginScores) {
+    grove::ReplayRow given_both, given_a, given_none;
+    given_both.rewards = {{"a", 0.25}, {"b", std::nan("")}};
+    given_a.rewards = {{"a", -1.0}};
+    std::vector<grove::BatchRow> rows = {row({1}, &given_both), row({1}, &given_a), row({2}, &given_none)};
+    grove::RewardScores scores;
+    scores.names = {"a", "b"};
+    scores.values = {{10, 11, 12}, {20, 21, 22}};
+    grove::apply_given_rewards(scores, rows);
+    EXPECT_EQ(scores.values[0], (std::vector<float>{0.25f, -1.0f, 12.0f}));
+    EXPECT_TRUE(std::isnan(scores.values[1][0])) << "a null given value is NaN, not the plugin's";
+    EXPECT_EQ(scores.values[1][1], 21.0f);
+    EXPECT_EQ(scores.values[1][2], 22.0f);
+    EXPECT_EQ(grove::rewards_given_by_every_row({"a", "b"}, rows), (std::vector<bool>{false, false}));
+    EXPECT_EQ(grove::rewards_given_by_every_row({"a", "b"}, {rows[0], rows[1]}), (std::vector<bool>{true, false}));
+    ASSERT_EQ(scores.row_major().size(), 6u);
+    EXPECT_EQ(scores.row_major()[2], -1.0f);  // row 1, reward a
+    EXPECT_EQ(scores.row_major()[5], 22.0f);  // row 2, reward b
+}
+
+TEST(PromptSource, EpochsDropAnIncompleteChunkAndRestoreContinuesExactly) {
+    std::vector<grove::BatchRow> prompts;
+    for (int64_t i = 0; i < 5; ++i) prompts.push_back(row({i}));
+    grove::PromptSource source(prompts, 2, 7, true);
+    // 4 rows = 2 prompts x 2 generations, group-major
+    auto first = source.next_batch(4);
+    ASSERT_EQ(first.size(), 4u);
+    EXPECT_EQ(first[0].prompt_ids, first[1].prompt_ids);
+    EXPECT_EQ(first[2].prompt_ids, first[3].prompt_ids);
+    const auto saved = source.position();
+    auto second = source.next_batch(4);
+    std::set<int64_t> seen{first[0].prompt_ids[0], first[2].prompt_ids[0], second[0].prompt_ids[0], second[2].prompt_ids[0]};
+    EXPECT_EQ(seen.size(), 4u) << "an epoch visits distinct prompts";
+    EXPECT_EQ(source.position().epoch, 0);
+    source.next_batch(4);  // 1 prompt left of 5: TRL's sampler drops it and starts epoch 1
+    EXPECT_EQ(source.position().epoch, 1);
+    EXPECT_EQ(source.position().position, 2);
+
+    grove::PromptSource resumed(prompts, 2, 7, true);
+    resumed.restore(saved);
+    auto again = resumed.next_batch(4);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(again[i].prompt_ids, second[i].prompt_ids);
+}
+
+TEST(MicroBatches, PaddingAndSplitKeepEveryRowOnce) {
+    grove::Rollout rollout;
+    for (int64_t i = 0; i < 4; ++i) rollout.rows.push_back(row(std::vector<int64_t>(size_t(1 + i), 100 + i)));
+    auto& c = rollout.completions;
+    c.completion_ids = at::arange(12, at::kLong).view({4, 3});
+    c.lengths = {3, 1, 2, 3};
+    c.completion_mask = (at::arange(3, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+    c.truncated = at::tensor(std::vector<uint8_t>{1, 0, 0, 1}).to(at::kBool);
+    auto whole = grove::pad_rollout(rollout, {0.5f, -0.5f, 1.0f, -1.0f}, true, 0);
+    EXPECT_EQ(whole.prompt_ids.sizes(), (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(whole.prompt_ids[0][3].item<int64_t>(), 100);  // left-padded
+    EXPECT_EQ(whole.prompt_mask[0].sum().item<int64_t>(), 1);
+    EXPECT_EQ(whole.completion_mask[0].sum().item<int64_t>(), 0) << "mask_truncated_completions";
+    EXPECT_EQ(whole.completion_mask[2].sum().item<int64_t>(), 2);
+    auto parts = grove::split_micro_batches(whole, 2, 11);
+    ASSERT_EQ(parts.size(), 2u);
+    std::multiset<int64_t> firsts;
+    for (const auto& p : parts) {
+        ASSERT_EQ(p.completion_ids.size(0), 2);
+        for (int64_t r = 0; r < 2; ++r) {
+            const int64_t id = p.completion_ids[r][0].item<int64_t>();
+            firsts.insert(id);
+            const std::vector<float> advantages = {0.5f, -0.5f, 1.0f, -1.0f};
+            EXPECT_FLOAT_EQ(p.advantages[r].item<float>(), advantages[size_t(id / 3)]);
+        }
+    }
+    EXPECT_EQ(firsts, (std::multiset<int64_t>{0, 3, 6, 9}));
+}
+
+TEST(Checkpoint, OnlyCheckpointFoldersParse) {
+    EXPECT_EQ(grove::checkpoint_name(12), "checkpoint-12");
+    EXPECT_EQ(grove::checkpoint_step("checkpoint-12"), 12);
+    for (const char* name : {"checkpoint-", "checkpoint-1a", "checkpoint--1", ".tmp-checkpoint-3", "latest", "checkpoint-99999999999999999999"})
+        EXPECT_FALSE(grove::checkpoint_step(name).has_value()) << name;
+}
+
+// TRL logs, per micro-batch, the masked mean pooled over processes, then the mean over micro-batches
+// (not the step's tokens pooled); low_min / high_max are the extremes over rows.
+TEST(StepMetrics, AreTheMeanOfTheMicroBatchesMeans) {
+    grove::PolicyLossResult big, small;
+    big.has_kl = small.has_kl = true;
+    big.token_count = big.clip_count = 30, big.kl_sum = 3, big.clip_low_sum = 3, big.clip_low_row_min = 0.0, big.clip_high_row_max = 0.0;
+    small.token_count = small.clip_count = 2, small.kl_sum = 1, small.clip_high_sum = 1, small.clip_low_row_min = 0.0;
+    small.clip_high_row_max = 1.0;
+    grove::StepMetrics metrics;
+    metrics.add(grove::micro_batch_metrics(big, 15.0));
+    metrics.add(grove::micro_batch_metrics(small, 3.0));
+    auto m = metrics.finish(nullptr);
+    EXPECT_DOUBLE_EQ(m["kl"], (0.1 + 0.5) / 2);  // pooled would be 4 / 32
+    EXPECT_DOUBLE_EQ(m["entropy"], (0.5 + 1.5) / 2);
+    EXPECT_DOUBLE_EQ(m["clip_ratio/low_mean"], 0.05);
+    EXPECT_DOUBLE_EQ(m["clip_ratio/high_mean"], 0.25);
+    EXPECT_DOUBLE_EQ(m["clip_ratio/low_min"], 0.0);
+    EXPECT_DOUBLE_EQ(m["clip_ratio/high_max"], 0.5);
+    grove::PolicyLossResult no_kl;
+    grove::StepMetrics without;
+    without.add(grove::micro_batch_metrics(no_kl, 0.0));
+    EXPECT_EQ(without.finish(nullptr).count("kl"), 0u) << "beta = 0 logs no kl";
+}
