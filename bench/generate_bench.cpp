@@ -26,7 +26,11 @@ int main(int argc, char** argv) {
     options.max_new_tokens = new_tokens;
     options.temperature = 1.0;
     options.seed = 1;  // no EOS ids: every row generates new_tokens, as min_new_tokens does in transformers
-    grove::generate(*model, {prompts[0]}, [&] { auto o = options; o.max_new_tokens = 2; return o; }());  // warm-up
+    grove::generate(*model, {prompts[0]}, [&] {
+        auto o = options;
+        o.max_new_tokens = 2;
+        return o;
+    }());  // warm-up
     auto start = std::chrono::steady_clock::now();
     auto result = grove::generate(*model, prompts, options);
     if (device != "cpu") at::zeros({1}, at::TensorOptions().device(device)).cpu();  // synchronise

@@ -73,14 +73,13 @@ static int not_applicable(const grove_text* row_json) {
     return count_occurrences(&json, marker, sizeof marker - 1) > 0;
 }
 
-static grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out,
-                          grove_error_sink* err) {
+static grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out, grove_error_sink* err) {
     const keyword_reward* self = (const keyword_reward*)instance;
     uint32_t i;
     (void)err;
     for (i = 0; i < batch->count; ++i) {
         size_t n = count_occurrences(&batch->completions[i], self->keyword, self->keyword_size);
-        out->metrics[i] = (float)n; /* metric 0 of row i */
+        out->metrics[i] = (float)n;                        /* metric 0 of row i */
         if (not_applicable(&batch->row_json[i])) continue; /* leave the pre-filled NaN */
         out->scores[i] = (int64_t)n >= self->min_count ? 1.0f : 0.0f;
     }
@@ -89,17 +88,21 @@ static grove_status score(void* instance, const grove_reward_batch* batch, grove
 
 static const grove_reward_api reward_api = {sizeof(grove_reward_api), score};
 
-static const grove_plugin_descriptor descriptor = {
-    sizeof(grove_plugin_descriptor),
-    GROVE_PLUGIN_KIND_REWARD,
-    "keyword",
-    "1.0.0",
-    "1.0 when the completion contains the keyword (example plugin in C)",
-    GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC,
-    keys, 2,
-    metrics, 1,
-    create, destroy,
-    &reward_api, NULL, NULL};
+static const grove_plugin_descriptor descriptor = {sizeof(grove_plugin_descriptor),
+                                                   GROVE_PLUGIN_KIND_REWARD,
+                                                   "keyword",
+                                                   "1.0.0",
+                                                   "1.0 when the completion contains the keyword (example plugin in C)",
+                                                   GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC,
+                                                   keys,
+                                                   2,
+                                                   metrics,
+                                                   1,
+                                                   create,
+                                                   destroy,
+                                                   &reward_api,
+                                                   NULL,
+                                                   NULL};
 
 static const grove_plugin_descriptor* const all_plugins[] = {&descriptor};
 static const grove_plugin_list plugin_list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all_plugins};

@@ -67,7 +67,7 @@ std::optional<bool> equation_holds(std::string_view text) {
 class WorkedSteps {
 public:
     explicit WorkedSteps(const grove::sdk::Config& config)
-        : min_steps_(config.get_int("min_steps", 1)), only_if_column_(config.get_string("only_if_column", "")) {
+            : min_steps_(config.get_int("min_steps", 1)), only_if_column_(config.get_string("only_if_column", "")) {
         // values are the plugin's to validate; naming the key lets the host point at the manifest line
         if (min_steps_ < 1) throw grove::sdk::config_error("min_steps", "must be at least 1");
     }

@@ -24,18 +24,19 @@ int eval(const std::vector<std::string>& args) {
         "data", po::value<std::string>(), "prompts: JSONL file or builtin:NAME (without a manifest)")(
         "reward", po::value<std::vector<std::string>>()->composing(), "PLUGIN[:weight] (repeatable; without a manifest)")(
         "greedy", "argmax decoding (default: sample at the manifest's temperature)")(
-        "samples", po::value<int64_t>()->default_value(1), "completions per prompt")(
-        "max-new-tokens", po::value<int64_t>(), "longest completion")(
-        "temperature", po::value<double>(), "sampling temperature")(
-        "limit", po::value<int64_t>()->default_value(0), "evaluate the first N prompts only")(
-        "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row")(
-        "save", po::value<std::string>(), "also write that JSON to a file")(
+        "samples", po::value<int64_t>()->default_value(1), "completions per prompt")("max-new-tokens", po::value<int64_t>(),
+                                                                                     "longest completion")(
+        "temperature", po::value<double>(), "sampling temperature")("limit", po::value<int64_t>()->default_value(0),
+                                                                    "evaluate the first N prompts only")(
+        "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row")("save", po::value<std::string>(),
+                                                                                             "also write that JSON to a file")(
         "compare", po::value<std::string>(), "a file from an earlier --save: print before, after and change");
     po::positional_options_description positional;
     positional.add("manifest", 1);
-    auto vm = parse("eval", args, options, positional,
-                    "(MANIFEST | --model DIR --data FILE|builtin:NAME --reward PLUGIN[:weight] ...) [--greedy|--samples K] [--json] "
-                    "[--save F.json] [--compare F.json]");
+    auto vm =
+        parse("eval", args, options, positional,
+              "(MANIFEST | --model DIR --data FILE|builtin:NAME --reward PLUGIN[:weight] ...) [--greedy|--samples K] [--json] "
+              "[--save F.json] [--compare F.json]");
     EvaluationRequest q;
     if (vm.count("manifest")) {
         std::vector<std::string> overrides;
@@ -54,7 +55,8 @@ int eval(const std::vector<std::string>& args) {
             if (colon != std::string::npos) {
                 char* end = nullptr;
                 double weight = std::strtod(spec.c_str() + colon + 1, &end);
-                if (*end) throw Error(ErrorKind::usage, "grove eval: --reward " + spec + ": the weight after ':' must be a number");
+                if (*end)
+                    throw Error(ErrorKind::usage, "grove eval: --reward " + spec + ": the weight after ':' must be a number");
                 use.plugin = spec.substr(0, colon);
                 use.weight = weight;
             }
@@ -71,17 +73,29 @@ int eval(const std::vector<std::string>& args) {
     q.samples = vm["samples"].as<int64_t>();
     q.limit = vm["limit"].as<int64_t>();
     if (q.samples < 1) throw Error(ErrorKind::usage, "grove eval: --samples must be >= 1");
-    if (q.sampling.greedy && q.samples > 1) throw Error(ErrorKind::usage, "grove eval: --greedy gives one completion per prompt; drop --samples");
+    if (q.sampling.greedy && q.samples > 1)
+        throw Error(ErrorKind::usage, "grove eval: --greedy gives one completion per prompt; drop --samples");
     EvaluationResult r = evaluate(q);
     size_t prompts = r.rows.size() / size_t(q.samples);
     json rows = json::array();
     for (const auto& row : r.rows)
-        rows.push_back({{"prompt", row.prompt}, {"completion", row.completion}, {"length", row.length},
-                        {"truncated", row.truncated}, {"rewards", row.rewards}});
-    json out = {{"model", q.model_dir}, {"data", q.data_source}, {"prompts", prompts}, {"samples", q.samples},
-                {"greedy", q.sampling.greedy}, {"reward", r.reward}, {"rewards", r.reward_mean}, {"mean_length", r.mean_length},
-                {"truncated_ratio", r.truncated_ratio}, {"accuracy", r.accuracy >= 0 ? json(r.accuracy) : json(nullptr)},
-                {"format_rate", r.format_rate >= 0 ? json(r.format_rate) : json(nullptr)}, {"rows", rows}};
+        rows.push_back({{"prompt", row.prompt},
+                        {"completion", row.completion},
+                        {"length", row.length},
+                        {"truncated", row.truncated},
+                        {"rewards", row.rewards}});
+    json out = {{"model", q.model_dir},
+                {"data", q.data_source},
+                {"prompts", prompts},
+                {"samples", q.samples},
+                {"greedy", q.sampling.greedy},
+                {"reward", r.reward},
+                {"rewards", r.reward_mean},
+                {"mean_length", r.mean_length},
+                {"truncated_ratio", r.truncated_ratio},
+                {"accuracy", r.accuracy >= 0 ? json(r.accuracy) : json(nullptr)},
+                {"format_rate", r.format_rate >= 0 ? json(r.format_rate) : json(nullptr)},
+                {"rows", rows}};
     std::string text = out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
     if (vm.count("save")) {
         std::string path = vm["save"].as<std::string>();
@@ -98,7 +112,8 @@ int eval(const std::vector<std::string>& args) {
     if (vm.count("compare")) {
         compared = vm["compare"].as<std::string>();
         std::ifstream in(compared);
-        if (!in) throw Error(ErrorKind::input, compared + ": cannot read the evaluation to compare with (write one with --save)");
+        if (!in)
+            throw Error(ErrorKind::input, compared + ": cannot read the evaluation to compare with (write one with --save)");
         try {
             before = json::parse(in);
         } catch (const json::exception& e) {
@@ -120,20 +135,23 @@ int eval(const std::vector<std::string>& args) {
         return s.str();
     };
     if (!compared.empty())
-        std::cout << "  " << std::left << std::setw(26) << "" << std::right << std::setw(9) << "before" << std::setw(10) << "after"
-                  << std::setw(10) << "change" << "   (before: " << compared << ")\n";
+        std::cout << "  " << std::left << std::setw(26) << "" << std::right << std::setw(9) << "before" << std::setw(10)
+                  << "after" << std::setw(10) << "change" << "   (before: " << compared << ")\n";
     auto row = [&](const std::string& name, double value, const json* previous, const std::string& note = "") {
         std::cout << "  " << std::left << std::setw(26) << name << std::right;
         if (!compared.empty()) {
             bool known = previous && previous->is_number();
             std::cout << std::setw(9) << (known ? number(previous->get<double>()) : "-") << std::setw(10) << number(value)
-                      << std::setw(10) << (known ? (value >= previous->get<double>() ? "+" : "") + number(value - previous->get<double>()) : "");
+                      << std::setw(10)
+                      << (known ? (value >= previous->get<double>() ? "+" : "") + number(value - previous->get<double>()) : "");
         } else {
             std::cout << std::setw(9) << number(value);
         }
         std::cout << (note.empty() ? "" : "   " + note) << "\n";
     };
-    auto field = [&](const json& j, const std::string& key) -> const json* { return j.is_object() && j.contains(key) ? &j[key] : nullptr; };
+    auto field = [&](const json& j, const std::string& key) -> const json* {
+        return j.is_object() && j.contains(key) ? &j[key] : nullptr;
+    };
     row("reward (weighted sum)", r.reward, field(before, "reward"));
     for (const auto& use : q.rewards) {
         const json* per = field(before, "rewards");
@@ -148,6 +166,4 @@ int eval(const std::vector<std::string>& args) {
 
 }  // namespace grove::cli
 
-namespace grove::cli {
-
-}  // namespace grove::cli
+namespace grove::cli {}  // namespace grove::cli

@@ -20,8 +20,8 @@ using nlohmann::json;
 int export_model(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("merge", po::value<std::string>()->required(), "the LoRA adapter folder (a checkpoint)")(
-        "base", po::value<std::string>()->required(), "the base model folder")(
-        "output", po::value<std::string>()->required(), "where to write the merged Hugging Face folder");
+        "base", po::value<std::string>()->required(), "the base model folder")("output", po::value<std::string>()->required(),
+                                                                               "where to write the merged Hugging Face folder");
     po::positional_options_description positional;
     positional.add("output", 1);
     auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR --base MODEL_DIR OUT_DIR");
@@ -38,10 +38,10 @@ int init_model(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("output", po::value<std::string>()->required(), "folder to write")(
         "tokenizer", po::value<std::string>()->required(), "folder with the tokenizer (its vocabulary sizes the model)")(
-        "hidden", po::value<int64_t>()->default_value(128), "hidden size")(
-        "layers", po::value<int64_t>()->default_value(4), "decoder layers")(
-        "heads", po::value<int64_t>()->default_value(4), "attention heads")(
-        "kv-heads", po::value<int64_t>()->default_value(2), "key/value heads")(
+        "hidden", po::value<int64_t>()->default_value(128), "hidden size")("layers", po::value<int64_t>()->default_value(4),
+                                                                           "decoder layers")(
+        "heads", po::value<int64_t>()->default_value(4), "attention heads")("kv-heads", po::value<int64_t>()->default_value(2),
+                                                                            "key/value heads")(
         "intermediate", po::value<int64_t>()->default_value(384), "MLP width")(
         "max-positions", po::value<int64_t>()->default_value(512), "longest sequence")(
         "seed", po::value<uint64_t>()->default_value(0), "initialisation seed");
@@ -75,7 +75,8 @@ int init_model(const std::vector<std::string>& args) {
     copy_tokenizer_files(tokenizer_dir, out);
     int64_t parameters = 0;
     for (const auto& [name, t] : model->named_parameters()) parameters += t.numel();
-    std::cout << "wrote " << out << ": a " << parameters << "-parameter Llama initialised with seed " << vm["seed"].as<uint64_t>() << "\n";
+    std::cout << "wrote " << out << ": a " << parameters << "-parameter Llama initialised with seed "
+              << vm["seed"].as<uint64_t>() << "\n";
     return 0;
 }
 

@@ -42,16 +42,16 @@ int generate(const std::vector<std::string>& args) {
         "chat", "wrap text prompts as a user message and apply the chat template")(
         "chat-template", po::value<std::string>()->default_value("auto"), "auto, chatml, llama3, llama2, plain")(
         "n", po::value<int64_t>()->default_value(1), "completions per prompt")(
-        "max-new-tokens", po::value<int64_t>()->default_value(128), "longest completion")(
-        "greedy", "argmax decoding")("temperature", po::value<double>()->default_value(1.0), "sampling temperature")(
-        "top-p", po::value<double>()->default_value(1.0), "nucleus mass")("top-k", po::value<int64_t>()->default_value(0),
-                                                                          "top-k; 0 disables")(
-        "min-p", po::value<double>()->default_value(0.0), "min-p; 0 disables")(
+        "max-new-tokens", po::value<int64_t>()->default_value(128), "longest completion")("greedy", "argmax decoding")(
+        "temperature", po::value<double>()->default_value(1.0), "sampling temperature")(
+        "top-p", po::value<double>()->default_value(1.0), "nucleus mass")(
+        "top-k", po::value<int64_t>()->default_value(0), "top-k; 0 disables")("min-p", po::value<double>()->default_value(0.0),
+                                                                              "min-p; 0 disables")(
         "repetition-penalty", po::value<double>()->default_value(1.0), "1 disables")(
         "seed", po::value<uint64_t>()->default_value(0), "sampling seed")(
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
-        "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")(
-        "json", "one JSON object per completion");
+        "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")("json",
+                                                                                            "one JSON object per completion");
     auto vm = parse("generate", args, options, {}, "--model DIR (--prompt TEXT | --input FILE.jsonl) [options]");
     if (vm.count("prompt") == vm.count("input"))
         throw Error(ErrorKind::usage, "grove generate: give exactly one of --prompt and --input");
@@ -62,8 +62,10 @@ int generate(const std::vector<std::string>& args) {
     auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     auto tokenizer = Tokenizer::load(folder);
     std::vector<PromptRow> rows;
-    if (vm.count("prompt")) rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
-    else rows = load_prompts(vm["input"].as<std::string>());
+    if (vm.count("prompt"))
+        rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
+    else
+        rows = load_prompts(vm["input"].as<std::string>());
     ChatTemplate family = chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config());
 
     std::vector<std::vector<int64_t>> prompts;
@@ -169,11 +171,4 @@ int logprobs(const std::vector<std::string>& args) {
 
 }  // namespace grove::cli
 
-namespace grove::cli {
-
-
-
-
-
-
-}  // namespace grove::cli
+namespace grove::cli {}  // namespace grove::cli

@@ -40,7 +40,8 @@ int free_loopback_port() {
     if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
         if (fd >= 0) ::close(fd);
-        throw Error(ErrorKind::runtime, std::string("--nproc: no free loopback port for the rendezvous: ") + std::strerror(errno));
+        throw Error(ErrorKind::runtime,
+                    std::string("--nproc: no free loopback port for the rendezvous: ") + std::strerror(errno));
     }
     int port = ntohs(address.sin_port);
     ::close(fd);
@@ -93,7 +94,8 @@ int launch_local_processes(int nproc, const std::vector<std::string>& command) {
             for (pid_t other : g_children)
                 if (other != pid) ::kill(other, SIGKILL);  // they would wait for the failed rank until the timeout
             size_t rank = size_t(std::find(g_children.begin(), g_children.end(), pid) - g_children.begin());
-            std::cerr << "grove: rank " << rank << " of " << nproc << " failed (exit " << code << "); the other ranks were stopped\n";
+            std::cerr << "grove: rank " << rank << " of " << nproc << " failed (exit " << code
+                      << "); the other ranks were stopped\n";
         }
     }
     ::signal(SIGINT, previous_int);

@@ -68,8 +68,7 @@ int run(int argc, char** argv) {
         return 0;
     }
     if (first == "--version" || first == "-V") {
-        std::cout << "grove " << grove::kGroveVersion << " (plugin ABI " << GROVE_ABI_MAJOR << "." << GROVE_ABI_MINOR
-                  << ")\n";
+        std::cout << "grove " << grove::kGroveVersion << " (plugin ABI " << GROVE_ABI_MAJOR << "." << GROVE_ABI_MINOR << ")\n";
         return 0;
     }
     std::vector<std::string> rest(args.begin() + 1, args.end());

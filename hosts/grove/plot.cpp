@@ -54,19 +54,21 @@ int plot(const std::vector<std::string>& args) {
     std::map<double, json> by_step;
     std::set<std::string> keys;
     fs::path metrics = run / "metrics.jsonl";
-    for_each_jsonl(metrics.string(), "the run's metrics (grove train or grove sft writes metrics.jsonl)", [&](json& row, const std::string& where) {
-        if (!row.is_object() || !row.contains("step") || !row["step"].is_number())
-            throw Error(ErrorKind::input, where + ": a metrics row needs a numeric \"step\"");
-        for (const auto& [key, value] : row.items())
-            if (value.is_number()) keys.insert(key);
-        double step = row["step"].get<double>();
-        by_step[step] = std::move(row);
-    });
+    for_each_jsonl(metrics.string(), "the run's metrics (grove train or grove sft writes metrics.jsonl)",
+                   [&](json& row, const std::string& where) {
+                       if (!row.is_object() || !row.contains("step") || !row["step"].is_number())
+                           throw Error(ErrorKind::input, where + ": a metrics row needs a numeric \"step\"");
+                       for (const auto& [key, value] : row.items())
+                           if (value.is_number()) keys.insert(key);
+                       double step = row["step"].get<double>();
+                       by_step[step] = std::move(row);
+                   });
     if (by_step.empty()) throw Error(ErrorKind::input, metrics.string() + ": no rows to plot yet");
 
     std::vector<std::string> rewards;
     for (const auto& key : keys)
-        if (key.rfind("rewards/", 0) == 0 && key.size() > 13 && key.compare(key.size() - 5, 5, "/mean") == 0) rewards.push_back(key);
+        if (key.rfind("rewards/", 0) == 0 && key.size() > 13 && key.compare(key.size() - 5, 5, "/mean") == 0)
+            rewards.push_back(key);
     std::vector<std::string> reward_lines = rewards;
     if (keys.count("reward")) reward_lines.insert(reward_lines.begin(), "reward");
     std::vector<Panel> panels = {
@@ -115,7 +117,8 @@ int plot(const std::vector<std::string>& args) {
             for (size_t c = 0; c < columns.size(); ++c) {
                 double sum = 0;
                 int count = 0;
-                for (size_t j = i >= size_t(window / 2) ? i - size_t(window / 2) : 0; j <= std::min(n - 1, i + size_t(window / 2)); ++j)
+                for (size_t j = i >= size_t(window / 2) ? i - size_t(window / 2) : 0;
+                     j <= std::min(n - 1, i + size_t(window / 2)); ++j)
                     if (std::isfinite(raw[c][j])) sum += raw[c][j], ++count;
                 auto cell = [](double v) { return std::isfinite(v) ? std::to_string(v) : std::string("NaN"); };
                 tsv << "\t" << cell(raw[c][i]) << "\t" << cell(count ? sum / count : NAN);
@@ -124,7 +127,8 @@ int plot(const std::vector<std::string>& args) {
         }
     }
     int cols = std::min<int>(4, int(shown.size())), rows = (int(shown.size()) + cols - 1) / cols;
-    std::string title = vm.count("title") ? vm["title"].as<std::string>() : fs::absolute(run).lexically_normal().filename().string();
+    std::string title =
+        vm.count("title") ? vm["title"].as<std::string>() : fs::absolute(run).lexically_normal().filename().string();
     if (title.empty()) title = fs::absolute(run).lexically_normal().parent_path().filename().string();
     {
         std::ofstream gp(script);
@@ -136,7 +140,8 @@ int plot(const std::vector<std::string>& args) {
            << "set xlabel 'step'\n"
            << "set multiplot layout " << rows << "," << cols << " title "
            << gnuplot_string(title + " (" + std::to_string(n) + " steps; lines: moving average over " + std::to_string(window) +
-                             " steps, dots: every step)") << "\n";
+                             " steps, dots: every step)")
+           << "\n";
         for (const auto& p : shown) {
             // a flat series (e.g. clip ratio 0 on-policy) gets a visible range instead of gnuplot's warning
             double lo = INFINITY, hi = -INFINITY;
@@ -164,8 +169,10 @@ int plot(const std::vector<std::string>& args) {
         gp << "unset multiplot\n";
     }
     if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
-        throw Error(ErrorKind::runtime, "grove plot needs gnuplot: apt-get install gnuplot-nox (make deps installs it). "
-                                        "The data and script are ready: " + data.string() + ", " + script.string());
+        throw Error(ErrorKind::runtime,
+                    "grove plot needs gnuplot: apt-get install gnuplot-nox (make deps installs it). "
+                    "The data and script are ready: " +
+                        data.string() + ", " + script.string());
     if (int rc = std::system(("gnuplot " + shell_quote(script.string())).c_str()); rc != 0)
         throw Error(ErrorKind::runtime, "gnuplot failed on " + script.string() + " (exit " + std::to_string(rc) + ")");
     std::cout << "wrote " << out.string() << " (" << n << " steps, " << shown.size() << " panels; data " << data.string()

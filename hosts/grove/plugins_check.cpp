@@ -31,14 +31,22 @@ std::string flags_text(uint64_t flags) {
 
 const char* value_type_text(uint32_t type) {
     switch (type) {
-        case GROVE_VALUE_STRING: return "string";
-        case GROVE_VALUE_INT: return "integer";
-        case GROVE_VALUE_FLOAT: return "number";
-        case GROVE_VALUE_BOOL: return "boolean";
-        case GROVE_VALUE_STRING_ARRAY: return "string array";
-        case GROVE_VALUE_INT_ARRAY: return "integer array";
-        case GROVE_VALUE_FLOAT_ARRAY: return "number array";
-        default: return "?";
+        case GROVE_VALUE_STRING:
+            return "string";
+        case GROVE_VALUE_INT:
+            return "integer";
+        case GROVE_VALUE_FLOAT:
+            return "number";
+        case GROVE_VALUE_BOOL:
+            return "boolean";
+        case GROVE_VALUE_STRING_ARRAY:
+            return "string array";
+        case GROVE_VALUE_INT_ARRAY:
+            return "integer array";
+        case GROVE_VALUE_FLOAT_ARRAY:
+            return "number array";
+        default:
+            return "?";
     }
 }
 
@@ -93,8 +101,8 @@ int plugins_info(const std::vector<std::string>& args) {
               << "  flags:   " << flags_text(p.flags) << "\n"
               << "  config keys:" << (p.keys.empty() ? " (none)" : "") << "\n";
     for (const auto& k : p.keys)
-        std::cout << "    " << std::left << std::setw(20) << k.name << std::setw(14) << value_type_text(k.type)
-                  << std::setw(28) << (k.required ? "required" : "default " + std::string(k.default_text ? k.default_text : "-"))
+        std::cout << "    " << std::left << std::setw(20) << k.name << std::setw(14) << value_type_text(k.type) << std::setw(28)
+                  << (k.required ? "required" : "default " + std::string(k.default_text ? k.default_text : "-"))
                   << (k.help ? k.help : "") << "\n";
     if (!p.metric_names.empty()) {
         std::cout << "  metrics:";
@@ -115,8 +123,8 @@ int plugins_score(const std::vector<std::string>& args) {
         "seed", po::value<uint64_t>()->default_value(0), "the batch seed the plugin sees");
     po::positional_options_description positional;
     positional.add("plugin", 1);
-    auto vm = parse("plugins score", args, options, positional,
-                    "NAME|PATH --input ROWS.jsonl [--config TOML] [--num-generations G]");
+    auto vm =
+        parse("plugins score", args, options, positional, "NAME|PATH --input ROWS.jsonl [--config TOML] [--num-generations G]");
     const std::string input = vm["input"].as<std::string>();
     grove::PluginHost host(grove::plugin_search_path({}));
     grove::PluginInfo info = host.find(vm["plugin"].as<std::string>(), GROVE_PLUGIN_KIND_REWARD);
@@ -129,24 +137,25 @@ int plugins_score(const std::vector<std::string>& args) {
     if (rows.num_generations == 0) throw Error(ErrorKind::usage, "--num-generations must be at least 1");
     grove::for_each_jsonl(input, "the rows to score (JSONL with a \"completion\" column)",
                           [&](nlohmann::json& row, const std::string& where) {
-        if (!row.is_object() || !row.contains("completion") || !row["completion"].is_string())
-            throw Error(ErrorKind::input, where + ": the row needs a text \"completion\"");
-        std::string completion = row["completion"], prompt = row.value("prompt", std::string());
-        bool truncated = row.value("truncated", false);
-        // without a tokenizer the token ids are the completion's UTF-8 bytes unless the row gives them
-        std::vector<int32_t> ids;
-        if (row.contains("completion_ids")) {
-            try {
-                ids = row["completion_ids"].get<std::vector<int32_t>>();
-            } catch (const nlohmann::json::exception&) {
-                throw Error(ErrorKind::input, where + ": \"completion_ids\" must be a list of integers");
-            }
-        } else {
-            for (unsigned char c : completion) ids.push_back(c);
-        }
-        for (const char* column : {"completion", "prompt", "truncated", "completion_ids"}) row.erase(column);
-        rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump());
-    });
+                              if (!row.is_object() || !row.contains("completion") || !row["completion"].is_string())
+                                  throw Error(ErrorKind::input, where + ": the row needs a text \"completion\"");
+                              std::string completion = row["completion"], prompt = row.value("prompt", std::string());
+                              bool truncated = row.value("truncated", false);
+                              // without a tokenizer the token ids are the completion's UTF-8 bytes unless the row gives them
+                              std::vector<int32_t> ids;
+                              if (row.contains("completion_ids")) {
+                                  try {
+                                      ids = row["completion_ids"].get<std::vector<int32_t>>();
+                                  } catch (const nlohmann::json::exception&) {
+                                      throw Error(ErrorKind::input, where + ": \"completion_ids\" must be a list of integers");
+                                  }
+                              } else {
+                                  for (unsigned char c : completion) ids.push_back(c);
+                              }
+                              for (const char* column : {"completion", "prompt", "truncated", "completion_ids"})
+                                  row.erase(column);
+                              rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump());
+                          });
     if (rows.size() == 0) throw Error(ErrorKind::input, input + ": no rows to score");
     if (rows.size() % rows.num_generations != 0)
         throw Error(ErrorKind::input, input + ": " + std::to_string(rows.size()) + " rows do not form groups of " +
@@ -177,7 +186,8 @@ int check(const std::vector<std::string>& args) {
 
     grove::PluginHost host(grove::plugin_search_path(manifest.strings("plugin_dirs")));
     std::vector<grove::PluginInstance> instances;
-    for (const auto& reward : manifest.rewards()) instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
+    for (const auto& reward : manifest.rewards())
+        instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
     instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
 

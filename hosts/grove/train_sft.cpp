@@ -27,8 +27,8 @@ int train(const std::vector<std::string>& args) {
         "nproc", po::value<int>()->default_value(1), "train with N local processes (torch.distributed, Gloo)");
     po::positional_options_description positional;
     positional.add("manifest", 1);
-    auto vm = parse("train", args, options, positional,
-                    "MANIFEST [--set k=v ...] [--resume [DIR|latest]] [--overwrite] [--nproc N]");
+    auto vm =
+        parse("train", args, options, positional, "MANIFEST [--set k=v ...] [--resume [DIR|latest]] [--overwrite] [--nproc N]");
     std::vector<std::string> overrides;
     if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
     int nproc = vm["nproc"].as<int>();
@@ -37,8 +37,10 @@ int train(const std::vector<std::string>& args) {
         Manifest::load(vm["manifest"].as<std::string>(), overrides, nproc);  // one clear error before any rank starts
         std::vector<std::string> command{"train"};
         for (size_t i = 0; i < args.size(); ++i) {
-            if (args[i] == "--nproc") ++i;  // the ranks run one process each
-            else if (args[i].rfind("--nproc=", 0) != 0) command.push_back(args[i]);
+            if (args[i] == "--nproc")
+                ++i;  // the ranks run one process each
+            else if (args[i].rfind("--nproc=", 0) != 0)
+                command.push_back(args[i]);
         }
         return launch_local_processes(nproc, command);
     }
@@ -64,15 +66,16 @@ int train(const std::vector<std::string>& args) {
     Trainer trainer(manifest, o);
     if (o.rank == 0)
         std::cerr << "grove: training " << manifest.path() << ": " << trainer.total_steps() << " steps, output "
-                  << manifest.string("output.dir") << (o.world_size > 1 ? ", " + std::to_string(o.world_size) + " processes" : "")
-                  << "\n";
+                  << manifest.string("output.dir")
+                  << (o.world_size > 1 ? ", " + std::to_string(o.world_size) + " processes" : "") << "\n";
     trainer.run();  // prints its own summary
     return 0;
 }
 
 int sft(const std::vector<std::string>& args) {
     po::options_description options("options");
-    options.add_options()("manifest", po::value<std::string>()->required(), "model, data (with a completion column), train, output")(
+    options.add_options()("manifest", po::value<std::string>()->required(),
+                          "model, data (with a completion column), train, output")(
         "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)");
     po::positional_options_description positional;
     positional.add("manifest", 1);

@@ -17,9 +17,9 @@ struct Bnpo {
         for (size_t i = 0; i < n; ++i) weight[i] = float(c.mask[i] * scale);
     }
 };
-constexpr auto kBnpo = grove::sdk::reduction_descriptor<Bnpo>(
-    "bnpo", "1.0.0", "token mean over the local micro-batch (not split-invariant)",
-    GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, grove::sdk::kNoKeys);
+constexpr auto kBnpo =
+    grove::sdk::reduction_descriptor<Bnpo>("bnpo", "1.0.0", "token mean over the local micro-batch (not split-invariant)",
+                                           GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, grove::sdk::kNoKeys);
 }  // namespace
 
 GROVE_PLUGIN_LIBRARY(&kBnpo)

@@ -176,8 +176,10 @@ std::optional<double> parse_number(std::string_view s) {
     bool has_sign = consume_sign(s, negative);
     if ((consume(s, "\\$") || consume(s, "$")) && !has_sign) consume_sign(s, negative);  // "-$5" or "$-5"
     // a trailing percent sign is ignored, see the header
-    if (s.size() >= 2 && s.substr(s.size() - 2) == "\\%") s.remove_suffix(2);
-    else if (!s.empty() && s.back() == '%') s.remove_suffix(1);
+    if (s.size() >= 2 && s.substr(s.size() - 2) == "\\%")
+        s.remove_suffix(2);
+    else if (!s.empty() && s.back() == '%')
+        s.remove_suffix(1);
     s = trim(s);
     std::optional<double> value;
     if (consume(s, "\\frac") || consume(s, "\\dfrac") || consume(s, "\\tfrac")) {
@@ -203,13 +205,12 @@ std::optional<double> parse_number(std::string_view s) {
 }
 
 // the last number written in prose (see the header)
-constexpr const char* kNumberPattern =
-    R"((?<!\d)(?<!\d\.))"                       // not inside a digit run or a decimal
-    R"((?:(?<![\p{L}\p{N}_])[-+\x{2212}])?)"    // a sign, not after a letter or digit
-    R"((?:\\?\$)?)"                             // currency
-    R"((?:\d{1,3}(?:,\d{3})+(?!\d)|\d+))"       // 1,234,567 or 1234567
-    R"((?:\.\d+)?(?:[eE][-+]?\d+)?)"            // decimals, exponent
-    R"((?:\\?%)?)";                             // percent
+constexpr const char* kNumberPattern = R"((?<!\d)(?<!\d\.))"                     // not inside a digit run or a decimal
+                                       R"((?:(?<![\p{L}\p{N}_])[-+\x{2212}])?)"  // a sign, not after a letter or digit
+                                       R"((?:\\?\$)?)"                           // currency
+                                       R"((?:\d{1,3}(?:,\d{3})+(?!\d)|\d+))"     // 1,234,567 or 1234567
+                                       R"((?:\.\d+)?(?:[eE][-+]?\d+)?)"          // decimals, exponent
+                                       R"((?:\\?%)?)";                           // percent
 
 // ---- text -------------------------------------------------------------------------------------
 std::string normalise_text(std::string_view text) {
@@ -246,12 +247,12 @@ double finite_float(const grove::sdk::Config& config, const char* key, double fa
 
 struct Correctness {
     explicit Correctness(const grove::sdk::Config& config)
-        : extract_(config.get_string("extract", "auto")),
-          compare_(config.get_string("compare", "auto")),
-          column_(config.get_string("reference_column", "answer")),
-          tolerance_(config.get_float("tolerance", 1e-6)),
-          score_correct_(finite_float(config, "score_correct", 1.0)),
-          score_wrong_(finite_float(config, "score_wrong", 0.0)) {
+            : extract_(config.get_string("extract", "auto")),
+              compare_(config.get_string("compare", "auto")),
+              column_(config.get_string("reference_column", "answer")),
+              tolerance_(config.get_float("tolerance", 1e-6)),
+              score_correct_(finite_float(config, "score_correct", 1.0)),
+              score_wrong_(finite_float(config, "score_wrong", 0.0)) {
         if (extract_ != "auto" && extract_ != "answer_tag" && extract_ != "boxed" && extract_ != "last_number")
             throw config_error("extract", "'" + extract_ + "' is not valid; use auto, answer_tag, boxed or last_number");
         if (compare_ != "auto" && compare_ != "numeric" && compare_ != "text")
@@ -318,8 +319,8 @@ struct Correctness {
                                         "row " + std::to_string(i) + ": the dataset row is not valid JSON: " + e.what());
             }
             if (!row.is_object())
-                throw grove::sdk::Error(GROVE_ERROR_INVALID_ARGUMENT, "row " + std::to_string(i) +
-                                                                          ": the dataset row is not a JSON object");
+                throw grove::sdk::Error(GROVE_ERROR_INVALID_ARGUMENT,
+                                        "row " + std::to_string(i) + ": the dataset row is not a JSON object");
             auto it = row.find(column_);
             if (it == row.end() || it->is_null()) continue;  // NaN: no reference
             std::string reference = it->is_string() ? it->get<std::string>() : it->dump();

@@ -19,8 +19,10 @@ namespace {
 struct Dapo {
     explicit Dapo(const grove::sdk::Config& config) {
         std::string normalizer = config.get_string("normalizer", "optimizer_window");
-        if (normalizer == "optimizer_window") use_window_ = true;
-        else if (normalizer == "generation_batch") use_window_ = false;
+        if (normalizer == "optimizer_window")
+            use_window_ = true;
+        else if (normalizer == "generation_batch")
+            use_window_ = false;
         else
             throw grove::sdk::config_error("normalizer", "'" + normalizer +
                                                              "' is not a normalizer; use \"optimizer_window\" (default) "

@@ -51,16 +51,18 @@ double finite_float(const grove::sdk::Config& config, const char* key, double fa
 
 struct Format {
     explicit Format(const grove::sdk::Config& config)
-        : full_match_(config.get_bool("full_match", true)),
-          score_match_(finite_float(config, "score_match", 1.0)),
-          score_miss_(finite_float(config, "score_miss", 0.0)) {
+            : full_match_(config.get_bool("full_match", true)),
+              score_match_(finite_float(config, "score_match", 1.0)),
+              score_miss_(finite_float(config, "score_miss", 0.0)) {
         std::string preset = config.get_string("preset", "think_answer");
         std::string pattern;
-        if (preset == "think_answer") pattern = kThinkAnswer;
-        else if (preset == "think") pattern = kThink;
+        if (preset == "think_answer")
+            pattern = kThinkAnswer;
+        else if (preset == "think")
+            pattern = kThink;
         else
-            throw config_error("preset", "unknown preset '" + preset +
-                                             "'; valid presets are \"think_answer\" and \"think\" (or set pattern)");
+            throw config_error(
+                "preset", "unknown preset '" + preset + "'; valid presets are \"think_answer\" and \"think\" (or set pattern)");
         std::string key = "preset";
         if (config.has("pattern")) {
             pattern = config.get_string("pattern", "");
@@ -72,8 +74,8 @@ struct Format {
         if (full_match_) options |= PCRE2_ANCHORED | PCRE2_ENDANCHORED;
         int error = 0;
         PCRE2_SIZE offset = 0;
-        pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
-                                         &offset, nullptr);
+        pcre2_code* code =
+            pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
         if (!code)
             throw config_error(key, "the regex does not compile at offset " + std::to_string(offset) + ": " +
                                         pcre2_message(error) + "; give a PCRE2 regular expression");
@@ -85,8 +87,8 @@ struct Format {
         // per call, so that concurrent calls share nothing mutable (the plugin is THREAD_SAFE)
         std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
             pcre2_match_data_create_from_pattern(code_.get(), nullptr), &pcre2_match_data_free);
-        std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(
-            pcre2_match_context_create(nullptr), &pcre2_match_context_free);
+        std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(pcre2_match_context_create(nullptr),
+                                                                                          &pcre2_match_context_free);
         std::unique_ptr<pcre2_jit_stack, decltype(&pcre2_jit_stack_free)> stack(nullptr, &pcre2_jit_stack_free);
         if (!data || !context) throw std::bad_alloc();
         if (jit_) {
@@ -98,12 +100,12 @@ struct Format {
         for (uint32_t i = 0; i < batch.count; ++i) {
             const grove_text& text = batch.completions[i];
             static const char empty[] = "";
-            int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data ? text.data : empty), text.size,
-                                 0, 0, data.get(), context.get());
+            int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data ? text.data : empty), text.size, 0, 0,
+                                 data.get(), context.get());
             if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
-                throw grove::sdk::Error(GROVE_ERROR_UNSUPPORTED,
-                                        "row " + std::to_string(i) + ": PCRE2 could not finish matching (" +
-                                            pcre2_message(rc) + "); simplify the pattern");
+                throw grove::sdk::Error(GROVE_ERROR_UNSUPPORTED, "row " + std::to_string(i) +
+                                                                     ": PCRE2 could not finish matching (" + pcre2_message(rc) +
+                                                                     "); simplify the pattern");
             bool matched = rc >= 0;
             out.scores[i] = float(matched ? score_match_ : score_miss_);
             if (out.metrics && out.metric_count >= 1) out.metrics[i] = matched ? 1.0f : 0.0f;

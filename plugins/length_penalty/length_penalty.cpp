@@ -25,8 +25,7 @@ using grove::sdk::config_error;
 struct LengthPenalty {
     explicit LengthPenalty(const grove::sdk::Config& config) : mode_(config.get_string("mode", "overlong")) {
         auto forbid = [&](const char* key) {
-            if (config.has(key))
-                throw config_error(key, std::string("'") + key + "' does not apply to mode \"" + mode_ + "\"");
+            if (config.has(key)) throw config_error(key, std::string("'") + key + "' does not apply to mode \"" + mode_ + "\"");
         };
         if (mode_ == "overlong") {
             forbid("target");
@@ -48,8 +47,10 @@ struct LengthPenalty {
             scale_ = config.get_float("scale", 1.0);
             if (!(scale_ > 0) || !std::isfinite(scale_)) throw config_error("scale", "must be > 0 and finite");
             std::string unit = config.get_string("unit", "tokens");
-            if (unit == "characters") characters_ = true;
-            else if (unit != "tokens") throw config_error("unit", "'" + unit + "' is not valid; use tokens or characters");
+            if (unit == "characters")
+                characters_ = true;
+            else if (unit != "tokens")
+                throw config_error("unit", "'" + unit + "' is not valid; use tokens or characters");
         } else {
             throw config_error("mode", "'" + mode_ + "' is not valid; use overlong or target");
         }

@@ -15,11 +15,11 @@ using grove::sdk::config_error;
 
 struct Lora {
     explicit Lora(const grove::sdk::Config& config)
-        : r(config.get_int("r", 8)),
-          alpha(config.get_float("alpha", 8.0)),
-          dropout(config.get_float("dropout", 0.0)),
-          use_rslora(config.get_bool("use_rslora", false)),
-          targets(config.get_strings("target_modules", {"q_proj", "v_proj"})) {
+            : r(config.get_int("r", 8)),
+              alpha(config.get_float("alpha", 8.0)),
+              dropout(config.get_float("dropout", 0.0)),
+              use_rslora(config.get_bool("use_rslora", false)),
+              targets(config.get_strings("target_modules", {"q_proj", "v_proj"})) {
         if (r <= 0) throw config_error("r", "the rank must be a positive integer (typical: 8, 16, 64)");
         if (!(alpha > 0)) throw config_error("alpha", "must be > 0 (typical: r or 2*r)");
         if (!(dropout >= 0 && dropout < 1)) throw config_error("dropout", "must be in [0, 1)");
@@ -52,11 +52,20 @@ struct Lora {
     void detach(void*) {}
     std::string saved_config_json() const {
         // PEFT LoraConfig fields (peft >= 0.7); base_model_name_or_path is filled in by the host
-        nlohmann::json j = {{"peft_type", "LORA"},       {"task_type", "CAUSAL_LM"},  {"r", r},
-                            {"lora_alpha", alpha},       {"lora_dropout", dropout},   {"use_rslora", use_rslora},
-                            {"target_modules", targets.size() == 1 && targets[0] == "all-linear" ? nlohmann::json("all-linear") : nlohmann::json(targets)},
-                            {"bias", "none"},            {"fan_in_fan_out", false},   {"inference_mode", true},
-                            {"init_lora_weights", true}, {"modules_to_save", nullptr}, {"base_model_name_or_path", nullptr}};
+        nlohmann::json j = {{"peft_type", "LORA"},
+                            {"task_type", "CAUSAL_LM"},
+                            {"r", r},
+                            {"lora_alpha", alpha},
+                            {"lora_dropout", dropout},
+                            {"use_rslora", use_rslora},
+                            {"target_modules", targets.size() == 1 && targets[0] == "all-linear" ? nlohmann::json("all-linear")
+                                                                                                 : nlohmann::json(targets)},
+                            {"bias", "none"},
+                            {"fan_in_fan_out", false},
+                            {"inference_mode", true},
+                            {"init_lora_weights", true},
+                            {"modules_to_save", nullptr},
+                            {"base_model_name_or_path", nullptr}};
         return j.dump(2);
     }
 
@@ -76,9 +85,9 @@ const grove_config_key kLoraKeys[] = {
                     "linear layers to adapt by name, or [\"all-linear\"] (all but lm_head)"),
     grove::sdk::key("use_rslora", GROVE_VALUE_BOOL, "false", "rank-stabilised scaling alpha / sqrt(r)"),
 };
-constexpr auto kLora = grove::sdk::adapter_descriptor<Lora>(
-    "lora", "1.0.0", "low-rank adapters on selected linear layers, saved in PEFT's layout",
-    GROVE_PLUGIN_DETERMINISTIC, kLoraKeys);
+constexpr auto kLora =
+    grove::sdk::adapter_descriptor<Lora>("lora", "1.0.0", "low-rank adapters on selected linear layers, saved in PEFT's layout",
+                                         GROVE_PLUGIN_DETERMINISTIC, kLoraKeys);
 }  // namespace
 
 GROVE_PLUGIN_LIBRARY(&kLora)

@@ -48,19 +48,18 @@ TEST(CustomRewardExample, RequiredKeyAndItsValidation) {
 
 // The C++ example (worked_steps_reward.cpp): the share of true equations inside <think>.
 namespace {
-const std::string kCppPlugin =
-    std::string(GROVE_TEST_BINARY_DIR) + "/examples/custom-reward/build/libworked_steps_reward.so";
+const std::string kCppPlugin = std::string(GROVE_TEST_BINARY_DIR) + "/examples/custom-reward/build/libworked_steps_reward.so";
 }
 
 TEST(CustomRewardExample, WorkedStepsScoresTheShareOfTrueEquations) {
     std::vector<grove::test::RewardRow> rows(7);
-    rows[0].completion = "<think>7+8=15 3+4+1=8</think><answer>85</answer>";     // both true
-    rows[1].completion = "<think>7+8=15 3+4+1=9</think><answer>95</answer>";     // one slip
-    rows[2].completion = "<think>13-8=5 4-2-1=1</think><answer>15</answer>";     // borrow notation
+    rows[0].completion = "<think>7+8=15 3+4+1=8</think><answer>85</answer>";             // both true
+    rows[1].completion = "<think>7+8=15 3+4+1=9</think><answer>95</answer>";             // one slip
+    rows[2].completion = "<think>13-8=5 4-2-1=1</think><answer>15</answer>";             // borrow notation
     rows[3].completion = "<think>7*6=42 3*6+4=22 2+3*4=14</think><answer>222</answer>";  // * before +
-    rows[4].completion = "<answer>85</answer>";                                  // no <think>
-    rows[5].completion = "<think>carry the one, 7+8 is 15</think>";              // words, no equation
-    rows[6].completion = "<think>99999999999999999999+1=1</think>";              // overflow is not an equation
+    rows[4].completion = "<answer>85</answer>";                                          // no <think>
+    rows[5].completion = "<think>carry the one, 7+8 is 15</think>";                      // words, no equation
+    rows[6].completion = "<think>99999999999999999999+1=1</think>";                      // overflow is not an equation
     auto result = grove::test::score_rewards(kCppPlugin, "", rows, 1);
     ASSERT_EQ(result.scores.size(), 7u);
     EXPECT_FLOAT_EQ(result.scores[0], 1.0f);
@@ -111,12 +110,12 @@ std::string write_rows(const std::string& name, const std::string& text) {
 
 TEST(CustomRewardExample, PluginsScoreCommandPrintsOneLinePerRow) {
     std::string rows = write_rows("score_rows.jsonl",
-        "{\"completion\": \"<think>7+8=15 3+4+1=8</think><answer>85</answer>\", \"answer\": \"85\"}\n"
-        "{\"completion\": \"<think>7+8=15 3+4+1=9</think><answer>95</answer>\", \"answer\": \"85\"}\n"
-        "\n"
-        "{\"completion\": \"<answer>85</answer>\"}\n");
-    auto r = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + rows +
-                                    " --config 'only_if_column = \"answer\"'");
+                                  "{\"completion\": \"<think>7+8=15 3+4+1=8</think><answer>85</answer>\", \"answer\": \"85\"}\n"
+                                  "{\"completion\": \"<think>7+8=15 3+4+1=9</think><answer>95</answer>\", \"answer\": \"85\"}\n"
+                                  "\n"
+                                  "{\"completion\": \"<answer>85</answer>\"}\n");
+    auto r =
+        grove::test::run_grove("plugins score " + kCppPlugin + " --input " + rows + " --config 'only_if_column = \"answer\"'");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_EQ(r.out,
               "{\"metrics\":{\"steps\":2.0},\"row\":0,\"score\":1.0}\n"
@@ -136,7 +135,8 @@ TEST(CustomRewardExample, PluginsScoreCommandErrorsNameTheProblem) {
     EXPECT_EQ(missing.exit_code, 5) << missing.out;
     EXPECT_NE(missing.out.find("score_bad.jsonl:2: the row needs a text \"completion\""), std::string::npos) << missing.out;
 
-    std::string three = write_rows("score_three.jsonl", "{\"completion\": \"a\"}\n{\"completion\": \"b\"}\n{\"completion\": \"c\"}\n");
+    std::string three =
+        write_rows("score_three.jsonl", "{\"completion\": \"a\"}\n{\"completion\": \"b\"}\n{\"completion\": \"c\"}\n");
     auto groups = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + three + " --num-generations 2");
     EXPECT_EQ(groups.exit_code, 5) << groups.out;
     EXPECT_NE(groups.out.find("3 rows do not form groups of 2"), std::string::npos) << groups.out;

@@ -25,13 +25,15 @@ nlohmann::json reference_json() {
 
 TEST(CliModel, GenerateGreedyMatchesTransformersPlainAndChat) {
     auto ref = reference_json();
-    auto plain = run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --greedy --max-new-tokens 6 --json --device cpu");
+    auto plain =
+        run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --greedy --max-new-tokens 6 --json --device cpu");
     ASSERT_EQ(plain.exit_code, 0) << plain.out;
     auto row = nlohmann::json::parse(plain.out);
     EXPECT_EQ(row["prompt_ids"], ref["plain"]["prompt_ids"]);
     EXPECT_EQ(row["completion_ids"], ref["plain"]["completion_ids"]);
     EXPECT_EQ(row["logprobs"].size(), 6u);
-    auto chat = run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --chat --greedy --max-new-tokens 6 --json");
+    auto chat =
+        run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --chat --greedy --max-new-tokens 6 --json");
     ASSERT_EQ(chat.exit_code, 0) << chat.out;
     row = nlohmann::json::parse(chat.out);
     EXPECT_EQ(row["prompt_ids"], ref["chat"]["prompt_ids"]);  // apply_chat_template + tokenizer
@@ -39,7 +41,8 @@ TEST(CliModel, GenerateGreedyMatchesTransformersPlainAndChat) {
 }
 
 TEST(CliModel, GenerateSeveralSamplesIsSeeded) {
-    std::string args = "generate --model " + kModel + " --prompt 'Hello' --n 3 --max-new-tokens 5 --temperature 1.5 --json --seed ";
+    std::string args =
+        "generate --model " + kModel + " --prompt 'Hello' --n 3 --max-new-tokens 5 --temperature 1.5 --json --seed ";
     auto a = run_grove(args + "11"), b = run_grove(args + "11");
     ASSERT_EQ(a.exit_code, 0) << a.out;
     EXPECT_EQ(a.out, b.out);
@@ -82,7 +85,8 @@ TEST(CliModel, BadInputNamesFileAndLine) {
     std::ofstream(input) << "{\"prompt_ids\": [5], \"completion_ids\": [6]}\n{\"text\": \"no prompt\"}\n";
     auto r = run_grove("logprobs --model " + kModel + " --input " + input);
     EXPECT_EQ(r.exit_code, 5);
-    EXPECT_NE(r.out.find("bad_input.jsonl:2: need prompt_ids + completion_ids, or prompt + completion"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("bad_input.jsonl:2: need prompt_ids + completion_ids, or prompt + completion"), std::string::npos)
+        << r.out;
     std::ofstream(input) << "{\"prompt_ids\": [5], \"completion_ids\": [99999]}\n";
     r = run_grove("logprobs --model " + kModel + " --input " + input);
     EXPECT_EQ(r.exit_code, 5);

@@ -22,9 +22,14 @@ std::string make_run(const std::string& name) {
     fs::create_directories(dir);
     std::ofstream metrics(dir + "/metrics.jsonl");
     for (int step = 1; step <= 10; ++step) {
-        nlohmann::json row = {{"step", step},         {"reward", 0.5 + 0.1 * step}, {"rewards/correctness/mean", 0.1 * step},
-                              {"rewards/format/mean", 1.0}, {"kl", 0.01 * step},      {"grad_norm", 2.0},
-                              {"entropy", 1.5},       {"completions/mean_length", 20}};
+        nlohmann::json row = {{"step", step},
+                              {"reward", 0.5 + 0.1 * step},
+                              {"rewards/correctness/mean", 0.1 * step},
+                              {"rewards/format/mean", 1.0},
+                              {"kl", 0.01 * step},
+                              {"grad_norm", 2.0},
+                              {"entropy", 1.5},
+                              {"completions/mean_length", 20}};
         metrics << row.dump() << "\n";
         if (step == 5) {  // a resumed run repeats step 5: the later row is the one plotted
             row["rewards/correctness/mean"] = 0.9;

@@ -54,8 +54,8 @@ TEST(Lora, ForwardEqualsBasePlusScaledLowRankUpdate) {
         }
         at::Tensor x = at::randn({3, 2, 5});
         double scaling = rslora ? 8.0 / 2.0 : 8.0 / 4.0;
-        at::Tensor expected = at::linear(x, layer.weight, *layer.bias) +
-                              scaling * at::matmul(at::matmul(x, A.detach().t()), B.detach().t());
+        at::Tensor expected =
+            at::linear(x, layer.weight, *layer.bias) + scaling * at::matmul(at::matmul(x, A.detach().t()), B.detach().t());
         EXPECT_TRUE(at::allclose(adapted->forward(x), expected, 1e-5, 1e-6)) << (rslora ? "rslora" : "lora");
     }
 }

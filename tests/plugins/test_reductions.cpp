@@ -29,9 +29,8 @@ struct Batch {
     }
 };
 
-grove_reduction_context context(const Batch& b, uint32_t accumulation, uint32_t steps_per_generation,
-                                double generation_tokens, double window_tokens, uint32_t world_size = 1,
-                                uint32_t max_completion_length = 0) {
+grove_reduction_context context(const Batch& b, uint32_t accumulation, uint32_t steps_per_generation, double generation_tokens,
+                                double window_tokens, uint32_t world_size = 1, uint32_t max_completion_length = 0) {
     grove_reduction_context c{};
     c.struct_size = sizeof(c);
     c.rows = b.rows;
@@ -183,10 +182,10 @@ TEST(Reductions, DapoWindowNormaliserIsExactWhenStepsPerGenerationExceedsAccumul
         double token_sum = 0;
         for (const Batch* part : {&a, &b})
             for (size_t i = 0; i < part->loss.size(); ++i) token_sum += part->mask[i] * part->loss[i];
-        double exact_loss = weighted_loss(exact, a, context(a, 2, 4, total, window)) +
-                            weighted_loss(exact, b, context(b, 2, 4, total, window));
-        double trl_loss = weighted_loss(trl, a, context(a, 2, 4, total, window)) +
-                          weighted_loss(trl, b, context(b, 2, 4, total, window));
+        double exact_loss =
+            weighted_loss(exact, a, context(a, 2, 4, total, window)) + weighted_loss(exact, b, context(b, 2, 4, total, window));
+        double trl_loss =
+            weighted_loss(trl, a, context(a, 2, 4, total, window)) + weighted_loss(trl, b, context(b, 2, 4, total, window));
         EXPECT_NEAR(exact_loss, token_sum / window, 1e-6);
         EXPECT_NEAR(trl_loss, token_sum / total, 1e-6);
         EXPECT_GT(std::abs(exact_loss - trl_loss), 1e-4);  // the difference is real

@@ -46,15 +46,15 @@ TEST(FormatReward, ThinkAnswerPreset) {
     } cases[] = {
         {"<think>7 + 8 = 15</think><answer>15</answer>", 1},
         {"<think>multi\nline\nreasoning</think>\n<answer>15</answer>\n", 1},  // newlines between and after
-        {"<think>答案很简单 🙂</think><answer>四十二</answer>", 1},             // unicode inside
-        {"<think>café, naïve, Ærø</think> <answer>déjà vu</answer>", 1},       // accented letters, a space
+        {"<think>答案很简单 🙂</think><answer>四十二</answer>", 1},           // unicode inside
+        {"<think>café, naïve, Ærø</think> <answer>déjà vu</answer>", 1},      // accented letters, a space
         {" \t\n<think>x</think>\t<answer>1</answer>\n\n", 1},                 // whitespace around the blocks
-        {"<think>x</think><answer></answer>", 1},                              // empty blocks still have the format
-        {"<answer>15</answer>", 0},                                            // no think block
-        {"<think>x</think>", 0},                                               // no answer
-        {"Sure! <think>x</think><answer>1</answer>", 0},                       // text before
-        {"<think>x</think><answer>1</answer> trailing words", 0},              // text after
-        {"", 0},                                                               // empty completion
+        {"<think>x</think><answer></answer>", 1},                             // empty blocks still have the format
+        {"<answer>15</answer>", 0},                                           // no think block
+        {"<think>x</think>", 0},                                              // no answer
+        {"Sure! <think>x</think><answer>1</answer>", 0},                      // text before
+        {"<think>x</think><answer>1</answer> trailing words", 0},             // text after
+        {"", 0},                                                              // empty completion
     };
     std::vector<RewardRow> rows;
     for (const auto& c : cases) rows.push_back(completion(c.text));
@@ -74,9 +74,9 @@ TEST(FormatReward, TruncatedCompletionsGetNoSpecialCase) {
 }
 
 TEST(FormatReward, TrlThinkPresetRejectsNestedThink) {
-    auto result = score_rewards("format", "preset = \"think\"",
-                                {completion("<think>a</think> rest"), completion("<think>a<think>b</think>"),
-                                 completion("no tags")});
+    auto result =
+        score_rewards("format", "preset = \"think\"",
+                      {completion("<think>a</think> rest"), completion("<think>a<think>b</think>"), completion("no tags")});
     EXPECT_EQ(result.scores, (std::vector<float>{1, 0, 0}));
 }
 
@@ -90,7 +90,8 @@ TEST(FormatReward, CustomPatternScoresAndSearchMode) {
     auto unicode = score_rewards("format", "pattern = '\\p{L}+'", {completion("Ärger"), completion("東京"), completion("a1")});
     EXPECT_EQ(unicode.scores, (std::vector<float>{1, 1, 0}));
     // UCP: \w is Unicode-aware; '.' is one code point, so an emoji is one character
-    auto ucp = score_rewards("format", "pattern = '\\w+ .'", {completion("naïve 🙂"), completion("答案 x"), completion("a 🙂🙂")});
+    auto ucp =
+        score_rewards("format", "pattern = '\\w+ .'", {completion("naïve 🙂"), completion("答案 x"), completion("a 🙂🙂")});
     EXPECT_EQ(ucp.scores, (std::vector<float>{1, 1, 0}));
     // an explicit pattern replaces the preset, even an empty one (which matches only "")
     auto empty = score_rewards("format", "pattern = ''", {completion(""), completion("<think>x</think><answer>1</answer>")});
@@ -118,8 +119,8 @@ TEST(FormatReward, InvalidUtf8NeverMatchesButTheValidPartsDo) {
     // '.' cannot cover a broken byte inside the think block; a search still finds "ok" in the valid parts
     auto broken = score_rewards("format", "", {completion("<think>\xff</think><answer>1</answer>")});
     EXPECT_EQ(broken.scores[0], 0.0f);
-    auto search = score_rewards("format", "pattern = 'ok'\nfull_match = false",
-                                {completion(std::string("\xff ok \xe6\x97", 7))});
+    auto search =
+        score_rewards("format", "pattern = 'ok'\nfull_match = false", {completion(std::string("\xff ok \xe6\x97", 7))});
     EXPECT_EQ(search.scores[0], 1.0f);
 }
 
@@ -144,48 +145,50 @@ TEST(CorrectnessReward, ExtractionAndComparisonTable) {
         float expected;
     } cases[] = {
         {"<think>37+48</think><answer>85</answer>", R"({"answer": "85"})", 1},
-        {"<answer> 85 </answer>", R"({"answer": 85})", 1},                       // numeric reference, spaces
-        {"<answer>85.0</answer>", R"({"answer": "85"})", 1},                     // numerically equal
+        {"<answer> 85 </answer>", R"({"answer": 85})", 1},    // numeric reference, spaces
+        {"<answer>85.0</answer>", R"({"answer": "85"})", 1},  // numerically equal
         {"<answer>86</answer>", R"({"answer": "85"})", 0},
-        {"<answer>1,234</answer>", R"({"answer": 1234})", 1},                   // thousands separator
+        {"<answer>1,234</answer>", R"({"answer": 1234})", 1},  // thousands separator
         {"<answer>$12</answer>", R"({"answer": "12"})", 1},
         {"<answer>50%</answer>", R"({"answer": "50"})", 1},
-        {"<answer>3/4</answer>", R"({"answer": 0.75})", 1},                     // fraction
+        {"<answer>3/4</answer>", R"({"answer": 0.75})", 1},                              // fraction
         {"The answer is \\boxed{\\frac{1}{2}} ok", R"({"answer": "\\frac{1}{2}"})", 1},  // nested braces, text compare
-        {"first 3 then -42", R"({"answer": "-42"})", 1},                        // last number, negative
+        {"first 3 then -42", R"({"answer": "-42"})", 1},                                 // last number, negative
         {"total: 1,000,000 apples", R"({"answer": "1000000"})", 1},
-        {"<answer>Paris.</answer>", R"({"answer": "  paris "})", 1},            // normalised text
-        {"<answer>東京</answer>", R"({"answer": "東京"})", 1},                  // unicode text
+        {"<answer>Paris.</answer>", R"({"answer": "  paris "})", 1},  // normalised text
+        {"<answer>東京</answer>", R"({"answer": "東京"})", 1},        // unicode text
         {"<answer>東京</answer>", R"({"answer": "京都"})", 0},
-        {"no answer at all", R"({"answer": "5"})", 0},                         // nothing extracted: wrong
-        {"", R"({"answer": "5"})", 0},                                         // empty completion
+        {"no answer at all", R"({"answer": "5"})", 0},  // nothing extracted: wrong
+        {"", R"({"answer": "5"})", 0},                  // empty completion
         // last number: a sign only right before the digits and not after a letter or digit
         {"so 5-3 is", R"({"answer": 3})", 1},
         {"x = -3.", R"({"answer": -3})", 1},
         {"it is (-2,500) units", R"({"answer": -2500})", 1},
-        {"\xe2\x88\x92" "7 degrees", R"({"answer": -7})", 1},                         // U+2212 minus sign
+        {"\xe2\x88\x92"
+         "7 degrees",
+         R"({"answer": -7})", 1},  // U+2212 minus sign
         {"costs -$12 total", R"({"answer": -12})", 1},
-        {"the list 1,2,3", R"({"answer": 3})", 1},                              // not one number 123
+        {"the list 1,2,3", R"({"answer": 3})", 1},  // not one number 123
         {"about 1e3 items", R"({"answer": 1000})", 1},
         {"version 1.2.3", R"({"answer": 1.2})", 1},
-        {"答案是 42。", R"({"answer": 42})", 1},                                 // number among CJK text
+        {"答案是 42。", R"({"answer": 42})", 1},  // number among CJK text
         // answer tag: the last complete one
         {"<answer>1</answer> no wait <answer>2", R"({"answer": 1})", 1},
         // boxed: nested braces, and the last balanced one when the last is cut off
-        {"\\boxed{\\frac{1}{2}}", R"({"answer": 0.5})", 1},                     // \frac read as a number
+        {"\\boxed{\\frac{1}{2}}", R"({"answer": 0.5})", 1},  // \frac read as a number
         {"\\boxed{\\dfrac{-3}{4}}", R"({"answer": "-0.75"})", 1},
         {"\\boxed{7} and \\boxed{8", R"({"answer": 7})", 1},
-        {"\\boxed{\\text{Paris}}", R"({"answer": "paris"})", 1},                // \text{} unwrapped for text
-        {"\\boxed{{1,2}}", R"({"answer": "{1,2}"})", 1},                       // braces inside kept
+        {"\\boxed{\\text{Paris}}", R"({"answer": "paris"})", 1},  // \text{} unwrapped for text
+        {"\\boxed{{1,2}}", R"({"answer": "{1,2}"})", 1},          // braces inside kept
         // numbers inside tags
         {"<answer>50\\%</answer>", R"({"answer": 50})", 1},
         {"<answer>$-5</answer>", R"({"answer": -5})", 1},
         {"<answer>.5</answer>", R"({"answer": "1/2"})", 1},
-        {"<answer>1,23</answer>", R"({"answer": 123})", 0},                      // bad grouping: text "1,23"
-        {"<answer>0x10</answer>", R"({"answer": 16})", 0},                       // no hex
-        {"<answer>12 apples</answer>", R"({"answer": 12})", 0},                  // units: not a number
-        {"<answer>1000000.5</answer>"   , R"({"answer": 1000000})", 1},       // relative tolerance
-        {"<answer>0.0000005</answer>", R"({"answer": 0})", 1},                    // absolute near zero
+        {"<answer>1,23</answer>", R"({"answer": 123})", 0},           // bad grouping: text "1,23"
+        {"<answer>0x10</answer>", R"({"answer": 16})", 0},            // no hex
+        {"<answer>12 apples</answer>", R"({"answer": 12})", 0},       // units: not a number
+        {"<answer>1000000.5</answer>", R"({"answer": 1000000})", 1},  // relative tolerance
+        {"<answer>0.0000005</answer>", R"({"answer": 0})", 1},        // absolute near zero
         {"<answer>0.00001</answer>", R"({"answer": 0})", 0},
         // text: ASCII case-folded only
         {"<answer>Café</answer>", R"({"answer": "café"})", 1},
@@ -203,9 +206,10 @@ TEST(CorrectnessReward, ExtractionAndComparisonTable) {
 }
 
 TEST(CorrectnessReward, MissingOrNullReferenceIsNotApplicable) {
-    auto result = score_rewards("correctness", "", {completion("<answer>1</answer>", R"({"question": "q"})"),
-                                                     completion("<answer>1</answer>", R"({"answer": null})"),
-                                                     completion("<answer>1</answer>", R"({"answer": "1"})")});
+    auto result = score_rewards(
+        "correctness", "",
+        {completion("<answer>1</answer>", R"({"question": "q"})"), completion("<answer>1</answer>", R"({"answer": null})"),
+         completion("<answer>1</answer>", R"({"answer": "1"})")});
     EXPECT_TRUE(std::isnan(result.scores[0]));
     EXPECT_TRUE(std::isnan(result.scores[1]));
     EXPECT_EQ(result.scores[2], 1.0f);
@@ -217,14 +221,14 @@ TEST(CorrectnessReward, MissingOrNullReferenceIsNotApplicable) {
 }
 
 TEST(CorrectnessReward, ForcedModesToleranceAndScores) {
-    auto boxed_only = score_rewards("correctness", "extract = \"boxed\"",
-                                    {completion("<answer>5</answer>", R"({"answer": 5})")});
+    auto boxed_only =
+        score_rewards("correctness", "extract = \"boxed\"", {completion("<answer>5</answer>", R"({"answer": 5})")});
     EXPECT_EQ(boxed_only.scores[0], 0.0f);  // the answer tag is ignored
     auto text = score_rewards("correctness", "compare = \"text\"", {completion("<answer>5.0</answer>", R"({"answer": "5"})")});
     EXPECT_EQ(text.scores[0], 0.0f);
-    auto loose = score_rewards("correctness", "tolerance = 0.01\nscore_correct = 2.0\nscore_wrong = -0.5",
-                               {completion("<answer>100.5</answer>", R"({"answer": 100})"),
-                                completion("<answer>102</answer>", R"({"answer": 100})")});
+    auto loose = score_rewards(
+        "correctness", "tolerance = 0.01\nscore_correct = 2.0\nscore_wrong = -0.5",
+        {completion("<answer>100.5</answer>", R"({"answer": 100})"), completion("<answer>102</answer>", R"({"answer": 100})")});
     EXPECT_EQ(loose.scores, (std::vector<float>{2.0f, -0.5f}));
     auto numeric = score_rewards("correctness", "compare = \"numeric\"",
                                  {completion("<answer>Paris</answer>", R"({"answer": "Paris"})"),
@@ -286,13 +290,14 @@ TEST(LengthPenaltyReward, OverlongCountsTokensNotCharactersAndIgnoresTheTruncate
     EXPECT_FLOAT_EQ(result.scores[2], -0.5f);
     EXPECT_FLOAT_EQ(result.scores[3], 0.0f);
     // cache = max_length: the whole range is soft
-    auto all_soft = score_rewards("length_penalty", "max_length = 10\ncache = 10", {tokens(0), tokens(5), tokens(10), tokens(11)});
+    auto all_soft =
+        score_rewards("length_penalty", "max_length = 10\ncache = 10", {tokens(0), tokens(5), tokens(10), tokens(11)});
     EXPECT_EQ(all_soft.scores, (std::vector<float>{0.0f, -0.5f, -1.0f, -1.0f}));
 }
 
 TEST(LengthPenaltyReward, TargetModeInTokensAndCharacters) {
-    auto by_tokens = score_rewards("length_penalty", "mode = \"target\"\ntarget = 10\nscale = 5.0",
-                                   {tokens(10), tokens(0), tokens(20)});
+    auto by_tokens =
+        score_rewards("length_penalty", "mode = \"target\"\ntarget = 10\nscale = 5.0", {tokens(10), tokens(0), tokens(20)});
     EXPECT_EQ(by_tokens.scores, (std::vector<float>{0.0f, -2.0f, -2.0f}));
     // "東京🙂" is 3 code points but 10 bytes
     auto by_characters = score_rewards("length_penalty", "mode = \"target\"\ntarget = 3\nunit = \"characters\"",
@@ -326,7 +331,8 @@ TEST(LengthPenaltyReward, ConfigErrorsNameTheKey) {
                     "'cache': 'cache' does not apply to mode \"target\"");
     EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = -1"), "'target': must be >= 0");
     EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\nscale = -1.0"), "'scale': must be > 0");
-    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\nscale = inf"), "'scale': must be > 0 and finite");
+    EXPECT_CONTAINS(config_error("length_penalty", "mode = \"target\"\ntarget = 3\nscale = inf"),
+                    "'scale': must be > 0 and finite");
     EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10.5\ncache = 2"), "'max_length'");
     EXPECT_CONTAINS(config_error("length_penalty", "max_length = 10\ncache = 5\ntarget = 3"),
                     "'target': 'target' does not apply to mode \"overlong\"");

@@ -7,89 +7,147 @@
 #define PIN(type, field, offset) _Static_assert(offsetof(type, field) == (offset), #type "." #field " moved")
 #define PIN_SIZE(type, size) _Static_assert(sizeof(type) == (size), "sizeof(" #type ") changed")
 
-PIN(grove_error_sink, struct_size, 0); PIN(grove_error_sink, host_data, 8); PIN(grove_error_sink, report, 16);
+PIN(grove_error_sink, struct_size, 0);
+PIN(grove_error_sink, host_data, 8);
+PIN(grove_error_sink, report, 16);
 PIN_SIZE(grove_error_sink, 24);
 
-PIN(grove_config_key, struct_size, 0); PIN(grove_config_key, name, 8); PIN(grove_config_key, type, 16);
-PIN(grove_config_key, required, 20); PIN(grove_config_key, default_text, 24); PIN(grove_config_key, help, 32);
+PIN(grove_config_key, struct_size, 0);
+PIN(grove_config_key, name, 8);
+PIN(grove_config_key, type, 16);
+PIN(grove_config_key, required, 20);
+PIN(grove_config_key, default_text, 24);
+PIN(grove_config_key, help, 32);
 PIN_SIZE(grove_config_key, 40);
 
-PIN(grove_config_value, struct_size, 0); PIN(grove_config_value, key, 8); PIN(grove_config_value, type, 16);
-PIN(grove_config_value, string_value, 24); PIN(grove_config_value, int_value, 32);
-PIN(grove_config_value, float_value, 40); PIN(grove_config_value, bool_value, 48);
-PIN(grove_config_value, array_length, 52); PIN(grove_config_value, string_array, 56);
-PIN(grove_config_value, int_array, 64); PIN(grove_config_value, float_array, 72);
+PIN(grove_config_value, struct_size, 0);
+PIN(grove_config_value, key, 8);
+PIN(grove_config_value, type, 16);
+PIN(grove_config_value, string_value, 24);
+PIN(grove_config_value, int_value, 32);
+PIN(grove_config_value, float_value, 40);
+PIN(grove_config_value, bool_value, 48);
+PIN(grove_config_value, array_length, 52);
+PIN(grove_config_value, string_array, 56);
+PIN(grove_config_value, int_array, 64);
+PIN(grove_config_value, float_array, 72);
 PIN_SIZE(grove_config_value, 80);
 
-PIN(grove_config, struct_size, 0); PIN(grove_config, count, 4); PIN(grove_config, values, 8);
-PIN(grove_config, raw_toml, 16); PIN(grove_config, source_name, 24);
+PIN(grove_config, struct_size, 0);
+PIN(grove_config, count, 4);
+PIN(grove_config, values, 8);
+PIN(grove_config, raw_toml, 16);
+PIN(grove_config, source_name, 24);
 PIN_SIZE(grove_config, 32);
 
-PIN(grove_plugin_descriptor, struct_size, 0); PIN(grove_plugin_descriptor, kind, 4);
-PIN(grove_plugin_descriptor, name, 8); PIN(grove_plugin_descriptor, version, 16);
-PIN(grove_plugin_descriptor, description, 24); PIN(grove_plugin_descriptor, flags, 32);
-PIN(grove_plugin_descriptor, config_keys, 40); PIN(grove_plugin_descriptor, config_key_count, 48);
-PIN(grove_plugin_descriptor, metric_names, 56); PIN(grove_plugin_descriptor, metric_count, 64);
-PIN(grove_plugin_descriptor, create, 72); PIN(grove_plugin_descriptor, destroy, 80);
-PIN(grove_plugin_descriptor, reward, 88); PIN(grove_plugin_descriptor, reduction, 96);
+PIN(grove_plugin_descriptor, struct_size, 0);
+PIN(grove_plugin_descriptor, kind, 4);
+PIN(grove_plugin_descriptor, name, 8);
+PIN(grove_plugin_descriptor, version, 16);
+PIN(grove_plugin_descriptor, description, 24);
+PIN(grove_plugin_descriptor, flags, 32);
+PIN(grove_plugin_descriptor, config_keys, 40);
+PIN(grove_plugin_descriptor, config_key_count, 48);
+PIN(grove_plugin_descriptor, metric_names, 56);
+PIN(grove_plugin_descriptor, metric_count, 64);
+PIN(grove_plugin_descriptor, create, 72);
+PIN(grove_plugin_descriptor, destroy, 80);
+PIN(grove_plugin_descriptor, reward, 88);
+PIN(grove_plugin_descriptor, reduction, 96);
 PIN(grove_plugin_descriptor, adapter, 104);
 PIN_SIZE(grove_plugin_descriptor, 112);
 
-PIN(grove_plugin_list, struct_size, 0); PIN(grove_plugin_list, abi_major, 4); PIN(grove_plugin_list, abi_minor, 8);
-PIN(grove_plugin_list, count, 12); PIN(grove_plugin_list, plugins, 16);
+PIN(grove_plugin_list, struct_size, 0);
+PIN(grove_plugin_list, abi_major, 4);
+PIN(grove_plugin_list, abi_minor, 8);
+PIN(grove_plugin_list, count, 12);
+PIN(grove_plugin_list, plugins, 16);
 PIN_SIZE(grove_plugin_list, 24);
 
-PIN(grove_host_api, struct_size, 0); PIN(grove_host_api, abi_major, 4); PIN(grove_host_api, abi_minor, 8);
-PIN(grove_host_api, host_version, 16); PIN(grove_host_api, log, 24);
+PIN(grove_host_api, struct_size, 0);
+PIN(grove_host_api, abi_major, 4);
+PIN(grove_host_api, abi_minor, 8);
+PIN(grove_host_api, host_version, 16);
+PIN(grove_host_api, log, 24);
 PIN_SIZE(grove_host_api, 32);
 
-PIN(grove_text, data, 0); PIN(grove_text, size, 8);
+PIN(grove_text, data, 0);
+PIN(grove_text, size, 8);
 PIN_SIZE(grove_text, 16);
 
-PIN(grove_reward_batch, struct_size, 0); PIN(grove_reward_batch, count, 4);
-PIN(grove_reward_batch, num_generations, 8); PIN(grove_reward_batch, prompts, 16);
-PIN(grove_reward_batch, completions, 24); PIN(grove_reward_batch, completion_token_offsets, 32);
-PIN(grove_reward_batch, completion_tokens, 40); PIN(grove_reward_batch, truncated, 48);
-PIN(grove_reward_batch, row_json, 56); PIN(grove_reward_batch, step, 64); PIN(grove_reward_batch, seed, 72);
-PIN(grove_reward_batch, rank, 80); PIN(grove_reward_batch, world_size, 84);
+PIN(grove_reward_batch, struct_size, 0);
+PIN(grove_reward_batch, count, 4);
+PIN(grove_reward_batch, num_generations, 8);
+PIN(grove_reward_batch, prompts, 16);
+PIN(grove_reward_batch, completions, 24);
+PIN(grove_reward_batch, completion_token_offsets, 32);
+PIN(grove_reward_batch, completion_tokens, 40);
+PIN(grove_reward_batch, truncated, 48);
+PIN(grove_reward_batch, row_json, 56);
+PIN(grove_reward_batch, step, 64);
+PIN(grove_reward_batch, seed, 72);
+PIN(grove_reward_batch, rank, 80);
+PIN(grove_reward_batch, world_size, 84);
 PIN(grove_reward_batch, global_row_offset, 88);
 PIN_SIZE(grove_reward_batch, 96);
 
-PIN(grove_reward_output, struct_size, 0); PIN(grove_reward_output, scores, 8);
-PIN(grove_reward_output, metric_count, 16); PIN(grove_reward_output, metrics, 24);
+PIN(grove_reward_output, struct_size, 0);
+PIN(grove_reward_output, scores, 8);
+PIN(grove_reward_output, metric_count, 16);
+PIN(grove_reward_output, metrics, 24);
 PIN_SIZE(grove_reward_output, 32);
 
-PIN(grove_reward_api, struct_size, 0); PIN(grove_reward_api, score, 8);
+PIN(grove_reward_api, struct_size, 0);
+PIN(grove_reward_api, score, 8);
 PIN_SIZE(grove_reward_api, 16);
 
-PIN(grove_reduction_context, struct_size, 0); PIN(grove_reduction_context, rows, 4);
-PIN(grove_reduction_context, columns, 8); PIN(grove_reduction_context, mask, 16);
+PIN(grove_reduction_context, struct_size, 0);
+PIN(grove_reduction_context, rows, 4);
+PIN(grove_reduction_context, columns, 8);
+PIN(grove_reduction_context, mask, 16);
 PIN(grove_reduction_context, gradient_accumulation_steps, 24);
-PIN(grove_reduction_context, steps_per_generation, 28); PIN(grove_reduction_context, world_size, 32);
+PIN(grove_reduction_context, steps_per_generation, 28);
+PIN(grove_reduction_context, world_size, 32);
 PIN(grove_reduction_context, max_completion_length, 36);
 PIN(grove_reduction_context, generation_batch_tokens, 40);
 PIN(grove_reduction_context, generation_batch_sequences, 48);
 PIN(grove_reduction_context, optimizer_window_tokens, 56);
 PIN_SIZE(grove_reduction_context, 64);
 
-PIN(grove_reduction_api, struct_size, 0); PIN(grove_reduction_api, weights, 8);
+PIN(grove_reduction_api, struct_size, 0);
+PIN(grove_reduction_api, weights, 8);
 PIN_SIZE(grove_reduction_api, 16);
 
-PIN(grove_tensor_ops, struct_size, 0); PIN(grove_tensor_ops, parameter, 8); PIN(grove_tensor_ops, linear, 16);
-PIN(grove_tensor_ops, matmul, 24); PIN(grove_tensor_ops, add, 32); PIN(grove_tensor_ops, mul, 40);
-PIN(grove_tensor_ops, scale, 48); PIN(grove_tensor_ops, dropout, 56); PIN(grove_tensor_ops, shape, 64);
+PIN(grove_tensor_ops, struct_size, 0);
+PIN(grove_tensor_ops, parameter, 8);
+PIN(grove_tensor_ops, linear, 16);
+PIN(grove_tensor_ops, matmul, 24);
+PIN(grove_tensor_ops, add, 32);
+PIN(grove_tensor_ops, mul, 40);
+PIN(grove_tensor_ops, scale, 48);
+PIN(grove_tensor_ops, dropout, 56);
+PIN(grove_tensor_ops, shape, 64);
 PIN_SIZE(grove_tensor_ops, 72);
 
-PIN(grove_linear_info, struct_size, 0); PIN(grove_linear_info, name, 8); PIN(grove_linear_info, short_name, 16);
-PIN(grove_linear_info, in_features, 24); PIN(grove_linear_info, out_features, 32);
-PIN(grove_linear_info, layer_index, 40); PIN(grove_linear_info, has_bias, 44);
+PIN(grove_linear_info, struct_size, 0);
+PIN(grove_linear_info, name, 8);
+PIN(grove_linear_info, short_name, 16);
+PIN(grove_linear_info, in_features, 24);
+PIN(grove_linear_info, out_features, 32);
+PIN(grove_linear_info, layer_index, 40);
+PIN(grove_linear_info, has_bias, 44);
 PIN_SIZE(grove_linear_info, 48);
 
-PIN(grove_text_sink, struct_size, 0); PIN(grove_text_sink, host_data, 8); PIN(grove_text_sink, append, 16);
+PIN(grove_text_sink, struct_size, 0);
+PIN(grove_text_sink, host_data, 8);
+PIN(grove_text_sink, append, 16);
 PIN_SIZE(grove_text_sink, 24);
 
-PIN(grove_adapter_api, struct_size, 0); PIN(grove_adapter_api, attach, 8); PIN(grove_adapter_api, forward, 16);
-PIN(grove_adapter_api, merged_delta, 24); PIN(grove_adapter_api, detach, 32);
+PIN(grove_adapter_api, struct_size, 0);
+PIN(grove_adapter_api, attach, 8);
+PIN(grove_adapter_api, forward, 16);
+PIN(grove_adapter_api, merged_delta, 24);
+PIN(grove_adapter_api, detach, 32);
 PIN(grove_adapter_api, saved_config_json, 40);
 PIN_SIZE(grove_adapter_api, 48);
 

@@ -35,7 +35,8 @@ TEST(SdkLayout, CppGuardTurnsExceptionsIntoStatusAndMessage) {
              *self->message = m;
              *self->key = k ? k : "";
          }},
-        &message, &key};
+        &message,
+        &key};
     EXPECT_EQ(grove::sdk::guard(&s.sink, [] { throw std::runtime_error("boom"); }), GROVE_ERROR_INTERNAL);
     EXPECT_NE(message.find("boom"), std::string::npos);
     EXPECT_EQ(grove::sdk::guard(&s.sink, [] { throw grove::sdk::config_error("r", "must be > 0"); }), GROVE_ERROR_CONFIG);

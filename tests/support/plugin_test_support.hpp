@@ -18,17 +18,17 @@ struct RewardRow {
 };
 
 struct RewardResult {
-    std::vector<float> scores;                 // one per row (NaN = not applicable)
-    std::vector<std::string> metric_names;     // as declared by the plugin
-    std::vector<std::vector<float>> metrics;   // metrics[m][row]
+    std::vector<float> scores;                // one per row (NaN = not applicable)
+    std::vector<std::string> metric_names;    // as declared by the plugin
+    std::vector<std::vector<float>> metrics;  // metrics[m][row]
 };
 
 // Creates an instance of `plugin` from `config_toml` (the body of its `config` table, e.g.
 // "preset = \"think_answer\"") and scores all rows as one group-major batch.
 // Throws grove::Error (what() = the message `grove` would print) when loading, config checking,
 // create or score fails.
-RewardResult score_rewards(const std::string& plugin, const std::string& config_toml,
-                           const std::vector<RewardRow>& rows, uint32_t num_generations = 1);
+RewardResult score_rewards(const std::string& plugin, const std::string& config_toml, const std::vector<RewardRow>& rows,
+                           uint32_t num_generations = 1);
 
 // Path of the build's plugin folder (lib/grove/plugins).
 std::string build_plugin_dir();

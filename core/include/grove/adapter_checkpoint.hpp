@@ -26,8 +26,9 @@ PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir);
 
 // The base model with the checkpoint's adapter merged into its weights. `plugin_dirs` are searched
 // before the default plugin path.
-std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const std::string& base_dir, const std::string& device,
-                                           const std::string& dtype, const std::vector<std::string>& plugin_dirs = {});
+std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const std::string& base_dir,
+                                           const std::string& device, const std::string& dtype,
+                                           const std::vector<std::string>& plugin_dirs = {});
 
 // `grove export --merge ADAPTER_DIR --base MODEL_DIR OUT_DIR`: a Hugging Face folder.
 void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir);

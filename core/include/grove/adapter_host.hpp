@@ -17,9 +17,9 @@
 namespace grove {
 
 struct LinearLayer {
-    std::string name;        // "model.layers.0.self_attn.q_proj"
+    std::string name;  // "model.layers.0.self_attn.q_proj"
     uint32_t layer_index = UINT32_MAX;
-    at::Tensor weight;       // [out, in]
+    at::Tensor weight;  // [out, in]
     std::optional<at::Tensor> bias;
 };
 

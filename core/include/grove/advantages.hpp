@@ -27,7 +27,7 @@ struct AdvantageResult {
     // metrics under TRL's names
     double reward = 0, reward_std = 0, frac_reward_zero_std = 0;
     std::vector<double> reward_mean, reward_std_per_function;  // [K]: rewards/<name>/mean|std
-    int unscorable_rows = 0;                                    // rows where every reward was NaN
+    int unscorable_rows = 0;                                   // rows where every reward was NaN
 };
 
 // R: N rows x K rewards, row-major; weights: K.

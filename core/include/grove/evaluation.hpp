@@ -14,15 +14,15 @@ namespace grove {
 
 struct EvaluationRequest {
     std::string model_dir;
-    std::string data_source;             // JSONL or builtin:NAME
+    std::string data_source;  // JSONL or builtin:NAME
     std::string prompt_column = "prompt";
     std::string chat_template = "auto";
-    std::vector<PluginUse> rewards;      // name, plugin, weight, config
+    std::vector<PluginUse> rewards;  // name, plugin, weight, config
     std::vector<std::string> plugin_dirs;
-    SamplingOptions sampling;            // greedy or sampling; eos/pad filled from the checkpoint
-    int64_t samples = 1;                 // completions per prompt
-    int64_t limit = 0;                   // first N prompts only (0: all)
-    int64_t batch = 64;                  // prompts x samples generated at once
+    SamplingOptions sampling;  // greedy or sampling; eos/pad filled from the checkpoint
+    int64_t samples = 1;       // completions per prompt
+    int64_t limit = 0;         // first N prompts only (0: all)
+    int64_t batch = 64;        // prompts x samples generated at once
     std::string device = "auto", dtype = "float32";
 };
 

@@ -21,7 +21,7 @@ namespace grove {
 enum class KeyType { string, integer, number, boolean, string_array, table };
 
 struct KeySpec {
-    const char* section;       // "model", "generation", ...; "" = top level; "rewards[]" = each reward
+    const char* section;  // "model", "generation", ...; "" = top level; "rewards[]" = each reward
     const char* key;
     KeyType type;
     const char* default_toml;  // TOML literal of the default; nullptr = unset unless given
@@ -31,7 +31,7 @@ struct KeySpec {
     double max = 1e300;
     bool min_exclusive = false;
     bool required = false;
-    bool is_path = false;  // resolved against the manifest's folder
+    bool is_path = false;            // resolved against the manifest's folder
     const char* trl_name = nullptr;  // the GRPOConfig / TrainingArguments option it mirrors
 };
 
@@ -42,9 +42,9 @@ struct PluginUse {
     std::string plugin;  // name or path (paths already resolved)
     std::string name;    // rewards: the metric name (defaults to the plugin name)
     double weight = 1.0;
-    std::string role;    // rewards: "accuracy" | "format_rate" | "none" for `grove eval`; "" = the plugin's own
+    std::string role;  // rewards: "accuracy" | "format_rate" | "none" for `grove eval`; "" = the plugin's own
     std::shared_ptr<toml::table> config;  // the plugin's own table (never null)
-    std::string origin;  // "grove.toml:12:1 [[rewards]] #1" — where the use is declared
+    std::string origin;                   // "grove.toml:12:1 [[rewards]] #1" — where the use is declared
 };
 
 class Manifest {
@@ -52,8 +52,7 @@ public:
     // Parses, applies `overrides` ("section.key=value", as --set), validates, fills defaults and
     // resolves the batch configuration. world_size: processes of the run (from WORLD_SIZE).
     // Throws grove::Error(manifest) with file:line:col, what is wrong and what is valid.
-    static Manifest load(const std::string& path, const std::vector<std::string>& overrides = {},
-                         int world_size = 1);
+    static Manifest load(const std::string& path, const std::vector<std::string>& overrides = {}, int world_size = 1);
     static Manifest parse(const std::string& text, const std::string& source_name,
                           const std::vector<std::string>& overrides = {}, int world_size = 1);
 

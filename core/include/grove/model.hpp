@@ -47,7 +47,7 @@ struct ModelConfig {
     std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
     std::optional<int64_t> bos_token_id;
     std::optional<int64_t> pad_token_id;
-    std::string config_json;  // the original config.json, written back on save
+    std::string config_json;             // the original config.json, written back on save
     std::string generation_config_json;  // "" when the folder has none
 };
 
@@ -58,7 +58,7 @@ ModelConfig load_model_config(const std::string& folder);
 // Preallocated keys/values for incremental decoding: [layers][B, kv_heads, capacity, head_dim].
 struct KVCache {
     std::vector<at::Tensor> keys, values;
-    int64_t length = 0;    // positions filled
+    int64_t length = 0;  // positions filled
     int64_t capacity = 0;
 };
 
@@ -107,8 +107,8 @@ public:
 
     // Final hidden states [B, T, H] (after the last norm). attention_mask [B, cache.length + T]
     // covers the cached and the new positions (1 = attend); position_ids [B, T].
-    at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                             const at::Tensor& position_ids, KVCache* cache = nullptr) const;
+    at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                             KVCache* cache = nullptr) const;
     // Final hidden states [N, H] of rows packed end to end without padding: token_ids and
     // position_ids are [N], row_lengths (summing to N) split them into rows, and each token attends
     // causally within its row. Equal to hidden_states on the padded batch at its real positions, but
@@ -161,7 +161,7 @@ private:
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                              const Attention& attention, KVCache* cache) const;
     at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, KVCache* cache,
-                      size_t index) const;                       // [B, heads, T, D] each -> [B, T, heads * D]
+                      size_t index) const;                          // [B, heads, T, D] each -> [B, T, heads * D]
     at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;  // the layer's SwiGLU block
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
     at::Tensor decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention, KVCache* cache) const;

@@ -33,7 +33,7 @@ struct PluginInfo {
     uint32_t abi_major = 0;
     uint32_t abi_minor = 0;
     uint64_t flags = 0;
-    std::vector<grove_config_key> keys;     // strings point into the library (kept alive below)
+    std::vector<grove_config_key> keys;  // strings point into the library (kept alive below)
     std::vector<std::string> metric_names;
     const grove_plugin_descriptor* descriptor = nullptr;
     std::shared_ptr<PluginLibrary> library;
@@ -78,8 +78,7 @@ public:
     // position (e.g. it came from --set). Throws grove::Error(manifest).
     PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin);
     // From TOML text (tests, `grove plugins info`).
-    static PluginConfig from_toml_text(const PluginInfo& plugin, const std::string& toml_text,
-                                       const std::string& origin);
+    static PluginConfig from_toml_text(const PluginInfo& plugin, const std::string& toml_text, const std::string& origin);
     PluginConfig(PluginConfig&&) noexcept;
     ~PluginConfig();
 
@@ -135,8 +134,8 @@ struct RewardRows {
     uint32_t rank = 0, world_size = 1;
     uint64_t global_row_offset = 0;  // index of row 0 in the whole generation batch (rank * rows)
 
-    void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
-             bool is_truncated, std::string columns_json);
+    void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens, bool is_truncated,
+             std::string columns_json);
     size_t size() const { return prompts.size(); }
     const grove_reward_batch& view();
 

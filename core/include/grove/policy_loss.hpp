@@ -35,16 +35,16 @@ struct PolicyLossResult {
     // micro-batch's kl and clip_ratio/{low,high,region}_mean as TRL's _compute_loss logs them
     // (docs/grpo.md#logged-metrics)
     double kl_sum = 0, clip_low_sum = 0, clip_high_sum = 0, clip_region_sum = 0;
-    bool has_kl = false;         // beta != 0
-    double token_count = 0;      // sum of the mask
-    double clip_count = 0;       // what clip sums are divided by: tokens, or every row at sequence level
+    bool has_kl = false;     // beta != 0
+    double token_count = 0;  // sum of the mask
+    double clip_count = 0;   // what clip sums are divided by: tokens, or every row at sequence level
     // the lowest row share of low-clipped tokens and the highest of high-clipped ones (NaN: no row has tokens)
     double clip_low_row_min = 0, clip_high_row_max = 0;
 };
 
 // logp, old_logp, ref_logp, mask, weights: [B, T]; advantages: [B].
 PolicyLossResult policy_loss(const at::Tensor& logp, const std::optional<at::Tensor>& old_logp,
-                             const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages,
-                             const at::Tensor& mask, const at::Tensor& weights, const PolicyLossOptions& options);
+                             const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages, const at::Tensor& mask,
+                             const at::Tensor& weights, const PolicyLossOptions& options);
 
 }  // namespace grove

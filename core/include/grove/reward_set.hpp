@@ -14,10 +14,10 @@ namespace grove {
 
 // Every reward function's score of every row of one batch (rows group-major, as the batch's).
 struct RewardScores {
-    std::vector<std::string> names;              // [K] metric names of the functions
-    std::vector<std::vector<float>> values;      // [K][N]; NaN where a function does not apply
-    std::vector<std::string> metric_names;       // [M] "rewards/<reward>/<metric>"
-    std::vector<std::vector<float>> metrics;     // [M][N] per-row metrics the plugins report
+    std::vector<std::string> names;           // [K] metric names of the functions
+    std::vector<std::vector<float>> values;   // [K][N]; NaN where a function does not apply
+    std::vector<std::string> metric_names;    // [M] "rewards/<reward>/<metric>"
+    std::vector<std::vector<float>> metrics;  // [M][N] per-row metrics the plugins report
     size_t rows() const { return values.empty() ? 0 : values[0].size(); }
     // row-major [N * K], as compute_advantages takes it
     std::vector<float> row_major() const;

@@ -18,7 +18,7 @@ struct TokenizerConfig {
     std::optional<int64_t> bos_id, eos_id, pad_id;
     bool add_bos_token = false;  // sentencepiece: prepend BOS when add_special_tokens
     bool add_eos_token = false;
-    std::string chat_template;   // the checkpoint's Jinja text, if any (used to recognise the family)
+    std::string chat_template;  // the checkpoint's Jinja text, if any (used to recognise the family)
 };
 
 class Tokenizer {
@@ -48,12 +48,13 @@ void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir
 // and tokenizer_config.json (<unk> 0, <s> 1, </s> 2, <pad> 3; BOS added; `symbols` kept whole).
 struct TokenizerTrainOptions {
     int vocab_size = 512;
-    std::string model_type = "bpe";  // bpe or unigram
+    std::string model_type = "bpe";    // bpe or unigram
     std::vector<std::string> symbols;  // user-defined pieces, e.g. <think>, </think>
     std::string chat_template;         // stored in tokenizer_config.json
     bool split_digits = true;          // one piece per digit, as Llama's tokenizer: arithmetic needs it
 };
-void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir, const TokenizerTrainOptions& options);
+void train_sentencepiece(const std::vector<std::string>& corpus, const std::string& out_dir,
+                         const TokenizerTrainOptions& options);
 
 // Chat templates of the common families, rendered natively (no Jinja): each produces exactly what
 // transformers' apply_chat_template produces with that family's reference template.

@@ -16,15 +16,15 @@ class Manifest;
 class ProcessGroup;
 
 struct TrainerOptions {
-    bool overwrite = false;                // replace an output folder that holds another run
-    std::optional<std::string> resume;     // "latest" or a checkpoint folder
+    bool overwrite = false;             // replace an output folder that holds another run
+    std::optional<std::string> resume;  // "latest" or a checkpoint folder
     // torch.distributed terms. With world_size > 1 every rank runs a Trainer on the same manifest:
     // each generates and scores its slice of the generation batch, rewards are gathered for the
     // advantages, gradients are averaged, and rank 0 alone writes metrics and checkpoints.
     int rank = 0, world_size = 1;
-    ProcessGroup* group = nullptr;         // required when world_size > 1; outlives the trainer
-    std::ostream* log = nullptr;           // progress (nullptr: silent)
-    bool progress_bar = false;             // one line redrawn in place (a terminal); else a line per logging step
+    ProcessGroup* group = nullptr;  // required when world_size > 1; outlives the trainer
+    std::ostream* log = nullptr;    // progress (nullptr: silent)
+    bool progress_bar = false;      // one line redrawn in place (a terminal); else a line per logging step
 };
 
 class Trainer {

@@ -41,20 +41,24 @@ std::string format_number(double value) {
 
 const char* type_phrase(KeyType type) {
     switch (type) {
-        case KeyType::string: return "a string";
-        case KeyType::integer: return "an integer";
-        case KeyType::number: return "a number";
-        case KeyType::boolean: return "true or false";
-        case KeyType::string_array: return "an array of strings";
-        case KeyType::table: return "a table, e.g. { key = value }";
+        case KeyType::string:
+            return "a string";
+        case KeyType::integer:
+            return "an integer";
+        case KeyType::number:
+            return "a number";
+        case KeyType::boolean:
+            return "true or false";
+        case KeyType::string_array:
+            return "an array of strings";
+        case KeyType::table:
+            return "a table, e.g. { key = value }";
     }
     return "?";
 }
 
 // The user-facing name of a section as written in TOML.
-std::string section_header(const std::string& section) {
-    return section == "rewards[]" ? "[[rewards]]" : "[" + section + "]";
-}
+std::string section_header(const std::string& section) { return section == "rewards[]" ? "[[rewards]]" : "[" + section + "]"; }
 
 std::vector<std::string> section_names() {
     std::vector<std::string> names;
@@ -93,7 +97,8 @@ toml::table parse_override_value(const std::string& value) {
 
 class Validator {
 public:
-    Validator(std::string path, std::set<std::string> overridden) : path_(std::move(path)), overridden_(std::move(overridden)) {}
+    Validator(std::string path, std::set<std::string> overridden)
+            : path_(std::move(path)), overridden_(std::move(overridden)) {}
 
     std::string where(const toml::node& node, const std::string& dotted) const {
         const auto& source = node.source();
@@ -133,8 +138,8 @@ public:
                 if (spec.choices) {
                     auto options = split(spec.choices, '|');
                     if (std::find(options.begin(), options.end(), value) == options.end())
-                        throw manifest_error(at, name + " = \"" + value + "\" is not valid; use one of " +
-                                                     choices_text(spec) + did_you_mean(value, options));
+                        throw manifest_error(at, name + " = \"" + value + "\" is not valid; use one of " + choices_text(spec) +
+                                                     did_you_mean(value, options));
                 }
                 return std::make_unique<toml::value<std::string>>(value);
             }
@@ -185,8 +190,8 @@ public:
             std::string lower = spec.min <= -1e299 ? "" : (spec.min_exclusive ? "> " : ">= ") + format_number(spec.min);
             std::string upper = spec.max >= 1e299 ? "" : "<= " + format_number(spec.max);
             std::string valid = lower.empty() ? upper : upper.empty() ? lower : lower + " and " + upper;
-            throw manifest_error(at, name + " = " + format_number(value) + " is out of range; it must be " + valid +
-                                         " (" + spec.help + ")");
+            throw manifest_error(
+                at, name + " = " + format_number(value) + " is out of range; it must be " + valid + " (" + spec.help + ")");
         }
     }
 
@@ -211,8 +216,8 @@ public:
         for (const auto& spec : manifest_schema()) {
             if (section != spec.section || out.contains(spec.key)) continue;
             if (spec.required)
-                throw manifest_error(table_where, "missing required key " + dotted_prefix + spec.key + " (" + spec.help +
-                                                      ")" + (section.empty() ? "" : " in " + section_header(section)));
+                throw manifest_error(table_where, "missing required key " + dotted_prefix + spec.key + " (" + spec.help + ")" +
+                                                      (section.empty() ? "" : " in " + section_header(section)));
             if (spec.default_toml) {
                 toml::table parsed = toml::parse(std::string("v = ") + spec.default_toml);
                 out.insert_or_assign(spec.key, *parsed.get("v"));
@@ -278,14 +283,105 @@ Manifest Manifest::load(const std::string& path, const std::vector<std::string>&
     return parse(text.str(), path, overrides, world_size);
 }
 
-Manifest Manifest::parse(const std::string& text, const std::string& source_name,
-                         const std::vector<std::string>& overrides, int world_size) {
+namespace {
+// [[rewards]]: an array of tables, at least one, with unique metric names.
+std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, const std::string& source_name,
+                                     const std::string& directory) {
+    const toml::node* rewards = root.get("rewards");
+    if (!rewards)
+        throw manifest_error(source_name,
+                             "no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  plugin = \"correctness\"");
+    const toml::array* reward_array = rewards->as_array();
+    if (!reward_array || !reward_array->is_array_of_tables() || reward_array->empty())
+        throw manifest_error(v.where(*rewards, "rewards"), "'rewards' must be one or more [[rewards]] tables");
+    std::vector<PluginUse> uses;
+    std::set<std::string> reward_names;
+    for (size_t i = 0; i < reward_array->size(); ++i) {
+        const toml::node& node = *reward_array->get(i);
+        std::string prefix = "rewards." + std::to_string(i) + ".";
+        std::string at = v.where(node, "rewards." + std::to_string(i));
+        toml::table out;
+        v.section("rewards[]", node.as_table(), out, prefix, at);
+        PluginUse use;
+        use.plugin = *out["plugin"].value<std::string>();
+        if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(directory, use.plugin);
+        use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;
+        if (looks_like_plugin_path(use.name)) use.name = fs::path(use.name).stem().string();
+        use.weight = *out["weight"].value<double>();
+        if (out.contains("role")) use.role = *out["role"].value<std::string>();
+        use.config = std::make_shared<toml::table>(*out["config"].as_table());
+        use.origin = at + " [[rewards]] #" + std::to_string(i + 1);
+        if (!reward_names.insert(use.name).second)
+            throw manifest_error(
+                at, "two rewards are named '" + use.name + "'; metric names must be unique: give one of them name = \"...\"");
+        uses.push_back(std::move(use));
+    }
+
+    return uses;
+}
+
+// The batch arithmetic of docs/grpo.md#batching-and-grouping: resolves generation_batch_size and
+// steps_per_generation into `train`, or says which setting to change.
+void resolve_batch_sizes(const Manifest& m, toml::table& train, const toml::table& root, Validator& v,
+                         const std::string& source_name, int world_size) {
+    auto at = [&](const std::string& dotted) {
+        const toml::node* n = root.at_path(dotted).node();
+        return n ? v.where(*n, dotted) : source_name;
+    };
+    int64_t batch = m.integer("train.per_device_train_batch_size");
+    int64_t accumulation = m.integer("train.gradient_accumulation_steps");
+    int64_t generations = m.integer("generation.num_generations");
+    auto gbs = m.optional_integer("train.generation_batch_size");
+    auto spg = m.optional_integer("train.steps_per_generation");
+    int64_t per_step = batch * world_size;
+    // TRL refuses both; Grove accepts both when they agree, so a resolved manifest checks again
+    if (gbs && spg && *gbs != per_step * *spg)
+        throw manifest_error(at("train.steps_per_generation"),
+                             "train.generation_batch_size = " + std::to_string(*gbs) +
+                                 " and train.steps_per_generation = " + std::to_string(*spg) +
+                                 " disagree: generation_batch_size must be per_device_train_batch_size "
+                                 "x world size x steps_per_generation = " +
+                                 std::to_string(per_step * *spg) + "; set only one of them");
+    if (gbs) {
+        if (*gbs % per_step != 0)
+            throw manifest_error(
+                at("train.generation_batch_size"),
+                "train.generation_batch_size = " + std::to_string(*gbs) +
+                    " must be a multiple of per_device_train_batch_size x world size = " + std::to_string(per_step) +
+                    " (e.g. " + std::to_string(per_step * std::max<int64_t>(1, *gbs / per_step)) + ")");
+        spg = *gbs / per_step;
+    } else {
+        if (!spg) spg = accumulation;
+        gbs = per_step * *spg;
+    }
+    if (*gbs % generations != 0) {
+        std::vector<std::string> divisors;
+        for (int64_t g = 2; g <= *gbs; ++g)
+            if (*gbs % g == 0) divisors.push_back(std::to_string(g));
+        int64_t multiple = std::lcm(*gbs, generations);
+        throw manifest_error(
+            at("generation.num_generations"),
+            "the generation batch of " + std::to_string(*gbs) + " completions (per_device_train_batch_size " +
+                std::to_string(batch) + " x world size " + std::to_string(world_size) + " x steps_per_generation " +
+                std::to_string(*spg) + ") cannot hold whole groups of num_generations = " + std::to_string(generations) +
+                "; use num_generations in {" + join(divisors, ", ") + "} or a generation batch that is a multiple of " +
+                std::to_string(generations) + " (e.g. train.generation_batch_size = " + std::to_string(multiple) + ")");
+    }
+    train.insert_or_assign("generation_batch_size", *gbs);
+    train.insert_or_assign("steps_per_generation", *spg);
+}
+
+}  // namespace
+
+Manifest Manifest::parse(const std::string& text, const std::string& source_name, const std::vector<std::string>& overrides,
+                         int world_size) {
     Manifest m;
     m.path_ = source_name;
     m.directory_ = fs::path(source_name).parent_path().string();
     if (m.directory_.empty()) m.directory_ = ".";
     m.world_size_ = world_size;
-    if (world_size < 1) throw Error(ErrorKind::usage, "world size must be >= 1 (WORLD_SIZE=" + std::to_string(world_size) + ")");
+    if (world_size < 1)
+        throw Error(ErrorKind::usage, "world size must be >= 1 (WORLD_SIZE=" + std::to_string(world_size) + ")");
 
     toml::table root;
     try {
@@ -310,8 +406,9 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         if (!is_section && !find_spec("", key)) {
             auto candidates = sections;
             for (const auto& k : keys_of("")) candidates.push_back(k);
-            throw manifest_error(v.key_where(key_node, node, key), "unknown section or key '" + key + "'" + did_you_mean(key, candidates) +
-                                                         "; valid: " + join(candidates, ", "));
+            throw manifest_error(
+                v.key_where(key_node, node, key),
+                "unknown section or key '" + key + "'" + did_you_mean(key, candidates) + "; valid: " + join(candidates, ", "));
         }
         if (!is_section) top_scalars.insert(key, node);
     }
@@ -325,42 +422,14 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         if (node && !node->is_table())
             throw manifest_error(v.where(*node, section), "'" + section + "' must be a table: write [" + section + "]");
         toml::table out;
-        v.section(section, node ? node->as_table() : nullptr, out, section + ".",
-                  node ? v.where(*node, section) : source_name);
+        v.section(section, node ? node->as_table() : nullptr, out, section + ".", node ? v.where(*node, section) : source_name);
         values->insert(section, out);
     }
 
-    // rewards: an array of tables, at least one
-    const toml::node* rewards = root.get("rewards");
-    if (!rewards)
-        throw manifest_error(source_name, "no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  plugin = \"correctness\"");
-    const toml::array* reward_array = rewards->as_array();
-    if (!reward_array || !reward_array->is_array_of_tables() || reward_array->empty())
-        throw manifest_error(v.where(*rewards, "rewards"), "'rewards' must be one or more [[rewards]] tables");
-    std::set<std::string> reward_names;
-    for (size_t i = 0; i < reward_array->size(); ++i) {
-        const toml::node& node = *reward_array->get(i);
-        std::string prefix = "rewards." + std::to_string(i) + ".";
-        std::string at = v.where(node, "rewards." + std::to_string(i));
-        toml::table out;
-        v.section("rewards[]", node.as_table(), out, prefix, at);
-        PluginUse use;
-        use.plugin = *out["plugin"].value<std::string>();
-        if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(m.directory_, use.plugin);
-        use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;
-        if (looks_like_plugin_path(use.name)) use.name = fs::path(use.name).stem().string();
-        use.weight = *out["weight"].value<double>();
-        if (out.contains("role")) use.role = *out["role"].value<std::string>();
-        use.config = std::make_shared<toml::table>(*out["config"].as_table());
-        use.origin = at + " [[rewards]] #" + std::to_string(i + 1);
-        if (!reward_names.insert(use.name).second)
-            throw manifest_error(at, "two rewards are named '" + use.name +
-                                         "'; metric names must be unique: give one of them name = \"...\"");
-        m.rewards_.push_back(std::move(use));
-    }
+    m.rewards_ = parse_rewards(root, v, source_name, m.directory_);
 
     for (auto [section, use] : {std::pair<const char*, PluginUse*>{"adapter", &m.adapter_},
-                                 std::pair<const char*, PluginUse*>{"reduction", &m.reduction_}}) {
+                                std::pair<const char*, PluginUse*>{"reduction", &m.reduction_}}) {
         const toml::table& t = *values->get(section)->as_table();
         use->plugin = *t["plugin"].value<std::string>();
         if (looks_like_plugin_path(use->plugin)) use->plugin = resolve_path(m.directory_, use->plugin);
@@ -377,7 +446,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         if (auto* s = t.get(spec.key); s && s->is_string())
             t.insert_or_assign(spec.key, resolve_path(m.directory_, *s->value<std::string>()));
         if (auto* a = t.get(spec.key); a && a->is_array())
-            for (auto& element : *a->as_array()) element.ref<std::string>() = resolve_path(m.directory_, element.ref<std::string>());
+            for (auto& element : *a->as_array())
+                element.ref<std::string>() = resolve_path(m.directory_, element.ref<std::string>());
     }
     m.values_ = values;
     {
@@ -387,56 +457,11 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     }
 
     if (!m.optional_string("data.source") && !m.optional_string("rollouts.path"))
-        throw manifest_error(source_name, "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
-                                          "or rollouts.path to replay rollouts made elsewhere");
+        throw manifest_error(source_name,
+                             "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
+                             "or rollouts.path to replay rollouts made elsewhere");
 
-    // the batch arithmetic of docs/grpo.md#batching-and-grouping
-    toml::table& train = *values->get("train")->as_table();
-    auto at = [&](const std::string& dotted) {
-        auto parts = split(dotted, '.');
-        const toml::node* n = root.at_path(dotted).node();
-        return n ? v.where(*n, dotted) : source_name;
-    };
-    int64_t batch = m.integer("train.per_device_train_batch_size");
-    int64_t accumulation = m.integer("train.gradient_accumulation_steps");
-    int64_t generations = m.integer("generation.num_generations");
-    auto gbs = m.optional_integer("train.generation_batch_size");
-    auto spg = m.optional_integer("train.steps_per_generation");
-    int64_t per_step = batch * world_size;
-    // TRL refuses both; Grove accepts both when they agree, so a resolved manifest checks again
-    if (gbs && spg && *gbs != per_step * *spg)
-        throw manifest_error(at("train.steps_per_generation"),
-                             "train.generation_batch_size = " + std::to_string(*gbs) + " and train.steps_per_generation = " +
-                                 std::to_string(*spg) + " disagree: generation_batch_size must be per_device_train_batch_size "
-                                 "x world size x steps_per_generation = " + std::to_string(per_step * *spg) +
-                                 "; set only one of them");
-    if (gbs) {
-        if (*gbs % per_step != 0)
-            throw manifest_error(at("train.generation_batch_size"),
-                                 "train.generation_batch_size = " + std::to_string(*gbs) +
-                                     " must be a multiple of per_device_train_batch_size x world size = " +
-                                     std::to_string(per_step) + " (e.g. " + std::to_string(per_step * std::max<int64_t>(1, *gbs / per_step)) + ")");
-        spg = *gbs / per_step;
-    } else {
-        if (!spg) spg = accumulation;
-        gbs = per_step * *spg;
-    }
-    if (*gbs % generations != 0) {
-        std::vector<std::string> divisors;
-        for (int64_t g = 2; g <= *gbs; ++g)
-            if (*gbs % g == 0) divisors.push_back(std::to_string(g));
-        int64_t multiple = std::lcm(*gbs, generations);
-        throw manifest_error(at("generation.num_generations"),
-                             "the generation batch of " + std::to_string(*gbs) +
-                                 " completions (per_device_train_batch_size " + std::to_string(batch) + " x world size " +
-                                 std::to_string(world_size) + " x steps_per_generation " + std::to_string(*spg) +
-                                 ") cannot hold whole groups of num_generations = " + std::to_string(generations) +
-                                 "; use num_generations in {" + join(divisors, ", ") +
-                                 "} or a generation batch that is a multiple of " + std::to_string(generations) +
-                                 " (e.g. train.generation_batch_size = " + std::to_string(multiple) + ")");
-    }
-    train.insert_or_assign("generation_batch_size", *gbs);
-    train.insert_or_assign("steps_per_generation", *spg);
+    resolve_batch_sizes(m, *values->get("train")->as_table(), root, v, source_name, world_size);
     toml::table& loss = *values->get("loss")->as_table();
     if (!loss.contains("epsilon_high")) loss.insert("epsilon_high", m.number("loss.epsilon"));
     m.keys_read_->clear();  // validation's reads do not count as the run's use of a key
@@ -537,7 +562,8 @@ std::string toml_value_text(const toml::node& node) {
 }
 
 void print_key(std::ostringstream& os, const KeySpec& spec, const toml::node* node) {
-    std::string line = node ? std::string(spec.key) + " = " + toml_value_text(*node) : "# " + std::string(spec.key) + " = (unset)";
+    std::string line =
+        node ? std::string(spec.key) + " = " + toml_value_text(*node) : "# " + std::string(spec.key) + " = (unset)";
     os << line;
     if (line.size() < 40) os << std::string(40 - line.size(), ' ');
     os << "  # " << spec.help << "\n";
@@ -584,7 +610,8 @@ std::string manifest_reference_markdown() {
                << "| key | type | default | valid | TRL option | meaning |\n|---|---|---|---|---|---|\n";
         }
         std::string valid;
-        if (spec.choices) valid = Validator::choices_text(spec);
+        if (spec.choices)
+            valid = Validator::choices_text(spec);
         else if (spec.type == KeyType::integer || spec.type == KeyType::number) {
             std::string lower = spec.min <= -1e299 ? "" : (spec.min_exclusive ? "> " : ">= ") + format_number(spec.min);
             std::string upper = spec.max >= 1e299 ? "" : "<= " + format_number(spec.max);
@@ -592,9 +619,11 @@ std::string manifest_reference_markdown() {
         }
         std::string type = type_phrase(spec.type);
         os << "| `" << spec.key << "` | " << type << " | "
-           << (spec.required ? "required" : spec.default_toml ? "`" + std::string(spec.default_toml) + "`" : "unset")
-           << " | " << valid << " | " << (spec.trl_name ? "`" + std::string(spec.trl_name) + "`" : "") << " | "
-           << spec.help << " |\n";
+           << (spec.required       ? "required"
+               : spec.default_toml ? "`" + std::string(spec.default_toml) + "`"
+                                   : "unset")
+           << " | " << valid << " | " << (spec.trl_name ? "`" + std::string(spec.trl_name) + "`" : "") << " | " << spec.help
+           << " |\n";
     }
     return os.str();
 }

@@ -20,10 +20,22 @@ KeySpec range(KeySpec s, double min, double max, bool min_exclusive = false) {
     s.min_exclusive = min_exclusive;
     return s;
 }
-KeySpec required(KeySpec s) { s.required = true; return s; }
-KeySpec path(KeySpec s) { s.is_path = true; return s; }
-KeySpec trl(KeySpec s, const char* name) { s.trl_name = name; return s; }
-KeySpec pick(KeySpec s, const char* c) { s.choices = c; return s; }
+KeySpec required(KeySpec s) {
+    s.required = true;
+    return s;
+}
+KeySpec path(KeySpec s) {
+    s.is_path = true;
+    return s;
+}
+KeySpec trl(KeySpec s, const char* name) {
+    s.trl_name = name;
+    return s;
+}
+KeySpec pick(KeySpec s, const char* c) {
+    s.choices = c;
+    return s;
+}
 constexpr double kInf = 1e300;
 }  // namespace
 
@@ -33,8 +45,8 @@ const std::vector<KeySpec>& manifest_schema() {
         path(key("", "plugin_dirs", T::string_array, "[]",
                  "extra folders searched for plugins, before GROVE_PLUGIN_PATH and the built-in folder")),
 
-        required(path(key("model", "path", T::string, nullptr,
-                          "Hugging Face model folder (config.json, safetensors, tokenizer)"))),
+        required(
+            path(key("model", "path", T::string, nullptr, "Hugging Face model folder (config.json, safetensors, tokenizer)"))),
         pick(key("model", "dtype", T::string, "\"float32\"",
                  "weights' dtype; TRL loads float32 master weights (bf16 autocast on CUDA)"),
              "float32|bfloat16"),
@@ -63,10 +75,9 @@ const std::vector<KeySpec>& manifest_schema() {
                   0, kInf, true),
             "temperature"),
         trl(range(key("generation", "top_p", T::number, "1.0", "nucleus sampling mass, (0, 1]"), 0, 1, true), "top_p"),
-        trl(range(key("generation", "top_k", T::integer, "0", "keep the k most likely tokens; 0 disables"), 0, kInf),
-            "top_k"),
-        trl(range(key("generation", "min_p", T::number, "0.0", "drop tokens below min_p x the top probability; 0 disables"),
-                  0, 1),
+        trl(range(key("generation", "top_k", T::integer, "0", "keep the k most likely tokens; 0 disables"), 0, kInf), "top_k"),
+        trl(range(key("generation", "min_p", T::number, "0.0", "drop tokens below min_p x the top probability; 0 disables"), 0,
+                  1),
             "min_p"),
         trl(range(key("generation", "repetition_penalty", T::number, "1.0", "1.0 disables"), 0, kInf, true),
             "repetition_penalty"),
@@ -93,11 +104,10 @@ const std::vector<KeySpec>& manifest_schema() {
                   0, kInf),
             "beta"),
         trl(range(key("loss", "epsilon", T::number, "0.2", "lower clip range of the ratio"), 0, kInf), "epsilon"),
-        trl(range(key("loss", "epsilon_high", T::number, nullptr, "upper clip range; unset = epsilon (DAPO: 0.28)"), 0,
-                  kInf),
+        trl(range(key("loss", "epsilon_high", T::number, nullptr, "upper clip range; unset = epsilon (DAPO: 0.28)"), 0, kInf),
             "epsilon_high"),
-        trl(range(key("loss", "delta", T::number, nullptr, "two-sided clip: ratio capped at delta; unset disables"), 0,
-                  kInf, true),
+        trl(range(key("loss", "delta", T::number, nullptr, "two-sided clip: ratio capped at delta; unset disables"), 0, kInf,
+                  true),
             "delta"),
         trl(pick(key("loss", "importance_sampling_level", T::string, "\"token\"", "token, or sequence (GSPO)"),
                  "token|sequence"),
@@ -123,8 +133,7 @@ const std::vector<KeySpec>& manifest_schema() {
                       "completions (not prompts) per micro-batch per process"),
                   1, kInf),
             "per_device_train_batch_size"),
-        trl(range(key("train", "gradient_accumulation_steps", T::integer, "1", "micro-batches per optimizer step"), 1,
-                  kInf),
+        trl(range(key("train", "gradient_accumulation_steps", T::integer, "1", "micro-batches per optimizer step"), 1, kInf),
             "gradient_accumulation_steps"),
         trl(range(key("train", "generation_batch_size", T::integer, nullptr,
                       "completions generated at once over all processes; unset = batch x processes x steps_per_generation"),
@@ -136,27 +145,25 @@ const std::vector<KeySpec>& manifest_schema() {
             "steps_per_generation"),
         trl(range(key("train", "learning_rate", T::number, "1e-6", "peak learning rate (TRL's GRPO default)"), 0, kInf),
             "learning_rate"),
-        trl(pick(key("train", "lr_scheduler_type", T::string, "\"linear\"", "decay after warmup: to 0 linearly, cosine, or none"),
+        trl(pick(key("train", "lr_scheduler_type", T::string, "\"linear\"",
+                     "decay after warmup: to 0 linearly, cosine, or none"),
                  "linear|cosine|constant"),
             "lr_scheduler_type"),
         trl(range(key("train", "warmup_steps", T::integer, "0", "linear warmup steps; overrides warmup_ratio when > 0"), 0,
                   kInf),
             "warmup_steps"),
-        trl(range(key("train", "warmup_ratio", T::number, "0.0", "warmup as a fraction of all steps"), 0, 1),
-            "warmup_ratio"),
-        trl(range(key("train", "weight_decay", T::number, "0.0", "AdamW decay; never applied to norms and biases"), 0,
-                  kInf),
+        trl(range(key("train", "warmup_ratio", T::number, "0.0", "warmup as a fraction of all steps"), 0, 1), "warmup_ratio"),
+        trl(range(key("train", "weight_decay", T::number, "0.0", "AdamW decay; never applied to norms and biases"), 0, kInf),
             "weight_decay"),
         trl(range(key("train", "adam_beta1", T::number, "0.9", "AdamW beta1"), 0, 1), "adam_beta1"),
         trl(range(key("train", "adam_beta2", T::number, "0.999", "AdamW beta2"), 0, 1), "adam_beta2"),
         trl(range(key("train", "adam_epsilon", T::number, "1e-8", "AdamW epsilon"), 0, kInf, true), "adam_epsilon"),
         trl(range(key("train", "max_grad_norm", T::number, "1.0", "global gradient-norm clip; 0 disables"), 0, kInf),
             "max_grad_norm"),
-        trl(range(key("train", "max_steps", T::integer, "-1", "optimizer steps; -1 = num_train_epochs decides"), -1,
-                  kInf),
+        trl(range(key("train", "max_steps", T::integer, "-1", "optimizer steps; -1 = num_train_epochs decides"), -1, kInf),
             "max_steps"),
-        trl(range(key("train", "num_train_epochs", T::number, "3.0", "passes over the prompts when max_steps = -1"), 0,
-                  kInf, true),
+        trl(range(key("train", "num_train_epochs", T::number, "3.0", "passes over the prompts when max_steps = -1"), 0, kInf,
+                  true),
             "num_train_epochs"),
         trl(key("train", "seed", T::integer, "42", "seed of sampling, shuffling and initialisation"), "seed"),
         trl(pick(key("train", "mixed_precision", T::string, "\"auto\"",
@@ -170,20 +177,22 @@ const std::vector<KeySpec>& manifest_schema() {
                  "sampling_logprobs and rewards) instead of generating")),
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
-        trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf),
-            "save_steps"),
+        trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf), "save_steps"),
         trl(range(key("output", "save_total_limit", T::integer, nullptr, "keep only the newest N checkpoints; unset keeps all"),
                   1, kInf),
             "save_total_limit"),
 
-        trl(range(key("logging", "logging_steps", T::integer, "10", "print a progress line every N optimizer steps (metrics.jsonl gets every step)"), 1, kInf),
+        trl(range(key("logging", "logging_steps", T::integer, "10",
+                      "print a progress line every N optimizer steps (metrics.jsonl gets every step)"),
+                  1, kInf),
             "logging_steps"),
         trl(key("logging", "log_completions", T::boolean, "false", "write sample completions to completions.jsonl"),
             "log_completions"),
         key("logging", "save_rollouts", T::boolean, "false",
             "write every generated row (prompt_ids, completion_ids, sampling_logprobs, rewards) to rollouts.jsonl, "
             "which [rollouts] path can replay"),
-        trl(range(key("logging", "num_completions_to_print", T::integer, nullptr, "completions written to completions.jsonl per generation batch (its first N rows); unset = all"),
+        trl(range(key("logging", "num_completions_to_print", T::integer, nullptr,
+                      "completions written to completions.jsonl per generation batch (its first N rows); unset = all"),
                   0, kInf),
             "num_completions_to_print"),
     };

@@ -37,7 +37,8 @@ PluginUse peft_lora_import(const std::string& path) {
     nlohmann::json c = nlohmann::json::parse(in, nullptr, false);
     if (c.is_discarded() || !c.is_object()) throw Error(ErrorKind::input, path + ": not a JSON object (is the file damaged?)");
     if (c.value("peft_type", "") != "LORA")
-        throw Error(ErrorKind::input, path + ": peft_type must be LORA: only PEFT LoRA folders import without a grove_adapter.json");
+        throw Error(ErrorKind::input,
+                    path + ": peft_type must be LORA: only PEFT LoRA folders import without a grove_adapter.json");
     toml::table config;
     try {
         config.insert("r", c.at("r").get<int64_t>());
@@ -46,7 +47,8 @@ PluginUse peft_lora_import(const std::string& path) {
         config.insert("use_rslora", c.value("use_rslora", false));
         toml::array targets;
         const nlohmann::json& t = c.at("target_modules");
-        if (t.is_string()) targets.push_back(t.get<std::string>());
+        if (t.is_string())
+            targets.push_back(t.get<std::string>());
         else
             for (const auto& name : t) targets.push_back(name.get<std::string>());
         config.insert("target_modules", std::move(targets));

@@ -18,21 +18,24 @@ Enum enum_from(const std::string& text, std::initializer_list<std::pair<const ch
 }  // namespace
 
 ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& name) {
-    return enum_from<ImportanceSamplingLevel>(name, {{"token", ImportanceSamplingLevel::token},
-                                                     {"sequence", ImportanceSamplingLevel::sequence}});
+    return enum_from<ImportanceSamplingLevel>(
+        name, {{"token", ImportanceSamplingLevel::token}, {"sequence", ImportanceSamplingLevel::sequence}});
 }
 ScaleRewards scale_rewards_from_name(const std::string& name) {
-    return enum_from<ScaleRewards>(name, {{"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}});
+    return enum_from<ScaleRewards>(
+        name, {{"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}});
 }
 RewardAggregation reward_aggregation_from_name(const std::string& name) {
     return enum_from<RewardAggregation>(name, {{"sum_then_normalize", RewardAggregation::sum_then_normalize},
                                                {"normalize_then_sum", RewardAggregation::normalize_then_sum}});
 }
 LrSchedule lr_schedule_from_name(const std::string& name) {
-    return enum_from<LrSchedule>(name, {{"linear", LrSchedule::linear}, {"cosine", LrSchedule::cosine}, {"constant", LrSchedule::constant}});
+    return enum_from<LrSchedule>(
+        name, {{"linear", LrSchedule::linear}, {"cosine", LrSchedule::cosine}, {"constant", LrSchedule::constant}});
 }
 MixedPrecision mixed_precision_from_name(const std::string& name) {
-    return enum_from<MixedPrecision>(name, {{"auto", MixedPrecision::automatic}, {"bf16", MixedPrecision::bf16}, {"no", MixedPrecision::off}});
+    return enum_from<MixedPrecision>(
+        name, {{"auto", MixedPrecision::automatic}, {"bf16", MixedPrecision::bf16}, {"no", MixedPrecision::off}});
 }
 
 RunConfig RunConfig::from(const Manifest& m) {

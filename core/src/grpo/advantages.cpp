@@ -41,8 +41,8 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
     size_t N = R.size() / size_t(K);
     int G = o.num_generations;
     if (G < 1 || N % size_t(G) != 0)
-        throw Error(ErrorKind::runtime, "compute_advantages: " + std::to_string(N) + " rows do not form groups of " +
-                                            std::to_string(G));
+        throw Error(ErrorKind::runtime,
+                    "compute_advantages: " + std::to_string(N) + " rows do not form groups of " + std::to_string(G));
     AdvantageResult out;
     std::vector<double> r(N, kNaN), A(N, kNaN), std_used(N, kNaN);
     std::vector<bool> unscorable(N, true);

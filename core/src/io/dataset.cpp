@@ -25,11 +25,11 @@ namespace {
 // a small model can generalise instead of memorising, and an imperfect one makes step errors that
 // reinforcement learning can fix.
 struct ArithmeticOptions {
-    int digits = 2;            // operands have at most this many digits (1..3)
-    std::string ops = "+-*";   // which operations; the second factor of * is always one digit (2..9)
-    bool worked = true;        // style=worked: the system prompt asks for <think>/<answer>;
-                               // style=short: "reply with the result only", for chat models that
-                               // have never seen those tags (examples/smollm2)
+    int digits = 2;           // operands have at most this many digits (1..3)
+    std::string ops = "+-*";  // which operations; the second factor of * is always one digit (2..9)
+    bool worked = true;       // style=worked: the system prompt asks for <think>/<answer>;
+                              // style=short: "reply with the result only", for chat models that
+                              // have never seen those tags (examples/smollm2)
 };
 
 struct Problem {
@@ -130,7 +130,8 @@ std::vector<PromptRow> arithmetic(const std::string& source, bool test_split, co
                                             : "You are a calculator. Reply with the result only."},
                         {"user", question}};
         row.text = question;
-        row.columns_json = json({{"answer", std::to_string(answer)}, {"question", question}, {"completion", completion}}).dump();
+        row.columns_json =
+            json({{"answer", std::to_string(answer)}, {"question", question}, {"completion", completion}}).dump();
         row.origin = source + " #" + std::to_string(rows.size());
         rows.push_back(std::move(row));
     }
@@ -180,27 +181,28 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
                                           "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
     }
     std::vector<PromptRow> rows;
-    for_each_jsonl(source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)", [&](json& j, const std::string& where) {
-        if (!j.is_object() || !j.contains(prompt_column))
-            throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column + "\" column");
-        PromptRow row;
-        row.origin = where;
-        const json& prompt = j[prompt_column];
-        if (prompt.is_string()) {
-            row.text = prompt;
-        } else if (prompt.is_array() && !prompt.empty()) {
-            for (const auto& m : prompt) {
-                if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
-                    throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
-                row.messages.push_back({m["role"], m["content"]});
+    for_each_jsonl(
+        source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)", [&](json& j, const std::string& where) {
+            if (!j.is_object() || !j.contains(prompt_column))
+                throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column + "\" column");
+            PromptRow row;
+            row.origin = where;
+            const json& prompt = j[prompt_column];
+            if (prompt.is_string()) {
+                row.text = prompt;
+            } else if (prompt.is_array() && !prompt.empty()) {
+                for (const auto& m : prompt) {
+                    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
+                        throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
+                    row.messages.push_back({m["role"], m["content"]});
+                }
+            } else {
+                throw Error(ErrorKind::input, where + ": \"" + prompt_column + "\" must be text or a list of messages");
             }
-        } else {
-            throw Error(ErrorKind::input, where + ": \"" + prompt_column + "\" must be text or a list of messages");
-        }
-        j.erase(prompt_column);
-        row.columns_json = j.dump();
-        rows.push_back(std::move(row));
-    });
+            j.erase(prompt_column);
+            row.columns_json = j.dump();
+            rows.push_back(std::move(row));
+        });
     if (rows.empty()) throw Error(ErrorKind::input, source + ": the dataset has no rows");
     return rows;
 }

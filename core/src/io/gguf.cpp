@@ -1,6 +1,5 @@
 #include "grove/gguf.hpp"
 
-
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -58,15 +57,24 @@ private:
 
 json read_value(Reader& r, uint32_t type, const std::string& key, int depth = 0) {
     switch (type) {
-        case 0: return r.read<uint8_t>(key.c_str());
-        case 1: return r.read<int8_t>(key.c_str());
-        case 2: return r.read<uint16_t>(key.c_str());
-        case 3: return r.read<int16_t>(key.c_str());
-        case 4: return r.read<uint32_t>(key.c_str());
-        case 5: return r.read<int32_t>(key.c_str());
-        case 6: return r.read<float>(key.c_str());
-        case 7: return r.read<uint8_t>(key.c_str()) != 0;
-        case 8: return r.string(key.c_str());
+        case 0:
+            return r.read<uint8_t>(key.c_str());
+        case 1:
+            return r.read<int8_t>(key.c_str());
+        case 2:
+            return r.read<uint16_t>(key.c_str());
+        case 3:
+            return r.read<int16_t>(key.c_str());
+        case 4:
+            return r.read<uint32_t>(key.c_str());
+        case 5:
+            return r.read<int32_t>(key.c_str());
+        case 6:
+            return r.read<float>(key.c_str());
+        case 7:
+            return r.read<uint8_t>(key.c_str()) != 0;
+        case 8:
+            return r.string(key.c_str());
         case 9: {
             if (depth > 2) throw Error(ErrorKind::input, "GGUF: arrays nested too deeply at key " + key);
             uint32_t element = r.read<uint32_t>(key.c_str());
@@ -76,22 +84,44 @@ json read_value(Reader& r, uint32_t type, const std::string& key, int depth = 0)
             for (uint64_t i = 0; i < count; ++i) array.push_back(read_value(r, element, key, depth + 1));
             return array;
         }
-        case 10: return r.read<uint64_t>(key.c_str());
-        case 11: return r.read<int64_t>(key.c_str());
-        case 12: return r.read<double>(key.c_str());
-        default: throw Error(ErrorKind::input, "GGUF: key " + key + " has unknown value type " + std::to_string(type));
+        case 10:
+            return r.read<uint64_t>(key.c_str());
+        case 11:
+            return r.read<int64_t>(key.c_str());
+        case 12:
+            return r.read<double>(key.c_str());
+        default:
+            throw Error(ErrorKind::input, "GGUF: key " + key + " has unknown value type " + std::to_string(type));
     }
 }
 
 // block size (elements) and bytes per block of each supported type
 bool type_layout(uint32_t type, uint64_t& block, uint64_t& block_bytes) {
     switch (GgmlType(type)) {
-        case GgmlType::f32: block = 1; block_bytes = 4; return true;
-        case GgmlType::f16: block = 1; block_bytes = 2; return true;
-        case GgmlType::bf16: block = 1; block_bytes = 2; return true;
-        case GgmlType::q8_0: block = 32; block_bytes = 34; return true;
-        case GgmlType::q4_0: block = 32; block_bytes = 18; return true;
-        case GgmlType::q4_1: block = 32; block_bytes = 20; return true;
+        case GgmlType::f32:
+            block = 1;
+            block_bytes = 4;
+            return true;
+        case GgmlType::f16:
+            block = 1;
+            block_bytes = 2;
+            return true;
+        case GgmlType::bf16:
+            block = 1;
+            block_bytes = 2;
+            return true;
+        case GgmlType::q8_0:
+            block = 32;
+            block_bytes = 34;
+            return true;
+        case GgmlType::q4_0:
+            block = 32;
+            block_bytes = 18;
+            return true;
+        case GgmlType::q4_1:
+            block = 32;
+            block_bytes = 20;
+            return true;
     }
     return false;
 }
@@ -100,7 +130,8 @@ float half_to_float(uint16_t h) {
     uint32_t sign = uint32_t(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
     uint32_t bits;
     if (exponent == 0) {
-        if (mantissa == 0) bits = sign;
+        if (mantissa == 0)
+            bits = sign;
         else {  // subnormal: normalise
             exponent = 127 - 15 + 1;
             while (!(mantissa & 0x400)) {
@@ -130,7 +161,7 @@ uint64_t GgufTensor::elements() const {
 }
 
 GgufFile::GgufFile(const std::string& path)
-    : path_(path), file_(std::make_unique<MappedFile>(path)), metadata_(std::make_unique<json>(json::object())) {
+        : path_(path), file_(std::make_unique<MappedFile>(path)), metadata_(std::make_unique<json>(json::object())) {
     size_t size_ = file_->size();
     if (size_ < 24) throw corrupt(path, "the file is too small for a GGUF header");
     {
@@ -138,9 +169,11 @@ GgufFile::GgufFile(const std::string& path)
         Reader r(bytes, size_, path_);
         if (r.read<uint32_t>("magic") != 0x46554747) throw corrupt(path, "it does not start with the magic 'GGUF'");
         uint32_t version = r.read<uint32_t>("version");
-        if (version < 2 || version > 3) throw corrupt(path, "version " + std::to_string(version) + " is not supported (2 or 3)");
+        if (version < 2 || version > 3)
+            throw corrupt(path, "version " + std::to_string(version) + " is not supported (2 or 3)");
         uint64_t tensor_count = r.read<uint64_t>("tensor count"), kv_count = r.read<uint64_t>("metadata count");
-        if (tensor_count > size_ / 8 || kv_count > size_ / 8) throw corrupt(path, "tensor or metadata counts exceed the file size");
+        if (tensor_count > size_ / 8 || kv_count > size_ / 8)
+            throw corrupt(path, "tensor or metadata counts exceed the file size");
         for (uint64_t i = 0; i < kv_count; ++i) {
             std::string key = r.string("metadata key");
             uint32_t type = r.read<uint32_t>(key.c_str());
@@ -150,7 +183,8 @@ GgufFile::GgufFile(const std::string& path)
             GgufTensor t;
             t.name = r.string("tensor name");
             uint32_t n_dims = r.read<uint32_t>(t.name.c_str());
-            if (n_dims == 0 || n_dims > 4) throw corrupt(path, "tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions");
+            if (n_dims == 0 || n_dims > 4)
+                throw corrupt(path, "tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions");
             for (uint32_t d = 0; d < n_dims; ++d) t.dims.push_back(r.read<uint64_t>(t.name.c_str()));
             t.type = r.read<uint32_t>(t.name.c_str());
             t.offset = r.read<uint64_t>(t.name.c_str());
@@ -166,7 +200,8 @@ GgufFile::GgufFile(const std::string& path)
                 throw corrupt(path, "tensor '" + t.name + "' has ggml type " + std::to_string(t.type) +
                                         ", which Grove cannot read (F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
             uint64_t n = t.elements();
-            if (t.dims[0] % block) throw corrupt(path, "tensor '" + t.name + "': row length is not a multiple of the block size");
+            if (t.dims[0] % block)
+                throw corrupt(path, "tensor '" + t.name + "': row length is not a multiple of the block size");
             t.bytes = n / block * block_bytes;
             if (t.offset > size_ - data_start || t.bytes > size_ - data_start - t.offset)
                 throw corrupt(path, "tensor '" + t.name + "' lies outside the file");
@@ -188,7 +223,9 @@ std::vector<float> dequantize(const GgufTensor& t, const std::string&) {
     std::vector<float> out(n);
     const uint8_t* p = t.data;
     switch (GgmlType(t.type)) {
-        case GgmlType::f32: std::memcpy(out.data(), p, n * 4); break;
+        case GgmlType::f32:
+            std::memcpy(out.data(), p, n * 4);
+            break;
         case GgmlType::f16:
             for (uint64_t i = 0; i < n; ++i) out[i] = half_to_float(load_u16(p + 2 * i));
             break;
@@ -244,8 +281,7 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path) {
         return json{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}};
     };
     if (pre == "smollm")
-        return {{"type", "Sequence"},
-                {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+        return {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
     if (pre == "llama-bpe" || pre == "llama3")
         return {{"type", "Sequence"}, {"pretokenizers", {split(kLlama3Pattern), byte_level(false)}}};
     if (pre == "qwen2") return {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Pattern), byte_level(false)}}};
@@ -281,12 +317,86 @@ std::vector<float> unpermute_rows(const std::vector<float>& w, uint64_t rows, ui
 
 }  // namespace
 
+namespace {
+struct SpecialTokens {
+    std::optional<int64_t> bos, eos, pad, unk;
+};
+
+// tokenizer.json and tokenizer_config.json from the GGUF vocabulary (byte-level BPE only).
+void write_tokenizer_files(const json& m, const std::string& gguf_path, const std::string& out_dir,
+                           const SpecialTokens& special, int64_t max_positions) {
+    if (m.contains("tokenizer.ggml.tokens")) {
+        std::string model = m.value("tokenizer.ggml.model", std::string());
+        if (model != "gpt2")
+            throw Error(ErrorKind::input, gguf_path + ": tokenizer.ggml.model \"" + model +
+                                              "\" is not supported (supported: gpt2, i.e. byte-level BPE)");
+        const json& tokens = m["tokenizer.ggml.tokens"];
+        json types = m.value("tokenizer.ggml.token_type", json::array());
+        json vocab_map = json::object(), added = json::array();
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            vocab_map[tokens[i].get<std::string>()] = i;
+            int type = i < types.size() ? types[i].get<int>() : 1;
+            if (type == 3 || type == 4)  // CONTROL or USER_DEFINED
+                added.push_back({{"id", i},
+                                 {"content", tokens[i]},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", type == 3}});
+        }
+        json tokenizer = {{"version", "1.0"},
+                          {"truncation", nullptr},
+                          {"padding", nullptr},
+                          {"added_tokens", added},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", pre_tokenizer_for(m.value("tokenizer.ggml.pre", std::string()), gguf_path)},
+                          {"post_processor", nullptr},
+                          {"decoder", byte_level(true)},
+                          {"model",
+                           {{"type", "BPE"},
+                            {"dropout", nullptr},
+                            {"unk_token", nullptr},
+                            {"continuing_subword_prefix", nullptr},
+                            {"end_of_word_suffix", nullptr},
+                            {"fuse_unk", false},
+                            {"byte_fallback", false},
+                            {"ignore_merges", false},
+                            {"vocab", vocab_map},
+                            {"merges", m.value("tokenizer.ggml.merges", json::array())}}}};
+        if (m.value("tokenizer.ggml.add_bos_token", false) && special.bos)
+            tokenizer["post_processor"] = {
+                {"type", "TemplateProcessing"},
+                {"single",
+                 {{{"SpecialToken", {{"id", tokens[*special.bos]}, {"type_id", 0}}}},
+                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                {"pair", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+                {"special_tokens",
+                 {{tokens[*special.bos].get<std::string>(),
+                   {{"id", tokens[*special.bos]}, {"ids", {*special.bos}}, {"tokens", {tokens[*special.bos]}}}}}}};
+        write_file_atomically((fs::path(out_dir) / "tokenizer.json").string(),
+                              tokenizer.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+        json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                 {"add_bos_token", m.value("tokenizer.ggml.add_bos_token", false)},
+                                 {"model_max_length", max_positions}};
+        auto name_of = [&](const std::optional<int64_t>& id) { return tokens.at(size_t(*id)); };
+        if (special.bos) tokenizer_config["bos_token"] = name_of(special.bos);
+        if (special.eos) tokenizer_config["eos_token"] = name_of(special.eos);
+        if (special.pad) tokenizer_config["pad_token"] = name_of(special.pad);
+        if (special.unk) tokenizer_config["unk_token"] = name_of(special.unk);
+        if (m.contains("tokenizer.chat_template")) tokenizer_config["chat_template"] = m["tokenizer.chat_template"];
+        write_file_atomically((fs::path(out_dir) / "tokenizer_config.json").string(), tokenizer_config.dump(2) + "\n");
+    }
+}
+}  // namespace
+
 void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir) {
     GgufFile file(gguf_path);
     const json& m = file.metadata();
     std::string arch = meta<std::string>(m, "general.architecture", gguf_path);
     if (arch != "llama")
-        throw Error(ErrorKind::input, gguf_path + ": general.architecture \"" + arch + "\" is not supported (supported: llama)");
+        throw Error(ErrorKind::input,
+                    gguf_path + ": general.architecture \"" + arch + "\" is not supported (supported: llama)");
     int64_t hidden = meta<int64_t>(m, "llama.embedding_length", gguf_path);
     int64_t layers = meta<int64_t>(m, "llama.block_count", gguf_path);
     int64_t heads = meta<int64_t>(m, "llama.attention.head_count", gguf_path);
@@ -359,54 +469,7 @@ void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir
     write_file_atomically((fs::path(out_dir) / "generation_config.json").string(), generation.dump(2) + "\n");
     write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 
-    // tokenizer.json from the GGUF vocabulary
-    if (m.contains("tokenizer.ggml.tokens")) {
-        std::string model = m.value("tokenizer.ggml.model", std::string());
-        if (model != "gpt2")
-            throw Error(ErrorKind::input, gguf_path + ": tokenizer.ggml.model \"" + model +
-                                              "\" is not supported (supported: gpt2, i.e. byte-level BPE)");
-        const json& tokens = m["tokenizer.ggml.tokens"];
-        json types = m.value("tokenizer.ggml.token_type", json::array());
-        json vocab_map = json::object(), added = json::array();
-        for (size_t i = 0; i < tokens.size(); ++i) {
-            vocab_map[tokens[i].get<std::string>()] = i;
-            int type = i < types.size() ? types[i].get<int>() : 1;
-            if (type == 3 || type == 4)  // CONTROL or USER_DEFINED
-                added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false},
-                                 {"rstrip", false}, {"normalized", false}, {"special", type == 3}});
-        }
-        json tokenizer = {{"version", "1.0"},
-                          {"truncation", nullptr},
-                          {"padding", nullptr},
-                          {"added_tokens", added},
-                          {"normalizer", nullptr},
-                          {"pre_tokenizer", pre_tokenizer_for(m.value("tokenizer.ggml.pre", std::string()), gguf_path)},
-                          {"post_processor", nullptr},
-                          {"decoder", byte_level(true)},
-                          {"model",
-                           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                            {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                            {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab_map},
-                            {"merges", m.value("tokenizer.ggml.merges", json::array())}}}};
-        if (m.value("tokenizer.ggml.add_bos_token", false) && bos)
-            tokenizer["post_processor"] = {
-                {"type", "TemplateProcessing"},
-                {"single", {{{"SpecialToken", {{"id", tokens[*bos]}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                {"pair", {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-                {"special_tokens", {{tokens[*bos].get<std::string>(), {{"id", tokens[*bos]}, {"ids", {*bos}}, {"tokens", {tokens[*bos]}}}}}}};
-        write_file_atomically((fs::path(out_dir) / "tokenizer.json").string(),
-                              tokenizer.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
-        json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
-                                 {"add_bos_token", m.value("tokenizer.ggml.add_bos_token", false)},
-                                 {"model_max_length", config["max_position_embeddings"]}};
-        auto name_of = [&](const std::optional<int64_t>& id) { return tokens.at(size_t(*id)); };
-        if (bos) tokenizer_config["bos_token"] = name_of(bos);
-        if (eos) tokenizer_config["eos_token"] = name_of(eos);
-        if (pad) tokenizer_config["pad_token"] = name_of(pad);
-        if (unk) tokenizer_config["unk_token"] = name_of(unk);
-        if (m.contains("tokenizer.chat_template")) tokenizer_config["chat_template"] = m["tokenizer.chat_template"];
-        write_file_atomically((fs::path(out_dir) / "tokenizer_config.json").string(), tokenizer_config.dump(2) + "\n");
-    }
+    write_tokenizer_files(m, gguf_path, out_dir, {bos, eos, pad, unk}, config["max_position_embeddings"].get<int64_t>());
 }
 
 }  // namespace grove

@@ -15,7 +15,7 @@ namespace grove {
 MappedFile::MappedFile(const std::string& path) : path_(path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error(ErrorKind::input, path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0) {
         int saved = errno;
         ::close(fd);

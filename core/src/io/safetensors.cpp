@@ -25,8 +25,8 @@ struct DTypeInfo {
     size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::f64, "F64", 8}, {DType::f32, "F32", 4}, {DType::f16, "F16", 2}, {DType::bf16, "BF16", 2},
-    {DType::i64, "I64", 8}, {DType::i32, "I32", 4}, {DType::i16, "I16", 2}, {DType::i8, "I8", 1},
+    {DType::f64, "F64", 8}, {DType::f32, "F32", 4},      {DType::f16, "F16", 2}, {DType::bf16, "BF16", 2},
+    {DType::i64, "I64", 8}, {DType::i32, "I32", 4},      {DType::i16, "I16", 2}, {DType::i8, "I8", 1},
     {DType::u8, "U8", 1},   {DType::boolean, "BOOL", 1},
 };
 }  // namespace
@@ -179,7 +179,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorBytes>& 
         for (int64_t s : t->shape) numel *= uint64_t(s);
         if (numel * dtype_size(t->dtype) != t->size)
             throw Error(ErrorKind::runtime, path + ": tensor '" + t->name + "' has " + std::to_string(t->size) +
-                                                " bytes for a shape that needs " + std::to_string(numel * dtype_size(t->dtype)));
+                                                " bytes for a shape that needs " +
+                                                std::to_string(numel * dtype_size(t->dtype)));
         header[t->name] = {{"dtype", dtype_name(t->dtype)}, {"shape", t->shape}, {"data_offsets", {offset, offset + t->size}}};
         offset += t->size;
     }

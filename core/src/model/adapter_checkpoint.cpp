@@ -27,7 +27,8 @@ json read_json_file(const fs::path& path) {
     std::ifstream in(path);
     if (!in) throw Error(ErrorKind::input, path.string() + ": cannot be read");
     json j = json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) throw Error(ErrorKind::input, path.string() + ": not a JSON object (is the file damaged?)");
+    if (j.is_discarded() || !j.is_object())
+        throw Error(ErrorKind::input, path.string() + ": not a JSON object (is the file damaged?)");
     return j;
 }
 }  // namespace
@@ -49,13 +50,15 @@ PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir) {
     const fs::path record_path = fs::path(adapter_dir) / kAdapterRecord;
     if (!fs::exists(record_path)) return peft_lora_import((fs::path(adapter_dir) / "adapter_config.json").string());
     json record = read_json_file(record_path);
-    if (!record.contains("plugin") || !record["plugin"].is_string() || !record.contains("config") || !record["config"].is_string())
+    if (!record.contains("plugin") || !record["plugin"].is_string() || !record.contains("config") ||
+        !record["config"].is_string())
         throw Error(ErrorKind::input, record_path.string() + ": needs \"plugin\" and \"config\" strings");
     return plugin_use_from_toml(record["plugin"], record["config"], record_path.string());
 }
 
-std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const std::string& base_dir, const std::string& device,
-                                           const std::string& dtype, const std::vector<std::string>& plugin_dirs) {
+std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const std::string& base_dir,
+                                           const std::string& device, const std::string& dtype,
+                                           const std::vector<std::string>& plugin_dirs) {
     const PluginUse use = adapter_use_of_checkpoint(adapter_dir);
     auto model = Model::load(base_dir, device, dtype);
     PluginHost host(plugin_search_path(plugin_dirs));
@@ -69,13 +72,15 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
     SafetensorsFile weights(weights_path);
     const auto parameters = model->adapter_parameters();
     if (parameters.empty())
-        throw Error(ErrorKind::input, adapter_dir + ": its adapter '" + adapter.info().name + "' attaches to no layer of " + base_dir);
+        throw Error(ErrorKind::input,
+                    adapter_dir + ": its adapter '" + adapter.info().name + "' attaches to no layer of " + base_dir);
     {
         at::NoGradGuard no_grad;
         for (const auto& [name, tensor] : parameters) {
             const TensorEntry* entry = weights.find(name);
             if (!entry)
-                throw Error(ErrorKind::input, weights_path + ": no \"" + name + "\" (was the adapter made for another model or configuration?)");
+                throw Error(ErrorKind::input,
+                            weights_path + ": no \"" + name + "\" (was the adapter made for another model or configuration?)");
             at::Tensor target = tensor;
             target.copy_(tensor_from_entry(*entry, weights_path));
         }
@@ -90,19 +95,23 @@ void export_merged(const std::string& adapter_dir, const std::string& base_dir, 
     copy_tokenizer_files(base_dir, out_dir);
 }
 
-std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folder, const std::string& device, const std::string& dtype) {
+std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folder, const std::string& device,
+                                                        const std::string& dtype) {
     const fs::path dir(folder);
     if (fs::exists(dir / "config.json") || !fs::exists(dir / "adapter_config.json")) return Model::load(folder, device, dtype);
     json config = read_json_file(dir / "adapter_config.json");
-    std::string base = config.value("base_model_name_or_path", json()).is_string() ? config["base_model_name_or_path"].get<std::string>() : "";
+    std::string base =
+        config.value("base_model_name_or_path", json()).is_string() ? config["base_model_name_or_path"].get<std::string>() : "";
     if (base.empty())
-        throw Error(ErrorKind::input, folder + "/adapter_config.json: no base_model_name_or_path; merge it with "
-                                      "`grove export --merge " + folder + " --base MODEL_DIR OUT_DIR`");
+        throw Error(ErrorKind::input, folder +
+                                          "/adapter_config.json: no base_model_name_or_path; merge it with "
+                                          "`grove export --merge " +
+                                          folder + " --base MODEL_DIR OUT_DIR`");
     const fs::path base_dir = fs::path(base).is_absolute() ? fs::path(base) : dir / base;
     if (!fs::exists(base_dir / "config.json"))
         throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base_dir.string() +
-                                      " is not a model folder here; merge it with `grove export --merge " + folder +
-                                      " --base MODEL_DIR OUT_DIR`");
+                                          " is not a model folder here; merge it with `grove export --merge " + folder +
+                                          " --base MODEL_DIR OUT_DIR`");
     return load_merged_adapter(folder, base_dir.string(), device, dtype);
 }
 

@@ -57,9 +57,15 @@ grove_status op_parameter(grove_op_context* ctx, const char* name, uint32_t ndim
     at::Tensor p;
     try {
         switch (init) {
-            case GROVE_INIT_ZEROS: p = at::zeros(sizes, ctx->options); break;
-            case GROVE_INIT_ONES: p = at::ones(sizes, ctx->options); break;
-            case GROVE_INIT_NORMAL: p = at::empty(sizes, ctx->options).normal_(0.0, init_arg); break;
+            case GROVE_INIT_ZEROS:
+                p = at::zeros(sizes, ctx->options);
+                break;
+            case GROVE_INIT_ONES:
+                p = at::ones(sizes, ctx->options);
+                break;
+            case GROVE_INIT_NORMAL:
+                p = at::empty(sizes, ctx->options).normal_(0.0, init_arg);
+                break;
             case GROVE_INIT_KAIMING_UNIFORM: {
                 // torch.nn.init.kaiming_uniform_(w, a): fan_in = size(1) * receptive field
                 int64_t fan_in = ndim >= 2 ? sizes[1] : sizes[0];
@@ -108,8 +114,8 @@ uint32_t op_shape(grove_op_context*, grove_tensor a, int64_t* sizes, uint32_t ma
     return uint32_t(t.dim());
 }
 
-const grove_tensor_ops kOps = {sizeof(grove_tensor_ops), op_parameter, op_linear, op_matmul, op_add,
-                               op_mul, op_scale, op_dropout, op_shape};
+const grove_tensor_ops kOps = {
+    sizeof(grove_tensor_ops), op_parameter, op_linear, op_matmul, op_add, op_mul, op_scale, op_dropout, op_shape};
 
 std::string short_name(const std::string& name) {
     auto dot = name.rfind('.');
@@ -121,8 +127,8 @@ void check_call(const PluginInstance& adapter, grove_status status, const char* 
                 const grove_op_context& ctx, const std::string& layer) {
     if (status == GROVE_OK) return;
     std::string message = !ctx.first_error.empty() ? ctx.first_error : capture.message;
-    throw Error(ErrorKind::plugin, "plugin " + adapter.info().display() + " failed in " + call + "() on layer " + layer +
-                                       ": " + (message.empty() ? "no message given" : message));
+    throw Error(ErrorKind::plugin, "plugin " + adapter.info().display() + " failed in " + call + "() on layer " + layer + ": " +
+                                       (message.empty() ? "no message given" : message));
 }
 
 std::vector<grove_tensor> parameter_handles(const std::deque<std::pair<std::string, at::Tensor>>& parameters) {
@@ -143,8 +149,12 @@ bool AdapterHost::trains_base_weights() const { return adapter_.info().flags & G
 std::unique_ptr<AdaptedLinear> AdapterHost::attach(const LinearLayer& layer) {
     std::unique_ptr<AdaptedLinear> adapted(new AdaptedLinear(*this, layer));
     std::string short_layer = short_name(layer.name);
-    grove_linear_info info{sizeof(grove_linear_info), layer.name.c_str(), short_layer.c_str(),
-                           layer.weight.size(1), layer.weight.size(0), layer.layer_index,
+    grove_linear_info info{sizeof(grove_linear_info),
+                           layer.name.c_str(),
+                           short_layer.c_str(),
+                           layer.weight.size(1),
+                           layer.weight.size(0),
+                           layer.layer_index,
                            layer.bias.has_value() ? 1u : 0u};
     grove_op_context ctx;
     ctx.training = training_;
@@ -153,8 +163,8 @@ std::unique_ptr<AdaptedLinear> AdapterHost::attach(const LinearLayer& layer) {
     ctx.options = layer.weight.options().requires_grad(false);
     ErrorCapture capture;
     void* state = nullptr;
-    grove_status status = adapter_.info().descriptor->adapter->attach(adapter_.handle(), &info, &kOps, &ctx, &state,
-                                                                      &capture.sink);
+    grove_status status =
+        adapter_.info().descriptor->adapter->attach(adapter_.handle(), &info, &kOps, &ctx, &state, &capture.sink);
     check_call(adapter_, status, "attach", capture, ctx, layer.name);
     if (!state) return nullptr;
     adapted->state_ = state;
@@ -189,15 +199,20 @@ at::Tensor AdaptedLinear::delta(const at::Tensor& x) const {
     grove_tensor out = nullptr;
     ErrorCapture capture;
     grove_status status = host_.adapter_.info().descriptor->adapter->forward(
-        host_.adapter_.handle(), state_, &kOps, &ctx, params.data(), uint32_t(params.size()), x_handle, &out,
-        &capture.sink);
+        host_.adapter_.handle(), state_, &kOps, &ctx, params.data(), uint32_t(params.size()), x_handle, &out, &capture.sink);
     check_call(host_.adapter_, status, "forward", capture, ctx, layer_.name);
     if (!out) check_call(host_.adapter_, GROVE_ERROR_INTERNAL, "forward", capture, ctx, layer_.name);
     at::Tensor result = unwrap(out);
-    if (result.sizes().vec() != [&] { auto s = x.sizes().vec(); s.back() = layer_.weight.size(0); return s; }())
+    if (result.sizes().vec() != [&] {
+            auto s = x.sizes().vec();
+            s.back() = layer_.weight.size(0);
+            return s;
+        }())
         throw Error(ErrorKind::plugin, "plugin " + host_.adapter_.info().display() + " returned a delta of shape " +
-                                           c10::str(result.sizes()) + " on layer " + layer_.name + "; expected the "
-                                           "input's shape with the last dimension " + std::to_string(layer_.weight.size(0)));
+                                           c10::str(result.sizes()) + " on layer " + layer_.name +
+                                           "; expected the "
+                                           "input's shape with the last dimension " +
+                                           std::to_string(layer_.weight.size(0)));
     return result;
 }
 

@@ -30,8 +30,7 @@ template <int WEIGHTS, int ROWS>
 GROVE_AVX2 void block(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y, int64_t ldy,
                       const char* ahead, const char* ahead_end) {
     __m256 acc[ROWS][WEIGHTS];
-    GROVE_UNROLL for (int m = 0; m < ROWS; ++m)
-        GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_setzero_ps();
+    GROVE_UNROLL for (int m = 0; m < ROWS; ++m) GROVE_UNROLL for (int n = 0; n < WEIGHTS; ++n) acc[m][n] = _mm256_setzero_ps();
     const int64_t full = K & ~int64_t(7);
     const int64_t ahead_per_step = full ? ((ahead_end - ahead) * 8 + full - 1) / full : 0;
     const char* requested_to = ahead;
@@ -68,8 +67,8 @@ GROVE_AVX2 void block(const float* x, int64_t ldx, const float* w, int64_t K, co
 // streaming during those compute-only passes, the bytes [ahead, ahead_end) of weight rows needed
 // later are split evenly over all passes and requested as they run.
 template <int WEIGHTS>
-GROVE_AVX2 void weight_rows(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y,
-                            int64_t ldy, int64_t rows, const char* ahead, const char* ahead_end) {
+GROVE_AVX2 void weight_rows(const float* x, int64_t ldx, const float* w, int64_t K, const float* bias, float* y, int64_t ldy,
+                            int64_t rows, const char* ahead, const char* ahead_end) {
     const int64_t passes = rows / 4 + (rows % 4) / 2 + rows % 2;
     int64_t pass = 0;
     auto share = [&](int64_t p) { return ahead + (ahead_end - ahead) * p / passes; };
@@ -172,8 +171,8 @@ bool decode_kernels_available() {
     return supported;
 }
 
-void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
-                        int64_t rows, int64_t K, int64_t N, int threads) {
+void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy, int64_t rows,
+                        int64_t K, int64_t N, int threads) {
     const int64_t parts = useful_threads(threads, N, rows * K * N);
     if (parts == 1) return linear_columns(x, ldx, w, bias, y, ldy, rows, K, 0, N, N);
     // Columns go in chunks to whichever thread is free, not half to each: on a shared machine one
@@ -263,9 +262,9 @@ GROVE_AVX2 void weighted_rows(const float* weights, const float* values, int64_t
 }
 
 // decode_attention for the (sequence, head) pairs [begin, end); scores holds S floats
-GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* value_cache, int64_t capacity,
-                       const bool* visible, float* out, int64_t heads, int64_t kv_heads, int64_t S, int64_t D, float scale,
-                       int64_t begin, int64_t end, float* scores) {
+GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* value_cache, int64_t capacity, const bool* visible,
+                       float* out, int64_t heads, int64_t kv_heads, int64_t S, int64_t D, float scale, int64_t begin,
+                       int64_t end, float* scores) {
     const int64_t group = heads / kv_heads;
     const bool vector_rows = D % 8 == 0;  // every head size in use (64, 80, 96, 128, ...)
     for (int64_t task = begin; task < end; ++task) {
@@ -301,9 +300,9 @@ GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* valu
 }
 }  // namespace
 
-void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache,
-                      float* value_cache, int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads,
-                      int64_t kv_heads, int64_t S, int64_t D, float scale, int threads) {
+void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache, float* value_cache,
+                      int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads, int64_t kv_heads, int64_t S,
+                      int64_t D, float scale, int threads) {
     for (int64_t row = 0; row < B * kv_heads; ++row) {  // (sequence, kv head) rows of the cache
         std::copy(new_keys + row * D, new_keys + (row + 1) * D, key_cache + (row * capacity + S - 1) * D);
         std::copy(new_values + row * D, new_values + (row + 1) * D, value_cache + (row * capacity + S - 1) * D);
@@ -329,8 +328,8 @@ namespace {
 constexpr int64_t kSampleBlock = 64;
 
 // sample_softmax for one row; e holds V floats and block_sums V / kSampleBlock + 1 doubles
-GROVE_AVX2 void sample_row(const float* x, int64_t V, float temperature, double u, int64_t* token, float* logprob,
-                           float* e, double* block_sums) {
+GROVE_AVX2 void sample_row(const float* x, int64_t V, float temperature, double u, int64_t* token, float* logprob, float* e,
+                           double* block_sums) {
     const bool divide = temperature != 1.0f;
     const __m256 t = _mm256_set1_ps(temperature);
     // the largest logit; dividing by a positive temperature keeps the order, so max(s) = max(x) / t
@@ -431,8 +430,8 @@ void small_batch_linear(const float*, int64_t, const float*, const float*, float
 void rms_norm(const float*, const float*, float*, int64_t, int64_t, float) { std::abort(); }
 void rotary(float*, const float*, const float*, int64_t, int64_t, int64_t) { std::abort(); }
 void silu_mul(const float*, const float*, float*, int64_t) { std::abort(); }
-void decode_attention(const float*, const float*, const float*, float*, float*, int64_t, const bool*, float*, int64_t,
-                      int64_t, int64_t, int64_t, int64_t, float, int) {
+void decode_attention(const float*, const float*, const float*, float*, float*, int64_t, const bool*, float*, int64_t, int64_t,
+                      int64_t, int64_t, int64_t, float, int) {
     std::abort();
 }
 void sample_softmax(const float*, int64_t, int64_t, int64_t, float, const double*, int64_t*, float*, int) { std::abort(); }

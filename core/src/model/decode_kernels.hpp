@@ -22,8 +22,8 @@ bool decode_kernels_available();
 // from memory once: passes over 4 rows of x at a time reuse it from cache while later weight rows
 // are prefetched; bias may be null. Up to `threads` threads share the columns (each at least 2^18
 // multiply-adds), taking chunks of them as they become free.
-void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy,
-                        int64_t rows, int64_t K, int64_t N, int threads);
+void small_batch_linear(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy, int64_t rows,
+                        int64_t K, int64_t N, int threads);
 
 // Llama's RMSNorm on rows of H: y = weight * x / sqrt(mean(x^2) + eps), x and y [rows, H].
 void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t H, float eps);
@@ -41,9 +41,9 @@ void silu_mul(const float* gate, const float* up, float* y, int64_t n);
 // for each sequence b and query head h (kv head h / (heads / kv_heads), as transformers' repeat_kv)
 // out[b, h] = softmax_s(scale q[b, h] . K[b, kv, s] over s < S with visible[b * S + s]) . V[b, kv, s].
 // q and out are [B, heads, D]. At least one position per row must be visible.
-void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache,
-                      float* value_cache, int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads,
-                      int64_t kv_heads, int64_t S, int64_t D, float scale, int threads);
+void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache, float* value_cache,
+                      int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads, int64_t kv_heads, int64_t S,
+                      int64_t D, float scale, int threads);
 
 // One sampling step over rows of V logits, float32 (row stride ld): for each row r, with
 // s = logits / temperature (temperature 1 leaves them as they are) and p = softmax(s),

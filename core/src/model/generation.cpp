@@ -24,7 +24,8 @@ at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const
     at::Tensor logits = scaled;
     if (o.repetition_penalty != 1.0) {
         at::Tensor float_logits = raw.to(at::kFloat);
-        at::Tensor penalised = at::where(float_logits > 0, float_logits / o.repetition_penalty, float_logits * o.repetition_penalty);
+        at::Tensor penalised =
+            at::where(float_logits > 0, float_logits / o.repetition_penalty, float_logits * o.repetition_penalty);
         logits = at::where(seen, penalised, float_logits) / o.temperature;
     }
     const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -68,8 +69,7 @@ void set_stop_tokens(SamplingOptions& o, const Model& model, const TokenizerConf
     o.pad_token_id = tokenizer.pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
 }
 
-GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const SamplingOptions& o) {
+GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
     if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
@@ -101,8 +101,7 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     at::Tensor seen = at::zeros({N, V}, at::TensorOptions().dtype(at::kBool).device(device));
     if (o.repetition_penalty != 1.0) seen.scatter_(1, ids, prompt_mask.to(at::kBool));
 
-    at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor()
-                                             : at::tensor(o.eos_token_ids, long_cpu).to(device);
+    at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor() : at::tensor(o.eos_token_ids, long_cpu).to(device);
     at::Tensor out_ids = at::full({N, C}, o.pad_token_id, long_cpu.device(device));
     at::Tensor out_logp = at::zeros({N, C}, at::TensorOptions().dtype(at::kFloat).device(device));
     at::Tensor finished = at::zeros({N}, at::TensorOptions().dtype(at::kBool).device(device));  // per prompt
@@ -231,7 +230,7 @@ at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids,
     const at::Device device = model.device();
     // Only real tokens go through the model, packed row after row (Model::packed_hidden_states).
     at::Tensor keep = at::cat({prompt_mask, completion_mask}, 1).cpu().to(at::kBool);  // [B, L]
-    at::Tensor kept = keep.reshape(-1).nonzero().squeeze(-1);                            // flat input positions
+    at::Tensor kept = keep.reshape(-1).nonzero().squeeze(-1);                          // flat input positions
     at::Tensor row_lengths = keep.sum(1).to(at::kLong).contiguous();
     at::Tensor positions = (keep.to(at::kLong).cumsum(-1) - 1).reshape(-1).index_select(0, kept);
     at::Tensor tokens = at::cat({prompt_ids, completion_ids}, 1).cpu().reshape(-1).index_select(0, kept);
@@ -241,7 +240,8 @@ at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids,
     // Completion token t of row b is predicted at input position P - 1 + t. Positions that are masked,
     // or whose predictor is, get log-prob (and entropy) 0; every consumer masks them.
     at::Tensor packed_index = keep.reshape(-1).to(at::kLong).cumsum(0) - 1;  // flat input position -> row of hidden
-    at::Tensor scored = completion_mask.cpu().to(at::kBool).logical_and(keep.narrow(1, P - 1, C)).reshape(-1).nonzero().squeeze(-1);
+    at::Tensor scored =
+        completion_mask.cpu().to(at::kBool).logical_and(keep.narrow(1, P - 1, C)).reshape(-1).nonzero().squeeze(-1);
     at::Tensor predictor = packed_index.index_select(0, scored.div(C, "floor") * L + P - 1 + scored.remainder(C));
     at::Tensor targets = completion_ids.cpu().reshape(-1).index_select(0, scored);
     at::Tensor scored_entropy;

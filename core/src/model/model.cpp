@@ -31,33 +31,54 @@ namespace grove {
 // safetensors <-> at::Tensor
 at::ScalarType scalar_type_of(DType dtype) {
     switch (dtype) {
-        case DType::f64: return at::kDouble;
-        case DType::f32: return at::kFloat;
-        case DType::f16: return at::kHalf;
-        case DType::bf16: return at::kBFloat16;
-        case DType::i64: return at::kLong;
-        case DType::i32: return at::kInt;
-        case DType::i16: return at::kShort;
-        case DType::i8: return at::kChar;
-        case DType::u8: return at::kByte;
-        case DType::boolean: return at::kBool;
+        case DType::f64:
+            return at::kDouble;
+        case DType::f32:
+            return at::kFloat;
+        case DType::f16:
+            return at::kHalf;
+        case DType::bf16:
+            return at::kBFloat16;
+        case DType::i64:
+            return at::kLong;
+        case DType::i32:
+            return at::kInt;
+        case DType::i16:
+            return at::kShort;
+        case DType::i8:
+            return at::kChar;
+        case DType::u8:
+            return at::kByte;
+        case DType::boolean:
+            return at::kBool;
     }
     return at::kFloat;
 }
 
 DType dtype_of(at::ScalarType type) {
     switch (type) {
-        case at::kDouble: return DType::f64;
-        case at::kFloat: return DType::f32;
-        case at::kHalf: return DType::f16;
-        case at::kBFloat16: return DType::bf16;
-        case at::kLong: return DType::i64;
-        case at::kInt: return DType::i32;
-        case at::kShort: return DType::i16;
-        case at::kChar: return DType::i8;
-        case at::kByte: return DType::u8;
-        case at::kBool: return DType::boolean;
-        default: throw Error(ErrorKind::runtime, std::string("safetensors cannot store dtype ") + c10::toString(type));
+        case at::kDouble:
+            return DType::f64;
+        case at::kFloat:
+            return DType::f32;
+        case at::kHalf:
+            return DType::f16;
+        case at::kBFloat16:
+            return DType::bf16;
+        case at::kLong:
+            return DType::i64;
+        case at::kInt:
+            return DType::i32;
+        case at::kShort:
+            return DType::i16;
+        case at::kChar:
+            return DType::i8;
+        case at::kByte:
+            return DType::u8;
+        case at::kBool:
+            return DType::boolean;
+        default:
+            throw Error(ErrorKind::runtime, std::string("safetensors cannot store dtype ") + c10::toString(type));
     }
 }
 
@@ -118,7 +139,8 @@ T get_or(const json& j, const std::string& key, T fallback, const std::string& f
 }
 
 void add_ids(const json& value, std::vector<int64_t>& out) {
-    if (value.is_number_integer()) out.push_back(value.get<int64_t>());
+    if (value.is_number_integer())
+        out.push_back(value.get<int64_t>());
     else if (value.is_array())
         for (const auto& v : value)
             if (v.is_number_integer()) out.push_back(v.get<int64_t>());
@@ -139,8 +161,8 @@ ModelConfig load_model_config(const std::string& folder) {
     bool known_type = false;
     for (const auto& [arch, type] : kSupported) known_type |= type == c.model_type;
     if (!known_arch || !known_type)
-        throw Error(ErrorKind::input, file + ": unsupported model (architectures: \"" + c.architecture +
-                                          "\", model_type: \"" + c.model_type + "\"); Grove supports " + supported_list());
+        throw Error(ErrorKind::input, file + ": unsupported model (architectures: \"" + c.architecture + "\", model_type: \"" +
+                                          c.model_type + "\"); Grove supports " + supported_list());
     c.vocab_size = get<int64_t>(j, "vocab_size", file);
     c.hidden_size = get<int64_t>(j, "hidden_size", file);
     c.intermediate_size = get<int64_t>(j, "intermediate_size", file);
@@ -169,7 +191,8 @@ ModelConfig load_model_config(const std::string& folder) {
                                           std::to_string(c.num_key_value_heads) + ")");
     if (c.head_dim % 2 != 0) throw Error(ErrorKind::input, file + ": head_dim must be even for rotary embeddings");
     const json* scaling = nullptr;
-    if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) scaling = &j["rope_scaling"];
+    if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
+        scaling = &j["rope_scaling"];
     else if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
              j["rope_parameters"].value("rope_type", "default") != "default")
         scaling = &j["rope_parameters"];
@@ -183,8 +206,8 @@ ModelConfig load_model_config(const std::string& folder) {
             c.rope_scaling.original_max_position_embeddings =
                 get<int64_t>(*scaling, "original_max_position_embeddings", file + " rope_scaling");
         } else if (type != "default") {
-            throw Error(ErrorKind::input, file + ": rope_scaling type \"" + type +
-                                              "\" is not supported (supported: none, llama3)");
+            throw Error(ErrorKind::input,
+                        file + ": rope_scaling type \"" + type + "\" is not supported (supported: none, llama3)");
         }
     }
     if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
@@ -219,7 +242,8 @@ constexpr int64_t kSmallBatchMaxRows = 32;
 
 at::Tensor linear_for_scope(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
     if (decode_kernels_apply(x) && weight.scalar_type() == at::kFloat && weight.dim() == 2 && weight.is_contiguous() &&
-        x.dim() >= 1 && x.size(-1) == weight.size(1) && (!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous()))) {
+        x.dim() >= 1 && x.size(-1) == weight.size(1) &&
+        (!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous()))) {
         const int64_t K = weight.size(1), N = weight.size(0), rows = K > 0 ? x.numel() / K : 0;
         if (rows >= 1 && rows <= kSmallBatchMaxRows) {
             at::Tensor input = x.reshape({rows, K}).contiguous();
@@ -272,18 +296,19 @@ public:
             for (const auto& [name, shard] : j["weight_map"].items()) shards.insert(shard.get<std::string>());
             for (const auto& shard : shards) {
                 if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
-                    throw Error(ErrorKind::input, index.string() + ": shard name \"" + shard + "\" must be a file in the folder");
+                    throw Error(ErrorKind::input,
+                                index.string() + ": shard name \"" + shard + "\" must be a file in the folder");
                 open((fs::path(folder) / shard).string());
             }
         } else {
-            throw Error(ErrorKind::input, folder + ": no model.safetensors or model.safetensors.index.json "
-                                                   "(only safetensors checkpoints are supported; convert .bin with transformers)");
+            throw Error(ErrorKind::input, folder +
+                                              ": no model.safetensors or model.safetensors.index.json "
+                                              "(only safetensors checkpoints are supported; convert .bin with transformers)");
         }
     }
     at::Tensor take(const std::string& name, std::vector<int64_t> shape) {
         auto it = where_.find(name);
-        if (it == where_.end())
-            throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
+        if (it == where_.end()) throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
         const SafetensorsFile& file = *files_[it->second];
         const TensorEntry* entry = file.find(name);
         if (entry->shape != shape) {
@@ -321,8 +346,8 @@ at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& s) {
     double high_wavelen = double(s.original_max_position_embeddings) / s.high_freq_factor;
     at::Tensor wavelen = 2 * M_PI / inv_freq;
     at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
-    at::Tensor smooth = (double(s.original_max_position_embeddings) / wavelen - s.low_freq_factor) /
-                        (s.high_freq_factor - s.low_freq_factor);
+    at::Tensor smooth =
+        (double(s.original_max_position_embeddings) / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
     at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
     at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     return at::where(medium, smoothed, scaled);
@@ -351,8 +376,9 @@ at::ScalarType parse_dtype_name(const std::string& dtype) {
 std::unique_ptr<Model> Model::load(const std::string& folder, const std::string& device_name, const std::string& dtype_name) {
     load_model_config(folder);  // a folder that is not a model is reported by its config.json first
     WeightSource weights(folder);
-    return build(folder, [&](const std::string& name, std::vector<int64_t> shape) { return weights.take(name, shape); },
-                 device_name, dtype_name);
+    return build(
+        folder, [&](const std::string& name, std::vector<int64_t> shape) { return weights.take(name, shape); }, device_name,
+        dtype_name);
 }
 
 std::unique_ptr<Model> Model::initialize(const std::string& folder, uint64_t seed, const std::string& device,
@@ -452,7 +478,7 @@ struct Model::Attention {
 };
 
 at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
-                                 const Attention& attention, KVCache* cache) const {
+                                const Attention& attention, KVCache* cache) const {
     const ModelConfig& c = config_;
     const Layer& layer = *layers_[index];
     const int64_t B = h_in.size(0), T = h_in.size(1), S = (cache ? cache->length : 0) + T;
@@ -464,8 +490,10 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     const bool rotary_kernel = decode_kernels_apply(q) && q.is_contiguous() && k.is_contiguous() && cos.is_contiguous() &&
                                sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == B * T * c.head_dim;
     if (rotary_kernel) {
-        kernels::rotary(q.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_attention_heads, c.head_dim);
-        kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads, c.head_dim);
+        kernels::rotary(q.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_attention_heads,
+                        c.head_dim);
+        kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads,
+                        c.head_dim);
     }
     const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
                                   cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
@@ -475,10 +503,10 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     if (attention_kernel) {
         attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
         kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                                  cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(),
-                                  cache->capacity, attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B,
-                                  c.num_attention_heads, c.num_key_value_heads, S, c.head_dim,
-                                  float(1.0 / std::sqrt(double(c.head_dim))), at::get_num_threads());
+                                  cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(), cache->capacity,
+                                  attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B, c.num_attention_heads,
+                                  c.num_key_value_heads, S, c.head_dim, float(1.0 / std::sqrt(double(c.head_dim))),
+                                  at::get_num_threads());
     } else {
         q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
         k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
@@ -510,8 +538,8 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
                 .view({attention.rows, attention.width, heads, c.head_dim})
                 .transpose(1, 2);
         };
-        at::Tensor rows = at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v), std::nullopt, 0.0, true,
-                                                           std::nullopt, gqa);
+        at::Tensor rows =
+            at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v), std::nullopt, 0.0, true, std::nullopt, gqa);
         attn = rows.transpose(1, 2)
                    .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
                    .index_select(0, attention.slots)
@@ -602,8 +630,8 @@ at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, co
     return rms_norm(h, norm_, config_.rms_norm_eps);
 }
 
-at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                const at::Tensor& position_ids, KVCache* cache) const {
+at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
+                                KVCache* cache) const {
     int64_t B = input_ids.size(0), T = input_ids.size(1);
     int64_t past = cache ? cache->length : 0;
     int64_t S = past + T;
@@ -642,17 +670,15 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
     for (int64_t r = 0; r < attention.rows; ++r)
         for (int64_t i = 0; i < row_lengths[size_t(r)]; ++i) slots.push_back(r * attention.width + i);
     if (int64_t(slots.size()) != N || position_ids.size(0) != N)
-        throw Error(ErrorKind::runtime, "packed_hidden_states: row lengths and position ids must cover the " +
-                                            std::to_string(N) + " tokens");
+        throw Error(ErrorKind::runtime,
+                    "packed_hidden_states: row lengths and position ids must cover the " + std::to_string(N) + " tokens");
     at::Device device = embed_tokens_.device();
     attention.slots = at::tensor(slots, at::kLong).to(device);
     at::Tensor h = at::embedding(embed_tokens_, token_ids.to(device)).unsqueeze(0);
     return decoder_stack(h, position_ids.view({1, N}), attention, nullptr).squeeze(0);
 }
 
-at::Tensor Model::logits(const at::Tensor& hidden) const {
-    return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
-}
+at::Tensor Model::logits(const at::Tensor& hidden) const { return linear_for_scope(hidden, lm_head_weight(), std::nullopt); }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
@@ -701,8 +727,8 @@ std::vector<Linear*> Model::linear_layers() {
 
 void Model::attach_adapter(AdapterHost& host) {
     for (size_t i = 0; i < layers_.size(); ++i)
-        for (Linear* lin : {&layers_[i]->q, &layers_[i]->k, &layers_[i]->v, &layers_[i]->o, &layers_[i]->gate,
-                            &layers_[i]->up, &layers_[i]->down}) {
+        for (Linear* lin : {&layers_[i]->q, &layers_[i]->k, &layers_[i]->v, &layers_[i]->o, &layers_[i]->gate, &layers_[i]->up,
+                            &layers_[i]->down}) {
             LinearLayer layer{lin->name, uint32_t(i), lin->weight, lin->bias};
             lin->adapter = host.attach(layer);
             lin->adapters_enabled = &adapters_enabled_;

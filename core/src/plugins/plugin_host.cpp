@@ -53,10 +53,14 @@ bool valid_plugin_name(const char* name) {
 
 const char* plugin_kind_name(uint32_t kind) {
     switch (kind) {
-        case GROVE_PLUGIN_KIND_REWARD: return "reward";
-        case GROVE_PLUGIN_KIND_REDUCTION: return "reduction";
-        case GROVE_PLUGIN_KIND_ADAPTER: return "adapter";
-        default: return "unknown";
+        case GROVE_PLUGIN_KIND_REWARD:
+            return "reward";
+        case GROVE_PLUGIN_KIND_REDUCTION:
+            return "reduction";
+        case GROVE_PLUGIN_KIND_ADAPTER:
+            return "adapter";
+        default:
+            return "unknown";
     }
 }
 
@@ -66,7 +70,7 @@ std::string PluginInfo::display() const { return "'" + name + "' (" + file + ")"
 class PluginLibrary {
 public:
     PluginLibrary(boost::dll::shared_library library, std::string path, const grove_plugin_list* list)
-        : library_(std::move(library)), path_(std::move(path)), list_(list) {}
+            : library_(std::move(library)), path_(std::move(path)), list_(list) {}
     const std::string& path() const { return path_; }
     const grove_plugin_list* list() const { return list_; }
 
@@ -94,8 +98,7 @@ std::shared_ptr<PluginLibrary> open_library(const std::string& path) {
         throw plugin_error(canonical.string() + " is not a loadable shared library: " + e.what());
     }
     if (!library.has(GROVE_PLUGIN_ENTRY_SYMBOL))
-        throw plugin_error(canonical.string() + " is not a Grove plugin: it does not export '" +
-                           GROVE_PLUGIN_ENTRY_SYMBOL +
+        throw plugin_error(canonical.string() + " is not a Grove plugin: it does not export '" + GROVE_PLUGIN_ENTRY_SYMBOL +
                            "' (declare it with GROVE_EXPORT, or GROVE_PLUGIN_LIBRARY in C++, and build with "
                            "-fvisibility=hidden)");
     auto entry = library.get<const grove_plugin_list*(const grove_host_api*)>(GROVE_PLUGIN_ENTRY_SYMBOL);
@@ -105,10 +108,10 @@ std::shared_ptr<PluginLibrary> open_library(const std::string& path) {
         throw plugin_error(canonical.string() + ": the plugin list is malformed (struct_size " +
                            std::to_string(list->struct_size) + ")");
     if (list->abi_major != GROVE_ABI_MAJOR)
-        throw plugin_error(canonical.string() + " was built for Grove plugin ABI " + std::to_string(list->abi_major) +
-                           "." + std::to_string(list->abi_minor) + ", but this grove speaks ABI " +
-                           std::to_string(GROVE_ABI_MAJOR) + "." + std::to_string(GROVE_ABI_MINOR) +
-                           ": rebuild the plugin against the Grove SDK " + std::to_string(GROVE_ABI_MAJOR) + ".x");
+        throw plugin_error(canonical.string() + " was built for Grove plugin ABI " + std::to_string(list->abi_major) + "." +
+                           std::to_string(list->abi_minor) + ", but this grove speaks ABI " + std::to_string(GROVE_ABI_MAJOR) +
+                           "." + std::to_string(GROVE_ABI_MINOR) + ": rebuild the plugin against the Grove SDK " +
+                           std::to_string(GROVE_ABI_MAJOR) + ".x");
     auto result = std::make_shared<PluginLibrary>(std::move(library), canonical.string(), list);
     open[canonical.string()] = result;
     return result;
@@ -134,13 +137,12 @@ PluginInfo describe(const std::shared_ptr<PluginLibrary>& library, const grove_p
     info.descriptor = d;
     info.library = library;
     for (uint32_t i = 0; i < d->config_key_count; ++i) info.keys.push_back(d->config_keys[i]);
-    for (uint32_t i = 0; i < d->metric_count; ++i)
-        info.metric_names.push_back(d->metric_names[i] ? d->metric_names[i] : "");
+    for (uint32_t i = 0; i < d->metric_count; ++i) info.metric_names.push_back(d->metric_names[i] ? d->metric_names[i] : "");
     // a function table must reach its required entries; entries past its struct_size read as absent
     auto too_small = [&](const char* table, uint32_t size, size_t needed, const char* entry) {
         if (size >= needed) return;
-        throw plugin_error("plugin " + info.display() + ": its " + table + " function table has struct_size " + std::to_string(size) +
-                           ", which stops before " + entry + "() (" + std::to_string(needed) +
+        throw plugin_error("plugin " + info.display() + ": its " + table + " function table has struct_size " +
+                           std::to_string(size) + ", which stops before " + entry + "() (" + std::to_string(needed) +
                            " bytes needed); rebuild it against the Grove SDK header");
     };
     if (d->kind == GROVE_PLUGIN_KIND_REWARD && d->reward)
@@ -219,9 +221,11 @@ std::vector<PluginInfo> PluginHost::list(std::vector<std::string>* skipped) {
                 for (const auto& other : all)
                     if (other.name == info.name && other.file != info.file)
                         throw plugin_error("two libraries provide a plugin named '" + info.name + "': " + other.file + " and " +
-                                           info.file + "; remove one from the plugin search path, or name the plugin by "
+                                           info.file +
+                                           "; remove one from the plugin search path, or name the plugin by "
                                            "its path in the manifest");
-                if (std::none_of(all.begin(), all.end(), [&](const PluginInfo& p) { return p.file == info.file && p.name == info.name; }))
+                if (std::none_of(all.begin(), all.end(),
+                                 [&](const PluginInfo& p) { return p.file == info.file && p.name == info.name; }))
                     all.push_back(std::move(info));
             }
         }
@@ -232,8 +236,8 @@ std::vector<PluginInfo> PluginHost::list(std::vector<std::string>* skipped) {
 PluginInfo PluginHost::find_anywhere(const std::string& reference, uint32_t expected_kind) {
     auto check_kind = [&](const PluginInfo& info) {
         if (expected_kind && info.kind != expected_kind)
-            throw plugin_error("plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) +
-                               "', but a " + plugin_kind_name(expected_kind) + " plugin is needed here");
+            throw plugin_error("plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) + "', but a " +
+                               plugin_kind_name(expected_kind) + " plugin is needed here");
         return info;
     };
     if (looks_like_path(reference)) {
@@ -252,8 +256,7 @@ PluginInfo PluginHost::find_anywhere(const std::string& reference, uint32_t expe
         if (candidates.empty() && !name.empty())
             throw plugin_error(path + " has no plugin named '" + name + "'; it provides: " + join(names, ", "));
         if (candidates.empty()) return check_kind(plugins.at(0));
-        throw plugin_error(path + " provides several plugins (" + join(names, ", ") +
-                           "); choose one with '" + path + "#NAME'");
+        throw plugin_error(path + " provides several plugins (" + join(names, ", ") + "); choose one with '" + path + "#NAME'");
     }
     std::vector<std::string> skipped;
     auto all = list(&skipped);
@@ -275,14 +278,22 @@ PluginInfo PluginHost::find_anywhere(const std::string& reference, uint32_t expe
 namespace {
 const char* value_type_name(uint32_t type) {
     switch (type) {
-        case GROVE_VALUE_STRING: return "a string";
-        case GROVE_VALUE_INT: return "an integer";
-        case GROVE_VALUE_FLOAT: return "a number";
-        case GROVE_VALUE_BOOL: return "a boolean (true or false)";
-        case GROVE_VALUE_STRING_ARRAY: return "an array of strings";
-        case GROVE_VALUE_INT_ARRAY: return "an array of integers";
-        case GROVE_VALUE_FLOAT_ARRAY: return "an array of numbers";
-        default: return "an unknown type";
+        case GROVE_VALUE_STRING:
+            return "a string";
+        case GROVE_VALUE_INT:
+            return "an integer";
+        case GROVE_VALUE_FLOAT:
+            return "a number";
+        case GROVE_VALUE_BOOL:
+            return "a boolean (true or false)";
+        case GROVE_VALUE_STRING_ARRAY:
+            return "an array of strings";
+        case GROVE_VALUE_INT_ARRAY:
+            return "an array of integers";
+        case GROVE_VALUE_FLOAT_ARRAY:
+            return "an array of numbers";
+        default:
+            return "an unknown type";
     }
 }
 
@@ -306,7 +317,7 @@ struct PluginConfig::Storage {
 };
 
 PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin)
-    : storage_(std::make_unique<Storage>()), origin_(origin) {
+        : storage_(std::make_unique<Storage>()), origin_(origin) {
     Storage& s = *storage_;
     std::vector<std::string> accepted;
     for (const auto& key : plugin.keys) accepted.push_back(key.name);
@@ -318,12 +329,11 @@ PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, c
             std::string key(key_node.str());
             std::string where = node_location(node, origin + "." + key);
             s.locations[key] = where;
-            auto declared = std::find_if(plugin.keys.begin(), plugin.keys.end(),
-                                         [&](const grove_config_key& k) { return key == k.name; });
+            auto declared =
+                std::find_if(plugin.keys.begin(), plugin.keys.end(), [&](const grove_config_key& k) { return key == k.name; });
             if (declared == plugin.keys.end())
-                throw fail(where, "unknown key '" + key + "' for plugin '" + plugin.name + "'" +
-                                      did_you_mean(key, accepted) + "; accepted keys: " +
-                                      (accepted.empty() ? "(none)" : join(accepted, ", ")));
+                throw fail(where, "unknown key '" + key + "' for plugin '" + plugin.name + "'" + did_you_mean(key, accepted) +
+                                      "; accepted keys: " + (accepted.empty() ? "(none)" : join(accepted, ", ")));
             grove_config_value v{};
             v.struct_size = sizeof(grove_config_value);
             s.strings.push_back(key);
@@ -393,8 +403,8 @@ PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, c
     }
     for (const auto& key : plugin.keys)
         if (key.required && !s.locations.count(key.name))
-            throw fail(origin, "missing required key '" + std::string(key.name) + "' for plugin '" + plugin.name +
-                                   "' (" + (key.help ? key.help : "") + ")");
+            throw fail(origin, "missing required key '" + std::string(key.name) + "' for plugin '" + plugin.name + "' (" +
+                                   (key.help ? key.help : "") + ")");
     if (table) {
         std::ostringstream raw;
         raw << toml::toml_formatter(*table);
@@ -408,8 +418,7 @@ PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, c
     config_.source_name = s.source_name.c_str();
 }
 
-PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::string& toml_text,
-                                          const std::string& origin) {
+PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::string& toml_text, const std::string& origin) {
     auto table = std::make_shared<toml::table>();
     try {
         *table = toml::parse(std::string_view(toml_text), std::string_view(origin));
@@ -422,7 +431,7 @@ PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::s
 }
 
 PluginConfig::PluginConfig(PluginConfig&& other) noexcept
-    : storage_(std::move(other.storage_)), config_(other.config_), origin_(std::move(other.origin_)) {}
+        : storage_(std::move(other.storage_)), config_(other.config_), origin_(std::move(other.origin_)) {}
 PluginConfig::~PluginConfig() = default;
 
 std::string PluginConfig::location_of(const std::string& key) const {
@@ -444,7 +453,7 @@ ErrorCapture::ErrorCapture() {
 }
 
 PluginInstance::PluginInstance(PluginInfo plugin, PluginConfig config)
-    : plugin_(std::move(plugin)), config_(std::move(config)) {
+        : plugin_(std::move(plugin)), config_(std::move(config)) {
     ErrorCapture capture;
     grove_status status = plugin_.descriptor->create(config_.get(), &instance_, &capture.sink);
     if (status != GROVE_OK) {
@@ -457,7 +466,7 @@ PluginInstance::PluginInstance(PluginInfo plugin, PluginConfig config)
 }
 
 PluginInstance::PluginInstance(PluginInstance&& other) noexcept
-    : plugin_(std::move(other.plugin_)), config_(std::move(other.config_)), instance_(other.instance_) {
+        : plugin_(std::move(other.plugin_)), config_(std::move(other.config_)), instance_(other.instance_) {
     other.instance_ = nullptr;
     other.plugin_.descriptor = nullptr;
 }
@@ -468,9 +477,9 @@ PluginInstance::~PluginInstance() {
 
 void PluginInstance::check(grove_status status, const char* call, const ErrorCapture& capture) const {
     if (status == GROVE_OK) return;
-    throw plugin_error("plugin " + plugin_.display() + " failed in " + call + "(): " +
-                       (capture.message.empty() ? "no message given (status " + std::to_string(status) + ")"
-                                                : capture.message));
+    throw plugin_error(
+        "plugin " + plugin_.display() + " failed in " + call +
+        "(): " + (capture.message.empty() ? "no message given (status " + std::to_string(status) + ")" : capture.message));
 }
 
 void RewardRows::add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
@@ -509,30 +518,27 @@ const grove_reward_batch& RewardRows::view() {
     return batch_;
 }
 
-void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores,
-                           std::vector<float>& metrics) const {
+void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics) const {
     if (plugin_.kind != GROVE_PLUGIN_KIND_REWARD) throw plugin_error("plugin " + plugin_.display() + " is not a reward");
     const float nan = std::nanf("");
     scores.assign(batch.count, nan);
     metrics.assign(size_t(batch.count) * plugin_.metric_names.size(), nan);
-    grove_reward_output out{sizeof(grove_reward_output), scores.data(),
-                            static_cast<uint32_t>(plugin_.metric_names.size()), metrics.data()};
+    grove_reward_output out{sizeof(grove_reward_output), scores.data(), static_cast<uint32_t>(plugin_.metric_names.size()),
+                            metrics.data()};
     ErrorCapture capture;
     check(plugin_.descriptor->reward->score(instance_, &batch, &out, &capture.sink), "score", capture);
     for (uint32_t i = 0; i < batch.count; ++i)
         if (std::isinf(scores[i]))
-            throw plugin_error("plugin " + plugin_.display() + " returned an infinite score for row " +
-                               std::to_string(i) + "; rewards must be finite, or NaN for 'not applicable'");
+            throw plugin_error("plugin " + plugin_.display() + " returned an infinite score for row " + std::to_string(i) +
+                               "; rewards must be finite, or NaN for 'not applicable'");
 }
 
 void PluginInstance::weights(const grove_reduction_context& context, std::vector<float>& weight) const {
-    if (plugin_.kind != GROVE_PLUGIN_KIND_REDUCTION)
-        throw plugin_error("plugin " + plugin_.display() + " is not a reduction");
+    if (plugin_.kind != GROVE_PLUGIN_KIND_REDUCTION) throw plugin_error("plugin " + plugin_.display() + " is not a reduction");
     size_t n = size_t(context.rows) * context.columns;
     weight.assign(n, 0.0f);
     ErrorCapture capture;
-    check(plugin_.descriptor->reduction->weights(instance_, &context, weight.data(), &capture.sink), "weights",
-          capture);
+    check(plugin_.descriptor->reduction->weights(instance_, &context, weight.data(), &capture.sink), "weights", capture);
     for (size_t i = 0; i < n; ++i) {
         if (!std::isfinite(weight[i]))
             throw plugin_error("plugin " + plugin_.display() + " returned a non-finite weight at row " +

@@ -57,7 +57,8 @@ std::vector<std::string> utf8_chars(std::string_view s) {
 
 std::string utf8_encode(uint32_t cp) {
     std::string out;
-    if (cp < 0x80) out += char(cp);
+    if (cp < 0x80)
+        out += char(cp);
     else if (cp < 0x800) {
         out += char(0xc0 | (cp >> 6));
         out += char(0x80 | (cp & 0x3f));
@@ -102,8 +103,8 @@ public:
     Regex(const std::string& pattern, const std::string& file) {
         int error = 0;
         PCRE2_SIZE offset = 0;
-        code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                              &error, &offset, nullptr);
+        code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                              &offset, nullptr);
         if (!code_) {
             PCRE2_UCHAR message[256];
             pcre2_get_error_message(error, message, sizeof message);
@@ -242,8 +243,10 @@ public:
 
         parse_normalizer(j.value("normalizer", json()), file);
         parse_pre_tokenizer(j.value("pre_tokenizer", json()), file);
-        if (!byte_level_) throw bad_tokenizer(file, "only byte-level BPE tokenizer.json files are supported (no ByteLevel pre-tokenizer found); "
-                                                    "for sentencepiece-style checkpoints Grove reads tokenizer.model");
+        if (!byte_level_)
+            throw bad_tokenizer(file,
+                                "only byte-level BPE tokenizer.json files are supported (no ByteLevel pre-tokenizer found); "
+                                "for sentencepiece-style checkpoints Grove reads tokenizer.model");
         const json& post = j.value("post_processor", json());
         parse_post_processor(post, file);
         const json& decoder = j.value("decoder", json());
@@ -286,8 +289,10 @@ public:
         auto flush = [&] {
             for (const auto& ch : utf8_chars(pending)) {
                 auto it = byte_map().to_byte.find(ch);
-                if (it != byte_map().to_byte.end()) out += char(it->second);
-                else out += ch;
+                if (it != byte_map().to_byte.end())
+                    out += char(it->second);
+                else
+                    out += ch;
             }
             pending.clear();
         };
@@ -338,12 +343,16 @@ private:
             PreTokenizerStep s;
             s.kind = PreTokenizerStep::split;
             const json& pattern = p.at("pattern");
-            if (pattern.contains("Regex")) s.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(), file);
-            else throw bad_tokenizer(file, "Split pre-tokenizer with a String pattern is not supported");
+            if (pattern.contains("Regex"))
+                s.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(), file);
+            else
+                throw bad_tokenizer(file, "Split pre-tokenizer with a String pattern is not supported");
             std::string behavior = p.value("behavior", "Isolated");
-            if (behavior == "Removed") s.isolated = false;
+            if (behavior == "Removed")
+                s.isolated = false;
             else if (behavior != "Isolated")
-                throw bad_tokenizer(file, "Split behavior \"" + behavior + "\" is not supported (supported: Isolated, Removed)");
+                throw bad_tokenizer(file,
+                                    "Split behavior \"" + behavior + "\" is not supported (supported: Isolated, Removed)");
             s.invert = p.value("invert", false);
             steps_.push_back(s);
         } else if (type == "ByteLevel") {
@@ -359,7 +368,8 @@ private:
             s.individual_digits = p.value("individual_digits", false);
             steps_.push_back(s);
         } else {
-            throw bad_tokenizer(file, "pre-tokenizer \"" + type + "\" is not supported (supported: ByteLevel, Split, Digits, Sequence)");
+            throw bad_tokenizer(
+                file, "pre-tokenizer \"" + type + "\" is not supported (supported: ByteLevel, Split, Digits, Sequence)");
         }
     }
 
@@ -382,7 +392,8 @@ private:
                 }
             }
         } else {
-            throw bad_tokenizer(file, "post-processor \"" + type + "\" is not supported (supported: TemplateProcessing, ByteLevel)");
+            throw bad_tokenizer(file,
+                                "post-processor \"" + type + "\" is not supported (supported: TemplateProcessing, ByteLevel)");
         }
     }
 
@@ -455,8 +466,10 @@ private:
                 for (unsigned char c : s) {
                     char name[8];
                     std::snprintf(name, sizeof name, "<0x%02X>", c);
-                    if (auto byte_id = token_to_id(name)) ids.push_back(*byte_id);
-                    else if (unk_) ids.push_back(*unk_);
+                    if (auto byte_id = token_to_id(name))
+                        ids.push_back(*byte_id);
+                    else if (unk_)
+                        ids.push_back(*unk_);
                 }
             } else if (unk_) {
                 ids.push_back(*unk_);
@@ -495,7 +508,8 @@ public:
     std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
         std::vector<int> pieces;
         for (int64_t id : ids)
-            if (id >= 0 && id < processor_.GetPieceSize() && !(skip_special_tokens && is_special(id))) pieces.push_back(int(id));
+            if (id >= 0 && id < processor_.GetPieceSize() && !(skip_special_tokens && is_special(id)))
+                pieces.push_back(int(id));
         std::string out;
         processor_.Decode(pieces, &out);
         return out;
@@ -552,7 +566,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
     c.add_eos_token = config.value("add_eos_token", false);
     if (config.contains("chat_template")) {
         const json& t = config["chat_template"];
-        if (t.is_string()) c.chat_template = t.get<std::string>();
+        if (t.is_string())
+            c.chat_template = t.get<std::string>();
         else if (t.is_array())
             for (const auto& entry : t)
                 if (entry.value("name", "") == "default") c.chat_template = entry.value("template", "");
@@ -609,8 +624,13 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
     if (!status.ok()) throw Error(ErrorKind::runtime, "tokenizer training failed: " + status.ToString());
     // add_bos_token false: Grove (like TRL) tokenizes prompts without special tokens, so a model trained
     // here never sees BOS; transformers' tokenizer(prompt) must then give the same ids as training did.
-    json config = {{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
-                   {"unk_token", "<unk>"}, {"pad_token", "<pad>"}, {"add_bos_token", false}, {"add_eos_token", false},
+    json config = {{"tokenizer_class", "LlamaTokenizer"},
+                   {"bos_token", "<s>"},
+                   {"eos_token", "</s>"},
+                   {"unk_token", "<unk>"},
+                   {"pad_token", "<pad>"},
+                   {"add_bos_token", false},
+                   {"add_eos_token", false},
                    {"legacy", false}};  // no extra "▁" after special tokens, as libsentencepiece
     if (!o.chat_template.empty()) config["chat_template"] = o.chat_template;
     std::ofstream(fs::path(out_dir) / "tokenizer_config.json") << config.dump(2) << "\n";

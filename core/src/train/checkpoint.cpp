@@ -51,8 +51,8 @@ std::vector<MicroBatch> read_micro_batches(const SafetensorsFile& f) {
             if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + p + n + "\"");
             return tensor_from_entry(*e, f.path());
         };
-        MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"), get("completion_mask"), get("advantages"),
-                      std::nullopt, std::nullopt};
+        MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"), get("completion_mask"),
+                      get("advantages"), std::nullopt,       std::nullopt};
         if (f.find(p + "old_logps")) mb.old_logps = get("old_logps");
         if (f.find(p + "ref_logps")) mb.ref_logps = get("ref_logps");
         out.push_back(std::move(mb));
@@ -61,10 +61,14 @@ std::vector<MicroBatch> read_micro_batches(const SafetensorsFile& f) {
 }
 
 json progress_json(const TrainingProgress& p) {
-    return {{"global_step", p.global_step},         {"micro_step", p.micro_step},
-            {"generation_index", p.generation_index}, {"epoch", p.sampler.epoch},
-            {"position", p.sampler.position},       {"replay_position", p.sampler.replay_position},
-            {"num_tokens", p.num_tokens},           {"generation_tokens", p.generation_tokens},
+    return {{"global_step", p.global_step},
+            {"micro_step", p.micro_step},
+            {"generation_index", p.generation_index},
+            {"epoch", p.sampler.epoch},
+            {"position", p.sampler.position},
+            {"replay_position", p.sampler.replay_position},
+            {"num_tokens", p.num_tokens},
+            {"generation_tokens", p.generation_tokens},
             {"generation_metrics", p.generation_metrics}};
 }
 
@@ -127,7 +131,8 @@ std::string Checkpoints::save(const CheckpointedState& state, bool inside_genera
         fs::create_directories(tmp);
     }
     if (group_) group_->barrier();
-    if (inside_generation_batch) save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
+    if (inside_generation_batch)
+        save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
     if (group_) group_->barrier();
     if (rank_ != 0) {  // rank 0 writes the rest and renames; the others wait for it
         if (group_) group_->barrier();
@@ -153,7 +158,8 @@ std::string Checkpoints::save(const CheckpointedState& state, bool inside_genera
     fs::rename(tmp_link, link);
     if (keep_last) {
         auto steps = checkpoint_steps(output_);
-        for (size_t i = 0; i + size_t(*keep_last) < steps.size(); ++i) fs::remove_all(fs::path(output_) / checkpoint_name(steps[i]));
+        for (size_t i = 0; i + size_t(*keep_last) < steps.size(); ++i)
+            fs::remove_all(fs::path(output_) / checkpoint_name(steps[i]));
     }
     if (group_) group_->barrier();
     return final_dir.string();
@@ -179,7 +185,8 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         optimizer_steps = st.at("optimizer_steps");
         saved_world = st.value("world_size", 1);
     } catch (const json::exception& e) {
-        throw Error(ErrorKind::input, state_file.string() + ": " + e.what() + " (the file is damaged; resume from another checkpoint)");
+        throw Error(ErrorKind::input,
+                    state_file.string() + ": " + e.what() + " (the file is damaged; resume from another checkpoint)");
     }
     if (saved_world != world_size_)
         throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +

@@ -49,7 +49,7 @@ bool holds_run(const std::string& output_dir);
 class Checkpoints {
 public:
     Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group)
-        : output_(std::move(output_dir)), rank_(rank), world_size_(world_size), group_(group) {}
+            : output_(std::move(output_dir)), rank_(rank), world_size_(world_size), group_(group) {}
 
     // Writes checkpoint-<global_step> (every rank calls it). `export_model(folder)` writes the model
     // files users load (rank 0 only). Keeps only the newest `keep_last` checkpoints when set.

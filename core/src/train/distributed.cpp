@@ -36,8 +36,10 @@ ProcessGroup::ProcessGroup(const ProcessGroupConfig& config) : config_(config), 
         impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, config.rank, config.world_size, options);
     } catch (const std::exception& e) {
         throw Error(ErrorKind::runtime, "rank " + std::to_string(config.rank) + " could not join the process group at " +
-                                            config.master_addr + ":" + std::to_string(config.master_port) + " (MASTER_ADDR, "
-                                            "MASTER_PORT): " + e.what());
+                                            config.master_addr + ":" + std::to_string(config.master_port) +
+                                            " (MASTER_ADDR, "
+                                            "MASTER_PORT): " +
+                                            e.what());
     }
 }
 

@@ -68,8 +68,8 @@ void add_old_and_reference_logprobs(std::vector<MicroBatch>& batches, const Logp
 std::optional<SamplingDifference> sampling_logprob_difference(const Rollout& rollout, const MicroBatch& whole,
                                                               const Model& model, double temperature, ProcessGroup* group) {
     bool all_given = rollout.replayed() && std::all_of(rollout.rows.begin(), rollout.rows.end(), [](const BatchRow& row) {
-        return row.replay && !row.replay->sampling_logprobs.empty();
-    });
+                         return row.replay && !row.replay->sampling_logprobs.empty();
+                     });
     if (group) all_given = group->max(all_given ? 0.0 : 1.0) == 0.0;  // every rank's rows
     if (!all_given) return std::nullopt;
     const GenerationResult& c = rollout.completions;
@@ -78,7 +78,9 @@ std::optional<SamplingDifference> sampling_logprob_difference(const Rollout& rol
         const int64_t length = c.lengths[i];
         const std::vector<float>& given = rollout.rows[i].replay->sampling_logprobs;
         if (length > 0)
-            sampling[int64_t(i)].narrow(0, 0, length).copy_(at::tensor(std::vector<float>(given.begin(), given.begin() + length)));
+            sampling[int64_t(i)]
+                .narrow(0, 0, length)
+                .copy_(at::tensor(std::vector<float>(given.begin(), given.begin() + length)));
     }
     MicroBatch all_tokens = whole;  // truncated rows too: the difference is about sampling, not the loss
     all_tokens.completion_mask = c.completion_mask;

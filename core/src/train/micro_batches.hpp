@@ -17,9 +17,9 @@ class Model;
 class ProcessGroup;
 
 struct MicroBatch {
-    at::Tensor prompt_ids, prompt_mask;          // [B, P] left-padded
-    at::Tensor completion_ids, completion_mask;  // [B, C] right-padded; the mask is what the loss counts
-    at::Tensor advantages;                       // [B]
+    at::Tensor prompt_ids, prompt_mask;              // [B, P] left-padded
+    at::Tensor completion_ids, completion_mask;      // [B, C] right-padded; the mask is what the loss counts
+    at::Tensor advantages;                           // [B]
     std::optional<at::Tensor> old_logps, ref_logps;  // [B, C] on the CPU, when needed
 };
 

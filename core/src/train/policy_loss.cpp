@@ -10,16 +10,18 @@
 namespace grove {
 
 PolicyLossResult policy_loss(const at::Tensor& logp, const std::optional<at::Tensor>& old_logp,
-                             const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages,
-                             const at::Tensor& mask, const at::Tensor& weights, const PolicyLossOptions& o) {
+                             const std::optional<at::Tensor>& ref_logp, const at::Tensor& advantages, const at::Tensor& mask,
+                             const at::Tensor& weights, const PolicyLossOptions& o) {
     if (o.beta != 0.0 && !ref_logp) throw Error(ErrorKind::runtime, "policy_loss: beta != 0 needs reference log-probs");
     at::Tensor m = mask.to(logp.scalar_type());
     at::Tensor old = old_logp ? *old_logp : logp.detach();
     at::Tensor log_ratio = logp - old;
     at::Tensor w;
     bool sequence = o.importance_sampling_level == ImportanceSamplingLevel::sequence;
-    if (sequence) w = ((log_ratio * m).sum(-1) / m.sum(-1).clamp_min(1.0)).unsqueeze(-1);  // [B, 1]
-    else w = log_ratio;
+    if (sequence)
+        w = ((log_ratio * m).sum(-1) / m.sum(-1).clamp_min(1.0)).unsqueeze(-1);  // [B, 1]
+    else
+        w = log_ratio;
     at::Tensor coef_1 = at::exp(w);
     at::Tensor kl;
     if (o.beta != 0.0) {
@@ -28,7 +30,7 @@ PolicyLossResult policy_loss(const at::Tensor& logp, const std::optional<at::Ten
         if (o.use_bias_correction_kl) kl = kl * coef_1;  // value unchanged on-policy, gradient corrected
     }
     at::Tensor coef_2 = at::clamp(coef_1, 1.0 - o.epsilon, 1.0 + o.epsilon_high);
-    if (o.delta) coef_1 = at::clamp_max(coef_1, *o.delta);  // the clip metrics see the capped ratio, as TRL's
+    if (o.delta) coef_1 = at::clamp_max(coef_1, *o.delta);           // the clip metrics see the capped ratio, as TRL's
     at::Tensor A = advantages.to(logp.scalar_type()).unsqueeze(-1);  // [B, 1]
     at::Tensor per_token = -at::minimum(coef_1 * A, coef_2 * A);
     if (per_token.size(-1) != logp.size(-1)) per_token = per_token.expand_as(logp);

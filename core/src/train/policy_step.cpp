@@ -43,8 +43,9 @@ std::map<std::string, double> StepMetrics::finish(ProcessGroup* group) const {
     auto cell = local.accessor<double, 2>();
     for (int64_t a = 0; a < A; ++a) {
         const MicroBatchMetrics& m = micro_batches_[size_t(a)];
-        const double values[columns] = {m.kl_sum,          m.entropy_sum, m.token_count,         m.clip_low_sum,         m.clip_high_sum,
-                                        m.clip_region_sum, m.clip_count,  m.clip_low_row_min, m.clip_high_row_max};
+        const double values[columns] = {m.kl_sum,       m.entropy_sum,      m.token_count,
+                                        m.clip_low_sum, m.clip_high_sum,    m.clip_region_sum,
+                                        m.clip_count,   m.clip_low_row_min, m.clip_high_row_max};
         for (int c = 0; c < columns; ++c) cell[a][c] = values[c];
     }
     const at::Tensor all = group ? group->all_gather_rows(local).contiguous() : local;
@@ -81,17 +82,21 @@ MicroStepResult train_micro_batch(Model& policy, const MicroBatch& b, const Plug
     at::Tensor entropy, logp;
     {
         AutocastScope bf16(autocast);  // the forward only; backward follows the recorded dtypes
-        logp = completion_logprobs(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature, &entropy);
+        logp = completion_logprobs(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature,
+                                   &entropy);
     }
     const at::Tensor mask = b.completion_mask.to(at::kFloat).contiguous();
     const double entropy_sum = (entropy * mask.to(entropy.device())).sum().item<double>();
     std::vector<float> weights;
-    reduction.weights(reduction_context(mask.data_ptr<float>(), uint32_t(mask.size(0)), uint32_t(mask.size(1)), counts), weights);
+    reduction.weights(reduction_context(mask.data_ptr<float>(), uint32_t(mask.size(0)), uint32_t(mask.size(1)), counts),
+                      weights);
     const at::Device device = logp.device();
     at::Tensor w = at::from_blob(weights.data(), {mask.size(0), mask.size(1)}, at::kFloat).clone().to(device);
-    auto on_device = [&](const std::optional<at::Tensor>& t) { return t ? std::optional<at::Tensor>(t->to(device)) : std::nullopt; };
-    PolicyLossResult loss = policy_loss(logp, on_device(b.old_logps), on_device(b.ref_logps), b.advantages.to(device),
-                                        mask.to(device), w, options);
+    auto on_device = [&](const std::optional<at::Tensor>& t) {
+        return t ? std::optional<at::Tensor>(t->to(device)) : std::nullopt;
+    };
+    PolicyLossResult loss =
+        policy_loss(logp, on_device(b.old_logps), on_device(b.ref_logps), b.advantages.to(device), mask.to(device), w, options);
     MicroStepResult out;
     out.loss = loss.loss.item<double>();
     if (!std::isfinite(out.loss)) return out;  // the caller reports it once every rank knows

@@ -28,7 +28,8 @@ struct MicroBatchMetrics {
     bool has_kl = false;
     double kl_sum = 0, entropy_sum = 0, token_count = 0;
     double clip_low_sum = 0, clip_high_sum = 0, clip_region_sum = 0, clip_count = 0;
-    double clip_low_row_min = std::numeric_limits<double>::quiet_NaN(), clip_high_row_max = std::numeric_limits<double>::quiet_NaN();
+    double clip_low_row_min = std::numeric_limits<double>::quiet_NaN(),
+           clip_high_row_max = std::numeric_limits<double>::quiet_NaN();
 };
 MicroBatchMetrics micro_batch_metrics(const PolicyLossResult& loss, double entropy_sum);
 

@@ -17,17 +17,18 @@ namespace grove {
 using nlohmann::json;
 
 PromptSource::PromptSource(std::vector<BatchRow> prompts, int64_t num_generations, uint64_t seed, bool shuffle)
-    : prompts_(std::move(prompts)), prompt_count_(prompts_.size()), G_(num_generations), seed_(seed), shuffle_(shuffle) {
+        : prompts_(std::move(prompts)), prompt_count_(prompts_.size()), G_(num_generations), seed_(seed), shuffle_(shuffle) {
     fill_permutation();
 }
 
 PromptSource::PromptSource(std::vector<ReplayRow> replay, int64_t num_generations)
-    : replay_(std::move(replay)), prompt_count_(replay_.size() / size_t(num_generations)), G_(num_generations) {}
+        : replay_(std::move(replay)), prompt_count_(replay_.size() / size_t(num_generations)), G_(num_generations) {}
 
 void PromptSource::fill_permutation() {
     if (!replay_.empty()) return;
     at::Generator g = at::detail::createCPUGenerator(seed_ * 1000003ull + uint64_t(at_.epoch));
-    at::Tensor p = shuffle_ ? at::randperm(int64_t(prompts_.size()), g, at::kLong) : at::arange(int64_t(prompts_.size()), at::kLong);
+    at::Tensor p =
+        shuffle_ ? at::randperm(int64_t(prompts_.size()), g, at::kLong) : at::arange(int64_t(prompts_.size()), at::kLong);
     permutation_.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
 }
 
@@ -92,13 +93,15 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
             if (j.contains("sampling_logprobs")) {
                 r.sampling_logprobs = j["sampling_logprobs"].get<std::vector<float>>();
                 if (r.sampling_logprobs.size() != r.completion_ids.size())
-                    throw Error(ErrorKind::input, where + ": sampling_logprobs has " + std::to_string(r.sampling_logprobs.size()) +
-                                                      " values for " + std::to_string(r.completion_ids.size()) + " completion tokens");
+                    throw Error(ErrorKind::input, where + ": sampling_logprobs has " +
+                                                      std::to_string(r.sampling_logprobs.size()) + " values for " +
+                                                      std::to_string(r.completion_ids.size()) + " completion tokens");
             }
             if (j.contains("rewards")) {
                 for (const auto& [name, value] : j["rewards"].items()) {
                     if (std::find(reward_names.begin(), reward_names.end(), name) == reward_names.end())
-                        throw Error(ErrorKind::input, where + ": reward \"" + name + "\" is not one of the manifest's rewards (" +
+                        throw Error(ErrorKind::input, where + ": reward \"" + name +
+                                                          "\" is not one of the manifest's rewards (" +
                                                           join(reward_names, ", ") + ")");
                     r.rewards[name] = value.is_null() ? std::nan("") : value.get<double>();
                 }
@@ -107,9 +110,12 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
             throw Error(ErrorKind::input, where + ": " + e.what());
         }
         for (int64_t id : r.prompt_ids)
-            if (id < 0 || id >= vocab_size) throw Error(ErrorKind::input, where + ": prompt token id " + std::to_string(id) + " is outside the vocabulary");
+            if (id < 0 || id >= vocab_size)
+                throw Error(ErrorKind::input, where + ": prompt token id " + std::to_string(id) + " is outside the vocabulary");
         for (int64_t id : r.completion_ids)
-            if (id < 0 || id >= vocab_size) throw Error(ErrorKind::input, where + ": completion token id " + std::to_string(id) + " is outside the vocabulary");
+            if (id < 0 || id >= vocab_size)
+                throw Error(ErrorKind::input,
+                            where + ": completion token id " + std::to_string(id) + " is outside the vocabulary");
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, where + ": empty prompt");
         for (const char* key : {"prompt_ids", "prompt", "completion_ids", "sampling_logprobs", "rewards"}) j.erase(key);
         r.columns_json = j.dump();
@@ -122,8 +128,9 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
                                           " rollouts do not form whole groups of num_generations = " + std::to_string(G));
     for (size_t i = 0; i < replay.size(); ++i)
         if (replay[i].prompt_ids != replay[i - i % G].prompt_ids)
-            throw Error(ErrorKind::input, origin[i] + ": this row's prompt differs from its group's first row (" + origin[i - i % G] +
-                                              "); rows must come in consecutive groups of " + std::to_string(G) + " with the same prompt");
+            throw Error(ErrorKind::input, origin[i] + ": this row's prompt differs from its group's first row (" +
+                                              origin[i - i % G] + "); rows must come in consecutive groups of " +
+                                              std::to_string(G) + " with the same prompt");
     return replay;
 }
 
@@ -161,11 +168,14 @@ Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& option
                 break;
             }
         if (length > 0)
-            c.completion_ids[i].narrow(0, 0, length).copy_(at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + length), at::kLong));
+            c.completion_ids[i]
+                .narrow(0, 0, length)
+                .copy_(at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + length), at::kLong));
         c.truncated[i] = !(length > 0 && eos.count(ids[size_t(length - 1)]));
         c.lengths.push_back(length);
     }
-    c.completion_mask = (at::arange(width, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+    c.completion_mask =
+        (at::arange(width, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
     r.rows = std::move(rows);
     r.first_row = first_row;
     r.seed = options.seed;

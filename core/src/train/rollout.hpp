@@ -79,10 +79,10 @@ std::vector<BatchRow> shard_rows(const std::vector<BatchRow>& batch, int rank, i
 
 // The rollout stage's value: this rank's rows with their completions.
 struct Rollout {
-    std::vector<BatchRow> rows;  // [N] this rank's
+    std::vector<BatchRow> rows;    // [N] this rank's
     GenerationResult completions;  // [N, C]; lengths include the EOS token
-    int64_t first_row = 0;          // index of rows[0] in the global generation batch
-    uint64_t seed = 0;              // the sampler's seed for this batch
+    int64_t first_row = 0;         // index of rows[0] in the global generation batch
+    uint64_t seed = 0;             // the sampler's seed for this batch
     bool replayed() const { return !rows.empty() && rows[0].replay; }
 };
 

@@ -36,7 +36,8 @@ void RunLog::write_completions(int64_t step, const Rollout& rollout, const Score
                      {"prompt", rollout.rows[size_t(i)].prompt_text},
                      {"completion", scored.local_completions[size_t(i)]},
                      {"advantage", advantages[size_t(i)]}};
-        for (size_t k = 0; k < scored.reward_names.size(); ++k) line["rewards"][scored.reward_names[k]] = scored.local_reward(k, i);
+        for (size_t k = 0; k < scored.reward_names.size(); ++k)
+            line["rewards"][scored.reward_names[k]] = scored.local_reward(k, i);
         completions_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
     completions_.flush();

@@ -33,7 +33,8 @@ std::vector<bool> rewards_given_by_every_row(const std::vector<std::string>& nam
 
 namespace {
 // Columns of per-row values, this rank's rows -> every rank's rows in rank order (one collective).
-std::vector<std::vector<double>> gather_columns(const std::vector<std::vector<double>>& local, int64_t rows, ProcessGroup* group) {
+std::vector<std::vector<double>> gather_columns(const std::vector<std::vector<double>>& local, int64_t rows,
+                                                ProcessGroup* group) {
     if (!group) return local;
     at::Tensor table = at::empty({rows, int64_t(local.size())}, at::kDouble);
     auto cell = table.accessor<double, 2>();
@@ -47,7 +48,9 @@ std::vector<std::vector<double>> gather_columns(const std::vector<std::vector<do
     return out;
 }
 template <typename T>
-std::vector<double> as_doubles(const std::vector<T>& v) { return std::vector<double>(v.begin(), v.end()); }
+std::vector<double> as_doubles(const std::vector<T>& v) {
+    return std::vector<double>(v.begin(), v.end());
+}
 }  // namespace
 
 ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, const Tokenizer& tokenizer,

@@ -21,14 +21,14 @@ class Tokenizer;
 // The scoring stage's value. Vectors indexed by row cover the WHOLE generation batch (every rank's
 // rows, in global order); this rank's rows are [first_local_row, first_local_row + local_rows).
 struct ScoredBatch {
-    std::vector<std::string> reward_names;               // [K]
-    std::vector<std::vector<float>> rewards;             // [K][N]; NaN where a function does not apply
-    std::vector<float> advantages;                       // [N]
+    std::vector<std::string> reward_names;                    // [K]
+    std::vector<std::vector<float>> rewards;                  // [K][N]; NaN where a function does not apply
+    std::vector<float> advantages;                            // [N]
     std::vector<int64_t> completion_lengths, prompt_lengths;  // [N] tokens (completions include EOS)
-    std::vector<uint8_t> truncated;                      // [N] 1 when no EOS within the budget
-    AdvantageResult statistics;                          // reward, reward_std, ... (TRL's metrics)
-    std::map<std::string, double> plugin_metrics;        // "rewards/<name>/<metric>": mean over rows
-    std::vector<std::string> local_completions;          // [local_rows] decoded, special tokens removed
+    std::vector<uint8_t> truncated;                           // [N] 1 when no EOS within the budget
+    AdvantageResult statistics;                               // reward, reward_std, ... (TRL's metrics)
+    std::map<std::string, double> plugin_metrics;             // "rewards/<name>/<metric>": mean over rows
+    std::vector<std::string> local_completions;               // [local_rows] decoded, special tokens removed
     int64_t first_local_row = 0, local_rows = 0;
 
     std::vector<float> local_advantages() const;

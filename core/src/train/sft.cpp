@@ -38,7 +38,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
     for (const auto& row : rows) {
         json columns = json::parse(row.columns_json);
         if (!columns.contains(column) || !columns[column].is_string())
-            throw Error(ErrorKind::input, row.origin + ": no text column \"" + column + "\" (data.completion_column) to imitate");
+            throw Error(ErrorKind::input,
+                        row.origin + ": no text column \"" + column + "\" (data.completion_column) to imitate");
         std::string prompt = prompt_text(row, chat, tokenizer->config());
         std::vector<int64_t> ids = tokenizer->encode(prompt, false);
         prompt_lengths.push_back(int64_t(ids.size()));
@@ -56,10 +57,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
     AdamW optimizer(model->trainable_parameters(), ao);
     int64_t batch = c.train.per_device_train_batch_size;
     int64_t total = c.train.max_steps;
-    if (total <= 0)
-        total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
-    int64_t warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps
-                                                          : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
+    if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
+    int64_t warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
     std::string output = c.output.dir;
     fs::create_directories(output);
     std::ofstream metrics(fs::path(output) / "metrics.jsonl");
@@ -87,7 +86,10 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
             int64_t n = int64_t(seq.size()), p = prompt_lengths[size_t(picked[size_t(b)])];
             ids[b].narrow(0, 0, n).copy_(at::tensor(seq, at::kLong));
             mask[b].narrow(0, 0, n).fill_(1);
-            if (n > p) labels[b].narrow(0, p - 1, n - p).copy_(at::tensor(std::vector<int64_t>(seq.begin() + p, seq.end()), at::kLong));
+            if (n > p)
+                labels[b]
+                    .narrow(0, p - 1, n - p)
+                    .copy_(at::tensor(std::vector<int64_t>(seq.begin() + p, seq.end()), at::kLong));
         }
         at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
         at::Tensor logits = model->forward(ids, mask, positions).to(at::kFloat);
@@ -95,8 +97,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
                                                  std::nullopt, at::Reduction::Mean, -100);
         double value = loss.item<double>();
         if (!std::isfinite(value))
-            throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " + std::to_string(step + 1) +
-                                                "; lower train.learning_rate");
+            throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +
+                                                std::to_string(step + 1) + "; lower train.learning_rate");
         loss.backward();
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, step, warmup, total);
@@ -105,7 +107,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
         result.losses.push_back(value);
         metrics << json({{"step", step + 1}, {"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}}).dump() << "\n";
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
-            *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n" << std::flush;
+            *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n"
+                 << std::flush;
     }
     model->save(output);
     copy_tokenizer_files(c.model.path, output);

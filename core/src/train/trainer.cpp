@@ -100,11 +100,14 @@ struct Trainer::State {
 void Trainer::State::load() {
     const RunConfig& c = config;
     if (options.world_size > 1 && (!options.group || options.group->world_size() != options.world_size))
-        throw Error(ErrorKind::usage, "world size " + std::to_string(options.world_size) + " needs its process group "
-                                      "(launch with `grove train --nproc N` or torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)");
+        throw Error(ErrorKind::usage,
+                    "world size " + std::to_string(options.world_size) +
+                        " needs its process group "
+                        "(launch with `grove train --nproc N` or torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)");
     if (options.world_size > 1 && c.logging.save_rollouts)
         throw Error(ErrorKind::manifest, c.manifest_path + ": logging.save_rollouts writes one file from one process; with " +
-                                             std::to_string(options.world_size) + " processes set it to false (or train with one)");
+                                             std::to_string(options.world_size) +
+                                             " processes set it to false (or train with one)");
     const int64_t S = c.train.steps_per_generation, A = c.train.gradient_accumulation_steps;
     if (S % A != 0 && A % S != 0)
         throw Error(ErrorKind::manifest, c.manifest_path + ": train.steps_per_generation (" + std::to_string(S) +
@@ -113,7 +116,8 @@ void Trainer::State::load() {
 
     model = Model::load(c.model.path, c.model.device, c.model.dtype);
     model->set_gradient_checkpointing(c.model.gradient_checkpointing);  // the training forward only
-    if (c.train.mixed_precision == MixedPrecision::bf16 || (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
+    if (c.train.mixed_precision == MixedPrecision::bf16 ||
+        (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
         autocast_device = model->device().type();
     tokenizer = Tokenizer::load(c.model.path);
 
@@ -131,11 +135,13 @@ void Trainer::State::load() {
 
     params = model->trainable_parameters();
     if (params.empty())
-        throw Error(ErrorKind::plugin, c.adapter.origin + ": the adapter '" + adapter->info().name + "' left no trainable parameter: "
-                                       "check its target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, "
-                                       "gate_proj, up_proj, down_proj)");
-    optimizer = std::make_unique<AdamW>(params, AdamWOptions{c.train.adam_beta1, c.train.adam_beta2, c.train.adam_epsilon,
-                                                             c.train.weight_decay});
+        throw Error(ErrorKind::plugin,
+                    c.adapter.origin + ": the adapter '" + adapter->info().name +
+                        "' left no trainable parameter: "
+                        "check its target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, "
+                        "gate_proj, up_proj, down_proj)");
+    optimizer = std::make_unique<AdamW>(
+        params, AdamWOptions{c.train.adam_beta1, c.train.adam_beta2, c.train.adam_epsilon, c.train.weight_decay});
     if (options.group) {  // every rank starts from rank 0's trainable weights
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> shared = params;
@@ -147,7 +153,8 @@ void Trainer::State::load() {
     prompts = load_prompts_or_rollouts();
     const int64_t prompts_per_generation = c.train.generation_batch_size / c.generation.num_generations;
     if (int64_t(prompts->prompt_count()) < prompts_per_generation)
-        throw Error(ErrorKind::input, c.data.source.value_or(c.rollouts_path.value_or("")) + ": " + std::to_string(prompts->prompt_count()) +
+        throw Error(ErrorKind::input, c.data.source.value_or(c.rollouts_path.value_or("")) + ": " +
+                                          std::to_string(prompts->prompt_count()) +
                                           " prompts, but one generation batch needs " + std::to_string(prompts_per_generation));
     const int64_t micro_steps_per_epoch = int64_t(prompts->prompt_count()) / prompts_per_generation * S * c.loss.num_iterations;
     total = c.train.max_steps > 0 ? c.train.max_steps
@@ -171,7 +178,8 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
         r.columns_json = row.columns_json;
         rows.push_back(std::move(r));
     }
-    return std::make_unique<PromptSource>(std::move(rows), c.generation.num_generations, uint64_t(c.train.seed), c.data.shuffle);
+    return std::make_unique<PromptSource>(std::move(rows), c.generation.num_generations, uint64_t(c.train.seed),
+                                          c.data.shuffle);
 }
 
 // One generation batch: rollout -> scoring -> logs -> micro-batches with old/reference log-probs.
@@ -183,12 +191,15 @@ void Trainer::State::make_generation_batch() {
     adapter_host->set_training(false);        // no adapter dropout while sampling or computing old/reference log-probs
     SamplingOptions o = sampling;
     // each rank samples its own slice with its own stream (rank 0 keeps the single-process seed)
-    o.seed = uint64_t(c.train.seed) * 7919ull + uint64_t(progress.generation_index) + uint64_t(options.rank) * 0x9E3779B97F4A7C15ull;
-    std::vector<BatchRow> rows = shard_rows(prompts->next_batch(c.train.generation_batch_size), options.rank, options.world_size);
+    o.seed =
+        uint64_t(c.train.seed) * 7919ull + uint64_t(progress.generation_index) + uint64_t(options.rank) * 0x9E3779B97F4A7C15ull;
+    std::vector<BatchRow> rows =
+        shard_rows(prompts->next_batch(c.train.generation_batch_size), options.rank, options.world_size);
     progress.sampler = prompts->position();
     const int64_t first_row = int64_t(options.rank) * int64_t(rows.size());
     const bool replay = !rows.empty() && rows[0].replay;
-    Rollout rollout = replay ? replay_rollout(std::move(rows), o, first_row) : generate_rollout(*model, std::move(rows), o, first_row);
+    Rollout rollout =
+        replay ? replay_rollout(std::move(rows), o, first_row) : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
 
     auto t1 = Clock::now();
@@ -197,13 +208,15 @@ void Trainer::State::make_generation_batch() {
                                        {progress.global_step, options.rank, options.world_size, group});
     log->write_rollouts(rollout, scored);
     if (scored.statistics.unscorable_rows && options.log && options.rank == 0)
-        *options.log << "grove: warning: " << scored.statistics.unscorable_rows << " completions got NaN from every reward; their advantage is 0\n";
+        *options.log << "grove: warning: " << scored.statistics.unscorable_rows
+                     << " completions got NaN from every reward; their advantage is 0\n";
     reward_seconds += seconds_since(t1);
 
     std::map<std::string, double> metrics = scored_batch_metrics(scored);
     for (size_t i = 0; i < scored.completion_lengths.size(); ++i)
         progress.num_tokens += scored.prompt_lengths[i] + scored.completion_lengths[i];
-    if (c.logging.log_completions) log->write_completions(progress.global_step, rollout, scored, c.logging.num_completions_to_print);
+    if (c.logging.log_completions)
+        log->write_completions(progress.global_step, rollout, scored, c.logging.num_completions_to_print);
 
     MicroBatch whole = pad_rollout(rollout, scored.local_advantages(), c.loss.mask_truncated_completions, o.pad_token_id);
     progress.generation_tokens = whole.completion_mask.sum().item<double>();
@@ -246,8 +259,10 @@ ReductionCounts Trainer::State::reduction_counts(int64_t index) const {
 
 // The model as users load it: a Hugging Face folder (full) or an adapter folder (PEFT's layout).
 void Trainer::State::export_model(const std::string& folder) const {
-    if (adapter_host->trains_base_weights()) model->save(folder);
-    else save_adapter_checkpoint(folder, *model, *adapter_host, config.adapter, config.model.path);
+    if (adapter_host->trains_base_weights())
+        model->save(folder);
+    else
+        save_adapter_checkpoint(folder, *model, *adapter_host, config.adapter, config.model.path);
     copy_tokenizer_files(config.model.path, folder);
 }
 
@@ -256,8 +271,9 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     const std::string& output = s_->config.output.dir;
     const bool has_run = holds_run(output);
     if (has_run && !options.resume && !options.overwrite)
-        throw Error(ErrorKind::usage, output + " already holds a run: pass --resume to continue it, --overwrite to "
-                                               "replace it, or set output.dir to another folder");
+        throw Error(ErrorKind::usage, output +
+                                          " already holds a run: pass --resume to continue it, --overwrite to "
+                                          "replace it, or set output.dir to another folder");
     if (options.group) options.group->barrier();  // every rank has looked before rank 0 clears anything
     if (options.rank == 0) {
         if (has_run && options.overwrite && !options.resume) fs::remove_all(output);
@@ -289,8 +305,12 @@ std::map<std::string, double> Trainer::step() {
     auto t0 = Clock::now();
     s.generate_seconds = s.reward_seconds = 0;
     s.generations_this_step.clear();
-    const PolicyLossOptions loss_options{c.loss.beta, c.loss.epsilon, c.loss.epsilon_high, c.loss.delta,
-                                         c.loss.importance_sampling_level, c.loss.use_bias_correction_kl};
+    const PolicyLossOptions loss_options{c.loss.beta,
+                                         c.loss.epsilon,
+                                         c.loss.epsilon_high,
+                                         c.loss.delta,
+                                         c.loss.importance_sampling_level,
+                                         c.loss.use_bias_correction_kl};
     const int64_t S = c.train.steps_per_generation;
     double train_seconds = 0, loss_sum = 0, bad_loss = 0.0;  // bad_loss: a non-finite micro-batch loss, if any
     int64_t bad_micro_step = -1;
@@ -315,10 +335,12 @@ std::map<std::string, double> Trainer::step() {
     double any_bad = std::isfinite(bad_loss) ? 0.0 : 1.0;
     if (group) any_bad = group->max(any_bad);
     if (any_bad != 0.0)
-        throw Error(ErrorKind::runtime, "the loss became " + (std::isfinite(bad_loss) ? std::string("non-finite on another rank")
-                                                                                      : std::to_string(bad_loss) + " (micro-step " +
-                                                                                            std::to_string(bad_micro_step) + ")") +
-                                            " at step " + std::to_string(p.global_step + 1) + "; no update was applied. "
+        throw Error(ErrorKind::runtime, "the loss became " +
+                                            (std::isfinite(bad_loss) ? std::string("non-finite on another rank")
+                                                                     : std::to_string(bad_loss) + " (micro-step " +
+                                                                           std::to_string(bad_micro_step) + ")") +
+                                            " at step " + std::to_string(p.global_step + 1) +
+                                            "; no update was applied. "
                                             "Lower train.learning_rate or set train.max_grad_norm; the last checkpoint in " +
                                             c.output.dir + " is intact");
     if (group) {  // DDP: the mean of the ranks' gradients (the reductions already count every rank's tokens)
@@ -335,9 +357,10 @@ std::map<std::string, double> Trainer::step() {
     const double grad_norm = s.optimizer->clip_grad_norm(c.train.max_grad_norm);
     if (!std::isfinite(grad_norm))
         throw Error(ErrorKind::runtime, "the gradient norm became " + std::to_string(grad_norm) + " at step " +
-                                            std::to_string(p.global_step + 1) + "; no update was applied; the last checkpoint in " +
-                                            c.output.dir + " is intact");
-    const double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, p.global_step, s.warmup, s.total);
+                                            std::to_string(p.global_step + 1) +
+                                            "; no update was applied; the last checkpoint in " + c.output.dir + " is intact");
+    const double lr =
+        c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, p.global_step, s.warmup, s.total);
     s.optimizer->step(lr);
     s.optimizer->zero_grad();
     ++p.global_step;
@@ -361,8 +384,9 @@ std::map<std::string, double> Trainer::step() {
 std::string Trainer::save_checkpoint() {
     State& s = *s_;
     CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer};
-    return s.checkpoints->save(state, s.inside_generation_batch(), s.config.manifest_path,
-                               [&](const std::string& folder) { s.export_model(folder); }, s.config.output.save_total_limit);
+    return s.checkpoints->save(
+        state, s.inside_generation_batch(), s.config.manifest_path, [&](const std::string& folder) { s.export_model(folder); },
+        s.config.output.save_total_limit);
 }
 
 int64_t Trainer::run() {
@@ -388,7 +412,8 @@ int64_t Trainer::run() {
         if (s.options.group) stop = s.options.group->max(stop ? 1.0 : 0.0) != 0.0;  // all ranks stop at the same step
         if (s.progress.global_step % c.output.save_steps == 0 || s.progress.global_step == s.total || stop) {
             std::string dir = save_checkpoint();
-            if (s.options.log && stop && s.options.rank == 0) *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
+            if (s.options.log && stop && s.options.rank == 0)
+                *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
         }
         if (stop) break;
     }
@@ -398,10 +423,11 @@ int64_t Trainer::run() {
         if (s.options.progress_bar && s.progress.global_step != s.total) *s.options.log << "\n";
         const double elapsed = seconds_since(start);
         std::ostringstream os;
-        os << std::fixed << "grove: " << ran << " steps in " << std::setprecision(1) << elapsed << " s (" << std::setprecision(2)
-           << elapsed / double(ran) << " s/step); reward " << std::setprecision(4) << first_reward.value_or(NAN)
-           << " at the first step of this run, " << last_reward.value_or(NAN) << " at the last; step " << s.progress.global_step
-           << "/" << s.total << "; metrics in " << c.output.dir << "/metrics.jsonl";
+        os << std::fixed << "grove: " << ran << " steps in " << std::setprecision(1) << elapsed << " s ("
+           << std::setprecision(2) << elapsed / double(ran) << " s/step); reward " << std::setprecision(4)
+           << first_reward.value_or(NAN) << " at the first step of this run, " << last_reward.value_or(NAN)
+           << " at the last; step " << s.progress.global_step << "/" << s.total << "; metrics in " << c.output.dir
+           << "/metrics.jsonl";
         *s.options.log << os.str() << "\n";
     }
     return ran;
@@ -418,8 +444,8 @@ void Trainer::print_progress(const std::map<std::string, double>& metrics, int64
     std::ostringstream os;
     os << std::fixed << std::setprecision(4) << "loss " << value("loss");
     if (metrics.count("reward")) os << "  reward " << value("reward");  // steps that generated
-    os << "  grad_norm " << value("grad_norm") << "  lr " << std::scientific << std::setprecision(2) << value("learning_rate") << std::fixed
-       << std::setprecision(2) << "  " << value("step_time") << " s/step";
+    os << "  grad_norm " << value("grad_norm") << "  lr " << std::scientific << std::setprecision(2) << value("learning_rate")
+       << std::fixed << std::setprecision(2) << "  " << value("step_time") << " s/step";
     std::ostream& out = *s.options.log;
     if (s.options.progress_bar) {  // one line redrawn in place on a terminal
         const int width = 24, done = int(double(width) * double(step) / double(std::max<int64_t>(1, total)));

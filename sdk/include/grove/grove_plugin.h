@@ -79,8 +79,7 @@ typedef enum grove_plugin_kind {
 #endif
 
 /* True when a struct of the given size contains the field: use it to read appended fields. */
-#define GROVE_HAS_FIELD(ptr, type, field) \
-    ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+#define GROVE_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
 /* ============================================================================================
  * 3. Errors
@@ -96,7 +95,7 @@ typedef enum grove_status {
     GROVE_ERROR_CONFIG = 2,           /* a configuration value is unacceptable */
     GROVE_ERROR_UNSUPPORTED = 3,      /* valid, but this plugin cannot do it */
     GROVE_ERROR_OUT_OF_MEMORY = 4,
-    GROVE_ERROR_INTERNAL = 5          /* a bug, or an exception caught at the boundary */
+    GROVE_ERROR_INTERNAL = 5 /* a bug, or an exception caught at the boundary */
 } grove_status;
 
 typedef struct grove_error_sink grove_error_sink;
@@ -109,8 +108,7 @@ struct grove_error_sink {
 
 /* Convenience: report and return in one line, e.g. `return grove_fail(err, GROVE_ERROR_CONFIG,
  * "pattern", "the regex does not compile");` */
-static inline grove_status grove_fail(grove_error_sink* sink, grove_status status, const char* key,
-                                      const char* message) {
+static inline grove_status grove_fail(grove_error_sink* sink, grove_status status, const char* key, const char* message) {
     if (sink && sink->report) sink->report(sink, key, message);
     return status;
 }
@@ -144,11 +142,11 @@ typedef enum grove_value_type {
 
 typedef struct grove_config_key {
     uint32_t struct_size;
-    const char* name;          /* NUL-terminated */
-    uint32_t type;             /* grove_value_type */
-    uint32_t required;         /* 1: the host refuses a table without it */
-    const char* default_text;  /* shown by `grove plugins info`, e.g. "16"; NULL if required */
-    const char* help;          /* one line */
+    const char* name;         /* NUL-terminated */
+    uint32_t type;            /* grove_value_type */
+    uint32_t required;        /* 1: the host refuses a table without it */
+    const char* default_text; /* shown by `grove plugins info`, e.g. "16"; NULL if required */
+    const char* help;         /* one line */
 } grove_config_key;
 
 typedef struct grove_config_value {
@@ -169,8 +167,8 @@ typedef struct grove_config {
     uint32_t struct_size;
     uint32_t count;
     const grove_config_value* values;
-    const char* raw_toml;     /* NUL-terminated: the instance's whole table as TOML */
-    const char* source_name;  /* NUL-terminated, e.g. "grove.toml:14 [[rewards]] #2"; for messages */
+    const char* raw_toml;    /* NUL-terminated: the instance's whole table as TOML */
+    const char* source_name; /* NUL-terminated, e.g. "grove.toml:14 [[rewards]] #2"; for messages */
 } grove_config;
 
 /* Find a key; NULL if the manifest did not set it. */
@@ -180,7 +178,10 @@ static inline const grove_config_value* grove_config_find(const grove_config* co
     for (i = 0; i < config->count; ++i) {
         const char* a = config->values[i].key;
         const char* b = key;
-        while (*a && *a == *b) { ++a; ++b; }
+        while (*a && *a == *b) {
+            ++a;
+            ++b;
+        }
         if (*a == *b) return &config->values[i];
     }
     return NULL;
@@ -216,7 +217,7 @@ static inline const char* grove_config_string(const grove_config* c, const char*
 #define GROVE_PLUGIN_ENTRY_SYMBOL "grove_plugin_entry"
 
 typedef enum grove_plugin_flags {
-    GROVE_PLUGIN_THREAD_SAFE = 1u << 0,  /* instances may be called from several threads at once */
+    GROVE_PLUGIN_THREAD_SAFE = 1u << 0,   /* instances may be called from several threads at once */
     GROVE_PLUGIN_DETERMINISTIC = 1u << 1, /* same inputs (and seed) give the same outputs */
     /* reductions: the sum of micro-batch losses over any equal-size split of a generation batch
      * (with gradient accumulation over the split) equals the whole-batch loss */
@@ -236,11 +237,11 @@ typedef struct grove_adapter_api grove_adapter_api;
 
 typedef struct grove_plugin_descriptor {
     uint32_t struct_size;
-    uint32_t kind;                /* grove_plugin_kind */
-    const char* name;             /* unique among all plugins Grove can see; [a-z0-9_-]+ */
-    const char* version;          /* the plugin's own version, e.g. "1.2.0" */
-    const char* description;      /* one line for `grove plugins list` */
-    uint64_t flags;               /* grove_plugin_flags */
+    uint32_t kind;           /* grove_plugin_kind */
+    const char* name;        /* unique among all plugins Grove can see; [a-z0-9_-]+ */
+    const char* version;     /* the plugin's own version, e.g. "1.2.0" */
+    const char* description; /* one line for `grove plugins list` */
+    uint64_t flags;          /* grove_plugin_flags */
     const grove_config_key* config_keys;
     uint32_t config_key_count;
     const char* const* metric_names; /* rewards: names of the per-row metrics it reports */
@@ -296,18 +297,18 @@ typedef struct grove_text {
 
 typedef struct grove_reward_batch {
     uint32_t struct_size;
-    uint32_t count;           /* rows n = prompts x num_generations (local to this process) */
-    uint32_t num_generations; /* G */
+    uint32_t count;                /* rows n = prompts x num_generations (local to this process) */
+    uint32_t num_generations;      /* G */
     const grove_text* prompts;     /* [n] the prompt as the model saw it (chat template applied) */
     const grove_text* completions; /* [n] decoded completion, special tokens removed */
     /* completion token ids in CSR form: row i is tokens[offsets[i] .. offsets[i+1]) */
     const int64_t* completion_token_offsets; /* [n+1] */
     const int32_t* completion_tokens;
-    const uint8_t* truncated; /* [n] 1 when the completion hit max_completion_length without EOS */
+    const uint8_t* truncated;   /* [n] 1 when the completion hit max_completion_length without EOS */
     const grove_text* row_json; /* [n] the dataset row's other columns as a JSON object */
-    int64_t step;             /* optimizer step that generated this batch */
-    uint64_t seed;            /* derived from the run seed and step: use it for any randomness */
-    uint32_t rank;            /* this process, of world_size (torch.distributed terms) */
+    int64_t step;               /* optimizer step that generated this batch */
+    uint64_t seed;              /* derived from the run seed and step: use it for any randomness */
+    uint32_t rank;              /* this process, of world_size (torch.distributed terms) */
     uint32_t world_size;
     uint64_t global_row_offset; /* index of row 0 in the global generation batch */
 } grove_reward_batch;
@@ -321,8 +322,7 @@ typedef struct grove_reward_output {
 
 struct grove_reward_api {
     uint32_t struct_size;
-    grove_status (*score)(void* instance, const grove_reward_batch* batch, grove_reward_output* out,
-                          grove_error_sink* err);
+    grove_status (*score)(void* instance, const grove_reward_batch* batch, grove_reward_output* out, grove_error_sink* err);
 };
 
 /* ============================================================================================
@@ -340,9 +340,9 @@ struct grove_reward_api {
  */
 typedef struct grove_reduction_context {
     uint32_t struct_size;
-    uint32_t rows;    /* B: rows of this micro-batch on this process */
-    uint32_t columns; /* T: completion positions per row (padded) */
-    const float* mask; /* [B*T] row-major, 1 = completion token that counts, 0 = padding/masked */
+    uint32_t rows;                        /* B: rows of this micro-batch on this process */
+    uint32_t columns;                     /* T: completion positions per row (padded) */
+    const float* mask;                    /* [B*T] row-major, 1 = completion token that counts, 0 = padding/masked */
     uint32_t gradient_accumulation_steps; /* micro-batches per optimizer step */
     uint32_t steps_per_generation;        /* micro-batches per generation batch */
     uint32_t world_size;                  /* processes; DDP averages gradients over them */
@@ -359,8 +359,7 @@ typedef struct grove_reduction_context {
 struct grove_reduction_api {
     uint32_t struct_size;
     /* fill weight[B*T] (row-major, host-owned) for this micro-batch */
-    grove_status (*weights)(void* instance, const grove_reduction_context* ctx, float* weight,
-                            grove_error_sink* err);
+    grove_status (*weights)(void* instance, const grove_reduction_context* ctx, float* weight, grove_error_sink* err);
 };
 
 /* ============================================================================================
@@ -396,8 +395,8 @@ typedef struct grove_tensor_ops {
     uint32_t struct_size;
     /* A trainable parameter of the current layer. `name` is its PEFT-style suffix, e.g.
      * "lora_A.weight"; saved as "base_model.model.<layer name>.<name>". attach() only. */
-    grove_status (*parameter)(grove_op_context* ctx, const char* name, uint32_t ndim, const int64_t* shape,
-                              uint32_t init, double init_arg, grove_tensor* out, grove_error_sink* err);
+    grove_status (*parameter)(grove_op_context* ctx, const char* name, uint32_t ndim, const int64_t* shape, uint32_t init,
+                              double init_arg, grove_tensor* out, grove_error_sink* err);
     /* y = x @ w^T  (x [..., in], w [out, in]) */
     grove_tensor (*linear)(grove_op_context* ctx, grove_tensor x, grove_tensor w);
     /* a @ b for 2-D tensors */
@@ -419,7 +418,7 @@ typedef struct grove_linear_info {
     const char* short_name; /* last component, e.g. "q_proj" */
     int64_t in_features;
     int64_t out_features;
-    uint32_t layer_index;   /* decoder layer, or UINT32_MAX outside the decoder stack */
+    uint32_t layer_index; /* decoder layer, or UINT32_MAX outside the decoder stack */
     uint32_t has_bias;
 } grove_linear_info;
 
@@ -435,16 +434,16 @@ struct grove_adapter_api {
     uint32_t struct_size;
     /* Called once per linear layer. Set *layer_state to non-NULL to attach (your own pointer, or
      * any non-NULL token) and create its parameters with ops->parameter; leave NULL to skip. */
-    grove_status (*attach)(void* instance, const grove_linear_info* layer, const grove_tensor_ops* ops,
-                           grove_op_context* ctx, void** layer_state, grove_error_sink* err);
+    grove_status (*attach)(void* instance, const grove_linear_info* layer, const grove_tensor_ops* ops, grove_op_context* ctx,
+                           void** layer_state, grove_error_sink* err);
     /* The delta to add to the base output. params: this layer's parameters, in creation order. */
-    grove_status (*forward)(void* instance, void* layer_state, const grove_tensor_ops* ops,
-                            grove_op_context* ctx, const grove_tensor* params, uint32_t param_count,
-                            grove_tensor x, grove_tensor* delta, grove_error_sink* err);
+    grove_status (*forward)(void* instance, void* layer_state, const grove_tensor_ops* ops, grove_op_context* ctx,
+                            const grove_tensor* params, uint32_t param_count, grove_tensor x, grove_tensor* delta,
+                            grove_error_sink* err);
     /* The weight delta [out, in] that merging adds to W (for export without the adapter). */
-    grove_status (*merged_delta)(void* instance, void* layer_state, const grove_tensor_ops* ops,
-                                 grove_op_context* ctx, const grove_tensor* params, uint32_t param_count,
-                                 grove_tensor* delta_weight, grove_error_sink* err);
+    grove_status (*merged_delta)(void* instance, void* layer_state, const grove_tensor_ops* ops, grove_op_context* ctx,
+                                 const grove_tensor* params, uint32_t param_count, grove_tensor* delta_weight,
+                                 grove_error_sink* err);
     /* Release a layer state from attach(); may be NULL. */
     void (*detach)(void* instance, void* layer_state);
     /* The adapter's saved configuration as a JSON object (PEFT's adapter_config.json); may be NULL

@@ -36,7 +36,7 @@ namespace grove::sdk {
 class Error : public std::runtime_error {
 public:
     Error(grove_status status, std::string message, std::string key = {})
-        : std::runtime_error(std::move(message)), status_(status), key_(std::move(key)) {}
+            : std::runtime_error(std::move(message)), status_(status), key_(std::move(key)) {}
     grove_status status() const noexcept { return status_; }
     const std::string& key() const noexcept { return key_; }
 
@@ -136,8 +136,8 @@ public:
     grove_tensor parameter(const char* name, std::vector<int64_t> shape, grove_init init, double arg = 0.0) const {
         grove_tensor out = nullptr;
         ErrorCapture capture;
-        if (ops_->parameter(ctx_, name, static_cast<uint32_t>(shape.size()), shape.data(), init, arg, &out,
-                            &capture.sink) != GROVE_OK)
+        if (ops_->parameter(ctx_, name, static_cast<uint32_t>(shape.size()), shape.data(), init, arg, &out, &capture.sink) !=
+            GROVE_OK)
             throw Error(GROVE_ERROR_INVALID_ARGUMENT, capture.message);
         return out;
     }
@@ -206,9 +206,8 @@ struct AdapterPlugin : Lifecycle<T> {
 // ---- descriptors -----------------------------------------------------------------------------
 namespace detail {
 template <class Plugin, std::size_t NK, std::size_t NM>
-constexpr grove_plugin_descriptor make(grove_plugin_kind kind, const char* name, const char* version,
-                                       const char* description, uint64_t flags, const grove_config_key (&keys)[NK],
-                                       const char* const (&metrics)[NM]) {
+constexpr grove_plugin_descriptor make(grove_plugin_kind kind, const char* name, const char* version, const char* description,
+                                       uint64_t flags, const grove_config_key (&keys)[NK], const char* const (&metrics)[NM]) {
     grove_plugin_descriptor d{};
     d.struct_size = sizeof(grove_plugin_descriptor);
     d.kind = static_cast<uint32_t>(kind);
@@ -237,9 +236,8 @@ constexpr grove_plugin_descriptor reward_descriptor(const char* name, const char
     return d;
 }
 template <class T, std::size_t NK>
-constexpr grove_plugin_descriptor reduction_descriptor(const char* name, const char* version,
-                                                       const char* description, uint64_t flags,
-                                                       const grove_config_key (&keys)[NK]) {
+constexpr grove_plugin_descriptor reduction_descriptor(const char* name, const char* version, const char* description,
+                                                       uint64_t flags, const grove_config_key (&keys)[NK]) {
     auto d = detail::make<ReductionPlugin<T>>(GROVE_PLUGIN_KIND_REDUCTION, name, version, description, flags, keys,
                                               detail::kNoMetrics);
     d.reduction = &ReductionPlugin<T>::api;
@@ -248,26 +246,24 @@ constexpr grove_plugin_descriptor reduction_descriptor(const char* name, const c
 template <class T, std::size_t NK>
 constexpr grove_plugin_descriptor adapter_descriptor(const char* name, const char* version, const char* description,
                                                      uint64_t flags, const grove_config_key (&keys)[NK]) {
-    auto d = detail::make<AdapterPlugin<T>>(GROVE_PLUGIN_KIND_ADAPTER, name, version, description, flags, keys,
-                                            detail::kNoMetrics);
+    auto d =
+        detail::make<AdapterPlugin<T>>(GROVE_PLUGIN_KIND_ADAPTER, name, version, description, flags, keys, detail::kNoMetrics);
     d.adapter = &AdapterPlugin<T>::api;
     return d;
 }
 
 // A plugin with no configuration keys passes this.
-inline constexpr grove_config_key kNoKeys[1] = {
-    {sizeof(grove_config_key), "", 0, 0, nullptr, nullptr}};
+inline constexpr grove_config_key kNoKeys[1] = {{sizeof(grove_config_key), "", 0, 0, nullptr, nullptr}};
 
 }  // namespace grove::sdk
 
 // Defines the library's entry point over the given descriptors (pointers to static descriptors).
-#define GROVE_PLUGIN_LIBRARY(...)                                                                        \
-    extern "C" GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api*) {       \
-        static const grove_plugin_descriptor* const grove_all_[] = {__VA_ARGS__};                       \
-        static const grove_plugin_list grove_list_{sizeof(grove_plugin_list), GROVE_ABI_MAJOR,          \
-                                                   GROVE_ABI_MINOR,                                      \
-                                                   sizeof(grove_all_) / sizeof(grove_all_[0]), grove_all_}; \
-        return &grove_list_;                                                                             \
+#define GROVE_PLUGIN_LIBRARY(...)                                                                               \
+    extern "C" GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api*) {                \
+        static const grove_plugin_descriptor* const grove_all_[] = {__VA_ARGS__};                               \
+        static const grove_plugin_list grove_list_{sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, \
+                                                   sizeof(grove_all_) / sizeof(grove_all_[0]), grove_all_};     \
+        return &grove_list_;                                                                                    \
     }
 
 #endif  // GROVE_PLUGIN_HPP

@@ -55,8 +55,8 @@ TEST(Manifest, DefaultsFollowTrl) {
     EXPECT_EQ(m.adapter().plugin, "full");
     EXPECT_DOUBLE_EQ(m.number("train.learning_rate"), 1e-6);
     EXPECT_EQ(m.integer("train.per_device_train_batch_size"), 8);
-    EXPECT_EQ(m.integer("train.steps_per_generation"), 1);     // = gradient_accumulation_steps
-    EXPECT_EQ(m.integer("train.generation_batch_size"), 8);    // = 8 x 1 process x 1
+    EXPECT_EQ(m.integer("train.steps_per_generation"), 1);   // = gradient_accumulation_steps
+    EXPECT_EQ(m.integer("train.generation_batch_size"), 8);  // = 8 x 1 process x 1
     EXPECT_DOUBLE_EQ(m.number("train.max_grad_norm"), 1.0);
     EXPECT_EQ(m.string("train.lr_scheduler_type"), "linear");
     EXPECT_EQ(m.integer("train.seed"), 42);
@@ -124,8 +124,9 @@ TEST(Manifest, GenerationBatchMustHoldWholeGroups) {
     EXPECT_CONTAINS(message, "use num_generations in {2, 3, 6}");
     EXPECT_CONTAINS(message, "train.generation_batch_size = 12");
     // TRL's test_train_num_generations_larger_than_batch_size: bs 3, G 6, GA 2 is valid
-    auto ok = grove::Manifest::parse(kMinimal + "\n[generation]\nnum_generations = 6\n[train]\n"
-                                                "per_device_train_batch_size = 3\ngradient_accumulation_steps = 2\n",
+    auto ok = grove::Manifest::parse(kMinimal +
+                                         "\n[generation]\nnum_generations = 6\n[train]\n"
+                                         "per_device_train_batch_size = 3\ngradient_accumulation_steps = 2\n",
                                      "grove.toml");
     EXPECT_EQ(ok.integer("train.generation_batch_size"), 6);
     EXPECT_EQ(ok.integer("train.steps_per_generation"), 2);
@@ -138,10 +139,13 @@ TEST(Manifest, BatchResolutionFollowsTrlAndCountsProcesses) {
     auto message = manifest_error(kMinimal + "\n[train]\nper_device_train_batch_size = 4\ngeneration_batch_size = 10\n");
     EXPECT_CONTAINS(message, "must be a multiple of per_device_train_batch_size x world size = 4");
     message = manifest_error(kMinimal + "\n[train]\ngeneration_batch_size = 16\nsteps_per_generation = 1\n");
-    EXPECT_CONTAINS(message, "disagree: generation_batch_size must be per_device_train_batch_size x world size x "
-                             "steps_per_generation = 8; set only one of them");
-    auto both = grove::Manifest::parse(kMinimal + "\n[train]\ngeneration_batch_size = 16\nsteps_per_generation = 2\n"
-                                                  "per_device_train_batch_size = 8\n", "grove.toml");
+    EXPECT_CONTAINS(message,
+                    "disagree: generation_batch_size must be per_device_train_batch_size x world size x "
+                    "steps_per_generation = 8; set only one of them");
+    auto both = grove::Manifest::parse(kMinimal +
+                                           "\n[train]\ngeneration_batch_size = 16\nsteps_per_generation = 2\n"
+                                           "per_device_train_batch_size = 8\n",
+                                       "grove.toml");
     EXPECT_EQ(both.integer("train.generation_batch_size"), 16);
 }
 
@@ -150,7 +154,7 @@ TEST(Manifest, SetOverridesValuesAndIsCheckedLikeTheFile) {
                                     {"generation.temperature=0.7", "rewards.0.weight=2", "model.dtype=bfloat16",
                                      "rewards.0.config.reference_column=\"solution\""});
     EXPECT_DOUBLE_EQ(m.number("generation.temperature"), 0.7);
-    EXPECT_DOUBLE_EQ(m.rewards()[0].weight, 2.0);  // an integer widened to a number
+    EXPECT_DOUBLE_EQ(m.rewards()[0].weight, 2.0);    // an integer widened to a number
     EXPECT_EQ(m.string("model.dtype"), "bfloat16");  // not TOML: taken as a string
     EXPECT_EQ(m.rewards()[0].config->at_path("reference_column").value<std::string>().value_or(""), "solution");
     auto message = manifest_error(kMinimal, {"generation.temprature=0.7"});
@@ -169,8 +173,9 @@ TEST(Manifest, RewardsAreRequiredAndUniquelyNamed) {
     EXPECT_CONTAINS(message, "no reward: add at least one [[rewards]] table");
     message = manifest_error(kMinimal + "\n[[rewards]]\nplugin = \"correctness\"\n");
     EXPECT_CONTAINS(message, "two rewards are named 'correctness'");
-    auto m = grove::Manifest::parse(kMinimal + "\n[[rewards]]\nplugin = \"correctness\"\nname = \"strict\"\n"
-                                               "config = { tolerance = 0.0 }\n",
+    auto m = grove::Manifest::parse(kMinimal +
+                                        "\n[[rewards]]\nplugin = \"correctness\"\nname = \"strict\"\n"
+                                        "config = { tolerance = 0.0 }\n",
                                     "grove.toml");
     ASSERT_EQ(m.rewards().size(), 2u);
     EXPECT_EQ(m.rewards()[1].name, "strict");
@@ -223,10 +228,10 @@ TEST(RunConfig, ReadsEverySchemaKey) {
 }
 
 TEST(RunConfig, EnumsComeFromTheSchemasChoices) {
-    auto m = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml",
-                                    {"loss.importance_sampling_level=\"sequence\"", "loss.scale_rewards=\"batch\"",
-                                     "loss.aggregation=\"normalize_then_sum\"", "train.lr_scheduler_type=\"cosine\"",
-                                     "train.mixed_precision=\"no\""});
+    auto m = grove::Manifest::parse(
+        kMinimal, "/runs/exp/grove.toml",
+        {"loss.importance_sampling_level=\"sequence\"", "loss.scale_rewards=\"batch\"",
+         "loss.aggregation=\"normalize_then_sum\"", "train.lr_scheduler_type=\"cosine\"", "train.mixed_precision=\"no\""});
     auto c = grove::RunConfig::from(m);
     EXPECT_EQ(c.loss.importance_sampling_level, grove::ImportanceSamplingLevel::sequence);
     EXPECT_EQ(c.loss.scale_rewards, grove::ScaleRewards::batch);

@@ -42,9 +42,9 @@ TEST(Advantages, BatchScalingKeepsTheGroupMean) {
 
 TEST(Advantages, WeightsNanRowsAndSingleValidGroups) {
     // K = 2 rewards, weights 0.5 and 2; row 1 misses reward 2 (nansum), row 3 misses both (unscorable)
-    std::vector<float> R{1, 1,      // r = 2.5
-                         3, kNaN,   // r = 1.5
-                         0, 1,      // r = 2.0   group 2: rows 2,3; row 3 unscorable
+    std::vector<float> R{1,    1,     // r = 2.5
+                         3,    kNaN,  // r = 1.5
+                         0,    1,     // r = 2.0   group 2: rows 2,3; row 3 unscorable
                          kNaN, kNaN};
     auto r = grove::compute_advantages(R, 2, {0.5, 2.0}, options(2));
     double std01 = grove::nanstd({2.5, 1.5});

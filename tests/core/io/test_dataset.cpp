@@ -32,7 +32,8 @@ void check_steps(const Parsed& p, const std::string& completion) {
     std::string steps = m[1];
     static const std::regex step_re(R"((\d+)([-+*])(\d+)(?:[-+](\d+))?=(\d+))");
     long carry = 0, column = 0, place = 1, rebuilt = 0;
-    for (auto it = std::sregex_iterator(steps.begin(), steps.end(), step_re); it != std::sregex_iterator(); ++it, ++column, place *= 10) {
+    for (auto it = std::sregex_iterator(steps.begin(), steps.end(), step_re); it != std::sregex_iterator();
+         ++it, ++column, place *= 10) {
         const std::smatch& s = *it;
         long x = std::stol(s[1]), y = std::stol(s[3]), r = std::stol(s[5]);
         long c = s[4].matched ? std::stol(s[4]) : 0;
@@ -94,7 +95,9 @@ TEST(Arithmetic, EveryWorkedStepIsRightAndTheAnswerIsTheResult) {
 }
 
 TEST(Arithmetic, SplitsAreDisjointSizedAndStable) {
-    auto question = [](const grove::PromptRow& r) { return nlohmann::json::parse(r.columns_json)["question"].get<std::string>(); };
+    auto question = [](const grove::PromptRow& r) {
+        return nlohmann::json::parse(r.columns_json)["question"].get<std::string>();
+    };
     auto train = grove::load_prompts("builtin:arithmetic"), test = grove::load_prompts("builtin:arithmetic-test");
     EXPECT_EQ(test.size(), 200u);
     // digits=2: 100*100 sums + 5050 differences + 800 products, less the held-out 200

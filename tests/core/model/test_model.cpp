@@ -82,7 +82,9 @@ TEST(Model, GreedyGenerationMatchesTransformers) {
         options.greedy = true;
         options.max_new_tokens = 8;
         auto result = grove::generate(*model, unpadded_prompts(ref["input_ids"], ref["attention_mask"]), options);
-        EXPECT_TRUE(at::equal(result.completion_ids, ref["greedy"])) << name << "\n" << result.completion_ids << "\n" << ref["greedy"];
+        EXPECT_TRUE(at::equal(result.completion_ids, ref["greedy"])) << name << "\n"
+                                                                     << result.completion_ids << "\n"
+                                                                     << ref["greedy"];
         EXPECT_TRUE(result.truncated.all().item<bool>()) << name;  // no EOS configured
     }
 }
@@ -182,12 +184,22 @@ TEST(Model, RowsThatStopDoNotChangeTheOthers) {
         stopped_rows += stop < C;
         EXPECT_EQ(stopping.lengths[size_t(row)], length) << "row " << row;
         EXPECT_EQ(stopping.truncated[row].item<bool>(), stop == C) << "row " << row;
-        EXPECT_TRUE(at::equal(stopping.completion_ids[row].narrow(0, 0, length), free_run.completion_ids[row].narrow(0, 0, length)))
+        EXPECT_TRUE(
+            at::equal(stopping.completion_ids[row].narrow(0, 0, length), free_run.completion_ids[row].narrow(0, 0, length)))
             << "row " << row;
         EXPECT_LT((stopping.sampled_logprobs[row].narrow(0, 0, length) - free_run.sampled_logprobs[row].narrow(0, 0, length))
-                      .abs().max().item<double>(), 1e-5) << "row " << row;
+                      .abs()
+                      .max()
+                      .item<double>(),
+                  1e-5)
+            << "row " << row;
         if (length < stopping.completion_ids.size(1))
-            EXPECT_EQ(stopping.completion_ids[row].narrow(0, length, stopping.completion_ids.size(1) - length).abs().sum().item<int64_t>(), 0)
+            EXPECT_EQ(stopping.completion_ids[row]
+                          .narrow(0, length, stopping.completion_ids.size(1) - length)
+                          .abs()
+                          .sum()
+                          .item<int64_t>(),
+                      0)
                 << "row " << row << ": pad after the EOS";
     }
     EXPECT_GE(stopped_rows, 2);
@@ -211,8 +223,8 @@ TEST(Model, SavedFolderLoadsBackAndInTransformers) {
         at::Tensor a = model->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
         at::Tensor b = again->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
         EXPECT_TRUE(at::equal(a, b)) << name;
-        std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
-                              "/tests/core/model/check_saved.py " + out + " " + kModels + "/" + name + "/reference.safetensors";
+        std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/model/check_saved.py " +
+                              out + " " + kModels + "/" + name + "/reference.safetensors";
         EXPECT_EQ(std::system(command.c_str()), 0) << command;
     }
 }
@@ -270,7 +282,9 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
     EXPECT_CONTAINS(message, "tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [112, 64]");
     // missing key
     std::string key = copy("key");
-    { std::ofstream(key + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})"; }
+    {
+        std::ofstream(key + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})";
+    }
     EXPECT_CONTAINS(error_of([&] { grove::Model::load(key); }), "config.json: missing key \"vocab_size\"");
     // no weights at all
     std::string none = dir + "/none";
@@ -295,13 +309,14 @@ TEST(Safetensors, HeaderFieldsAreValidated) {
                     "tensor 'w': shape x dtype size = 8 bytes, but data_offsets span 4");
     EXPECT_CONTAINS(open_error(write("b", R"({"w": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1)),
                     "tensor 'w': unsupported dtype \"F8\"");
-    EXPECT_CONTAINS(open_error(write("c", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
-                                          R"("x": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", 6)),
+    EXPECT_CONTAINS(open_error(write("c",
+                                     R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+                                     R"("x": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})",
+                                     6)),
                     "overlap");
     EXPECT_CONTAINS(open_error(write("d", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 2)),
                     "lie outside the data section");
-    EXPECT_CONTAINS(open_error(write("e", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)),
-                    "negative");
+    EXPECT_CONTAINS(open_error(write("e", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4)), "negative");
     EXPECT_CONTAINS(open_error(write("f", "{not json", 0)), "not valid JSON");
     // the writer round-trips, atomically (no temporary left behind)
     std::vector<float> values{1.5f, -2.0f, 3.25f};
@@ -310,7 +325,8 @@ TEST(Safetensors, HeaderFieldsAreValidated) {
     ASSERT_NE(ok.find("v"), nullptr);
     EXPECT_EQ(ok.metadata().at("k"), "v");
     EXPECT_EQ(reinterpret_cast<const float*>(ok.find("v")->data)[2], 3.25f);
-    for (const auto& entry : fs::directory_iterator(dir)) EXPECT_EQ(entry.path().filename().string().rfind(".tmp-", 0), std::string::npos);
+    for (const auto& entry : fs::directory_iterator(dir))
+        EXPECT_EQ(entry.path().filename().string().rfind(".tmp-", 0), std::string::npos);
 }
 
 // The decode kernel against a double-precision sum, on shapes that exercise every path: row blocks
@@ -330,12 +346,12 @@ TEST(DecodeKernels, SmallBatchLinearMatchesADoubleReferenceOnEveryShapeAndSplit)
                     at::Tensor x = at::randn({rows, ldx}), w = at::randn({N, K}), bias = at::randn({N});
                     at::Tensor y = at::full({rows, ldy}, 7.0f);
                     grove::kernels::small_batch_linear(x.data_ptr<float>(), ldx, w.data_ptr<float>(),
-                                                       with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(),
-                                                       ldy, rows, K, N, threads);
+                                                       with_bias ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), ldy,
+                                                       rows, K, N, threads);
                     at::Tensor expected = at::matmul(x.narrow(1, 0, K).to(at::kDouble), w.to(at::kDouble).t());
                     if (with_bias) expected = expected + bias.to(at::kDouble);
-                    std::string where = "rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " +
-                                        std::to_string(N) + " threads " + std::to_string(threads) + (with_bias ? " bias" : "");
+                    std::string where = "rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " + std::to_string(N) +
+                                        " threads " + std::to_string(threads) + (with_bias ? " bias" : "");
                     double error = (y.narrow(1, 0, N).to(at::kDouble) - expected).abs().max().item<double>();
                     EXPECT_LT(error, 1e-5 * std::sqrt(double(K)) * 10) << where;
                     EXPECT_TRUE(at::all(y.narrow(1, N, 2) == 7.0f).item<bool>()) << where << ": wrote past the row";
@@ -377,14 +393,16 @@ TEST(Model, DecodeKernelsGiveAtensDecodeSteps) {
             if (when.empty())
                 EXPECT_LT(masked_max_diff(ref["logits"], kernels[0], prompt_mask), 1e-4) << name << ": against transformers";
             for (int64_t t = 1; t <= steps; ++t) {
-                EXPECT_LT((aten[size_t(t)] - kernels[size_t(t)]).abs().max().item<double>(), 1e-5) << name << when << ": step " << t;
-                EXPECT_FALSE(at::equal(aten[size_t(t)], kernels[size_t(t)])) << name << when << ": identical bits suggest ATen ran";
+                EXPECT_LT((aten[size_t(t)] - kernels[size_t(t)]).abs().max().item<double>(), 1e-5)
+                    << name << when << ": step " << t;
+                EXPECT_FALSE(at::equal(aten[size_t(t)], kernels[size_t(t)]))
+                    << name << when << ": identical bits suggest ATen ran";
             }
             return aten;
         };
         std::vector<at::Tensor> before = compare("");
         for (grove::Linear* layer : model->linear_layers()) layer->weight.mul_(1.5);  // as an optimizer step would
-        model->named_parameters().front().second.mul_(0.5);                             // embeddings (tied head)
+        model->named_parameters().front().second.mul_(0.5);                           // embeddings (tied head)
         std::vector<at::Tensor> after = compare(" after an update");
         EXPECT_GT((after.back() - before.back()).abs().max().item<double>(), 1e-3) << name;
     }
@@ -429,7 +447,8 @@ TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
     const int64_t B = 5, heads = 4, kv_heads = 2, capacity = 11, S = 10;
     for (int64_t D : {13, 64, 80}) {
         at::Tensor keys = at::randn({B, kv_heads, capacity, D}), values = at::randn({B, kv_heads, capacity, D});
-        at::Tensor q = at::randn({B, heads, D}), new_keys = at::randn({B, kv_heads, D}), new_values = at::randn({B, kv_heads, D});
+        at::Tensor q = at::randn({B, heads, D}), new_keys = at::randn({B, kv_heads, D}),
+                   new_values = at::randn({B, kv_heads, D});
         at::Tensor visible = at::ones({B, S}, at::kBool);
         visible.index_put_({1, 0}, false);
         visible.index_put_({3, 2}, false);
@@ -444,8 +463,8 @@ TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
             at::Tensor k = keys.clone(), v = values.clone(), out = at::empty({B, heads, D});
             grove::kernels::decode_attention(q.data_ptr<float>(), new_keys.data_ptr<float>(), new_values.data_ptr<float>(),
                                              k.data_ptr<float>(), v.data_ptr<float>(), capacity, visible.data_ptr<bool>(),
-                                             out.data_ptr<float>(), B, heads, kv_heads, S, D,
-                                             float(1.0 / std::sqrt(double(D))), threads);
+                                             out.data_ptr<float>(), B, heads, kv_heads, S, D, float(1.0 / std::sqrt(double(D))),
+                                             threads);
             std::string where = "head size " + std::to_string(D) + ", " + std::to_string(threads) + " threads";
             EXPECT_TRUE(at::equal(k, expected_keys)) << where << ": the key cache";
             EXPECT_TRUE(at::equal(v, expected_values)) << where << ": the value cache";
@@ -482,11 +501,12 @@ TEST(DecodeKernels, SampleSoftmaxIsTheInverseCdfOfTheSoftmax) {
             at::Tensor tokens = at::empty({rows}, at::kLong), logprobs = at::empty({rows});
             for (int threads : {1, 3}) {
                 at::Tensor t = at::empty({rows}, at::kLong);
-                grove::kernels::sample_softmax(logits.data_ptr<float>(), V, rows, V, float(temperature),
-                                               u.data_ptr<double>(), t.data_ptr<int64_t>(), logprobs.data_ptr<float>(),
-                                               threads);
-                if (threads == 1) tokens = t;
-                else EXPECT_TRUE(at::equal(t, tokens)) << "threads share rows, not draws";
+                grove::kernels::sample_softmax(logits.data_ptr<float>(), V, rows, V, float(temperature), u.data_ptr<double>(),
+                                               t.data_ptr<int64_t>(), logprobs.data_ptr<float>(), threads);
+                if (threads == 1)
+                    tokens = t;
+                else
+                    EXPECT_TRUE(at::equal(t, tokens)) << "threads share rows, not draws";
             }
             EXPECT_EQ(tokens[4].item<int64_t>(), -1) << "a NaN logit";
             EXPECT_EQ(tokens[5].item<int64_t>(), -1) << "nothing drawable";
@@ -545,16 +565,19 @@ TEST(Model, PackedRowsGiveThePaddedLogprobsAndGradients) {
             std::string what = std::string(name) + (checkpointing ? " (checkpointing)" : "");
 
             at::Tensor packed_entropy;
-            at::Tensor packed = grove::completion_logprobs(*model, prompt_ids, prompt_mask, completion, completion_mask, 0.7,
-                                                           &packed_entropy);
-            (packed * mask * at::arange(1, C + 1, at::kFloat)).sum().backward();  // position weights: a gradient that sees order
+            at::Tensor packed =
+                grove::completion_logprobs(*model, prompt_ids, prompt_mask, completion, completion_mask, 0.7, &packed_entropy);
+            (packed * mask * at::arange(1, C + 1, at::kFloat))
+                .sum()
+                .backward();  // position weights: a gradient that sees order
             auto packed_grads = take_gradients();
 
             at::Tensor input_mask = at::cat({prompt_mask, completion_mask}, 1);
             at::Tensor hidden = model->hidden_states(at::cat({prompt_ids, completion}, 1), input_mask,
                                                      (input_mask.cumsum(-1) - 1).clamp_min(0));
             at::Tensor padded_entropy;
-            at::Tensor padded = grove::token_logprobs(*model, hidden.narrow(1, P - 1, C), completion, 0.7, 1024, &padded_entropy);
+            at::Tensor padded =
+                grove::token_logprobs(*model, hidden.narrow(1, P - 1, C), completion, 0.7, 1024, &padded_entropy);
             (padded * mask * at::arange(1, C + 1, at::kFloat)).sum().backward();
             auto padded_grads = take_gradients();
 
@@ -565,7 +588,8 @@ TEST(Model, PackedRowsGiveThePaddedLogprobsAndGradients) {
             EXPECT_LT(packed.min().item<double>(), -0.1) << what << ": real log-probs are negative";
             for (size_t i = 0; i < parameters.size(); ++i) {
                 double scale = std::max(1.0, padded_grads[i].abs().max().item<double>());
-                EXPECT_LT((packed_grads[i] - padded_grads[i]).abs().max().item<double>() / scale, 1e-5) << what << " parameter " << i;
+                EXPECT_LT((packed_grads[i] - padded_grads[i]).abs().max().item<double>() / scale, 1e-5)
+                    << what << " parameter " << i;
             }
             EXPECT_GT(packed_grads.front().abs().sum().item<double>(), 0.0) << what;
         }

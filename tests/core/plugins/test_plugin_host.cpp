@@ -167,8 +167,8 @@ TEST(PluginHost, UnknownConfigKeyHasLineAndSuggestion) {
 TEST(PluginHost, ConfigTypesAreCheckedAndIntegersWidenToFloats) {
     grove::PluginHost host({grove::test::build_plugin_dir()});
     auto info = host.find("lora");
-    auto message = error_of([&] { grove::PluginConfig::from_toml_text(info, "r = \"eight\"", "run.toml"); },
-                            grove::ErrorKind::manifest);
+    auto message =
+        error_of([&] { grove::PluginConfig::from_toml_text(info, "r = \"eight\"", "run.toml"); }, grove::ErrorKind::manifest);
     EXPECT_CONTAINS(message, "'r' must be an integer");
     auto config = grove::PluginConfig::from_toml_text(info, "alpha = 16\ntarget_modules = [\"q_proj\"]", "run.toml");
     EXPECT_DOUBLE_EQ(grove_config_float(config.get(), "alpha", -1), 16.0);

@@ -112,7 +112,8 @@ TEST(Tokenizer, BrokenFilesNameTheFileAndComponent) {
     std::string message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})");
     EXPECT_NE(message.find("pre-tokenizer regex does not compile"), std::string::npos) << message;
-    message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
+    message =
+        error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
     EXPECT_NE(message.find("pre-tokenizer \"Metaspace\" is not supported"), std::string::npos) << message;
     std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
         "pre_tokenizer": {"type": "ByteLevel"}})";
@@ -122,19 +123,22 @@ TEST(Tokenizer, BrokenFilesNameTheFileAndComponent) {
         FAIL();
     } catch (const grove::Error& e) {
         EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: eos_token \"</s>\" is not in the vocabulary"),
-                  std::string::npos) << e.what();
+                  std::string::npos)
+            << e.what();
     }
 }
 
 TEST(TokenizerTraining, GroveTrainedSentencepieceMatchesSpmAndKeepsSymbolsWhole) {
     std::string out = std::string(GROVE_TEST_BINARY_DIR) + "/tokenizers/trained";
-    auto r = grove::test::run_grove("tokenizer train --input builtin:arithmetic --out " + out +
-                                    " --vocab-size 512 --symbol '<think>' --symbol '</think>' --symbol '<answer>' --symbol '</answer>'");
+    auto r = grove::test::run_grove(
+        "tokenizer train --input builtin:arithmetic --out " + out +
+        " --vocab-size 512 --symbol '<think>' --symbol '</think>' --symbol '<answer>' --symbol '</answer>'");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     auto tokenizer = grove::Tokenizer::load(out);
     std::string text = "What is 12 + 30? <think>12 + 30 = 42</think><answer>42</answer>";
     auto ids = tokenizer->encode(text, false);
-    auto spm = grove::test::run_command("echo '" + text + "' | spm_encode --model=" + out + "/tokenizer.model --output_format=id");
+    auto spm =
+        grove::test::run_command("echo '" + text + "' | spm_encode --model=" + out + "/tokenizer.model --output_format=id");
     ASSERT_EQ(spm.exit_code, 0) << spm.out;
     std::vector<int64_t> expected;
     std::istringstream words(spm.out);

@@ -20,7 +20,8 @@ nlohmann::json eval(const std::string& args) {
 }  // namespace
 
 TEST(Eval, SummaryIsTheMeanOfItsRowsAndGreedyIsDeterministic) {
-    std::string args = "--data builtin:arithmetic-test --limit 12 --greedy --max-new-tokens 6 --reward format --reward correctness:2";
+    std::string args =
+        "--data builtin:arithmetic-test --limit 12 --greedy --max-new-tokens 6 --reward format --reward correctness:2";
     auto a = eval(args), b = eval(args);
     EXPECT_EQ(a["rows"], b["rows"]);
     ASSERT_EQ(a["rows"].size(), 12u);
@@ -45,10 +46,11 @@ TEST(Eval, SamplesPerPromptAndManifestMode) {
     EXPECT_TRUE(sampled["accuracy"].is_null());  // no correctness reward
     std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/eval_manifest";
     std::filesystem::create_directories(dir);
-    std::ofstream(dir + "/grove.toml") << "[model]\npath = \"" << kModel << "\"\nchat_template = \"none\"\n"
-                                       << "[data]\nsource = \"builtin:arithmetic\"\neval_source = \"builtin:arithmetic-test\"\n"
-                                       << "[generation]\nmax_completion_length = 5\n"
-                                       << "[[rewards]]\nplugin = \"length_penalty\"\nconfig = { mode = \"target\", target = 2 }\n";
+    std::ofstream(dir + "/grove.toml")
+        << "[model]\npath = \"" << kModel << "\"\nchat_template = \"none\"\n"
+        << "[data]\nsource = \"builtin:arithmetic\"\neval_source = \"builtin:arithmetic-test\"\n"
+        << "[generation]\nmax_completion_length = 5\n"
+        << "[[rewards]]\nplugin = \"length_penalty\"\nconfig = { mode = \"target\", target = 2 }\n";
     auto r = grove::test::run_grove("eval " + dir + "/grove.toml --greedy --limit 4 --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     auto j = nlohmann::json::parse(r.out);

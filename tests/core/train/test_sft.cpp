@@ -19,12 +19,16 @@ TEST(Sft, FromScratchTheModelLearnsTheAnswerFormat) {
         EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.out;
         return r;
     };
-    step("tokenizer train --input builtin:arithmetic --out " + dir + "/tok --vocab-size 512 --symbol '<think>' "
+    step("tokenizer train --input builtin:arithmetic --out " + dir +
+         "/tok --vocab-size 512 --symbol '<think>' "
          "--symbol '</think>' --symbol '<answer>' --symbol '</answer>'");
-    step("init-model " + dir + "/base --tokenizer " + dir + "/tok --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
+    step("init-model " + dir + "/base --tokenizer " + dir +
+         "/tok --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
          "--intermediate 192 --seed 1");
-    auto before = nlohmann::json::parse(step("eval --model " + dir + "/base --data builtin:arithmetic-test --limit 20 "
-                                              "--reward format --greedy --max-new-tokens 24 --json 2>/dev/null").out);
+    auto before = nlohmann::json::parse(step("eval --model " + dir +
+                                             "/base --data builtin:arithmetic-test --limit 20 "
+                                             "--reward format --greedy --max-new-tokens 24 --json 2>/dev/null")
+                                            .out);
     std::ofstream(dir + "/sft.toml") << "[model]\npath = \"base\"\nchat_template = \"plain\"\n"
                                         "[data]\nsource = \"builtin:arithmetic\"\n"
                                         "[[rewards]]\nplugin = \"correctness\"\n"
@@ -37,8 +41,10 @@ TEST(Sft, FromScratchTheModelLearnsTheAnswerFormat) {
     for (std::string line; std::getline(metrics, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
     ASSERT_EQ(losses.size(), 100u);
     EXPECT_LT(losses.back(), 0.5 * losses.front()) << "loss " << losses.front() << " -> " << losses.back();
-    auto after = nlohmann::json::parse(step("eval --model " + dir + "/sft --data builtin:arithmetic-test --limit 20 "
-                                             "--reward format --greedy --max-new-tokens 24 --json 2>/dev/null").out);
+    auto after = nlohmann::json::parse(step("eval --model " + dir +
+                                            "/sft --data builtin:arithmetic-test --limit 20 "
+                                            "--reward format --greedy --max-new-tokens 24 --json 2>/dev/null")
+                                           .out);
     EXPECT_EQ(before["format_rate"].get<double>(), 0.0);  // a random model never writes the format
     EXPECT_GE(after["format_rate"].get<double>(), 0.8) << after["rows"][0]["completion"];
 }

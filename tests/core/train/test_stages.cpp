@@ -100,7 +100,8 @@ TEST(MicroBatches, PaddingAndSplitKeepEveryRowOnce) {
 TEST(Checkpoint, OnlyCheckpointFoldersParse) {
     EXPECT_EQ(grove::checkpoint_name(12), "checkpoint-12");
     EXPECT_EQ(grove::checkpoint_step("checkpoint-12"), 12);
-    for (const char* name : {"checkpoint-", "checkpoint-1a", "checkpoint--1", ".tmp-checkpoint-3", "latest", "checkpoint-99999999999999999999"})
+    for (const char* name :
+         {"checkpoint-", "checkpoint-1a", "checkpoint--1", ".tmp-checkpoint-3", "latest", "checkpoint-99999999999999999999"})
         EXPECT_FALSE(grove::checkpoint_step(name).has_value()) << name;
 }
 
@@ -109,7 +110,8 @@ TEST(Checkpoint, OnlyCheckpointFoldersParse) {
 TEST(StepMetrics, AreTheMeanOfTheMicroBatchesMeans) {
     grove::PolicyLossResult big, small;
     big.has_kl = small.has_kl = true;
-    big.token_count = big.clip_count = 30, big.kl_sum = 3, big.clip_low_sum = 3, big.clip_low_row_min = 0.0, big.clip_high_row_max = 0.0;
+    big.token_count = big.clip_count = 30, big.kl_sum = 3, big.clip_low_sum = 3, big.clip_low_row_min = 0.0,
+    big.clip_high_row_max = 0.0;
     small.token_count = small.clip_count = 2, small.kl_sum = 1, small.clip_high_sum = 1, small.clip_low_row_min = 0.0;
     small.clip_high_row_max = 1.0;
     grove::StepMetrics metrics;

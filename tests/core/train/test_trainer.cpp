@@ -33,23 +33,25 @@ const std::string kLowIds = GROVE_TEST_LOW_IDS_PLUGIN;
 const std::string kRankOne = GROVE_TEST_RANK_ONE_PLUGIN;
 
 // A run folder with 12 prompts and a manifest; `extra` is appended (later keys win via --set).
-grove::Manifest manifest(const std::string& name, const std::vector<std::string>& overrides,
-                         const std::string& rewards = "") {
+grove::Manifest manifest(const std::string& name, const std::vector<std::string>& overrides, const std::string& rewards = "") {
     std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
     fs::remove_all(dir);
     fs::create_directories(dir);
     {
         std::ofstream prompts(dir + "/prompts.jsonl");
-        for (int i = 0; i < 12; ++i) prompts << nlohmann::json({{"prompt", "What is " + std::to_string(i) + " + 2?"}}).dump() << "\n";
+        for (int i = 0; i < 12; ++i)
+            prompts << nlohmann::json({{"prompt", "What is " + std::to_string(i) + " + 2?"}}).dump() << "\n";
     }
-    std::string text = "[model]\npath = \"" + kModel + "\"\nchat_template = \"none\"\n"
-                       "[data]\nsource = \"prompts.jsonl\"\nshuffle = true\n"
-                       "[generation]\nnum_generations = 2\nmax_completion_length = 6\n" +
-                       (rewards.empty() ? "[[rewards]]\nplugin = \"format\"\nconfig = { pattern = \"[aeiou]\", full_match = false }\n"
-                                        : rewards) +
-                       "[train]\nlearning_rate = 0.05\nseed = 3\n"
-                       "[output]\ndir = \"out\"\nsave_steps = 1000\n"
-                       "[logging]\nlogging_steps = 1\n";
+    std::string text =
+        "[model]\npath = \"" + kModel +
+        "\"\nchat_template = \"none\"\n"
+        "[data]\nsource = \"prompts.jsonl\"\nshuffle = true\n"
+        "[generation]\nnum_generations = 2\nmax_completion_length = 6\n" +
+        (rewards.empty() ? "[[rewards]]\nplugin = \"format\"\nconfig = { pattern = \"[aeiou]\", full_match = false }\n"
+                         : rewards) +
+        "[train]\nlearning_rate = 0.05\nseed = 3\n"
+        "[output]\ndir = \"out\"\nsave_steps = 1000\n"
+        "[logging]\nlogging_steps = 1\n";
     std::ofstream(dir + "/grove.toml") << text;
     return grove::Manifest::load(dir + "/grove.toml", overrides);
 }
@@ -98,8 +100,9 @@ TEST(Trainer, GradientAccumulationGivesTheSameUpdate) {
 }
 
 TEST(Trainer, OnPolicyGrpoLossIsZeroWhileGradientsFlow) {
-    grove::Trainer t(manifest("zero_loss", {"reduction.plugin=\"grpo\"", "train.per_device_train_batch_size=8", "train.max_steps=4"}),
-                     fresh());
+    grove::Trainer t(
+        manifest("zero_loss", {"reduction.plugin=\"grpo\"", "train.per_device_train_batch_size=8", "train.max_steps=4"}),
+        fresh());
     bool some_gradient = false;
     for (int i = 0; i < 4; ++i) {
         auto m = t.step();
@@ -138,7 +141,8 @@ TEST(Trainer, EntropyIsThatOfTheTemperedDistribution) {
 }
 
 TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
-    grove::Trainer t(manifest("lora", {"adapter.plugin=\"lora\"", "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"q_proj\", \"v_proj\"] }",
+    grove::Trainer t(manifest("lora", {"adapter.plugin=\"lora\"",
+                                       "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"q_proj\", \"v_proj\"] }",
                                        "train.max_steps=2", "train.per_device_train_batch_size=8"}),
                      fresh());
     EXPECT_FALSE(t.has_reference_model());
@@ -149,7 +153,8 @@ TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
     t.step();
     t.step();  // A moves from the second step on (its gradient is zero while B is zero)
     for (const auto& [n, p] : t.model().named_parameters()) EXPECT_TRUE(at::equal(p, base_before[n])) << n << " changed";
-    for (const auto& [n, p] : t.model().adapter_parameters()) EXPECT_FALSE(at::equal(p, adapter_before[n])) << n << " did not move";
+    for (const auto& [n, p] : t.model().adapter_parameters())
+        EXPECT_FALSE(at::equal(p, adapter_before[n])) << n << " did not move";
     std::string checkpoint = t.save_checkpoint();
     EXPECT_TRUE(fs::exists(checkpoint + "/adapter_model.safetensors"));
     // Grove's logits with the adapter, then PEFT's from the saved folder
@@ -161,8 +166,8 @@ TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
     }
     std::string file = checkpoint + "/grove_logits.safetensors";
     grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
-    std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " + checkpoint +
-                          " " + kModel + " " + file;
+    std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
+                          checkpoint + " " + kModel + " " + file;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     // and the merged export equals the adapted model
     std::string merged = checkpoint + "-merged";
@@ -176,8 +181,8 @@ TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
 // steps_per_generation = 2 > accumulation the checkpoint falls inside a generation batch.
 TEST(Trainer, ResumeContinuesExactly) {
-    std::vector<std::string> settings{"train.max_steps=6", "train.per_device_train_batch_size=4", "train.steps_per_generation=2",
-                                      "reduction.plugin=\"dapo\""};
+    std::vector<std::string> settings{"train.max_steps=6", "train.per_device_train_batch_size=4",
+                                      "train.steps_per_generation=2", "reduction.plugin=\"dapo\""};
     grove::Trainer straight(manifest("straight", settings), fresh());
     std::vector<std::map<std::string, double>> expected;
     for (int i = 0; i < 6; ++i) expected.push_back(straight.step());
@@ -211,8 +216,9 @@ TEST(Trainer, ResumeContinuesExactly) {
 
 TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {
     std::string reward = "[[rewards]]\nplugin = \"" + kLowIds + "\"\nconfig = { below = 64 }\n";
-    grove::Trainer t(manifest("learn", {"train.max_steps=30", "train.per_device_train_batch_size=16", "generation.num_generations=8",
-                                        "train.lr_scheduler_type=\"constant\"", "train.learning_rate=0.02"},
+    grove::Trainer t(manifest("learn",
+                              {"train.max_steps=30", "train.per_device_train_batch_size=16", "generation.num_generations=8",
+                               "train.lr_scheduler_type=\"constant\"", "train.learning_rate=0.02"},
                               reward),
                      fresh());
     std::vector<double> rewards;
@@ -255,7 +261,10 @@ TEST(Trainer, ReplayedRolloutsGiveTheSameUpdate) {
 TEST(Trainer, ReplayRejectsBrokenGroups) {
     std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/bad_rollouts.jsonl";
     fs::create_directories(fs::path(dir).parent_path());
-    std::ofstream(dir) << R"({"prompt_ids": [5, 6], "completion_ids": [7]})" "\n" R"({"prompt_ids": [5, 9], "completion_ids": [8]})" "\n";
+    std::ofstream(dir) << R"({"prompt_ids": [5, 6], "completion_ids": [7]})"
+                          "\n"
+                          R"({"prompt_ids": [5, 9], "completion_ids": [8]})"
+                          "\n";
     try {
         grove::Trainer t(manifest("bad_replay", {"train.max_steps=1", "train.per_device_train_batch_size=2",
                                                  "rollouts.path=\"" + dir + "\""}),
@@ -319,7 +328,8 @@ TEST(Trainer, GradientCheckpointingGivesTheSameSteps) {
         for (size_t step = 0; step < 2; ++step) {
             EXPECT_DOUBLE_EQ(ma[step]["reward"], mb[step]["reward"]) << "setup " << i << " step " << step;
             EXPECT_NEAR(ma[step]["loss"], mb[step]["loss"], 1e-6 * std::max(1.0, std::abs(ma[step]["loss"]))) << "setup " << i;
-            EXPECT_NEAR(ma[step]["grad_norm"], mb[step]["grad_norm"], 1e-5 * ma[step]["grad_norm"]) << "setup " << i << " step " << step;
+            EXPECT_NEAR(ma[step]["grad_norm"], mb[step]["grad_norm"], 1e-5 * ma[step]["grad_norm"])
+                << "setup " << i << " step " << step;
         }
         EXPECT_LT(max_difference(snapshot(a.model()), snapshot(b.model())), 1e-6) << "setup " << i;
         EXPECT_GT(max_difference(snapshot(a.model()), before), 1e-5) << "setup " << i << ": the update is not empty";
@@ -376,7 +386,8 @@ std::vector<nlohmann::json> metric_lines(const std::string& file) {
 // with 8 on the same rollouts: each rank scores its slice, rewards are gathered for the advantages,
 // token counts are summed for dapo, gradients are averaged, rank 0 writes metrics and checkpoints.
 TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
-    auto source = manifest("ddp_source", {"train.max_steps=2", "train.per_device_train_batch_size=8", "logging.save_rollouts=true"});
+    auto source =
+        manifest("ddp_source", {"train.max_steps=2", "train.per_device_train_batch_size=8", "logging.save_rollouts=true"});
     grove::Trainer(source, fresh()).run();
     std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
     ASSERT_TRUE(fs::exists(rollouts));
@@ -385,11 +396,11 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         for (int nproc : {1, 2}) {
             std::string name = std::string("ddp_") + reduction + "_" + std::to_string(nproc);
             auto m = manifest(name, {});
-            std::string command = std::string(GROVE_EXECUTABLE) + " train " + m.path() + " --overwrite --nproc " + std::to_string(nproc) +
-                                  " --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=2 --set output.save_steps=2" +
-                                  " --set train.per_device_train_batch_size=" + std::to_string(8 / nproc) +
-                                  " --set 'reduction.plugin=\"" + reduction + "\"' --set train.adam_epsilon=1.0 2>" +
-                                  fs::path(m.path()).parent_path().string() + "/stderr.txt";
+            std::string command =
+                std::string(GROVE_EXECUTABLE) + " train " + m.path() + " --overwrite --nproc " + std::to_string(nproc) +
+                " --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=2 --set output.save_steps=2" +
+                " --set train.per_device_train_batch_size=" + std::to_string(8 / nproc) + " --set 'reduction.plugin=\"" +
+                reduction + "\"' --set train.adam_epsilon=1.0 2>" + fs::path(m.path()).parent_path().string() + "/stderr.txt";
             ASSERT_EQ(std::system(command.c_str()), 0) << command;
             outputs[nproc] = m.string("output.dir");
         }
@@ -398,7 +409,8 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         ASSERT_EQ(two.size(), 2u) << reduction << ": rank 0 alone writes one line per step";
         for (size_t step = 0; step < 2; ++step) {
             for (const char* key : {"reward", "reward_std", "completions/mean_length", "num_tokens", "frac_reward_zero_std"})
-                EXPECT_DOUBLE_EQ(one[step][key].get<double>(), two[step][key].get<double>()) << reduction << " " << key << " step " << step;
+                EXPECT_DOUBLE_EQ(one[step][key].get<double>(), two[step][key].get<double>())
+                    << reduction << " " << key << " step " << step;
             for (const char* key : {"loss", "grad_norm", "entropy"}) {
                 double a = one[step][key].get<double>(), b = two[step][key].get<double>();
                 EXPECT_NEAR(a, b, 1e-5 * std::max(1e-3, std::abs(a))) << reduction << " " << key << " step " << step;
@@ -409,7 +421,8 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         auto weights_two = checkpoint_tensors(outputs[2] + "/checkpoint-2/trainable.safetensors");
         ASSERT_EQ(weights_one.size(), weights_two.size());
         EXPECT_LT(max_difference(weights_one, weights_two), 1e-6) << reduction;
-        EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors")) << "a checkpoint at a generation boundary";
+        EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors"))
+            << "a checkpoint at a generation boundary";
     }
 }
 
@@ -422,7 +435,8 @@ TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
         std::string command = std::string(GROVE_EXECUTABLE) + " train " + dir + "/grove.toml --nproc 2 " +
                               (resume ? "--resume" : "--overwrite") + " --set train.max_steps=" + std::to_string(steps) +
                               " --set train.per_device_train_batch_size=2 --set train.steps_per_generation=2" +
-                              " --set 'train.lr_scheduler_type=\"constant\"' --set output.save_steps=1 2>>" + dir + "/stderr.txt";
+                              " --set 'train.lr_scheduler_type=\"constant\"' --set output.save_steps=1 2>>" + dir +
+                              "/stderr.txt";
         EXPECT_EQ(std::system(command.c_str()), 0) << command;
         return dir + "/out";
     };
@@ -437,7 +451,8 @@ TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
         for (const char* key : {"loss", "reward", "grad_norm", "completions/mean_length"}) {
             // generation-side metrics appear only on steps that generated, as TRL logs them
             ASSERT_EQ(a[step].contains(key), b[step].contains(key)) << key << " step " << step;
-            if (a[step].contains(key)) EXPECT_DOUBLE_EQ(a[step][key].get<double>(), b[step][key].get<double>()) << key << " step " << step;
+            if (a[step].contains(key))
+                EXPECT_DOUBLE_EQ(a[step][key].get<double>(), b[step][key].get<double>()) << key << " step " << step;
         }
     EXPECT_EQ(max_difference(checkpoint_tensors(straight + "/checkpoint-3/trainable.safetensors"),
                              checkpoint_tensors(resumed + "/checkpoint-3/trainable.safetensors")),
@@ -468,7 +483,8 @@ TEST(Trainer, ExportMergeWorksForAnyAdapterPlugin) {
     EXPECT_LT((merged - adapted).abs().max().item<double>(), 1e-4);
     EXPECT_GT((base - adapted).abs().max().item<double>(), 1e-3) << "the adapter changed nothing: the test proves nothing";
     // the same checkpoint as grove eval / generate take it: base + merged adapter
-    at::Tensor loaded = grove::load_model_or_adapter_checkpoint(checkpoint, "cpu", "float32")->forward(ids, at::ones_like(ids), positions);
+    at::Tensor loaded =
+        grove::load_model_or_adapter_checkpoint(checkpoint, "cpu", "float32")->forward(ids, at::ones_like(ids), positions);
     EXPECT_LT((loaded - adapted).abs().max().item<double>(), 1e-4);
 }
 
@@ -476,8 +492,9 @@ TEST(Trainer, ExportMergeWorksForAnyAdapterPlugin) {
 // earlier. TRL logs reward and completion metrics only where a generation happened; loss-side
 // metrics (including clip_ratio/low_min and high_max) on every step.
 TEST(Trainer, StepsThatReuseAGenerationLogNoGenerationMetrics) {
-    grove::Trainer t(manifest("reuse", {"train.max_steps=2", "train.per_device_train_batch_size=4", "train.steps_per_generation=2"}),
-                     fresh());
+    grove::Trainer t(
+        manifest("reuse", {"train.max_steps=2", "train.per_device_train_batch_size=4", "train.steps_per_generation=2"}),
+        fresh());
     auto first = t.step(), second = t.step();
     for (const char* key : {"reward", "reward_std", "completions/mean_length", "rewards/format/mean"}) {
         EXPECT_EQ(first.count(key), 1u) << key;
@@ -494,11 +511,13 @@ TEST(Trainer, StepsThatReuseAGenerationLogNoGenerationMetrics) {
 // when Grove and the pinned TRL move together. After an intended numerical change, print the new
 // values with GROVE_PRINT_TRAJECTORY=1 build/bin/test_trainer --gtest_filter='*Pinned*' and paste them.
 TEST(Trainer, ThreeStepTrajectoryIsPinned) {
-    grove::Trainer t(manifest("pinned", {"train.max_steps=3", "train.per_device_train_batch_size=8", "generation.num_generations=4",
-                                         "loss.beta=0.04", "reduction.plugin=\"grpo\"", "train.lr_scheduler_type=\"constant\""},
+    grove::Trainer t(manifest("pinned",
+                              {"train.max_steps=3", "train.per_device_train_batch_size=8", "generation.num_generations=4",
+                               "loss.beta=0.04", "reduction.plugin=\"grpo\"", "train.lr_scheduler_type=\"constant\""},
                               "[[rewards]]\nplugin = \"" + kLowIds + "\"\nconfig = { below = 64 }\n"),
                      fresh());
-    const std::vector<std::array<double, 3>> pinned = {  // loss, reward, grad_norm
+    const std::vector<std::array<double, 3>> pinned = {
+        // loss, reward, grad_norm
         {0, 0.229166672, 0.143344586},  // on-policy grpo with KL 0 before the first update: loss exactly 0
         {9.24319029e-05, 0.291666672, 0.183205759},
         {0.000228628516, 0.20833334, 0.223152392},

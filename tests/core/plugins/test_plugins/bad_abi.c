@@ -1,8 +1,20 @@
 /* A plugin built for a future ABI major: the host must refuse it by name. */
 #include "common.h"
-static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_REWARD, "from_the_future",
-                                          "9.0.0", "built for ABI 99", 0, NULL, 0, NULL, 0, ok_create, NULL,
-                                          &ones_api, NULL, NULL};
+static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor),
+                                          GROVE_PLUGIN_KIND_REWARD,
+                                          "from_the_future",
+                                          "9.0.0",
+                                          "built for ABI 99",
+                                          0,
+                                          NULL,
+                                          0,
+                                          NULL,
+                                          0,
+                                          ok_create,
+                                          NULL,
+                                          &ones_api,
+                                          NULL,
+                                          NULL};
 static const grove_plugin_descriptor* const all[] = {&d};
 static const grove_plugin_list list = {sizeof(grove_plugin_list), 99, 0, 1, all};
 GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {

@@ -6,11 +6,22 @@ static grove_status failing_create(const grove_config* config, void** instance, 
         return grove_fail(err, GROVE_ERROR_CONFIG, "threshold", "threshold must be at most 1.0");
     return grove_fail(err, GROVE_ERROR_INTERNAL, NULL, "the answer key file could not be opened");
 }
-static const grove_config_key keys[] = {
-    {sizeof(grove_config_key), "threshold", GROVE_VALUE_FLOAT, 0, "0.5", "a threshold"}};
-static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_REWARD, "failing",
-                                          "1.0.0", "create() always fails", 0, keys, 1, NULL, 0, failing_create,
-                                          NULL, &ones_api, NULL, NULL};
+static const grove_config_key keys[] = {{sizeof(grove_config_key), "threshold", GROVE_VALUE_FLOAT, 0, "0.5", "a threshold"}};
+static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor),
+                                          GROVE_PLUGIN_KIND_REWARD,
+                                          "failing",
+                                          "1.0.0",
+                                          "create() always fails",
+                                          0,
+                                          keys,
+                                          1,
+                                          NULL,
+                                          0,
+                                          failing_create,
+                                          NULL,
+                                          &ones_api,
+                                          NULL,
+                                          NULL};
 static const grove_plugin_descriptor* const all[] = {&d};
 static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all};
 GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {

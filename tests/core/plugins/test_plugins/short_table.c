@@ -2,9 +2,21 @@
  * name rather than read past the table the plugin declared. */
 #include "common.h"
 static const grove_reward_api short_api = {sizeof(uint32_t), ones};
-static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_REWARD, "short_table",
-                                          "1.0.0", "its reward table is too small", 0, NULL, 0, NULL, 0, ok_create, NULL,
-                                          &short_api, NULL, NULL};
+static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor),
+                                          GROVE_PLUGIN_KIND_REWARD,
+                                          "short_table",
+                                          "1.0.0",
+                                          "its reward table is too small",
+                                          0,
+                                          NULL,
+                                          0,
+                                          NULL,
+                                          0,
+                                          ok_create,
+                                          NULL,
+                                          &short_api,
+                                          NULL,
+                                          NULL};
 static const grove_plugin_descriptor* const all[] = {&d};
 static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all};
 GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {

@@ -38,7 +38,8 @@ static grove_status attach(void* instance, const grove_linear_info* layer, const
 }
 
 static grove_status forward(void* instance, void* layer_state, const grove_tensor_ops* ops, grove_op_context* ctx,
-                            const grove_tensor* params, uint32_t count, grove_tensor x, grove_tensor* delta, grove_error_sink* err) {
+                            const grove_tensor* params, uint32_t count, grove_tensor x, grove_tensor* delta,
+                            grove_error_sink* err) {
     const rank_one* r = instance;
     (void)layer_state;
     if (count != 2) return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, NULL, "expected u and v");
@@ -64,9 +65,21 @@ static grove_status saved_config_json(void* instance, grove_text_sink* out, grov
 }
 
 static const grove_adapter_api api = {sizeof(grove_adapter_api), attach, forward, merged_delta, NULL, saved_config_json};
-static const grove_plugin_descriptor descriptor = {
-    sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_ADAPTER, "rank_one", "1.0.0", "rank-1 updates (a test adapter)",
-    GROVE_PLUGIN_DETERMINISTIC, keys, 1, NULL, 0, create, destroy, NULL, NULL, &api};
+static const grove_plugin_descriptor descriptor = {sizeof(grove_plugin_descriptor),
+                                                   GROVE_PLUGIN_KIND_ADAPTER,
+                                                   "rank_one",
+                                                   "1.0.0",
+                                                   "rank-1 updates (a test adapter)",
+                                                   GROVE_PLUGIN_DETERMINISTIC,
+                                                   keys,
+                                                   1,
+                                                   NULL,
+                                                   0,
+                                                   create,
+                                                   destroy,
+                                                   NULL,
+                                                   NULL,
+                                                   &api};
 static const grove_plugin_descriptor* const all[] = {&descriptor};
 static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all};
 
