@@ -6,6 +6,10 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= 2
 export CCACHE_DIR ?= $(HOME)/.cache/grove-ccache
+# compiler-cache hits across clones in other folders (CI's fresh clones): paths below the checkout
+# are hashed relative to it, and the build folder's path is left out of the hash
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: all deps configure build test quickstart install clean
 

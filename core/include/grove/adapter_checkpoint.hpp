@@ -37,6 +37,7 @@ void export_merged(const std::string& adapter_dir, const std::string& base_dir, 
 // model its adapter_config.json names (base_model_name_or_path, relative to the checkpoint if
 // relative) with the adapter merged in. eval, generate and logprobs take adapter checkpoints so.
 std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folder, const std::string& device,
-                                                        const std::string& dtype);
+                                                        const std::string& dtype,
+                                                        const std::vector<std::string>& plugin_dirs = {});
 
 }  // namespace grove

@@ -60,13 +60,15 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
                                            const std::string& device, const std::string& dtype,
                                            const std::vector<std::string>& plugin_dirs) {
     const PluginUse use = adapter_use_of_checkpoint(adapter_dir);
-    auto model = Model::load(base_dir, device, dtype);
     PluginHost host(plugin_search_path(plugin_dirs));
     PluginInstance adapter = create_plugin(host, use, GROVE_PLUGIN_KIND_ADAPTER);
     AdapterHost adapter_host(adapter);
     if (adapter_host.trains_base_weights())
         throw Error(ErrorKind::input, adapter_dir + ": made by the adapter '" + adapter.info().name +
                                           "', which trains the base weights: the folder is a full model, nothing to merge");
+    // declared after the adapter objects: if merging throws, the model (whose attached layers call
+    // into the adapter when destroyed) goes first
+    auto model = Model::load(base_dir, device, dtype);
     model->attach_adapter(adapter_host);
     const std::string weights_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
     SafetensorsFile weights(weights_path);
@@ -81,6 +83,11 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
             if (!entry)
                 throw Error(ErrorKind::input,
                             weights_path + ": no \"" + name + "\" (was the adapter made for another model or configuration?)");
+            if (entry->shape != std::vector<int64_t>(tensor.sizes().begin(), tensor.sizes().end()))
+                throw Error(ErrorKind::input, weights_path + ": \"" + name + "\" has shape " +
+                                                  c10::str(at::IntArrayRef(entry->shape)) + " but the adapter '" +
+                                                  adapter.info().name + "' configured from " + use.origin + " makes it " +
+                                                  c10::str(tensor.sizes()) + " (a rank or target that differs per layer?)");
             at::Tensor target = tensor;
             target.copy_(tensor_from_entry(*entry, weights_path));
         }
@@ -96,7 +103,7 @@ void export_merged(const std::string& adapter_dir, const std::string& base_dir, 
 }
 
 std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folder, const std::string& device,
-                                                        const std::string& dtype) {
+                                                        const std::string& dtype, const std::vector<std::string>& plugin_dirs) {
     const fs::path dir(folder);
     if (fs::exists(dir / "config.json") || !fs::exists(dir / "adapter_config.json")) return Model::load(folder, device, dtype);
     json config = read_json_file(dir / "adapter_config.json");
@@ -112,7 +119,7 @@ std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folde
         throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base_dir.string() +
                                           " is not a model folder here; merge it with `grove export --merge " + folder +
                                           " --base MODEL_DIR OUT_DIR`");
-    return load_merged_adapter(folder, base_dir.string(), device, dtype);
+    return load_merged_adapter(folder, base_dir.string(), device, dtype, plugin_dirs);
 }
 
 }  // namespace grove

@@ -68,8 +68,7 @@ json progress_json(const TrainingProgress& p) {
             {"position", p.sampler.position},
             {"replay_position", p.sampler.replay_position},
             {"num_tokens", p.num_tokens},
-            {"generation_tokens", p.generation_tokens},
-            {"generation_metrics", p.generation_metrics}};
+            {"generation_tokens", p.generation_tokens}};
 }
 
 TrainingProgress progress_from_json(const json& st) {
@@ -82,7 +81,6 @@ TrainingProgress progress_from_json(const json& st) {
     p.sampler.replay_position = st.value("replay_position", size_t(0));
     p.num_tokens = st.at("num_tokens");
     p.generation_tokens = st.value("generation_tokens", 0.0);
-    p.generation_metrics = st.value("generation_metrics", std::map<std::string, double>{});
     return p;
 }
 }  // namespace
@@ -215,7 +213,6 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         state.unused_micro_batches = read_micro_batches(SafetensorsFile(buffer_file.string()));
     } else {  // at a generation boundary the next step generates anew
         progress.generation_tokens = 0;
-        progress.generation_metrics.clear();
     }
     state.progress = progress;
 }

@@ -26,8 +26,7 @@ class ProcessGroup;
 struct TrainingProgress {
     int64_t global_step = 0, micro_step = 0, generation_index = 0, num_tokens = 0;
     PromptSource::Position sampler;
-    double generation_tokens = 0;                      // the current generation batch's loss tokens, all ranks
-    std::map<std::string, double> generation_metrics;  // the current generation batch's metrics
+    double generation_tokens = 0;  // the current generation batch's loss tokens, all ranks
 };
 
 // What a checkpoint saves and restores, by reference to the trainer's own.

@@ -34,7 +34,7 @@ EvaluationRequest evaluation_request(const Manifest& manifest) {
 }
 
 EvaluationResult evaluate(const EvaluationRequest& q) {
-    auto model = load_model_or_adapter_checkpoint(q.model_dir, q.device, q.dtype);
+    auto model = load_model_or_adapter_checkpoint(q.model_dir, q.device, q.dtype, q.plugin_dirs);
     auto tokenizer = Tokenizer::load(q.model_dir);
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer->config());
     PluginHost host(plugin_search_path(q.plugin_dirs));

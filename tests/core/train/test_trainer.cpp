@@ -176,6 +176,17 @@ TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
     at::NoGradGuard no_grad;
     at::Tensor merged_logits = merged_model->forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
     EXPECT_LT((merged_logits - logits).abs().max().item<double>(), 1e-4);
+    // a record that disagrees with the weights (another rank) is an input error naming the tensor,
+    // raised after the adapter attached: nothing may crash while unwinding
+    std::ofstream(checkpoint + "/grove_adapter.json")
+        << R"({"plugin": "lora", "config": "alpha = 8.0\nr = 5\ntarget_modules = ['q_proj', 'v_proj']"})";
+    try {
+        grove::export_merged(checkpoint, kModel, checkpoint + "-merged-wrong");
+        ADD_FAILURE() << "a rank-5 record merged rank-4 weights";
+    } catch (const grove::Error& e) {
+        EXPECT_EQ(e.kind(), grove::ErrorKind::input);
+        EXPECT_NE(std::string(e.what()).find("lora_A.weight\" has shape [4, "), std::string::npos) << e.what();
+    }
 }
 
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
