@@ -29,17 +29,20 @@ struct PolicyLossOptions {
     bool use_bias_correction_kl = false;  // the reference snapshot's default (newer TRL defaults to true)
 };
 
-struct PolicyLossResult {
-    at::Tensor loss;  // scalar, differentiable
-    // masked sums and counts for TRL's metrics: summed over processes, sum / max(count, 1) is this
-    // micro-batch's kl and clip_ratio/{low,high,region}_mean as TRL's _compute_loss logs them
-    // (docs/grpo.md#logged-metrics)
+// Masked sums and counts for TRL's metrics: summed over processes, sum / max(count, 1) is this
+// micro-batch's kl and clip_ratio/{low,high,region}_mean as TRL's _compute_loss logs them
+// (docs/grpo.md#logged-metrics).
+struct LossStatistics {
     double kl_sum = 0, clip_low_sum = 0, clip_high_sum = 0, clip_region_sum = 0;
     bool has_kl = false;     // beta != 0
     double token_count = 0;  // sum of the mask
     double clip_count = 0;   // what clip sums are divided by: tokens, or every row at sequence level
     // the lowest row share of low-clipped tokens and the highest of high-clipped ones (NaN: no row has tokens)
     double clip_low_row_min = 0, clip_high_row_max = 0;
+};
+
+struct PolicyLossResult : LossStatistics {
+    at::Tensor loss;  // scalar, differentiable
 };
 
 // logp, old_logp, ref_logp, mask, weights: [B, T]; advantages: [B].

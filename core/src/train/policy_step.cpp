@@ -12,20 +12,7 @@
 
 namespace grove {
 
-MicroBatchMetrics micro_batch_metrics(const PolicyLossResult& r, double entropy_sum) {
-    MicroBatchMetrics m;
-    m.has_kl = r.has_kl;
-    m.kl_sum = r.kl_sum;
-    m.entropy_sum = entropy_sum;
-    m.token_count = r.token_count;
-    m.clip_low_sum = r.clip_low_sum;
-    m.clip_high_sum = r.clip_high_sum;
-    m.clip_region_sum = r.clip_region_sum;
-    m.clip_count = r.clip_count;
-    m.clip_low_row_min = r.clip_low_row_min;
-    m.clip_high_row_max = r.clip_high_row_max;
-    return m;
-}
+MicroBatchMetrics micro_batch_metrics(const PolicyLossResult& r, double entropy_sum) { return {r, entropy_sum}; }
 
 namespace {
 enum Column { kl, entropy, tokens, low, high, region, clip_count, low_min, high_max, columns };
@@ -42,8 +29,9 @@ std::map<std::string, double> StepMetrics::finish(ProcessGroup* group) const {
     at::Tensor local = at::empty({A, columns}, at::kDouble);
     auto cell = local.accessor<double, 2>();
     for (int64_t a = 0; a < A; ++a) {
-        const MicroBatchMetrics& m = micro_batches_[size_t(a)];
-        const double values[columns] = {m.kl_sum,       m.entropy_sum,      m.token_count,
+        const LossStatistics& m = micro_batches_[size_t(a)].loss;
+        const double entropy_sum = micro_batches_[size_t(a)].entropy_sum;
+        const double values[columns] = {m.kl_sum,       entropy_sum,        m.token_count,
                                         m.clip_low_sum, m.clip_high_sum,    m.clip_region_sum,
                                         m.clip_count,   m.clip_low_row_min, m.clip_high_row_max};
         for (int c = 0; c < columns; ++c) cell[a][c] = values[c];
@@ -72,7 +60,7 @@ std::map<std::string, double> StepMetrics::finish(ProcessGroup* group) const {
     }
     std::map<std::string, double> out;
     for (const auto& [key, sum] : sums) out[key] = sum / double(std::max<int64_t>(A, 1));
-    if (A == 0 || !micro_batches_[0].has_kl) out.erase("kl");  // logged only with beta != 0
+    if (A == 0 || !micro_batches_[0].loss.has_kl) out.erase("kl");  // logged only with beta != 0
     return out;
 }
 

@@ -23,13 +23,11 @@ struct ReductionCounts;
 
 // One micro-batch's share of TRL's loss-side metrics on this process: sums and counts, which TRL sums
 // over processes before dividing (its global_masked_mean), and the row extremes behind
-// clip_ratio/low_min and high_max (min / max over every row of every process).
+// clip_ratio/low_min and high_max (min / max over every row of every process); entropy's sum comes
+// from the forward, the rest from the loss.
 struct MicroBatchMetrics {
-    bool has_kl = false;
-    double kl_sum = 0, entropy_sum = 0, token_count = 0;
-    double clip_low_sum = 0, clip_high_sum = 0, clip_region_sum = 0, clip_count = 0;
-    double clip_low_row_min = std::numeric_limits<double>::quiet_NaN(),
-           clip_high_row_max = std::numeric_limits<double>::quiet_NaN();
+    LossStatistics loss;  // from policy_loss()
+    double entropy_sum = 0;
 };
 MicroBatchMetrics micro_batch_metrics(const PolicyLossResult& loss, double entropy_sum);
 
