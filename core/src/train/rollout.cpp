@@ -17,12 +17,12 @@ namespace grove {
 using nlohmann::json;
 
 PromptSource::PromptSource(std::vector<BatchRow> prompts, int64_t num_generations, uint64_t seed, bool shuffle)
-        : prompts_(std::move(prompts)), prompt_count_(prompts_.size()), G_(num_generations), seed_(seed), shuffle_(shuffle) {
+        : prompts_(std::move(prompts)), G_(num_generations), seed_(seed), shuffle_(shuffle) {
     fill_permutation();
 }
 
 PromptSource::PromptSource(std::vector<ReplayRow> replay, int64_t num_generations)
-        : replay_(std::move(replay)), prompt_count_(replay_.size() / size_t(num_generations)), G_(num_generations) {}
+        : replay_(std::move(replay)), G_(num_generations) {}
 
 void PromptSource::fill_permutation() {
     if (!replay_.empty()) return;
@@ -38,7 +38,7 @@ void PromptSource::restore(const Position& position) {
 }
 
 double PromptSource::epoch_progress() const {
-    return double(at_.epoch) + double(at_.position) / double(std::max<size_t>(1, prompt_count_));
+    return double(at_.epoch) + double(at_.position) / double(std::max<size_t>(1, prompt_count()));
 }
 
 std::vector<BatchRow> PromptSource::next_batch(int64_t rows) {

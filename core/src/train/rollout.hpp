@@ -52,7 +52,8 @@ public:
     // The next generation batch of `rows` rows (rows / num_generations prompts), the same on every rank.
     std::vector<BatchRow> next_batch(int64_t rows);
 
-    size_t prompt_count() const { return prompt_count_; }  // prompts (replay: groups) per epoch
+    // prompts (replay: groups of num_generations rows) per epoch
+    size_t prompt_count() const { return replay_.empty() ? prompts_.size() : replay_.size() / size_t(G_); }
     const Position& position() const { return at_; }
     void restore(const Position& position);
     double epoch_progress() const;  // epoch + position / prompt_count (the `epoch` metric)
@@ -61,7 +62,6 @@ private:
     void fill_permutation();
     std::vector<BatchRow> prompts_;
     std::vector<ReplayRow> replay_;
-    size_t prompt_count_ = 0;
     int64_t G_ = 1;
     uint64_t seed_ = 0;
     bool shuffle_ = true;

@@ -104,7 +104,8 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         }
         EXPECT_EQ(logged.contains("kl"), o.beta != 0.0) << name;
         EXPECT_EQ(ours.count("kl"), logged.contains("kl") ? 1u : 0u) << name;
-        if (o.beta != 0.0)
+        if (o.beta != 0.0) {
             EXPECT_NEAR(ours["kl"], logged["kl"].get<double>(), 1e-5 * std::abs(logged["kl"].get<double>()) + 1e-7) << name;
+        }
     }
 }

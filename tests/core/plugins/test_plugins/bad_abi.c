@@ -15,9 +15,4 @@ static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor),
                                           &ones_api,
                                           NULL,
                                           NULL};
-static const grove_plugin_descriptor* const all[] = {&d};
-static const grove_plugin_list list = {sizeof(grove_plugin_list), 99, 0, 1, all};
-GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {
-    (void)host;
-    return &list;
-}
+ONE_PLUGIN_LIBRARY(d, 99, 0)
