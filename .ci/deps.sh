@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build ccache pkg-config g++ python3-venv
   libboost-dev libboost-program-options-dev libtomlplusplus-dev libsentencepiece-dev sentencepiece
-  nlohmann-json3-dev libpcre2-dev libicu-dev libgtest-dev gnuplot-nox libgloo-dev)
+  nlohmann-json3-dev libpcre2-dev libicu-dev libgtest-dev gnuplot-nox libgloo-dev
+  patchelf xz-utils)
 TORCH_VERSION=2.11.0
 PYTHON=${PYTHON:-python3}
 

@@ -1,13 +1,16 @@
 """Generation throughput, Grove vs transformers, same model, machine, batch and lengths, one run.
 
     .venv/bin/python bench/generate.py [--batch 16] [--prompt-len 32] [--new-tokens 128] [--dtype float32]
-                                       [--device cpu] [--shape smollm2-135m|tiny] [--repeats 3]
+                                       [--device cpu] [--shape smollm2-135m|qwen2.5-0.5b|tiny] [--repeats 3]
 
 Builds a randomly initialised checkpoint of the chosen shape (SmolLM2-135M's by default: 30 layers,
-hidden 576, 9 heads / 3 KV heads, vocabulary 49152, tied embeddings), then times
+hidden 576, 9 heads / 3 KV heads, vocabulary 49152, tied embeddings; Qwen2.5-0.5B's: 24 layers, hidden
+896, 14 heads / 2 KV heads, q/k/v biases, vocabulary 151936, tied), then times
 transformers' generate (sampling, KV cache, min_new_tokens = max_new_tokens so no row stops early)
 and build/bin/grove_bench_generate on the same prompts' shape, alternately, --repeats times. Prints
-tokens/s for both in each pair, the pairs' ratios and their median.
+tokens/s for both in each pair, the pairs' ratios and their median; on CUDA also both sides' peak
+allocated memory (the caching allocator's, as torch.cuda.max_memory_allocated counts it) and the bytes
+one decode step must read at least (weights once, plus the KV cache), for a roofline.
 """
 import argparse
 import json
@@ -18,15 +21,24 @@ import tempfile
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 SHAPES = {
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+    "smollm2-135m": dict(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                          num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True, rope_theta=100000.0,
                          max_position_embeddings=8192, rms_norm_eps=1e-5),
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    "qwen2.5-0.5b": dict(family="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True,
+                         rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6),
+    "tiny": dict(family="llama", vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=1024),
 }
+
+
+def model_config(name):
+    shape = dict(SHAPES[name])
+    config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.pop("family")]
+    return config_class(**shape, bos_token_id=1, eos_token_id=2)
 
 
 def main():
@@ -44,7 +56,7 @@ def main():
 
     torch.manual_seed(0)
     folder = tempfile.mkdtemp(prefix="grove-bench-")
-    config = LlamaConfig(**SHAPES[args.shape], bos_token_id=1, eos_token_id=2)
+    config = model_config(args.shape)
     model = AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(folder)
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
@@ -52,8 +64,9 @@ def main():
 
     ids = torch.randint(4, config.vocab_size, (args.batch, args.prompt_len), device=args.device)
     with torch.no_grad():
-        model.generate(input_ids=ids[:1], attention_mask=torch.ones_like(ids[:1]), do_sample=True, max_new_tokens=2,
-                       pad_token_id=0)  # warm-up
+        # warm-up at the timed batch size: the first call at a new size pays for kernel and allocator set-up
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=8,
+                       min_new_tokens=8, pad_token_id=0, eos_token_id=None)
 
     def transformers_tokens_per_second():
         with torch.no_grad():
@@ -70,21 +83,38 @@ def main():
     def grove_tokens_per_second():
         result = subprocess.run([args.grove, folder, str(args.batch), str(args.prompt_len), str(args.new_tokens),
                                  args.dtype, args.device], capture_output=True, text=True, check=True)
-        return json.loads(result.stdout)["tokens_per_second"]
+        return json.loads(result.stdout)
 
     # the two alternate, so a slow spell of a shared machine falls on both; each pair gives a ratio
-    pairs = []
+    on_gpu = args.device != "cpu"
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+    pairs, grove_peaks = [], []
     for _ in range(args.repeats):
         hf = transformers_tokens_per_second()
-        pairs.append((hf, grove_tokens_per_second()))
+        grove = grove_tokens_per_second()
+        pairs.append((hf, grove["tokens_per_second"]))
+        grove_peaks.append(grove.get("peak_allocated_mib", 0.0))
     ratios = [g / h for h, g in pairs]
+    memory = {}
+    if on_gpu:
+        element = 2 if args.dtype == "bfloat16" else 4
+        head_dim = config.hidden_size // config.num_attention_heads
+        mean_context = args.prompt_len + args.new_tokens / 2
+        memory = {"transformers_peak_allocated_mib": round(torch.cuda.max_memory_allocated() / 2**20),
+                  "grove_peak_allocated_mib": round(max(grove_peaks)),
+                  # one decode step reads every weight once (a tied table once, as the output layer) and
+                  # each row's keys and values; the embedding lookup reads only B rows
+                  "weight_bytes": sum(p.numel() for p in model.parameters()) * element,
+                  "kv_bytes_per_step_mean": round(args.batch * config.num_hidden_layers * 2 * config.num_key_value_heads
+                                                  * head_dim * mean_context * element)}
     print(json.dumps({"shape": args.shape, "batch": args.batch, "prompt_len": args.prompt_len,
                       "new_tokens": args.new_tokens, "dtype": args.dtype, "device": args.device,
                       "torch_threads": torch.get_num_threads(),
                       "transformers_tokens_per_second": [round(h, 1) for h, _ in pairs],
                       "grove_tokens_per_second": [round(g, 1) for _, g in pairs],
                       "ratios": [round(r, 2) for r in ratios],
-                      "median_ratio": round(statistics.median(ratios), 2)}))
+                      "median_ratio": round(statistics.median(ratios), 2), **memory}))
 
 
 if __name__ == "__main__":

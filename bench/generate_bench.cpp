@@ -1,7 +1,11 @@
 // Times grove::generate alone (model loading excluded) on random prompt ids, for bench/generate.py.
 //   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device]
-// Prints one JSON line: {"seconds": ..., "tokens": ..., "tokens_per_second": ...}.
+// Prints one JSON line: {"seconds": ..., "tokens": ..., "tokens_per_second": ...}, on CUDA also
+// "peak_allocated_mib": the caching allocator's peak, as torch.cuda.max_memory_allocated reports it.
+// With GROVE_BENCH_TRACE=FILE.json the timed call is profiled (CPU ops and CUDA kernels, Chrome trace).
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
 #include <iostream>
@@ -26,18 +30,34 @@ int main(int argc, char** argv) {
     options.max_new_tokens = new_tokens;
     options.temperature = 1.0;
     options.seed = 1;  // no EOS ids: every row generates new_tokens, as min_new_tokens does in transformers
-    grove::generate(*model, {prompts[0]}, [&] {
+    grove::generate(*model, prompts, [&] {
         auto o = options;
-        o.max_new_tokens = 2;
+        o.max_new_tokens = 8;
         return o;
-    }());  // warm-up
+    }());  // warm-up at the timed batch size, as bench/generate.py does for transformers
+    const bool on_gpu = model->device().is_cuda();
+    if (on_gpu) at::accelerator::resetPeakStats(model->device().index());
+    namespace profiler = torch::autograd::profiler;
+    const char* trace = std::getenv("GROVE_BENCH_TRACE");
+    const profiler::ProfilerConfig trace_config(profiler::ProfilerState::KINETO);
+    std::set<profiler::ActivityType> activities{profiler::ActivityType::CPU};
+    if (on_gpu) activities.insert(profiler::ActivityType::CUDA);
+    if (trace) {
+        profiler::prepareProfiler(trace_config, activities);
+        profiler::enableProfiler(trace_config, activities);
+    }
     auto start = std::chrono::steady_clock::now();
     auto result = grove::generate(*model, prompts, options);
-    if (device != "cpu") at::zeros({1}, at::TensorOptions().device(device)).cpu();  // synchronise
+    if (on_gpu) at::accelerator::synchronizeDevice(model->device().index());
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (trace) profiler::disableProfiler()->save(trace);
     int64_t tokens = 0;
     for (int64_t l : result.lengths) tokens += l;
-    std::cout << "{\"seconds\": " << seconds << ", \"tokens\": " << tokens << ", \"tokens_per_second\": " << tokens / seconds
-              << "}\n";
+    std::cout << "{\"seconds\": " << seconds << ", \"tokens\": " << tokens << ", \"tokens_per_second\": " << tokens / seconds;
+    if (on_gpu) {
+        auto stats = at::accelerator::getDeviceStats(model->device().index());
+        std::cout << ", \"peak_allocated_mib\": " << double(stats.allocated_bytes[0].peak) / (1 << 20);
+    }
+    std::cout << "}\n";
     return 0;
 }

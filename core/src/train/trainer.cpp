@@ -5,6 +5,7 @@
 #include "grove/trainer.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -377,6 +378,9 @@ std::map<std::string, double> Trainer::step() {
     metrics["step_time/generate"] = s.generate_seconds;
     metrics["step_time/reward"] = s.reward_seconds;
     metrics["step_time/train"] = train_seconds;
+    if (const at::Device device = s.model->device(); device.is_cuda())  // as torch.cuda.max_memory_allocated
+        metrics["memory/peak_allocated_gib"] =
+            double(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) / double(1 << 30);
     metrics["epoch"] = s.prompts->epoch_progress();
     return metrics;
 }

@@ -1,0 +1,383 @@
+"""Grove's device checks: correctness of the CUDA path against transformers, then measurements side by
+side with transformers and TRL. Run through run.sh, which sets the library path; writes report.md and
+report.json. Every check records its figures; a failed check is reported and the others still run.
+
+    python3 check.py --bundle DIR [--cpu] [--out DIR] [--only a,b] [--skip a,b]
+
+Sections: environment, correctness, training, generation, step.
+"""
+import argparse
+import glob
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+SECTIONS = ["environment", "correctness", "training", "generation", "step"]
+TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "mistral_mha"]
+RANDOM_SHAPES = ["smollm2-135m", "qwen2.5-0.5b"]
+
+
+class CheckFailed(AssertionError):
+    """A failed section that still carries the figures it measured, for the report."""
+
+    def __init__(self, message, figures):
+        super().__init__(message)
+        self.figures = figures
+
+
+class Context:
+    def __init__(self, args):
+        self.bundle = os.path.abspath(args.bundle)
+        self.device = "cpu" if args.cpu else "cuda"
+        self.cpu_rehearsal = args.cpu
+        self.work = tempfile.mkdtemp(prefix="grove-device-")
+        self.grove_path = os.path.join(self.bundle, "bin", "grove")
+
+    def model(self, name):
+        return os.path.join(self.bundle, "models", "tiny", name)
+
+    def grove(self, *args, timeout=600):
+        run = subprocess.run([self.grove_path, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+        if run.returncode != 0:
+            raise AssertionError(f"grove {' '.join(map(str, args))} exited {run.returncode}:\n{run.stderr[-2500:]}")
+        return run.stdout
+
+
+# ---------------------------------------------------------------------------------------------- environment
+def environment(ctx):
+    figures = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+               "grove": ctx.grove("--version").strip(), "bundle_commit": open(os.path.join(ctx.bundle, "COMMIT")).read().strip()}
+    try:
+        import transformers
+        figures["transformers"] = transformers.__version__
+        import trl
+        figures["trl"] = trl.__version__
+    except ImportError as e:
+        figures["import_error"] = str(e)
+    if ctx.device == "cuda":
+        assert torch.cuda.is_available(), "torch sees no CUDA device"
+        props = torch.cuda.get_device_properties(0)
+        figures.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                       multiprocessors=props.multi_processor_count)
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True)
+        figures["driver"] = smi.stdout.strip() or smi.stderr.strip()
+        figures["copy_bandwidth_gb_s"] = round(copy_bandwidth() / 1e9)
+    out = ctx.grove("generate", "--model", ctx.model("llama_gqa"), "--prompt", "Hello", "--max-new-tokens", 4, "--json",
+                    "--device", ctx.device)
+    assert json.loads(out.splitlines()[0])["completion_ids"], "grove generated nothing on " + ctx.device
+    figures["grove_generates_on"] = ctx.device
+    return figures
+
+
+def copy_bandwidth():
+    """Device-to-device copy, bytes read plus bytes written per second: the decode roofline's memory speed."""
+    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1000 / 20
+    return 2 * a.numel() / seconds
+
+
+# ---------------------------------------------------------------------------------------------- correctness
+def reference_rows(folder):
+    """The left-padded reference batch as unpadded (prompt, greedy completion) rows, and its log-probs."""
+    from safetensors.torch import load_file
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    rows = []
+    for b in range(ref["input_ids"].shape[0]):
+        prompt = ref["input_ids"][b][ref["attention_mask"][b].bool()].tolist()
+        rows.append({"prompt_ids": prompt, "completion_ids": ref["greedy"][b].tolist()})
+    return rows, ref["logprobs"]
+
+
+def grove_logprobs(ctx, folder, rows, temperature, dtype):
+    path = os.path.join(ctx.work, "rows.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    out = ctx.grove("logprobs", "--model", folder, "--input", path, "--temperature", temperature, "--device", ctx.device,
+                    "--dtype", dtype)
+    return torch.tensor([json.loads(line)["logprobs"] for line in out.splitlines()])
+
+
+def transformers_logprobs(ctx, folder, rows, temperature, dtype):
+    """The same log-probs from transformers on this device (TRL's recipe: logits / T, log_softmax, gather)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(ctx.device).eval()
+    out = []
+    with torch.no_grad():
+        for r in rows:
+            ids = torch.tensor([r["prompt_ids"] + r["completion_ids"]], device=ctx.device)
+            logits = model(input_ids=ids).logits.float()[0, len(r["prompt_ids"]) - 1:-1] / temperature
+            target = torch.tensor(r["completion_ids"], device=ctx.device)
+            out.append(torch.log_softmax(logits, -1).gather(-1, target[:, None])[:, 0].cpu())
+    return torch.stack(out)
+
+
+def correctness(ctx):
+    figures = {}
+    failures = []
+    for name in TINY:
+        folder = ctx.model(name)
+        rows, reference = reference_rows(folder)
+        temperature = json.load(open(os.path.join(folder, "reference.json")))["temperature"]
+        grove32 = grove_logprobs(ctx, folder, rows, temperature, "float32")
+        hf32 = transformers_logprobs(ctx, folder, rows, temperature, torch.float32)
+        grove16 = grove_logprobs(ctx, folder, rows, temperature, "bfloat16")
+        hf16 = transformers_logprobs(ctx, folder, rows, temperature, torch.bfloat16)
+        f = {"float32_vs_cpu_reference": (grove32 - reference).abs().max().item(),
+             "float32_vs_transformers_here": (grove32 - hf32).abs().max().item(),
+             "bfloat16_vs_float32_reference": (grove16 - reference).abs().max().item(),
+             "transformers_bfloat16_vs_float32_reference": (hf16 - reference).abs().max().item()}
+        figures[name] = {k: float(f"{v:.3g}") for k, v in f.items()}
+        if max(f["float32_vs_cpu_reference"], f["float32_vs_transformers_here"]) > 1e-4:
+            failures.append(f"{name}: float32 log-probs differ by more than 1e-4")
+        # stated bf16 tolerance: Grove's bf16 error is at most twice transformers' own bf16 error, plus 0.02
+        if f["bfloat16_vs_float32_reference"] > 2 * f["transformers_bfloat16_vs_float32_reference"] + 0.02:
+            failures.append(f"{name}: bfloat16 log-probs are off by more than twice transformers' bf16 error + 0.02")
+    # greedy text generation through the CLI, as transformers generated it (tokenizer and chat template included)
+    folder = ctx.model("llama_gqa")
+    cli_ref = json.load(open(os.path.join(folder, "reference.json")))
+    for kind, extra in [("plain", []), ("chat", ["--chat"])]:
+        out = json.loads(ctx.grove("generate", "--model", folder, "--prompt", "What is 2 + 2?", *extra, "--greedy",
+                                   "--max-new-tokens", 6, "--json", "--device", ctx.device))
+        same = out["prompt_ids"] == cli_ref[kind]["prompt_ids"] and out["completion_ids"] == cli_ref[kind]["completion_ids"]
+        figures[f"greedy_{kind}_identical"] = same
+        if not same:
+            failures.append(f"greedy {kind}: {out['completion_ids']} != transformers' {cli_ref[kind]['completion_ids']}")
+    if failures:
+        raise CheckFailed("; ".join(failures), figures)
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------- training
+def write_run(ctx, name, body, rows=None):
+    """A run folder with 12 text prompts (and optional rollouts), its manifest returned."""
+    folder = os.path.join(ctx.work, name)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    with open(os.path.join(folder, "prompts.jsonl"), "w") as f:
+        for i in range(12):
+            f.write(json.dumps({"prompt": f"What is {i} + 2?"}) + "\n")
+    if rows is not None:
+        with open(os.path.join(folder, "rollouts.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    manifest = os.path.join(folder, "grove.toml")
+    with open(manifest, "w") as f:
+        f.write(f'[model]\npath = "{ctx.model("llama_gqa")}"\nchat_template = "none"\n'
+                '[data]\nsource = "prompts.jsonl"\n[output]\ndir = "out"\nsave_steps = 1000\n'
+                '[logging]\nlogging_steps = 1\n' + body)
+    return manifest
+
+
+def fixed_rollouts(groups=4, per_group=4, seed=0):
+    """Groups of random completions with spread rewards, so a replayed step has work to do."""
+    rng = random.Random(seed)
+    rows = []
+    for g in range(groups):
+        prompt = [1] + [rng.randrange(4, 320) for _ in range(5 + g)]
+        for _ in range(per_group):
+            rows.append({"prompt_ids": prompt, "completion_ids": [rng.randrange(4, 320) for _ in range(rng.randrange(3, 9))],
+                         "rewards": {"format": rng.random()}})
+    return rows
+
+
+def load_checkpoint(folder):
+    from safetensors.torch import load_file
+    tensors = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        if not path.endswith("optimizer.safetensors"):
+            tensors.update({f"{os.path.basename(path)}:{k}": v.float() for k, v in load_file(path).items()})
+    assert tensors, f"no weights in {folder}"
+    return tensors
+
+
+def max_difference(a, b):
+    assert a.keys() == b.keys(), f"different tensors: {sorted(a.keys() ^ b.keys())[:5]}"
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def replayed_step(ctx, name, adapter):
+    """Two optimizer steps on fixed rollouts (float32, KL on) on the CPU and on this device: same update."""
+    body = ('[generation]\nnum_generations = 4\nmax_completion_length = 8\n'
+            '[[rewards]]\nplugin = "format"\nconfig = { pattern = "x", full_match = false }\n'
+            f'{adapter}[loss]\nbeta = 0.04\n[train]\nper_device_train_batch_size = 8\nlearning_rate = 1e-3\n'
+            'max_steps = 2\nmixed_precision = "no"\nseed = 3\n[rollouts]\npath = "rollouts.jsonl"\n')
+    result = {}
+    for device in ["cpu", ctx.device]:
+        manifest = write_run(ctx, f"{name}-{device}", body, fixed_rollouts())
+        ctx.grove("train", manifest, "--set", f'model.device="{device}"', "--set", "output.save_steps=2", "--overwrite")
+        out = os.path.join(os.path.dirname(manifest), "out")
+        result[device] = (load_checkpoint(os.path.join(out, "checkpoint-2")), metrics(out))
+    (w_cpu, m_cpu), (w_dev, m_dev) = result["cpu"], result[ctx.device]
+    figures = {"max_weight_difference": float(f"{max_difference(w_cpu, w_dev):.3g}"),
+               "loss_cpu": [m["loss"] for m in m_cpu], "loss_device": [m["loss"] for m in m_dev]}
+    figures["max_loss_difference"] = float(f"{max(abs(a - b) for a, b in zip(figures['loss_cpu'], figures['loss_device'])):.3g}")
+    assert figures["max_weight_difference"] <= 1e-4, f"{name}: weights after 2 steps differ by more than 1e-4"
+    assert figures["max_loss_difference"] <= 1e-4, f"{name}: losses differ by more than 1e-4"
+    return figures
+
+
+def learns_in_bf16(ctx):
+    """Generation on the device, bf16 autocast: the share of low token ids (a reward the model can learn) rises."""
+    body = ('[generation]\nnum_generations = 8\nmax_completion_length = 6\n'
+            f'[[rewards]]\nplugin = "{os.path.join(ctx.bundle, "test-plugins", "liblow_ids.so")}"\nconfig = {{ below = 64 }}\n'
+            '[train]\nper_device_train_batch_size = 16\nlearning_rate = 0.02\nlr_scheduler_type = "constant"\n'
+            'max_steps = 30\nseed = 3\nmixed_precision = "bf16"\n')
+    manifest = write_run(ctx, "learn", body)
+    ctx.grove("train", manifest, "--set", f'model.device="{ctx.device}"', "--overwrite")
+    rewards = [m["reward"] for m in metrics(os.path.join(os.path.dirname(manifest), "out"))]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.3, f"reward did not rise by 0.3: first 5 steps {first:.3f}, last 5 {last:.3f}"
+    return {"reward_first5": round(first, 3), "reward_last5": round(last, 3)}
+
+
+def resume_is_exact(ctx):
+    """4 steps straight, against 2 steps then a resume to 4, on the device (generation included): identical."""
+    body = ('[generation]\nnum_generations = 4\nmax_completion_length = 6\n'
+            '[[rewards]]\nplugin = "format"\nconfig = { pattern = "[aeiou]", full_match = false }\n'
+            '[train]\nper_device_train_batch_size = 8\nlearning_rate = 0.01\nmax_steps = 4\nseed = 5\n')
+    manifest = write_run(ctx, "resume", body)
+    common = ["--set", f'model.device="{ctx.device}"', "--set", "output.save_steps=2"]
+    ctx.grove("train", manifest, *common, "--overwrite")
+    out = os.path.join(os.path.dirname(manifest), "out")
+    straight = load_checkpoint(os.path.join(out, "checkpoint-4"))
+    shutil.rmtree(os.path.join(out, "checkpoint-4"))
+    ctx.grove("train", manifest, *common, "--resume", os.path.join(out, "checkpoint-2"))
+    resumed = load_checkpoint(os.path.join(out, "checkpoint-4"))
+    difference = max_difference(straight, resumed)
+    assert difference == 0.0, f"resumed weights differ from the straight run's by {difference:.3g}"
+    return {"max_weight_difference": difference}
+
+
+def training(ctx):
+    figures, failures = {}, []
+    checks = [("full_step_cpu_vs_device", lambda: replayed_step(ctx, "full", "")),
+              ("lora_step_cpu_vs_device",
+               lambda: replayed_step(ctx, "lora", '[adapter]\nplugin = "lora"\nconfig = { r = 4, alpha = 8 }\n')),
+              ("bf16_autocast_learns", lambda: learns_in_bf16(ctx)),
+              ("resume_bit_exact", lambda: resume_is_exact(ctx))]
+    for name, check in checks:
+        try:
+            figures[name] = check()
+        except Exception as e:  # each check reports on its own; the section fails if any did
+            figures[name] = {"error": str(e)[-1500:]}
+            failures.append(name)
+    if failures:
+        raise CheckFailed("failed: " + ", ".join(failures), figures)
+    return figures
+
+
+# ---------------------------------------------------------------------------------------------- measurement
+def bench(ctx, script, *args, timeout=240):
+    run = subprocess.run([sys.executable, os.path.join(ctx.bundle, script), *map(str, args)], capture_output=True,
+                         text=True, timeout=timeout)
+    if run.returncode != 0:
+        raise AssertionError(f"{script} {' '.join(map(str, args))} exited {run.returncode}:\n{run.stderr[-2500:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def generation(ctx, bandwidth):
+    grove_bench = os.path.join(ctx.bundle, "bin", "grove_bench_generate")
+    if ctx.cpu_rehearsal:  # the same path at a shape a CPU finishes in seconds
+        cases = [("tiny", 4, "float32")]
+    else:
+        cases = [(shape, batch, "bfloat16") for shape in RANDOM_SHAPES for batch in (64, 512)]
+    figures = {}
+    for shape, batch, dtype in cases:
+        r = bench(ctx, "generate.py", "--shape", shape, "--batch", batch, "--dtype", dtype, "--device", ctx.device,
+                  "--new-tokens", 128, "--repeats", 2, "--grove", grove_bench)
+        if bandwidth:
+            # the fastest a decode step can be: its bytes at the measured copy speed
+            step_bytes = r["weight_bytes"] + r["kv_bytes_per_step_mean"]
+            roofline = batch / (step_bytes / bandwidth)
+            r["roofline_tokens_per_second"] = round(roofline)
+            r["grove_share_of_roofline"] = round(max(r["grove_tokens_per_second"]) / roofline, 3)
+        figures[f"{shape}_batch{batch}_{dtype}"] = r
+    return figures
+
+
+def step(ctx):
+    """A GRPO step, Grove against TRL (bench/step.py): 8 prompts x 8 completions of up to 128 tokens on a GPU."""
+    if ctx.cpu_rehearsal:
+        cases, sizes = ["tiny"], ["--steps", 3]
+    else:
+        cases, sizes = list(RANDOM_SHAPES), ["--steps", 5, "--prompts", 8, "--max-completion", 128]
+    return {shape: bench(ctx, "step.py", "--shape", shape, *sizes, "--device", ctx.device, "--grove", ctx.grove_path)
+            for shape in cases}
+
+
+# ---------------------------------------------------------------------------------------------- report
+def write_report(out, results, ctx):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump({"device": ctx.device, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "sections": results}, f,
+                  indent=1)
+    lines = [f"# Grove device report ({ctx.device}, {time.strftime('%Y-%m-%d', time.gmtime())})", ""]
+    for name, r in results.items():
+        lines += [f"## {name}: {r['status']} ({r['seconds']} s)", ""]
+        if r.get("error"):
+            lines += ["```", r["error"], "```", ""]
+        lines += ["```json", json.dumps(r.get("figures", {}), indent=1), "```", ""]
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--cpu", action="store_true", help="rehearse on the CPU")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "device-report")
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--skip", default="")
+    args = parser.parse_args()
+    ctx = Context(args)
+    chosen = [s for s in args.only.split(",") if s and s not in args.skip.split(",")]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        sys.exit(f"check.py: unknown section(s) {sorted(unknown)}; sections are {SECTIONS}")
+    results, bandwidth = {}, None
+    for name in chosen:
+        start = time.time()
+        print(f"== {name}", flush=True)
+        try:
+            if name == "generation":
+                figures = generation(ctx, bandwidth)
+            else:
+                figures = globals()[name](ctx)
+            if name == "environment":
+                bandwidth = figures.get("copy_bandwidth_gb_s", 0) * 1e9 or None
+            results[name] = {"status": "pass", "figures": figures}
+        except Exception as e:
+            results[name] = {"status": "FAIL", "error": f"{e}\n{traceback.format_exc()[-1500:]}",
+                             "figures": getattr(e, "figures", {})}
+        results[name]["seconds"] = round(time.time() - start, 1)
+        print(json.dumps(results[name], indent=1)[:4000], flush=True)
+        write_report(args.out, results, ctx)  # after every section: a timeout still leaves a report
+    failed = [n for n, r in results.items() if r["status"] != "pass"]
+    print(f"report: {os.path.join(args.out, 'report.md')}; " + (f"FAILED: {failed}" if failed else "all passed"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
