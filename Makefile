@@ -2,6 +2,7 @@
 #   make quickstart   deps + build + the main job
 #   make test         deps + build + every test (ctest)
 #   make install PREFIX=/opt/grove
+#   make device-bundle  build/device-bundle: what a GPU machine needs to run tools/device/run.sh
 BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= 2
@@ -11,7 +12,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/grove-ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps configure build test quickstart install clean
+.PHONY: all deps configure build test quickstart install device-bundle clean
 
 all: build
 
@@ -31,6 +32,9 @@ test: build
 
 quickstart: build
 	GROVE=$(BUILD)/bin/grove bash examples/arithmetic/quickstart.sh
+
+device-bundle: build
+	bash tools/device/make_bundle.sh $(BUILD)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

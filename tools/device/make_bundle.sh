@@ -12,9 +12,12 @@ build=$(realpath -m "${1:-$root/build}")
 out=$(realpath -m "${2:-$build/device-bundle}")
 python=${GROVE_PYTHON:-$root/.venv/bin/python}
 
-for need in "$build/bin/grove" "$build/bin/grove_bench_generate" "$build/tests/models/tiny/llama_gqa/reference.safetensors"; do
-  [[ -e $need ]] || { echo "make_bundle.sh: $need is missing; run \`make test\` (or the models_make_tiny_checkpoints test) first" >&2; exit 1; }
+for need in "$build/bin/grove" "$build/bin/grove_bench_generate" "$build/tests/core/test-plugins/liblow_ids.so"; do
+  [[ -e $need ]] || { echo "make_bundle.sh: $need is missing; run \`make build\` first" >&2; exit 1; }
 done
+# the tiny checkpoints and their transformers references, as the tests make them
+tiny=$build/tests/models/tiny
+[[ -e $tiny/llama_gqa/reference.safetensors ]] || "$python" "$root/tests/core/model/make_tiny_models.py" "$tiny" >/dev/null
 rm -rf "$out"
 mkdir -p "$out"/{bin,lib/grove/plugins,test-plugins,models,wheels}
 
