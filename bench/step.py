@@ -30,21 +30,26 @@ GROVE = os.path.join(ROOT, "build", "bin", "grove")
 RANDOM_SHAPES = ("smollm2-135m", "qwen2.5-0.5b")
 
 
-def make_tiny(folder):
-    import torch
+def save_tokenizer(folder, texts, vocab_size):
+    """A byte-level BPE tokenizer trained on texts up to vocab_size, as a Hugging Face tokenizer folder."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoModelForCausalLM, LlamaConfig
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([f"What is {a} + {b}? The answer is {a + b}." for a in range(30) for b in range(30)],
-                            trainers.BpeTrainer(vocab_size=512, special_tokens=["<pad>", "<s>", "</s>"], show_progress=False,
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
+                                                       show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     os.makedirs(folder, exist_ok=True)
     tok.save(os.path.join(folder, "tokenizer.json"))
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
                    "pad_token": "<pad>"}, f)
+
+
+def make_tiny(folder):
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    save_tokenizer(folder, [f"What is {a} + {b}? The answer is {a + b}." for a in range(30) for b in range(30)], 512)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -52,28 +57,17 @@ def make_tiny(folder):
 
 
 def make_random(folder, shape):
-    """A random model of a real shape and a byte-level BPE tokenizer trained to its full vocabulary."""
+    """A random model of a real shape; its tokenizer is trained on random words up to the full vocabulary."""
     import random
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from generate import SHAPES, model_config
+    from generate import model_config
     config = model_config(shape)
     rng = random.Random(0)
     words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(3, 12))) for _ in range(400000)]
     words += [f"What is {a} + {b}? The answer is {a + b}." for a in range(50) for b in range(50)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(words, trainers.BpeTrainer(vocab_size=config.vocab_size, show_progress=False,
-                                                       special_tokens=["<pad>", "<s>", "</s>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    os.makedirs(folder, exist_ok=True)
-    tok.save(os.path.join(folder, "tokenizer.json"))
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-                   "pad_token": "<pad>"}, f)
+    save_tokenizer(folder, words, config.vocab_size)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
 

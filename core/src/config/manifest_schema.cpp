@@ -174,7 +174,7 @@ const std::vector<KeySpec>& manifest_schema() {
 
         path(key("rollouts", "path", T::string, nullptr,
                  "train on rollouts made elsewhere (JSONL: prompt_ids or prompt, completion_ids, optional "
-                 "sampling_logprobs and rewards) instead of generating")),
+                 "sampling_logprobs, rewards and multi-turn env_mask) instead of generating")),
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
         trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf), "save_steps"),

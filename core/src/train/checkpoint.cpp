@@ -34,6 +34,7 @@ std::vector<std::pair<std::string, at::Tensor>> micro_batch_tensors(const std::v
         out.emplace_back(p + "prompt_mask", mb.prompt_mask);
         out.emplace_back(p + "completion_ids", mb.completion_ids);
         out.emplace_back(p + "completion_mask", mb.completion_mask);
+        out.emplace_back(p + "loss_mask", mb.loss_mask);
         out.emplace_back(p + "advantages", mb.advantages);
         if (mb.old_logps) out.emplace_back(p + "old_logps", *mb.old_logps);
         if (mb.ref_logps) out.emplace_back(p + "ref_logps", *mb.ref_logps);
@@ -51,8 +52,11 @@ std::vector<MicroBatch> read_micro_batches(const SafetensorsFile& f) {
             if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + p + n + "\"");
             return tensor_from_entry(*e, f.path());
         };
-        MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"), get("completion_mask"),
-                      get("advantages"), std::nullopt,       std::nullopt};
+        at::Tensor completion_mask = get("completion_mask");
+        // checkpoints from before multi-turn rows: the loss counted every completion token
+        at::Tensor loss_mask = f.find(p + "loss_mask") ? get("loss_mask") : completion_mask;
+        MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"), completion_mask,
+                      loss_mask,         get("advantages"),  std::nullopt,          std::nullopt};
         if (f.find(p + "old_logps")) mb.old_logps = get("old_logps");
         if (f.find(p + "ref_logps")) mb.ref_logps = get("ref_logps");
         out.push_back(std::move(mb));

@@ -28,6 +28,7 @@ MicroBatch pad_rollout(const Rollout& rollout, const std::vector<float>& advanta
     b.completion_ids = c.completion_ids;
     b.completion_mask = c.completion_mask.clone();
     if (mask_truncated_completions) b.completion_mask.mul_(c.truncated.logical_not().to(at::kLong).unsqueeze(1));
+    b.loss_mask = model_tokens(rollout) * b.completion_mask;
     b.advantages = at::tensor(advantages, at::kFloat);
     return b;
 }
@@ -41,7 +42,8 @@ std::vector<MicroBatch> split_micro_batches(const MicroBatch& whole, int64_t cou
         at::Tensor index = order.narrow(0, s * rows, rows);
         out.push_back({whole.prompt_ids.index_select(0, index), whole.prompt_mask.index_select(0, index),
                        whole.completion_ids.index_select(0, index), whole.completion_mask.index_select(0, index),
-                       whole.advantages.index_select(0, index), std::nullopt, std::nullopt});
+                       whole.loss_mask.index_select(0, index), whole.advantages.index_select(0, index), std::nullopt,
+                       std::nullopt});
     }
     return out;
 }
@@ -85,7 +87,7 @@ std::optional<SamplingDifference> sampling_logprob_difference(const Rollout& rol
     MicroBatch all_tokens = whole;  // truncated rows too: the difference is about sampling, not the loss
     all_tokens.completion_mask = c.completion_mask;
     at::Tensor trainer = logprobs_no_grad(model, all_tokens, temperature).cpu();
-    at::Tensor mask = c.completion_mask.to(at::kFloat);
+    at::Tensor mask = model_tokens(rollout).to(at::kFloat);  // as TRL: the model's tokens only
     at::Tensor diff = (trainer - sampling).abs() * mask;
     double sum = diff.sum().item<double>(), count = mask.sum().item<double>(), max = diff.max().item<double>();
     if (group) {

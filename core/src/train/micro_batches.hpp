@@ -18,12 +18,14 @@ class ProcessGroup;
 
 struct MicroBatch {
     at::Tensor prompt_ids, prompt_mask;              // [B, P] left-padded
-    at::Tensor completion_ids, completion_mask;      // [B, C] right-padded; the mask is what the loss counts
+    at::Tensor completion_ids, completion_mask;      // [B, C] right-padded; the mask: the tokens the model reads
+    at::Tensor loss_mask;                            // [B, C] the completion tokens the loss counts (the model's)
     at::Tensor advantages;                           // [B]
     std::optional<at::Tensor> old_logps, ref_logps;  // [B, C] on the CPU, when needed
 };
 
-// This rank's whole rollout as one batch. With mask_truncated_completions, truncated rows' masks are 0.
+// This rank's whole rollout as one batch. The loss counts the model's tokens (an environment's are
+// context only); with mask_truncated_completions, truncated rows' masks are 0.
 MicroBatch pad_rollout(const Rollout& rollout, const std::vector<float>& advantages, bool mask_truncated_completions,
                        int64_t pad_token_id);
 

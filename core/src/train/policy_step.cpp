@@ -73,7 +73,7 @@ MicroStepResult train_micro_batch(Model& policy, const MicroBatch& b, const Plug
         logp = completion_logprobs(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature,
                                    &entropy);
     }
-    const at::Tensor mask = b.completion_mask.to(at::kFloat).contiguous();
+    const at::Tensor mask = b.loss_mask.to(at::kFloat).contiguous();
     const double entropy_sum = (entropy * mask.to(entropy.device())).sum().item<double>();
     std::vector<float> weights;
     reduction.weights(reduction_context(mask.data_ptr<float>(), uint32_t(mask.size(0)), uint32_t(mask.size(1)), counts),

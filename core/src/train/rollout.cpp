@@ -97,6 +97,17 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
                                                       std::to_string(r.sampling_logprobs.size()) + " values for " +
                                                       std::to_string(r.completion_ids.size()) + " completion tokens");
             }
+            if (j.contains("env_mask")) {
+                r.env_mask = j["env_mask"].get<std::vector<int64_t>>();
+                if (r.env_mask.size() != r.completion_ids.size())
+                    throw Error(ErrorKind::input, where + ": env_mask has " + std::to_string(r.env_mask.size()) +
+                                                      " values for " + std::to_string(r.completion_ids.size()) +
+                                                      " completion tokens; it needs one per token (TRL's convention: "
+                                                      "1 = written by the model, 0 = by the environment)");
+                for (int64_t v : r.env_mask)
+                    if (v != 0 && v != 1)
+                        throw Error(ErrorKind::input, where + ": env_mask holds " + std::to_string(v) + "; use 0 or 1");
+            }
             if (j.contains("rewards")) {
                 for (const auto& [name, value] : j["rewards"].items()) {
                     if (std::find(reward_names.begin(), reward_names.end(), name) == reward_names.end())
@@ -117,7 +128,8 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
                 throw Error(ErrorKind::input,
                             where + ": completion token id " + std::to_string(id) + " is outside the vocabulary");
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, where + ": empty prompt");
-        for (const char* key : {"prompt_ids", "prompt", "completion_ids", "sampling_logprobs", "rewards"}) j.erase(key);
+        for (const char* key : {"prompt_ids", "prompt", "completion_ids", "sampling_logprobs", "env_mask", "rewards"})
+            j.erase(key);
         r.columns_json = j.dump();
         replay.push_back(std::move(r));
         origin.push_back(where);
@@ -137,6 +149,16 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
 }  // namespace grove
 
 namespace grove {
+
+at::Tensor model_tokens(const Rollout& rollout) {
+    return rollout.model_token_mask.defined() ? rollout.model_token_mask : rollout.completions.completion_mask;
+}
+
+std::vector<int64_t> model_token_counts(const Rollout& rollout) {
+    if (!rollout.model_token_mask.defined()) return rollout.completions.lengths;
+    at::Tensor counts = rollout.model_token_mask.sum(1).to(at::kLong).contiguous();
+    return std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+}
 
 Rollout generate_rollout(const Model& model, std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row) {
     std::vector<std::vector<int64_t>> prompts;
@@ -160,9 +182,11 @@ Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& option
     c.sampled_logprobs = at::zeros({N, width}, at::kFloat);
     c.truncated = at::zeros({N}, at::kBool);
     for (int64_t i = 0; i < N; ++i) {
-        const std::vector<int64_t>& ids = rows[size_t(i)].replay->completion_ids;
+        const ReplayRow& row = *rows[size_t(i)].replay;
+        const std::vector<int64_t>& ids = row.completion_ids;
         int64_t length = int64_t(ids.size());
-        for (int64_t t = 0; t < int64_t(ids.size()); ++t)
+        // a multi-turn row (one with an env_mask) holds an EOS after each model turn: it stays whole
+        for (int64_t t = 0; row.env_mask.empty() && t < int64_t(ids.size()); ++t)
             if (eos.count(ids[size_t(t)])) {
                 length = t + 1;
                 break;
@@ -176,6 +200,13 @@ Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& option
     }
     c.completion_mask =
         (at::arange(width, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+    // multi-turn rows: the model's tokens are those their env_mask marks; other rows' are all the model's
+    for (int64_t i = 0; i < N; ++i) {
+        const std::vector<int64_t>& env_mask = rows[size_t(i)].replay->env_mask;
+        if (env_mask.empty()) continue;
+        if (!r.model_token_mask.defined()) r.model_token_mask = c.completion_mask.clone();
+        r.model_token_mask[i].narrow(0, 0, int64_t(env_mask.size())).copy_(at::tensor(env_mask, at::kLong));
+    }
     r.rows = std::move(rows);
     r.first_row = first_row;
     r.seed = options.seed;

@@ -23,6 +23,7 @@ class Tokenizer;
 struct ReplayRow {
     std::vector<int64_t> prompt_ids, completion_ids;
     std::vector<float> sampling_logprobs;   // empty when not given
+    std::vector<int64_t> env_mask;          // multi-turn, TRL's field: 1 = the model's token, 0 = the environment's
     std::map<std::string, double> rewards;  // given values (NaN for null) replace the plugins' scores
     std::string prompt_text, columns_json;
 };
@@ -81,14 +82,23 @@ std::vector<BatchRow> shard_rows(const std::vector<BatchRow>& batch, int rank, i
 struct Rollout {
     std::vector<BatchRow> rows;    // [N] this rank's
     GenerationResult completions;  // [N, C]; lengths include the EOS token
-    int64_t first_row = 0;         // index of rows[0] in the global generation batch
-    uint64_t seed = 0;             // the sampler's seed for this batch
+    // [N, C] long: 1 where the model wrote the token, 0 where an environment did (TRL's env_mask) or
+    // past the row's end; undefined when single-turn (every completion token is the model's)
+    at::Tensor model_token_mask;
+    int64_t first_row = 0;  // index of rows[0] in the global generation batch
+    uint64_t seed = 0;      // the sampler's seed for this batch
     bool replayed() const { return !rows.empty() && rows[0].replay; }
 };
 
+// [N, C] long: 1 for the completion tokens the model wrote (Rollout::model_token_mask, or the
+// completion mask when single-turn); and their count per row, which TRL's length metrics count.
+at::Tensor model_tokens(const Rollout& rollout);
+std::vector<int64_t> model_token_counts(const Rollout& rollout);
+
 // Samples every row's completion with `options` (its seed included).
 Rollout generate_rollout(const Model& model, std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row);
-// The rows' given completions, each cut after its first EOS id (kept), as generated ones stop.
+// The rows' given completions, each cut after its first EOS id (kept), as generated ones stop; a
+// multi-turn row (with an env_mask) stays whole and its mask goes to Rollout::model_token_mask.
 Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row);
 
 }  // namespace grove

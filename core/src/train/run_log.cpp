@@ -54,6 +54,10 @@ void RunLog::write_rollouts(const Rollout& rollout, const ScoredBatch& scored) {
         line["completion_ids"] = std::vector<int64_t>(ids, ids + length);
         at::Tensor lp = c.sampled_logprobs[int64_t(i)].narrow(0, 0, length).contiguous();
         line["sampling_logprobs"] = std::vector<float>(lp.data_ptr<float>(), lp.data_ptr<float>() + length);
+        if (rollout.model_token_mask.defined()) {  // multi-turn: which tokens the model wrote, as TRL's env_mask
+            at::Tensor m = rollout.model_token_mask[int64_t(i)].narrow(0, 0, length).contiguous();
+            line["env_mask"] = std::vector<int64_t>(m.data_ptr<int64_t>(), m.data_ptr<int64_t>() + length);
+        }
         for (size_t k = 0; k < scored.reward_names.size(); ++k) {
             const float v = scored.local_reward(k, int64_t(i));
             line["rewards"][scored.reward_names[k]] = std::isnan(v) ? json(nullptr) : json(v);

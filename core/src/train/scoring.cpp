@@ -80,7 +80,7 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     std::vector<std::vector<double>> local;
     for (const auto& values : scores.values) local.push_back(as_doubles(values));
     for (const auto& values : scores.metrics) local.push_back(as_doubles(values));
-    local.push_back(as_doubles(c.lengths));
+    local.push_back(as_doubles(model_token_counts(rollout)));  // as TRL: an environment's tokens are not counted
     local.push_back(as_doubles(batch.truncated));
     std::vector<double> prompt_lengths;
     for (const BatchRow& row : rollout.rows) prompt_lengths.push_back(double(row.prompt_ids.size()));

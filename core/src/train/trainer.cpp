@@ -220,7 +220,7 @@ void Trainer::State::make_generation_batch() {
         log->write_completions(progress.global_step, rollout, scored, c.logging.num_completions_to_print);
 
     MicroBatch whole = pad_rollout(rollout, scored.local_advantages(), c.loss.mask_truncated_completions, o.pad_token_id);
-    progress.generation_tokens = whole.completion_mask.sum().item<double>();
+    progress.generation_tokens = whole.loss_mask.sum().item<double>();
     if (group) progress.generation_tokens = group->sum(progress.generation_tokens);  // every rank's (dapo's normaliser)
     if (auto d = sampling_logprob_difference(rollout, whole, *model, c.generation.temperature, group)) {
         metrics["sampling/sampling_logp_difference/mean"] = d->mean;
@@ -242,7 +242,7 @@ ReductionCounts Trainer::State::reduction_counts(int64_t index) const {
     double window = 0;
     if (S >= A) {
         const int64_t first = index / A * A;
-        for (int64_t w = first; w < first + A; ++w) window += buffer[size_t(w)].completion_mask.sum().item<double>();
+        for (int64_t w = first; w < first + A; ++w) window += buffer[size_t(w)].loss_mask.sum().item<double>();
         if (options.group) window = options.group->sum(window);  // every rank's share of the window
     } else {  // the window spans generation batches not generated yet: TRL #6024's estimate
         window = progress.generation_tokens * double(A) / double(S);

@@ -1,6 +1,7 @@
 // Grove's loss and gradient norm against TRL's GRPOTrainer._compute_loss on the same tiny checkpoint
 // and fixed rollouts (tests/core/train/trl_loss_reference.py), for every reduction and for
-// epsilon_high, delta, beta > 0, sequence-level importance sampling and a second (off-policy) pass.
+// epsilon_high, delta, beta > 0, sequence-level importance sampling, a second (off-policy) pass and
+// multi-turn rows whose environment tokens are context only (TRL's env_mask).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -50,6 +51,8 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
                                                      r["completion_mask"], spec["temperature"].get<double>(), &entropy);
         at::Tensor mask = full_mask.clone();
         if (c.contains("masked_row")) mask[c["masked_row"].get<int64_t>()].zero_();
+        // an environment's tokens stay in the forward pass (r["completion_mask"] above) but leave the loss
+        if (c.value("env_mask", false)) mask *= r["env_mask"].to(at::kFloat);
         if (name == "grpo") {  // TRL zeroes masked positions' log-probs; compare the completion tokens
             EXPECT_LT(((logp.detach() - r["trl_logps"]).abs() * mask).max().item<double>(), 1e-5);
         }

@@ -129,3 +129,31 @@ TEST(StepMetrics, AreTheMeanOfTheMicroBatchesMeans) {
     without.add(grove::micro_batch_metrics(no_kl, 0.0));
     EXPECT_EQ(without.finish(nullptr).count("kl"), 0u) << "beta = 0 logs no kl";
 }
+
+// A multi-turn row (one with TRL's env_mask) keeps every turn, EOS ids and all; its environment's
+// tokens stay in the model's input but leave the loss and the length counts. A plain row still stops
+// at its first EOS.
+TEST(Rollout, MultiTurnRowsStayWholeAndTheirEnvironmentTokensLeaveTheLoss) {
+    grove::ReplayRow multi_turn, plain;
+    multi_turn.prompt_ids = plain.prompt_ids = {1, 4};
+    multi_turn.completion_ids = {5, 2, 7, 8, 9, 2};
+    multi_turn.env_mask = {1, 1, 0, 0, 1, 1};
+    plain.completion_ids = {5, 2, 7};
+    grove::SamplingOptions options;
+    options.eos_token_ids = {2};
+    auto rollout = grove::replay_rollout({row({1, 4}, &multi_turn), row({1, 4}, &plain)}, options, 0);
+    EXPECT_EQ(rollout.completions.lengths, (std::vector<int64_t>{6, 2}));
+    EXPECT_FALSE(rollout.completions.truncated[0].item<bool>());
+    EXPECT_EQ(grove::model_token_counts(rollout), (std::vector<int64_t>{4, 2}));
+
+    auto whole = grove::pad_rollout(rollout, {0.5f, -0.5f}, false, 0);
+    auto as_vector = [](const at::Tensor& t) {
+        at::Tensor c = t.to(at::kLong).contiguous();
+        return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+    };
+    EXPECT_EQ(as_vector(whole.completion_mask[0]), (std::vector<int64_t>{1, 1, 1, 1, 1, 1})) << "the model reads every token";
+    EXPECT_EQ(as_vector(whole.loss_mask[0]), (std::vector<int64_t>{1, 1, 0, 0, 1, 1})) << "the loss counts the model's";
+    EXPECT_EQ(as_vector(whole.loss_mask[1]), (std::vector<int64_t>{1, 1, 0, 0, 0, 0}));
+    auto halves = grove::split_micro_batches(whole, 2, 3);
+    EXPECT_EQ(halves[0].loss_mask.sum().item<int64_t>() + halves[1].loss_mask.sum().item<int64_t>(), 6);
+}

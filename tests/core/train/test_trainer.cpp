@@ -288,6 +288,47 @@ TEST(Trainer, ReplayRejectsBrokenGroups) {
     }
 }
 
+// Multi-turn rollouts (TRL's env_mask: 1 = the model's token): rows stay whole past their EOS ids,
+// lengths count the model's tokens, save_rollouts writes the mask back, and a mask of the wrong
+// length is refused with its file and line.
+TEST(Trainer, ReplayedMultiTurnRowsKeepTheirEnvironmentMask) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/multi_turn_rollouts.jsonl";
+    fs::create_directories(fs::path(dir).parent_path());
+    // eos is <|im_end|> (id 2) in the tiny model's tokenizer
+    std::ofstream(dir)
+        << R"({"prompt_ids": [5, 6], "completion_ids": [7, 2, 40, 41, 8, 2], "env_mask": [1, 1, 0, 0, 1, 1], "rewards": {"format": 1.0}})"
+           "\n"
+           R"({"prompt_ids": [5, 6], "completion_ids": [9, 10, 2], "rewards": {"format": 0.0}})"
+           "\n";
+    auto m = manifest("multi_turn", {"train.max_steps=1", "train.per_device_train_batch_size=2", "logging.save_rollouts=true",
+                                     "rollouts.path=\"" + dir + "\""});
+    grove::Trainer t(m, fresh());
+    auto metrics = t.step();
+    EXPECT_DOUBLE_EQ(metrics["completions/mean_length"], 3.5) << "4 model tokens and 3";
+    EXPECT_DOUBLE_EQ(metrics["completions/max_length"], 4.0);
+    std::ifstream saved(m.string("output.dir") + "/rollouts.jsonl");
+    std::string first;
+    std::getline(saved, first);
+    auto row = nlohmann::json::parse(first);
+    EXPECT_EQ(row["completion_ids"], nlohmann::json::parse("[7, 2, 40, 41, 8, 2]")) << "kept whole past the first EOS";
+    EXPECT_EQ(row["env_mask"], nlohmann::json::parse("[1, 1, 0, 0, 1, 1]"));
+
+    std::ofstream(dir) << R"({"prompt_ids": [5, 6], "completion_ids": [7, 2], "env_mask": [1]})"
+                          "\n"
+                          R"({"prompt_ids": [5, 6], "completion_ids": [9, 2]})"
+                          "\n";
+    try {
+        grove::Trainer bad(manifest("multi_turn_bad", {"train.max_steps=1", "train.per_device_train_batch_size=2",
+                                                       "rollouts.path=\"" + dir + "\""}),
+                           fresh());
+        FAIL() << "accepted an env_mask shorter than its completion";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("multi_turn_rollouts.jsonl:1: env_mask has 1 values for 2 completion tokens"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(Trainer, RefusesToOverwriteAnotherRun) {
     auto m = manifest("guard", {"train.max_steps=1"});
     {

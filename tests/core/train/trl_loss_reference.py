@@ -37,6 +37,13 @@ CASES = [
     # a row with no loss tokens (mask_truncated_completions): TRL's sequence-level clip ratios count it
     dict(name="grpo_sequence_masked_row", loss_type="grpo", importance_sampling_level="sequence", off_policy=True,
          masked_row=1),
+    # multi-turn rows: tokens an environment wrote are context, not loss (TRL's tool_mask, from env_mask)
+    dict(name="grpo_env_mask", loss_type="grpo", env_mask=True, off_policy=True),
+    dict(name="bnpo_env_mask", loss_type="bnpo", env_mask=True),
+    dict(name="dr_grpo_env_mask", loss_type="dr_grpo", env_mask=True),
+    dict(name="dapo_beta_env_mask", loss_type="dapo", beta=0.1, with_ref=True, off_policy=True, env_mask=True),
+    dict(name="grpo_sequence_env_mask", loss_type="grpo", importance_sampling_level="sequence", off_policy=True,
+         env_mask=True),
 ]
 # what TRL's _compute_loss appends to its logged metrics for one micro-batch
 LOGGED = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
@@ -74,6 +81,10 @@ def main():
         completion_mask[b, :n] = 1
         completion_ids[b, n:] = 0
     advantages = torch.tensor([0.7071, -0.7071, 1.2, -0.3])
+    # TRL's env_mask convention: 1 = the model wrote the token, 0 = the environment did (padding: 1)
+    env_mask = torch.ones(B, C, dtype=torch.long)
+    env_mask[0, 2:4] = 0
+    env_mask[2, 1] = 0
     # old and reference log-probs: the model's own, shifted per token, so ratios leave [1-eps, 1+eps]
     noise_old = (torch.rand(B, C, generator=g) - 0.5) * 0.6
     noise_ref = (torch.rand(B, C, generator=g) - 0.5) * 0.8
@@ -102,6 +113,9 @@ def main():
         inputs = dict(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
                       completion_mask=case_mask, advantages=advantages,
                       num_items_in_batch=case_mask.sum())
+        if case.get("env_mask"):  # as _generate_and_score_completions hands a rollout_func's env_mask on
+            inputs["tool_mask"] = env_mask
+            inputs["num_items_in_batch"] = (case_mask * env_mask).sum()
         if case.get("off_policy"):
             inputs["old_per_token_logps"] = logps + noise_old
         if case.get("with_ref"):
@@ -113,7 +127,7 @@ def main():
         logged = {k: trainer._metrics["train"][k][-1] for k in LOGGED if trainer._metrics["train"].get(k)}
         results.append({**case, "loss": loss.item(), "grad_norm": grad_norm, "logged": logged})
     save_file({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-               "completion_mask": completion_mask, "advantages": advantages,
+               "completion_mask": completion_mask, "advantages": advantages, "env_mask": env_mask,
                "old_logps": (logps + noise_old).contiguous(), "ref_logps": (logps + noise_ref).contiguous(),
                "trl_logps": logps.contiguous()},
               os.path.join(OUT, "rollouts.safetensors"))
