@@ -102,7 +102,8 @@ static const grove_plugin_descriptor descriptor = {sizeof(grove_plugin_descripto
                                                    destroy,
                                                    &reward_api,
                                                    NULL,
-                                                   NULL};
+                                                   NULL,
+                                                   NULL}; /* reduction, adapter, environment (ABI 1.2) */
 
 static const grove_plugin_descriptor* const all_plugins[] = {&descriptor};
 static const grove_plugin_list plugin_list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all_plugins};

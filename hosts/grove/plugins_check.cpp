@@ -190,6 +190,8 @@ int check(const std::vector<std::string>& args) {
         instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
     instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
+    if (manifest.environment())
+        instances.push_back(grove::create_plugin(host, *manifest.environment(), GROVE_PLUGIN_KIND_ENVIRONMENT));
 
     std::cout << manifest.resolved_toml();
     std::cout << "\n# plugins (all created successfully)\n";

@@ -55,7 +55,8 @@ PIN(grove_plugin_descriptor, destroy, 80);
 PIN(grove_plugin_descriptor, reward, 88);
 PIN(grove_plugin_descriptor, reduction, 96);
 PIN(grove_plugin_descriptor, adapter, 104);
-PIN_SIZE(grove_plugin_descriptor, 112);
+PIN(grove_plugin_descriptor, environment, 112); /* ABI 1.2, appended */
+PIN_SIZE(grove_plugin_descriptor, 120);
 
 PIN(grove_plugin_list, struct_size, 0);
 PIN(grove_plugin_list, abi_major, 4);
@@ -175,3 +176,30 @@ double grove_c_config_probe(void) {
 }
 
 size_t grove_c_sizeof_descriptor(void) { return sizeof(grove_plugin_descriptor); }
+
+/* ABI 1.2: environments */
+PIN(grove_environment_batch, struct_size, 0);
+PIN(grove_environment_batch, count, 4);
+PIN(grove_environment_batch, episodes, 8);
+PIN(grove_environment_batch, turns, 16);
+PIN(grove_environment_batch, turn_texts, 24);
+PIN(grove_environment_batch, turn_token_offsets, 32);
+PIN(grove_environment_batch, turn_tokens, 40);
+PIN(grove_environment_batch, turn_ended_with_eos, 48);
+PIN(grove_environment_batch, prompts, 56);
+PIN(grove_environment_batch, row_json, 64);
+PIN(grove_environment_batch, step, 72);
+PIN(grove_environment_batch, seed, 80);
+PIN_SIZE(grove_environment_batch, 88);
+
+PIN(grove_environment_output, struct_size, 0);
+PIN(grove_environment_output, observations, 8);
+PIN(grove_environment_output, done, 16);
+PIN(grove_environment_output, tool_calls, 24);
+PIN(grove_environment_output, tool_failures, 32);
+PIN_SIZE(grove_environment_output, 40);
+
+PIN(grove_environment_api, struct_size, 0);
+PIN(grove_environment_api, stop_strings, 8);
+PIN(grove_environment_api, step, 16);
+PIN_SIZE(grove_environment_api, 24);

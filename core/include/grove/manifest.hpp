@@ -37,7 +37,7 @@ struct KeySpec {
 
 const std::vector<KeySpec>& manifest_schema();
 
-// One plugin use: a reward, the adapter, or the reduction.
+// One plugin use: a reward, the adapter, the reduction, or the environment.
 struct PluginUse {
     std::string plugin;  // name or path (paths already resolved)
     std::string name;    // rewards: the metric name (defaults to the plugin name)
@@ -70,6 +70,7 @@ public:
     const std::vector<PluginUse>& rewards() const { return rewards_; }
     const PluginUse& adapter() const { return adapter_; }
     const PluginUse& reduction() const { return reduction_; }
+    const std::optional<PluginUse>& environment() const { return environment_; }  // [environment] plugin, when set
     const std::string& path() const { return path_; }
     const std::string& directory() const { return directory_; }
     int world_size() const { return world_size_; }
@@ -88,6 +89,7 @@ private:
     std::shared_ptr<std::set<std::string>> keys_read_ = std::make_shared<std::set<std::string>>();
     std::vector<PluginUse> rewards_;
     PluginUse adapter_, reduction_;
+    std::optional<PluginUse> environment_;
 };
 
 // A plugin use's own table as TOML text, and back (adapter checkpoints record theirs).

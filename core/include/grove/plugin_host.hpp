@@ -21,7 +21,7 @@ namespace grove {
 
 class PluginLibrary;  // a loaded shared library; kept alive while any of its plugins is in use
 
-const char* plugin_kind_name(uint32_t kind);  // "reward", "reduction", "adapter", "unknown"
+const char* plugin_kind_name(uint32_t kind);  // "reward", "reduction", "adapter", "environment", "unknown"
 
 // One plugin as found in a library.
 struct PluginInfo {

@@ -73,6 +73,11 @@ struct LoggingSection {
     std::optional<int64_t> num_completions_to_print;
 };
 
+struct EnvironmentSection {
+    std::optional<PluginUse> use;  // unset: single-turn completions
+    int64_t max_turns = 4;
+};
+
 struct RunConfig {
     std::string manifest_path;
     std::vector<std::string> plugin_dirs;
@@ -86,6 +91,7 @@ struct RunConfig {
     LoggingSection logging;
     std::vector<PluginUse> rewards;
     PluginUse adapter, reduction;
+    EnvironmentSection environment;
     int world_size = 1;
 
     static RunConfig from(const Manifest& manifest);

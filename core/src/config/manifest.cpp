@@ -439,6 +439,19 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         use->origin = (declared ? v.where(*declared, section) : source_name) + " [" + section + "]";
     }
 
+    {
+        const toml::table& t = *values->get("environment")->as_table();
+        if (auto plugin = t["plugin"].value<std::string>()) {
+            PluginUse use;
+            use.plugin = looks_like_plugin_path(*plugin) ? resolve_path(m.directory_, *plugin) : *plugin;
+            use.name = use.plugin;
+            use.config = std::make_shared<toml::table>(*t["config"].as_table());
+            const toml::node* declared = root.get("environment");
+            use.origin = (declared ? v.where(*declared, "environment") : source_name) + " [environment]";
+            m.environment_ = std::move(use);
+        }
+    }
+
     // paths relative to the manifest's folder
     for (const auto& spec : manifest_schema()) {
         if (!spec.is_path) continue;
@@ -487,6 +500,7 @@ std::vector<std::string> Manifest::keys_never_read() const {
     for (const KeySpec& spec : manifest_schema()) {
         std::string section = spec.section;
         if (section == "rewards[]" || section == "adapter" || section == "reduction") continue;  // PluginUse
+        if (section == "environment" && spec.key != std::string("max_turns")) continue;          // PluginUse
         std::string dotted = section.empty() ? spec.key : section + "." + spec.key;
         if (!keys_read_->count(dotted)) unread.push_back(dotted);
     }

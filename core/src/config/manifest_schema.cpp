@@ -99,6 +99,16 @@ const std::vector<KeySpec>& manifest_schema() {
             "loss_type"),
         key("reduction", "config", T::table, "{}", "the reduction's settings"),
 
+        key("environment", "plugin", T::string, nullptr,
+            "multi-turn episodes: an environment plugin (e.g. calculator) answers the model's turns; unset = "
+            "single-turn completions"),
+        key("environment", "config", T::table, "{}", "the environment's settings (`grove plugins info NAME`)"),
+        trl(range(key("environment", "max_turns", T::integer, "4",
+                      "model turns per episode at most; every token of the episode counts toward "
+                      "max_completion_length"),
+                  1, kInf),
+            "max_tool_calling_iterations"),
+
         trl(range(key("loss", "beta", T::number, "0.0",
                       "KL coefficient; 0 loads no reference model. 0.001 keeps long runs stable at little cost"),
                   0, kInf),

@@ -108,6 +108,8 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.rewards = m.rewards();
     c.adapter = m.adapter();
     c.reduction = m.reduction();
+    c.environment.use = m.environment();
+    c.environment.max_turns = m.integer("environment.max_turns");
     return c;
 }
 

@@ -59,6 +59,8 @@ const char* plugin_kind_name(uint32_t kind) {
             return "reduction";
         case GROVE_PLUGIN_KIND_ADAPTER:
             return "adapter";
+        case GROVE_PLUGIN_KIND_ENVIRONMENT:
+            return "environment";
         default:
             return "unknown";
     }
@@ -151,9 +153,15 @@ PluginInfo describe(const std::shared_ptr<PluginLibrary>& library, const grove_p
         too_small("reduction", d->reduction->struct_size, offsetof(grove_reduction_api, weights) + sizeof(void*), "weights");
     if (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter)
         too_small("adapter", d->adapter->struct_size, offsetof(grove_adapter_api, forward) + sizeof(void*), "forward");
+    // ABI 1.2 appended the environment table: a shorter descriptor has none
+    const grove_environment_api* environment =
+        GROVE_HAS_FIELD(d, grove_plugin_descriptor, environment) ? d->environment : nullptr;
+    if (d->kind == GROVE_PLUGIN_KIND_ENVIRONMENT && environment)
+        too_small("environment", environment->struct_size, offsetof(grove_environment_api, step) + sizeof(void*), "step");
     bool table_ok = (d->kind == GROVE_PLUGIN_KIND_REWARD && d->reward && d->reward->score) ||
                     (d->kind == GROVE_PLUGIN_KIND_REDUCTION && d->reduction && d->reduction->weights) ||
-                    (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter && d->adapter->attach && d->adapter->forward);
+                    (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter && d->adapter->attach && d->adapter->forward) ||
+                    (d->kind == GROVE_PLUGIN_KIND_ENVIRONMENT && environment && environment->step);
     if (!table_ok || !d->create)
         throw plugin_error("plugin " + info.display() + " declares kind '" + plugin_kind_name(d->kind) +
                            "' but does not provide create() and that kind's function table");

@@ -78,6 +78,13 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
 // (groups may span ranks).
 std::vector<BatchRow> shard_rows(const std::vector<BatchRow>& batch, int rank, int world_size);
 
+// One multi-turn episode's counts, for the environment metrics.
+struct EpisodeStats {
+    int64_t turns = 0, tool_calls = 0, tool_failures = 0, observation_tokens = 0;
+    double environment_seconds = 0;  // this episode's share of the environment's calls
+    bool hit_max_turns = false;      // its last allowed turn ended at a stop string, not EOS
+};
+
 // The rollout stage's value: this rank's rows with their completions.
 struct Rollout {
     std::vector<BatchRow> rows;    // [N] this rank's
@@ -85,8 +92,9 @@ struct Rollout {
     // [N, C] long: 1 where the model wrote the token, 0 where an environment did (TRL's env_mask) or
     // past the row's end; undefined when single-turn (every completion token is the model's)
     at::Tensor model_token_mask;
-    int64_t first_row = 0;  // index of rows[0] in the global generation batch
-    uint64_t seed = 0;      // the sampler's seed for this batch
+    std::vector<EpisodeStats> episodes;  // [N] with an environment; empty otherwise
+    int64_t first_row = 0;               // index of rows[0] in the global generation batch
+    uint64_t seed = 0;                   // the sampler's seed for this batch
     bool replayed() const { return !rows.empty() && rows[0].replay; }
 };
 

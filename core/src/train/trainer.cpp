@@ -26,7 +26,9 @@
 #include "grove/run_config.hpp"
 #include "grove/tokenizer.hpp"
 #include "train/autocast.hpp"
+#include "grove/environment_host.hpp"
 #include "train/checkpoint.hpp"
+#include "train/episodes.hpp"
 #include "train/micro_batches.hpp"
 #include "train/policy_step.hpp"
 #include "train/rollout.hpp"
@@ -72,6 +74,7 @@ struct Trainer::State {
     std::unique_ptr<RewardSet> rewards;
     std::unique_ptr<PluginInstance> adapter, reduction;
     std::unique_ptr<AdapterHost> adapter_host;
+    std::unique_ptr<Environment> environment;       // multi-turn episodes, when [environment] names one
     std::optional<at::DeviceType> autocast_device;  // train.mixed_precision resolved
     std::vector<at::Tensor> params;                 // trainable tensors, in optimizer order
     std::unique_ptr<AdamW> optimizer;
@@ -126,6 +129,13 @@ void Trainer::State::load() {
     rewards = std::make_unique<RewardSet>(*host, c.rewards);
     adapter = std::make_unique<PluginInstance>(create_plugin(*host, c.adapter, GROVE_PLUGIN_KIND_ADAPTER));
     reduction = std::make_unique<PluginInstance>(create_plugin(*host, c.reduction, GROVE_PLUGIN_KIND_REDUCTION));
+    if (c.environment.use) {
+        if (c.rollouts_path)
+            throw Error(ErrorKind::manifest, c.environment.use->origin +
+                                                 ": replayed rollouts ([rollouts] path) are never generated, so no "
+                                                 "environment takes part; remove one of the two");
+        environment = std::make_unique<Environment>(create_plugin(*host, *c.environment.use, GROVE_PLUGIN_KIND_ENVIRONMENT));
+    }
     at::manual_seed(uint64_t(c.train.seed));  // adapter initialisation
     adapter_host = std::make_unique<AdapterHost>(*adapter);
     const bool full = adapter_host->trains_base_weights();
@@ -200,7 +210,11 @@ void Trainer::State::make_generation_batch() {
     const int64_t first_row = int64_t(options.rank) * int64_t(rows.size());
     const bool replay = !rows.empty() && rows[0].replay;
     Rollout rollout =
-        replay ? replay_rollout(std::move(rows), o, first_row) : generate_rollout(*model, std::move(rows), o, first_row);
+        replay ? replay_rollout(std::move(rows), o, first_row)
+        : environment
+            ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
+                                {c.environment.max_turns, c.generation.max_completion_length, progress.global_step}, first_row)
+            : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
 
     auto t1 = Clock::now();
@@ -214,6 +228,8 @@ void Trainer::State::make_generation_batch() {
     reward_seconds += seconds_since(t1);
 
     std::map<std::string, double> metrics = scored_batch_metrics(scored);
+    if (environment)
+        for (const auto& [k, v] : episode_metrics(rollout, group)) metrics[k] = v;
     for (size_t i = 0; i < scored.completion_lengths.size(); ++i)
         progress.num_tokens += scored.prompt_lengths[i] + scored.completion_lengths[i];
     if (c.logging.log_completions)

@@ -41,7 +41,7 @@ extern "C" {
  * 1. What a plugin is
  * ============================================================================================
  * Grove's core owns generation, grouping, advantages, the policy loss and the optimizer. A plugin
- * customises one of three things:
+ * customises one of four things:
  *
  *   GROVE_PLUGIN_KIND_REWARD     scores a batch of completions: one float per completion
  *                                (NaN = "not applicable", TRL's None). Weights, NaN handling,
@@ -50,6 +50,8 @@ extern "C" {
  *                                weights; the host forms loss = sum(weight * (policy + beta*kl)).
  *   GROVE_PLUGIN_KIND_ADAPTER    decides what trains: "full" (base weights) or extra parameters
  *                                (LoRA) built through a host tensor-op table, so it needs no libtorch.
+ *   GROVE_PLUGIN_KIND_ENVIRONMENT  (ABI 1.2) answers the model's turns in multi-turn episodes (a
+ *                                tool: a calculator, a program); its answers are context, never loss.
  *
  * One library may hold several plugins. Each has a kind, a unique name, and create/destroy for
  * its instances: the manifest's table for that plugin becomes the `grove_config` of one instance.
@@ -57,7 +59,8 @@ extern "C" {
 typedef enum grove_plugin_kind {
     GROVE_PLUGIN_KIND_REWARD = 1,
     GROVE_PLUGIN_KIND_REDUCTION = 2,
-    GROVE_PLUGIN_KIND_ADAPTER = 3
+    GROVE_PLUGIN_KIND_ADAPTER = 3,
+    GROVE_PLUGIN_KIND_ENVIRONMENT = 4 /* ABI 1.2 */
 } grove_plugin_kind;
 
 /* ============================================================================================
@@ -69,7 +72,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 1
+#define GROVE_ABI_MINOR 2
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -234,6 +237,7 @@ typedef struct grove_host_api grove_host_api;
 typedef struct grove_reward_api grove_reward_api;
 typedef struct grove_reduction_api grove_reduction_api;
 typedef struct grove_adapter_api grove_adapter_api;
+typedef struct grove_environment_api grove_environment_api;
 
 typedef struct grove_plugin_descriptor {
     uint32_t struct_size;
@@ -255,6 +259,7 @@ typedef struct grove_plugin_descriptor {
     const grove_reward_api* reward;
     const grove_reduction_api* reduction;
     const grove_adapter_api* adapter;
+    const grove_environment_api* environment; /* ABI 1.2; older descriptors end before it */
 } grove_plugin_descriptor;
 
 typedef struct grove_plugin_list {
@@ -452,7 +457,67 @@ struct grove_adapter_api {
 };
 
 /* ============================================================================================
- * 9. A complete reward plugin, in C
+ * 9. Environment plugins (ABI 1.2): multi-turn episodes and tools
+ * ============================================================================================
+ * An episode starts from a dataset row's prompt. The model writes a turn, which ends at EOS, at one
+ * of the environment's stop strings (say "</calc>"), or when the episode's token budget
+ * (max_completion_length, which counts every token of the episode) runs out. The host then calls
+ * step() once for ALL episodes waiting on the environment, never once per episode. For each one,
+ * the environment appends the observation to its sink (say "<result>42</result>"), or appends
+ * nothing, or sets done. The host tokenizes the observation once, appends its tokens to the
+ * episode, and the model writes its next turn after them.
+ *
+ * An episode ends when:
+ *   - the environment sets done, or appends no observation;
+ *   - the model has written max_turns turns (the manifest's [environment] max_turns);
+ *   - the budget is spent. An observation longer than the remaining budget is cut to fit, and the
+ *     episode ends there, as TRL cuts its tool output.
+ *
+ * The host works in token space and never re-tokenizes an episode's history. The observation's
+ * tokens are context: they are excluded from the loss, the KL term, the reductions' token counts and
+ * the completion lengths (TRL's env_mask = 0). Rewards see the whole episode's text.
+ *
+ * step() gets the model's last turn decoded with special tokens removed, and its token ids. Count
+ * the tool calls and failed calls you saw in tool_calls and tool_failures: the host logs TRL's
+ * tools/call_frequency and tools/failure_frequency from them. A failed call should still get an
+ * observation (an error message the model can learn from); a step() that returns an error status
+ * stops the run with your message, so keep that for broken configuration, not for bad tool calls.
+ */
+typedef struct grove_environment_batch {
+    uint32_t struct_size;
+    uint32_t count;                     /* episodes waiting on the environment, n */
+    const uint64_t* episodes;           /* [n] each episode's row in the generation batch */
+    const uint32_t* turns;              /* [n] model turns written so far (>= 1) */
+    const grove_text* turn_texts;       /* [n] the last turn, decoded, special tokens removed */
+    const int64_t* turn_token_offsets;  /* [n+1] CSR: turn i is turn_tokens[offsets[i] .. offsets[i+1]) */
+    const int32_t* turn_tokens;         /* the last turns' token ids */
+    const uint8_t* turn_ended_with_eos; /* [n] 1 when the turn ended with EOS, 0 with a stop string */
+    const grove_text* prompts;          /* [n] the prompt as the model saw it */
+    const grove_text* row_json;         /* [n] the dataset row's other columns as a JSON object */
+    int64_t step;                       /* optimizer step that generates this batch */
+    uint64_t seed;                      /* derived from the run seed and step */
+} grove_environment_batch;
+
+typedef struct grove_environment_output {
+    uint32_t struct_size;
+    grove_text_sink* const* observations; /* [n] append episode i's observation to observations[i] */
+    uint8_t* done;                        /* [n] host-filled 0; 1 ends the episode */
+    uint32_t* tool_calls;                 /* [n] host-filled 0: tool calls in this turn */
+    uint32_t* tool_failures;              /* [n] host-filled 0: of which failed */
+} grove_environment_output;
+
+struct grove_environment_api {
+    uint32_t struct_size;
+    /* Strings that end a model turn besides EOS, as a NULL-terminated array valid until destroy()
+     * (the host copies it once, after create()); NULL for none. The turn keeps the token that
+     * completes the string. */
+    const char* const* (*stop_strings)(void* instance);
+    grove_status (*step)(void* instance, const grove_environment_batch* batch, grove_environment_output* out,
+                         grove_error_sink* err);
+};
+
+/* ============================================================================================
+ * 10. A complete reward plugin, in C
  * ============================================================================================
  *
  *   #include <grove/grove_plugin.h>
@@ -485,7 +550,7 @@ struct grove_adapter_api {
  *       sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_REWARD, "short_answer", "1.0.0",
  *       "1.0 for a non-empty completion shorter than max_bytes",
  *       GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, keys, 1, NULL, 0,
- *       create, destroy, &api, NULL, NULL};
+ *       create, destroy, &api, NULL, NULL, NULL};
  *   static const grove_plugin_descriptor* const all[] = {&descriptor};
  *   static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all};
  *

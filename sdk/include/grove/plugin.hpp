@@ -17,7 +17,9 @@
 //   GROVE_PLUGIN_LIBRARY(&kMyReward)
 //
 // Reductions implement `void weights(const grove_reduction_context&, float* weight)`; adapters
-// implement attach/forward/merged_delta (see AdapterPlugin below).
+// implement attach/forward/merged_delta (see AdapterPlugin below); environments implement
+// `const char* const* stop_strings() const` and `void step(const grove_environment_batch&,
+// grove_environment_output&)` (see EnvironmentPlugin).
 #ifndef GROVE_PLUGIN_HPP
 #define GROVE_PLUGIN_HPP
 
@@ -203,6 +205,31 @@ struct AdapterPlugin : Lifecycle<T> {
                                            &saved_config_json};
 };
 
+// ---- environments (ABI 1.2) ------------------------------------------------------------------
+//   const char* const* stop_strings() const   (a NULL-terminated array valid until the instance goes)
+//   void step(const grove_environment_batch&, grove_environment_output&)
+// observe(out, i, text) appends episode i's observation.
+inline void observe(const grove_environment_output& out, uint32_t episode, std::string_view text) {
+    grove_text_sink* sink = out.observations[episode];
+    sink->append(sink, text.data(), text.size());
+}
+
+template <class T>
+struct EnvironmentPlugin : Lifecycle<T> {
+    static const char* const* stop_strings(void* instance) noexcept {
+        try {
+            return static_cast<T*>(instance)->stop_strings();
+        } catch (...) {
+            return nullptr;
+        }
+    }
+    static grove_status step(void* instance, const grove_environment_batch* batch, grove_environment_output* out,
+                             grove_error_sink* err) noexcept {
+        return guard(err, [&] { static_cast<T*>(instance)->step(*batch, *out); });
+    }
+    static constexpr grove_environment_api api{sizeof(grove_environment_api), &stop_strings, &step};
+};
+
 // ---- descriptors -----------------------------------------------------------------------------
 namespace detail {
 template <class Plugin, std::size_t NK, std::size_t NM>
@@ -249,6 +276,15 @@ constexpr grove_plugin_descriptor adapter_descriptor(const char* name, const cha
     auto d =
         detail::make<AdapterPlugin<T>>(GROVE_PLUGIN_KIND_ADAPTER, name, version, description, flags, keys, detail::kNoMetrics);
     d.adapter = &AdapterPlugin<T>::api;
+    return d;
+}
+
+template <class T, std::size_t NK>
+constexpr grove_plugin_descriptor environment_descriptor(const char* name, const char* version, const char* description,
+                                                         uint64_t flags, const grove_config_key (&keys)[NK]) {
+    auto d = detail::make<EnvironmentPlugin<T>>(GROVE_PLUGIN_KIND_ENVIRONMENT, name, version, description, flags, keys,
+                                                detail::kNoMetrics);
+    d.environment = &EnvironmentPlugin<T>::api;
     return d;
 }
 

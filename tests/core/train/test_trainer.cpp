@@ -33,7 +33,8 @@ const std::string kLowIds = GROVE_TEST_LOW_IDS_PLUGIN;
 const std::string kRankOne = GROVE_TEST_RANK_ONE_PLUGIN;
 
 // A run folder with 12 prompts and a manifest; `extra` is appended (later keys win via --set).
-grove::Manifest manifest(const std::string& name, const std::vector<std::string>& overrides, const std::string& rewards = "") {
+grove::Manifest manifest(const std::string& name, const std::vector<std::string>& overrides, const std::string& rewards = "",
+                         const std::string& extra_sections = "") {
     std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -51,7 +52,8 @@ grove::Manifest manifest(const std::string& name, const std::vector<std::string>
                          : rewards) +
         "[train]\nlearning_rate = 0.05\nseed = 3\n"
         "[output]\ndir = \"out\"\nsave_steps = 1000\n"
-        "[logging]\nlogging_steps = 1\n";
+        "[logging]\nlogging_steps = 1\n" +
+        extra_sections;
     std::ofstream(dir + "/grove.toml") << text;
     return grove::Manifest::load(dir + "/grove.toml", overrides);
 }
@@ -325,6 +327,54 @@ TEST(Trainer, ReplayedMultiTurnRowsKeepTheirEnvironmentMask) {
     } catch (const grove::Error& e) {
         EXPECT_NE(std::string(e.what()).find("multi_turn_rollouts.jsonl:1: env_mask has 1 values for 2 completion tokens"),
                   std::string::npos)
+            << e.what();
+    }
+}
+
+// Multi-turn episodes with an environment plugin: tool metrics are logged, the saved rollouts carry
+// env_mask, and replaying them (no environment) gives the same update, bit for bit.
+TEST(Trainer, EnvironmentEpisodesTrainAndReplayToTheSameUpdate) {
+    const std::string environment = std::string("[environment]\nplugin = \"") + GROVE_TEST_SCRIPTED_ENV_PLUGIN +
+                                    "\"\nconfig = { stop = \"e\", turns = 3 }\nmax_turns = 3\n";
+    std::vector<std::string> settings{"train.max_steps=2", "train.per_device_train_batch_size=4",
+                                      "generation.max_completion_length=24"};
+    auto generated_settings = settings;
+    generated_settings.push_back("logging.save_rollouts=true");
+    auto generated_manifest = manifest("episodes", generated_settings, "", environment);
+    grove::Trainer generated(generated_manifest, fresh());
+    std::vector<std::map<std::string, double>> expected{generated.step(), generated.step()};
+    EXPECT_GT(expected[0]["tools/call_frequency"], 0.0);
+    EXPECT_GT(expected[0]["episodes/turns_mean"], 1.0);
+    EXPECT_EQ(expected[0]["tools/failure_frequency"], 0.0);
+    EXPECT_GT(expected[0]["episodes/observation_tokens_mean"], 0.0);
+
+    std::string rollouts = generated_manifest.string("output.dir") + "/rollouts.jsonl";
+    std::ifstream saved(rollouts);
+    std::string line;
+    int64_t environment_tokens = 0;
+    while (std::getline(saved, line))
+        for (int64_t v : nlohmann::json::parse(line).at("env_mask").get<std::vector<int64_t>>()) environment_tokens += v == 0;
+    EXPECT_GT(environment_tokens, 0);
+
+    auto replay_settings = settings;
+    replay_settings.push_back("rollouts.path=\"" + rollouts + "\"");
+    grove::Trainer replayed(manifest("episodes_replay", replay_settings), fresh());
+    for (int i = 0; i < 2; ++i) {
+        auto got = replayed.step();
+        for (const char* key : {"loss", "reward", "grad_norm", "completions/mean_length"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(replayed.model()), snapshot(generated.model())), 0.0);
+}
+
+TEST(Trainer, AnEnvironmentMustBeAnEnvironmentPlugin) {
+    try {
+        grove::Trainer t(manifest("not_environment", {"train.max_steps=1"}, "", "[environment]\nplugin = \"format\"\n"),
+                         fresh());
+        FAIL() << "accepted a reward plugin as the environment";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("[environment]"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is of kind 'reward', but a environment plugin is needed"), std::string::npos)
             << e.what();
     }
 }

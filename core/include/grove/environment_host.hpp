@@ -1,0 +1,58 @@
+// The host side of environment plugins (SDK section 9): one call for every episode waiting on the
+// environment, its answers copied into host-owned values. Nothing here depends on libtorch.
+#pragma once
+
+#include <grove/grove_plugin.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grove/plugin_host.hpp"
+
+namespace grove {
+
+// The episodes of one step() call, owned on the host side; view() gives the borrowed C struct that
+// points into them (valid while this object lives and is not modified).
+struct EnvironmentTurns {
+    std::vector<uint64_t> episodes;
+    std::vector<uint32_t> turns;
+    std::vector<std::string> turn_texts, prompts, row_json;
+    std::vector<int64_t> token_offsets{0};  // CSR over tokens
+    std::vector<int32_t> tokens;
+    std::vector<uint8_t> ended_with_eos;
+    int64_t step = 0;
+    uint64_t seed = 0;
+
+    void add(uint64_t episode, uint32_t turn, std::string text, const std::vector<int64_t>& turn_tokens, bool eos,
+             std::string prompt, std::string columns_json);
+    size_t size() const { return episodes.size(); }
+    const grove_environment_batch& view();
+
+private:
+    std::vector<grove_text> text_views_, prompt_views_, json_views_;
+    grove_environment_batch batch_{};
+};
+
+// What the environment answered, per waiting episode.
+struct EnvironmentAnswers {
+    std::vector<std::string> observations;  // empty: no observation
+    std::vector<uint8_t> done;
+    std::vector<uint32_t> tool_calls, tool_failures;
+};
+
+// A live environment plugin: its stop strings (copied once) and its step() call. Every failure
+// becomes a grove::Error(plugin) that names the plugin and the first episode of the call.
+class Environment {
+public:
+    explicit Environment(PluginInstance instance);
+    const std::vector<std::string>& stop_strings() const { return stop_strings_; }
+    EnvironmentAnswers step(EnvironmentTurns& turns) const;
+    const PluginInstance& instance() const { return instance_; }
+
+private:
+    PluginInstance instance_;
+    std::vector<std::string> stop_strings_;
+};
+
+}  // namespace grove

@@ -1,0 +1,44 @@
+// Test environment: answers every model turn with the same `observation` until the episode has
+// `turns` model turns, then says done. `stop` (optional) ends model turns early; `fail_at_turn`
+// returns an error status at that turn, to test how the host reports a broken environment.
+#include <grove/plugin.hpp>
+
+#include <string>
+
+namespace {
+struct Scripted {
+    explicit Scripted(const grove::sdk::Config& c)
+            : observation(c.get_string("observation", " ok")),
+              stop(c.get_string("stop", "")),
+              turns(c.get_int("turns", 2)),
+              fail_at_turn(c.get_int("fail_at_turn", 0)) {
+        stops[0] = stop.empty() ? nullptr : stop.c_str();
+    }
+    const char* const* stop_strings() const { return stops; }
+    void step(const grove_environment_batch& b, grove_environment_output& out) const {
+        for (uint32_t i = 0; i < b.count; ++i) {
+            if (int64_t(b.turns[i]) == fail_at_turn)
+                throw grove::sdk::Error(GROVE_ERROR_INTERNAL, "scripted failure at turn " + std::to_string(fail_at_turn));
+            if (int64_t(b.turns[i]) >= turns) {
+                out.done[i] = 1;
+                continue;
+            }
+            out.tool_calls[i] = 1;
+            grove::sdk::observe(out, i, observation);
+        }
+    }
+    std::string observation, stop;
+    int64_t turns, fail_at_turn;
+    const char* stops[2] = {nullptr, nullptr};
+};
+const grove_config_key kKeys[] = {
+    grove::sdk::key("observation", GROVE_VALUE_STRING, "\" ok\"", "the answer to every turn"),
+    grove::sdk::key("stop", GROVE_VALUE_STRING, "\"\"", "a stop string; empty: none"),
+    grove::sdk::key("turns", GROVE_VALUE_INT, "2", "model turns before done"),
+    grove::sdk::key("fail_at_turn", GROVE_VALUE_INT, "0", "return an error at this turn; 0: never"),
+};
+constexpr auto kScripted =
+    grove::sdk::environment_descriptor<Scripted>("scripted_env", "1.0.0", "answers every turn the same", 0, kKeys);
+}  // namespace
+
+GROVE_PLUGIN_LIBRARY(&kScripted)

@@ -1,0 +1,145 @@
+// Multi-turn episodes with an environment plugin (train/episodes.cpp) on the tiny checkpoint: the
+// history stays in token space (the sampler's log-probabilities are the trainer's over the whole
+// episode), observations are context, the budget and max_turns hold, and a failing environment is
+// reported with its name and rows.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "grove/environment_host.hpp"
+#include "grove/error.hpp"
+#include "grove/generation.hpp"
+#include "grove/model.hpp"
+#include "grove/tokenizer.hpp"
+#include "train/episodes.hpp"
+
+namespace {
+const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
+
+grove::Environment scripted(const std::string& config) {
+    grove::PluginHost host({});
+    auto info = host.find(GROVE_TEST_SCRIPTED_ENV_PLUGIN, GROVE_PLUGIN_KIND_ENVIRONMENT);
+    return grove::Environment(grove::PluginInstance(info, grove::PluginConfig::from_toml_text(info, config, "test")));
+}
+
+struct Fixture {
+    std::unique_ptr<grove::Model> model = grove::Model::load(kModel);
+    std::unique_ptr<grove::Tokenizer> tokenizer = grove::Tokenizer::load(kModel);
+
+    std::vector<grove::BatchRow> rows(int n) const {
+        std::vector<grove::BatchRow> out;
+        for (int i = 0; i < n; ++i) {
+            grove::BatchRow r;
+            r.prompt_text = "What is " + std::to_string(i) + " + 2?";
+            r.prompt_ids = tokenizer->encode(r.prompt_text, true);
+            r.columns_json = "{}";
+            out.push_back(r);
+        }
+        return out;
+    }
+    grove::Rollout run(const grove::Environment& env, int n, int64_t max_turns, int64_t budget) const {
+        grove::SamplingOptions o;
+        o.eos_token_ids = {2};
+        o.seed = 11;
+        return grove::generate_episodes(*model, *tokenizer, env, rows(n), o, {max_turns, budget, 0}, 0);
+    }
+};
+
+std::vector<int64_t> row_of(const at::Tensor& t, int64_t i, int64_t length) {
+    at::Tensor c = t[i].narrow(0, 0, length).to(at::kLong).contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + length);
+}
+}  // namespace
+
+TEST(Episodes, ObservationsAreContextAndTheSamplersLogprobsAreTheTrainers) {
+    Fixture f;
+    auto env = scripted("observation = \" ok\"\nstop = \"e\"\nturns = 3");
+    auto rollout = f.run(env, 8, 3, 40);
+    const auto& c = rollout.completions;
+    const auto observation = f.tokenizer->encode(" ok", false);
+    int64_t observed_rows = 0;
+    for (int64_t i = 0; i < 8; ++i) {
+        const int64_t n = c.lengths[size_t(i)];
+        ASSERT_LE(n, 40);
+        auto ids = row_of(c.completion_ids, i, n), model = row_of(rollout.model_token_mask, i, n);
+        // every run of environment tokens is exactly the tokenized observation
+        std::vector<int64_t> run;
+        int64_t observations = 0;
+        for (int64_t t = 0; t <= n; ++t) {
+            if (t < n && model[size_t(t)] == 0) {
+                run.push_back(ids[size_t(t)]);
+                continue;
+            }
+            if (!run.empty()) {
+                EXPECT_EQ(run, observation) << "row " << i;
+                ++observations;
+                run.clear();
+            }
+        }
+        EXPECT_EQ(observations, rollout.episodes[size_t(i)].tool_calls);
+        EXPECT_EQ(observations * int64_t(observation.size()), rollout.episodes[size_t(i)].observation_tokens);
+        EXPECT_LE(rollout.episodes[size_t(i)].turns, 3);
+        observed_rows += observations > 0;
+    }
+    ASSERT_GT(observed_rows, 0) << "no episode reached the environment: the test exercised nothing";
+
+    // the trainer's log-probabilities of the whole episode, at the sampler's temperature (1): equal
+    // on the model's tokens, so the history each turn was generated from is the completion itself
+    at::Tensor prompt_ids = at::zeros({8, 8}, at::kLong), prompt_mask = at::zeros({8, 8}, at::kLong);
+    auto rows = f.rows(8);
+    for (int64_t i = 0; i < 8; ++i) {
+        const int64_t p = int64_t(rows[size_t(i)].prompt_ids.size());
+        prompt_ids[i].narrow(0, 8 - p, p).copy_(at::tensor(rows[size_t(i)].prompt_ids, at::kLong));
+        prompt_mask[i].narrow(0, 8 - p, p).fill_(1);
+    }
+    at::Tensor trainer =
+        grove::completion_logprobs(*f.model, prompt_ids, prompt_mask, c.completion_ids, c.completion_mask, 1.0);
+    at::Tensor model_tokens = rollout.model_token_mask.to(at::kFloat);
+    EXPECT_LT(((trainer - c.sampled_logprobs).abs() * model_tokens).max().item<double>(), 1e-4);
+}
+
+TEST(Episodes, AnObservationPastTheBudgetIsCutAndEndsTheEpisode) {
+    Fixture f;
+    std::string long_observation;
+    for (int i = 0; i < 40; ++i) long_observation += " ok";
+    auto rollout = f.run(scripted("observation = \"" + long_observation + "\"\nstop = \"e\"\nturns = 3"), 8, 3, 12);
+    int64_t cut = 0;
+    for (int64_t i = 0; i < 8; ++i) {
+        const int64_t n = rollout.completions.lengths[size_t(i)];
+        EXPECT_LE(n, 12);
+        if (rollout.episodes[size_t(i)].observation_tokens == 0) continue;
+        EXPECT_EQ(n, 12) << "row " << i << ": the observation fills the budget";
+        EXPECT_EQ(rollout.model_token_mask[i][n - 1].item<int64_t>(), 0) << "and ends the episode";
+        EXPECT_EQ(rollout.episodes[size_t(i)].turns, 1);
+        ++cut;
+    }
+    EXPECT_GT(cut, 0);
+}
+
+TEST(Episodes, OneTurnNeverCallsTheEnvironmentAndAFailingOneNamesItsRows) {
+    Fixture f;
+    auto failing = scripted("stop = \"e\"\nfail_at_turn = 1");
+    auto single = f.run(failing, 4, 1, 20);
+    EXPECT_EQ(single.model_token_mask.sum().item<int64_t>(), single.completions.completion_mask.sum().item<int64_t>());
+    try {
+        f.run(failing, 4, 2, 20);
+        FAIL() << "the environment's error was not reported";
+    } catch (const grove::Error& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("scripted_env"), std::string::npos) << what;
+        EXPECT_NE(what.find("scripted failure at turn 1"), std::string::npos) << what;
+        EXPECT_NE(what.find("generation-batch rows"), std::string::npos) << what;
+    }
+}
+
+TEST(Episodes, StopStringsCutATurnAfterTheTokenThatCompletesThem) {
+    Fixture f;
+    auto ids = f.tokenizer->encode("Hello world, hello there.", false);
+    const size_t cut = grove::cut_at_stop_string(*f.tokenizer, ids, {"world"});
+    ASSERT_LT(cut, ids.size());
+    auto text = [&](size_t n) { return f.tokenizer->decode(std::vector<int64_t>(ids.begin(), ids.begin() + long(n)), false); };
+    EXPECT_NE(text(cut).find("world"), std::string::npos);
+    EXPECT_EQ(text(cut - 1).find("world"), std::string::npos);
+    EXPECT_EQ(grove::cut_at_stop_string(*f.tokenizer, ids, {"absent"}), ids.size());
+    EXPECT_EQ(grove::cut_at_stop_string(*f.tokenizer, ids, {}), ids.size());
+}
