@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,15 @@ struct ExpressionError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// The character at text[at] as a whole UTF-8 sequence, so an error message stays valid UTF-8.
+std::string character_at(std::string_view text, size_t at) {
+    const unsigned char lead = static_cast<unsigned char>(text[at]);
+    const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+    bool valid = length > 0 && at + length <= text.size();
+    for (size_t i = 1; valid && i < length; ++i) valid = (static_cast<unsigned char>(text[at + i]) & 0xC0) == 0x80;
+    return valid ? std::string(text.substr(at, length)) : "byte " + std::to_string(lead);
+}
+
 class Parser {
 public:
     explicit Parser(std::string_view text) : text_(text) {}
@@ -30,7 +40,7 @@ public:
     double evaluate() {
         double value = sum();
         skip_spaces();
-        if (at_ < text_.size()) throw ExpressionError("unexpected '" + std::string(1, text_[at_]) + "'");
+        if (at_ < text_.size()) throw ExpressionError("unexpected '" + character_at(text_, at_) + "'");
         if (!std::isfinite(value)) throw ExpressionError("the result is not a finite number");
         return value;
     }
@@ -95,7 +105,7 @@ private:
         const size_t start = at_;
         while (at_ < text_.size() && ((text_[at_] >= '0' && text_[at_] <= '9') || text_[at_] == '.')) ++at_;
         if (at_ == start)
-            throw ExpressionError(at_ < text_.size() ? "unexpected '" + std::string(1, text_[at_]) + "'" : "missing a number");
+            throw ExpressionError(at_ < text_.size() ? "unexpected '" + character_at(text_, at_) + "'" : "missing a number");
         const std::string digits(text_.substr(start, at_ - start));
         if (digits == "." || digits.find('.') != digits.rfind('.')) throw ExpressionError("malformed number '" + digits + "'");
         return std::strtod(digits.c_str(), nullptr);  // very long numbers give inf, refused in evaluate()
@@ -109,6 +119,7 @@ private:
 // Integers print as integers; anything else with up to 10 significant digits.
 std::string format_number(double value) {
     char buffer[64];
+    if (value == 0) value = 0;  // no "-0"
     if (std::fabs(value) < 1e15 && value == std::floor(value))
         std::snprintf(buffer, sizeof buffer, "%.0f", value);
     else

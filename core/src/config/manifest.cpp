@@ -441,12 +441,16 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
 
     {
         const toml::table& t = *values->get("environment")->as_table();
+        const toml::node* declared = root.get("environment");
+        if (declared && !t["plugin"])
+            throw manifest_error(v.where(*declared, "environment"),
+                                 "[environment] needs plugin = \"NAME\" (e.g. \"calculator\"), or remove the section for "
+                                 "single-turn completions");
         if (auto plugin = t["plugin"].value<std::string>()) {
             PluginUse use;
             use.plugin = looks_like_plugin_path(*plugin) ? resolve_path(m.directory_, *plugin) : *plugin;
             use.name = use.plugin;
             use.config = std::make_shared<toml::table>(*t["config"].as_table());
-            const toml::node* declared = root.get("environment");
             use.origin = (declared ? v.where(*declared, "environment") : source_name) + " [environment]";
             m.environment_ = std::move(use);
         }
@@ -593,11 +597,21 @@ std::string Manifest::resolved_toml() const {
     for (const auto& spec : manifest_schema()) {
         std::string section = spec.section;
         if (section.empty() || section == "rewards[]") continue;
+        // without an environment the section would read as one that forgot its plugin: shown as comments
+        const bool commented = section == "environment" && !environment_;
         if (section != current) {
             current = section;
-            os << "\n[" << section << "]\n";
+            os << "\n"
+               << (commented ? "# " : "") << "[" << section << "]" << (commented ? "  (single-turn: none)" : "") << "\n";
         }
-        print_key(os, spec, values_->get(section)->as_table()->get(spec.key));
+        if (commented) {
+            std::ostringstream line;
+            print_key(line, spec, values_->get(section)->as_table()->get(spec.key));
+            const std::string text = line.str();
+            os << (text.rfind('#', 0) == 0 ? "" : "# ") << text;
+        } else {
+            print_key(os, spec, values_->get(section)->as_table()->get(spec.key));
+        }
     }
     for (const auto& reward : rewards_) {
         os << "\n[[rewards]]\n";

@@ -103,11 +103,10 @@ const std::vector<KeySpec>& manifest_schema() {
             "multi-turn episodes: an environment plugin (e.g. calculator) answers the model's turns; unset = "
             "single-turn completions"),
         key("environment", "config", T::table, "{}", "the environment's settings (`grove plugins info NAME`)"),
-        trl(range(key("environment", "max_turns", T::integer, "4",
-                      "model turns per episode at most; every token of the episode counts toward "
-                      "max_completion_length"),
-                  1, kInf),
-            "max_tool_calling_iterations"),
+        range(key("environment", "max_turns", T::integer, "4",
+                  "model turns per episode at most (TRL's max_tool_calling_iterations + 1); every token of the "
+                  "episode counts toward max_completion_length"),
+              1, kInf),
 
         trl(range(key("loss", "beta", T::number, "0.0",
                       "KL coefficient; 0 loads no reference model. 0.001 keeps long runs stable at little cost"),

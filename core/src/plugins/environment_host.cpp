@@ -45,10 +45,14 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
     if (info.kind != GROVE_PLUGIN_KIND_ENVIRONMENT)
         throw Error(ErrorKind::plugin,
                     "plugin " + info.display() + " is a " + plugin_kind_name(info.kind) + " plugin, not an environment");
-    if (info.descriptor->environment->stop_strings)
-        if (const char* const* stops = info.descriptor->environment->stop_strings(instance_.handle()))
-            for (; *stops; ++stops)
-                if (**stops) stop_strings_.emplace_back(*stops);
+    if (info.descriptor->environment->stop_strings) {
+        const char* const* stops = nullptr;
+        ErrorCapture capture;
+        instance_.check(info.descriptor->environment->stop_strings(instance_.handle(), &stops, &capture.sink), "stop_strings",
+                        capture);
+        for (; stops && *stops; ++stops)
+            if (**stops) stop_strings_.emplace_back(*stops);
+    }
 }
 
 EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {

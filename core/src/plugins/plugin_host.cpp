@@ -244,8 +244,10 @@ std::vector<PluginInfo> PluginHost::list(std::vector<std::string>* skipped) {
 PluginInfo PluginHost::find_anywhere(const std::string& reference, uint32_t expected_kind) {
     auto check_kind = [&](const PluginInfo& info) {
         if (expected_kind && info.kind != expected_kind)
-            throw plugin_error("plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) + "', but a " +
-                               plugin_kind_name(expected_kind) + " plugin is needed here");
+            throw plugin_error(
+                "plugin " + info.display() + " is of kind '" + plugin_kind_name(info.kind) + "', but " +
+                (expected_kind == GROVE_PLUGIN_KIND_ADAPTER || expected_kind == GROVE_PLUGIN_KIND_ENVIRONMENT ? "an " : "a ") +
+                plugin_kind_name(expected_kind) + " plugin is needed here");
         return info;
     };
     if (looks_like_path(reference)) {

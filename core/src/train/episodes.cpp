@@ -161,7 +161,7 @@ Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const 
                 continue;
             }
             const size_t i = writing[k];
-            waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, true), ids, ended_with_eos,
+            waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
                         rows[i].prompt_text, rows[i].columns_json);
             waiting_episodes.push_back(i);
         }

@@ -195,6 +195,11 @@ Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& option
             c.completion_ids[i]
                 .narrow(0, 0, length)
                 .copy_(at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + length), at::kLong));
+        if (length > 0 && !row.sampling_logprobs.empty())  // kept, so save_rollouts writes them back
+            c.sampled_logprobs[i]
+                .narrow(0, 0, length)
+                .copy_(at::tensor(std::vector<float>(row.sampling_logprobs.begin(), row.sampling_logprobs.begin() + length),
+                                  at::kFloat));
         c.truncated[i] = !(length > 0 && eos.count(ids[size_t(length - 1)]));
         c.lengths.push_back(length);
     }

@@ -477,7 +477,8 @@ struct grove_adapter_api {
  * tokens are context: they are excluded from the loss, the KL term, the reductions' token counts and
  * the completion lengths (TRL's env_mask = 0). Rewards see the whole episode's text.
  *
- * step() gets the model's last turn decoded with special tokens removed, and its token ids. Count
+ * step() gets the model's last turn decoded with its special tokens kept (a tool's tag may be one;
+ * a turn that ended with EOS ends with its text), and its token ids. Count
  * the tool calls and failed calls you saw in tool_calls and tool_failures: the host logs TRL's
  * tools/call_frequency and tools/failure_frequency from them. A failed call should still get an
  * observation (an error message the model can learn from); a step() that returns an error status
@@ -488,7 +489,7 @@ typedef struct grove_environment_batch {
     uint32_t count;                     /* episodes waiting on the environment, n */
     const uint64_t* episodes;           /* [n] each episode's row in the generation batch */
     const uint32_t* turns;              /* [n] model turns written so far (>= 1) */
-    const grove_text* turn_texts;       /* [n] the last turn, decoded, special tokens removed */
+    const grove_text* turn_texts;       /* [n] the last turn, decoded, special tokens kept */
     const int64_t* turn_token_offsets;  /* [n+1] CSR: turn i is turn_tokens[offsets[i] .. offsets[i+1]) */
     const int32_t* turn_tokens;         /* the last turns' token ids */
     const uint8_t* turn_ended_with_eos; /* [n] 1 when the turn ended with EOS, 0 with a stop string */
@@ -508,10 +509,10 @@ typedef struct grove_environment_output {
 
 struct grove_environment_api {
     uint32_t struct_size;
-    /* Strings that end a model turn besides EOS, as a NULL-terminated array valid until destroy()
-     * (the host copies it once, after create()); NULL for none. The turn keeps the token that
-     * completes the string. */
-    const char* const* (*stop_strings)(void* instance);
+    /* Strings that end a model turn besides EOS: set *strings to a NULL-terminated array valid
+     * until destroy() (the host copies it once, after create()), or leave it NULL for none. The
+     * turn keeps the token that completes the string. */
+    grove_status (*stop_strings)(void* instance, const char* const** strings, grove_error_sink* err);
     grove_status (*step)(void* instance, const grove_environment_batch* batch, grove_environment_output* out,
                          grove_error_sink* err);
 };

@@ -216,12 +216,8 @@ inline void observe(const grove_environment_output& out, uint32_t episode, std::
 
 template <class T>
 struct EnvironmentPlugin : Lifecycle<T> {
-    static const char* const* stop_strings(void* instance) noexcept {
-        try {
-            return static_cast<T*>(instance)->stop_strings();
-        } catch (...) {
-            return nullptr;
-        }
+    static grove_status stop_strings(void* instance, const char* const** strings, grove_error_sink* err) noexcept {
+        return guard(err, [&] { *strings = static_cast<T*>(instance)->stop_strings(); });
     }
     static grove_status step(void* instance, const grove_environment_batch* batch, grove_environment_output* out,
                              grove_error_sink* err) noexcept {

@@ -143,3 +143,21 @@ TEST(Episodes, StopStringsCutATurnAfterTheTokenThatCompletesThem) {
     EXPECT_EQ(grove::cut_at_stop_string(*f.tokenizer, ids, {"absent"}), ids.size());
     EXPECT_EQ(grove::cut_at_stop_string(*f.tokenizer, ids, {}), ids.size());
 }
+
+// max_turns: an episode whose last allowed turn still ended at a stop string (it wanted the tool
+// again) counts in episodes/max_turns_ratio; one that ended with EOS or the budget does not.
+TEST(Episodes, EpisodesStillCallingAtTheirLastTurnCountAsHittingMaxTurns) {
+    Fixture f;
+    auto rollout = f.run(scripted("stop = \"e\"\nturns = 10"), 8, 2, 40);
+    int64_t hit = 0;
+    for (int64_t i = 0; i < 8; ++i) {
+        const auto& e = rollout.episodes[size_t(i)];
+        const int64_t n = rollout.completions.lengths[size_t(i)];
+        const int64_t last = rollout.completions.completion_ids[i][n - 1].item<int64_t>();
+        EXPECT_LE(e.turns, 2);
+        EXPECT_EQ(e.hit_max_turns, e.turns == 2 && last != 2 && n < 40) << "row " << i;
+        hit += e.hit_max_turns;
+    }
+    EXPECT_GT(hit, 0);
+    EXPECT_DOUBLE_EQ(grove::episode_metrics(rollout, nullptr)["episodes/max_turns_ratio"], double(hit) / 8.0);
+}

@@ -374,8 +374,14 @@ TEST(Trainer, AnEnvironmentMustBeAnEnvironmentPlugin) {
         FAIL() << "accepted a reward plugin as the environment";
     } catch (const grove::Error& e) {
         EXPECT_NE(std::string(e.what()).find("[environment]"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("is of kind 'reward', but a environment plugin is needed"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("is of kind 'reward', but an environment plugin is needed"), std::string::npos)
             << e.what();
+    }
+    try {
+        manifest("environment_without_plugin", {}, "", "[environment]\nmax_turns = 2\n");
+        FAIL() << "accepted [environment] without a plugin";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("[environment] needs plugin"), std::string::npos) << e.what();
     }
 }
 
