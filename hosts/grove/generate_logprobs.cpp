@@ -14,11 +14,14 @@
 
 #include "cli.hpp"
 #include "grove/dataset.hpp"
+#include "grove/environment_host.hpp"
+#include "grove/episodes.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/model.hpp"
+#include "grove/plugin_host.hpp"
 #include "grove/tokenizer.hpp"
 
 namespace grove::cli {
@@ -30,6 +33,50 @@ namespace {
 std::vector<int64_t> to_vector(const at::Tensor& t) {
     at::Tensor c = t.to(at::kLong).contiguous();
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+// `grove generate --environment`: whole episodes, printed turn by turn with the environment's parts
+// marked (text), or with their turns and env_mask (--json).
+int print_episodes(const po::variables_map& vm, const Model& model, const Tokenizer& tokenizer,
+                   const std::vector<PromptRow>& rows, const std::vector<std::vector<int64_t>>& prompts,
+                   const std::vector<std::string>& texts, int64_t n, const SamplingOptions& options) {
+    std::vector<std::string> dirs;
+    if (vm.count("plugin-dir")) dirs = vm["plugin-dir"].as<std::vector<std::string>>();
+    PluginHost host(plugin_search_path(dirs));
+    PluginInfo info = host.find(vm["environment"].as<std::string>(), GROVE_PLUGIN_KIND_ENVIRONMENT, "--environment");
+    PluginConfig config =
+        PluginConfig::from_toml_text(info, vm["environment-config"].as<std::string>(), "--environment-config");
+    Environment environment(PluginInstance(info, std::move(config)));
+    const int64_t max_turns = vm["max-turns"].as<int64_t>();
+    if (max_turns < 1) throw Error(ErrorKind::usage, "grove generate: --max-turns must be >= 1");
+    std::vector<EpisodeStart> starts;
+    for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], rows[i / size_t(n)].columns_json});
+    const auto episodes = run_episodes(model, tokenizer, environment, starts, options, {max_turns, options.max_new_tokens, 0});
+    for (size_t i = 0; i < episodes.size(); ++i) {
+        const Episode& e = episodes[i];
+        json turns = json::array();  // consecutive tokens of one author
+        for (size_t start = 0; start < e.ids.size();) {
+            size_t end = start;
+            while (end < e.ids.size() && e.model_tokens[end] == e.model_tokens[start]) ++end;
+            turns.push_back(
+                {{"role", e.model_tokens[start] ? "model" : "environment"},
+                 {"text",
+                  tokenizer.decode(std::vector<int64_t>(e.ids.begin() + long(start), e.ids.begin() + long(end)), false)}});
+            start = end;
+        }
+        if (vm.count("json")) {
+            json out = {
+                {"prompt_index", i / size_t(n)}, {"sample", i % size_t(n)},          {"prompt", texts[i]},
+                {"completion_ids", e.ids},       {"env_mask", e.model_tokens},       {"turns", turns},
+                {"model_turns", e.stats.turns},  {"tool_calls", e.stats.tool_calls}, {"tool_failures", e.stats.tool_failures}};
+            std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+            continue;
+        }
+        for (const auto& turn : turns)
+            std::cout << (turn["role"] == "model" ? "" : "[environment] ") << turn["text"].get<std::string>() << "\n";
+        std::cout << "---\n";
+    }
+    return 0;
 }
 
 }  // namespace
@@ -50,8 +97,12 @@ int generate(const std::vector<std::string>& args) {
         "repetition-penalty", po::value<double>()->default_value(1.0), "1 disables")(
         "seed", po::value<uint64_t>()->default_value(0), "sampling seed")(
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
-        "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")("json",
-                                                                                            "one JSON object per completion");
+        "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")(
+        "json", "one JSON object per completion")("environment", po::value<std::string>(),
+                                                  "multi-turn episodes with this environment plugin (name or path)")(
+        "environment-config", po::value<std::string>()->default_value(""), "the environment's settings, as TOML")(
+        "max-turns", po::value<int64_t>()->default_value(4), "model turns per episode")(
+        "plugin-dir", po::value<std::vector<std::string>>()->composing(), "a folder to search for plugins (repeatable)");
     auto vm = parse("generate", args, options, {}, "--model DIR (--prompt TEXT | --input FILE.jsonl) [options]");
     if (vm.count("prompt") == vm.count("input"))
         throw Error(ErrorKind::usage, "grove generate: give exactly one of --prompt and --input");
@@ -91,6 +142,7 @@ int generate(const std::vector<std::string>& args) {
     o.repetition_penalty = vm["repetition-penalty"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
     set_stop_tokens(o, *model, tokenizer->config());
+    if (vm.count("environment")) return print_episodes(vm, *model, *tokenizer, rows, prompts, texts, n, o);
     auto result = grove::generate(*model, prompts, o);
 
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "grove/safetensors.hpp"
@@ -96,4 +97,35 @@ TEST(CliModel, BadInputNamesFileAndLine) {
     EXPECT_NE(r.out.find("/nonexistent/config.json: cannot read"), std::string::npos) << r.out;
     r = run_grove("generate --model " + kModel);
     EXPECT_EQ(r.exit_code, 2);
+}
+
+// `grove generate --environment`: whole episodes, the environment's parts marked; the wrong kind of
+// plugin is refused with exit code 4 (plugin failure) naming the option.
+TEST(CliModel, GenerateRunsEpisodesWithAnEnvironment) {
+    auto r = run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --n 4 --environment " +
+                       GROVE_TEST_SCRIPTED_ENV_PLUGIN + " --environment-config 'stop = \"e\"' --max-turns 3 " +
+                       "--max-new-tokens 30 --json --device cpu");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    std::istringstream lines(r.out);
+    int64_t episodes = 0, observed = 0;
+    for (std::string line; std::getline(lines, line); ++episodes) {
+        auto row = nlohmann::json::parse(line);
+        const auto& mask = row["env_mask"];
+        ASSERT_EQ(mask.size(), row["completion_ids"].size());
+        EXPECT_LE(int64_t(mask.size()), 30);
+        int64_t environment_turns = 0;
+        for (const auto& turn : row["turns"])
+            if (turn["role"] == "environment") {
+                EXPECT_EQ(turn["text"], " ok");
+                ++environment_turns;
+            }
+        EXPECT_EQ(environment_turns, row["tool_calls"].get<int64_t>());
+        observed += environment_turns > 0;
+    }
+    EXPECT_EQ(episodes, 4);
+    EXPECT_GT(observed, 0);
+
+    auto wrong = run_grove("generate --model " + kModel + " --prompt x --environment format --device cpu");
+    EXPECT_EQ(wrong.exit_code, 4) << wrong.out;
+    EXPECT_NE(wrong.out.find("--environment: plugin 'format'"), std::string::npos) << wrong.out;
 }

@@ -355,8 +355,8 @@ void resolve_batch_sizes(const Manifest& m, toml::table& train, const toml::tabl
         gbs = per_step * *spg;
     }
     if (*gbs % generations != 0) {
-        std::vector<std::string> divisors;
-        for (int64_t g = 2; g <= *gbs; ++g)
+        std::vector<std::string> divisors;  // the first few only: the batch may be large
+        for (int64_t g = 2; g <= *gbs && g <= 4096 && divisors.size() < 12; ++g)
             if (*gbs % g == 0) divisors.push_back(std::to_string(g));
         int64_t multiple = std::lcm(*gbs, generations);
         throw manifest_error(

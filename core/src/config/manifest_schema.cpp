@@ -37,6 +37,9 @@ KeySpec pick(KeySpec s, const char* c) {
     return s;
 }
 constexpr double kInf = 1e300;
+// counts and lengths: far beyond any real run, small enough that the batch arithmetic (products of
+// three of them) cannot overflow and a huge typo is refused at once
+constexpr double kMaxCount = 1 << 24;
 }  // namespace
 
 const std::vector<KeySpec>& manifest_schema() {
@@ -66,9 +69,10 @@ const std::vector<KeySpec>& manifest_schema() {
         key("data", "completion_column", T::string, "\"completion\"", "`grove sft`: column holding the reference completion"),
         trl(key("data", "shuffle", T::boolean, "true", "shuffle prompts each epoch with the run seed"), "shuffle_dataset"),
 
-        trl(range(key("generation", "num_generations", T::integer, "8", "completions per prompt (G), at least 2"), 2, kInf),
+        trl(range(key("generation", "num_generations", T::integer, "8", "completions per prompt (G), at least 2"), 2,
+                  kMaxCount),
             "num_generations"),
-        trl(range(key("generation", "max_completion_length", T::integer, "512", "longest completion in tokens"), 1, kInf),
+        trl(range(key("generation", "max_completion_length", T::integer, "512", "longest completion in tokens"), 1, kMaxCount),
             "max_completion_length"),
         trl(range(key("generation", "temperature", T::number, "1.0",
                       "sampling temperature; log-probabilities are computed at the same temperature"),
@@ -140,17 +144,18 @@ const std::vector<KeySpec>& manifest_schema() {
 
         trl(range(key("train", "per_device_train_batch_size", T::integer, "8",
                       "completions (not prompts) per micro-batch per process"),
-                  1, kInf),
+                  1, kMaxCount),
             "per_device_train_batch_size"),
-        trl(range(key("train", "gradient_accumulation_steps", T::integer, "1", "micro-batches per optimizer step"), 1, kInf),
+        trl(range(key("train", "gradient_accumulation_steps", T::integer, "1", "micro-batches per optimizer step"), 1,
+                  kMaxCount),
             "gradient_accumulation_steps"),
         trl(range(key("train", "generation_batch_size", T::integer, nullptr,
                       "completions generated at once over all processes; unset = batch x processes x steps_per_generation"),
-                  1, kInf),
+                  1, kMaxCount),
             "generation_batch_size"),
         trl(range(key("train", "steps_per_generation", T::integer, nullptr,
                       "micro-batches per generation batch; unset = gradient_accumulation_steps"),
-                  1, kInf),
+                  1, kMaxCount),
             "steps_per_generation"),
         trl(range(key("train", "learning_rate", T::number, "1e-6", "peak learning rate (TRL's GRPO default)"), 0, kInf),
             "learning_rate"),

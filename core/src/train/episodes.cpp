@@ -54,10 +54,9 @@ std::map<std::string, double> episode_metrics(const Rollout& rollout, ProcessGro
 
 namespace {
 
-struct Episode {
-    std::vector<int64_t> ids, model_tokens;  // the completion so far; 1 where the model wrote the token
-    std::vector<float> logprobs;
-    EpisodeStats stats;
+// An episode while it runs.
+struct Running {
+    Episode episode;
     bool running = true;
 };
 
@@ -75,18 +74,19 @@ void append_turn(Episode& e, const GenerationResult& g, int64_t k, const Tokeniz
     ++e.stats.turns;
 }
 
-// An observation's tokens, cut to the budget (the episode then ends, as TRL cuts its tool output).
-void append_observation(Episode& e, const std::vector<int64_t>& observation, int64_t budget) {
+// An observation's tokens, cut to the budget; true when that ends the episode (as TRL cuts its tool
+// output).
+bool append_observation(Episode& e, const std::vector<int64_t>& observation, int64_t budget) {
     const int64_t room = budget - int64_t(e.ids.size());
     const int64_t n = std::min<int64_t>(room, int64_t(observation.size()));
     e.ids.insert(e.ids.end(), observation.begin(), observation.begin() + n);
     e.model_tokens.insert(e.model_tokens.end(), size_t(n), 0);
     e.logprobs.insert(e.logprobs.end(), size_t(n), 0.0f);
     e.stats.observation_tokens += n;
-    if (n < int64_t(observation.size()) || n == room) e.running = false;
+    return n < int64_t(observation.size()) || n == room;  // the budget is spent: the episode ends
 }
 
-Rollout to_rollout(std::vector<Episode>& episodes, std::vector<BatchRow> rows, const SamplingOptions& options,
+Rollout to_rollout(const std::vector<Episode>& episodes, std::vector<BatchRow> rows, const SamplingOptions& options,
                    int64_t first_row) {
     const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
     const int64_t N = int64_t(episodes.size());
@@ -120,21 +120,21 @@ Rollout to_rollout(std::vector<Episode>& episodes, std::vector<BatchRow> rows, c
 
 }  // namespace
 
-Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
-                          std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
-                          int64_t first_row) {
+std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
+                                  const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
+                                  const EpisodeLimits& limits, int64_t first_row) {
     const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
     const int64_t budget = limits.max_completion_length;
-    std::vector<Episode> episodes(rows.size());
+    std::vector<Running> episodes(starts.size());
     for (int64_t turn = 0; turn < limits.max_turns; ++turn) {
         std::vector<size_t> writing;  // the episodes that write this turn
         std::vector<std::vector<int64_t>> histories;
         int64_t longest = 0;
         for (size_t i = 0; i < episodes.size(); ++i) {
-            Episode& e = episodes[i];
-            if (!e.running || int64_t(e.ids.size()) >= budget) continue;
+            const Episode& e = episodes[i].episode;
+            if (!episodes[i].running || int64_t(e.ids.size()) >= budget) continue;
             writing.push_back(i);
-            histories.push_back(rows[i].prompt_ids);
+            histories.push_back(starts[i].prompt_ids);
             histories.back().insert(histories.back().end(), e.ids.begin(), e.ids.end());
             longest = std::max<int64_t>(longest, budget - int64_t(e.ids.size()));
         }
@@ -149,7 +149,8 @@ Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const 
         waiting.seed = options.seed;
         std::vector<size_t> waiting_episodes;
         for (size_t k = 0; k < writing.size(); ++k) {
-            Episode& e = episodes[writing[k]];
+            const size_t i = writing[k];
+            Episode& e = episodes[i].episode;
             const size_t before = e.ids.size();
             append_turn(e, g, int64_t(k), tokenizer, environment.stop_strings(), budget);
             const std::vector<int64_t> ids(e.ids.begin() + long(before), e.ids.end());
@@ -157,29 +158,38 @@ Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const 
             const bool spent = int64_t(e.ids.size()) >= budget, last_turn = turn + 1 == limits.max_turns;
             if (spent || last_turn) {
                 e.stats.hit_max_turns = last_turn && !spent && !ended_with_eos;  // it still wanted the environment
-                e.running = false;
+                episodes[i].running = false;
                 continue;
             }
-            const size_t i = writing[k];
             waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
-                        rows[i].prompt_text, rows[i].columns_json);
+                        starts[i].prompt_text, starts[i].columns_json);
             waiting_episodes.push_back(i);
         }
         const auto start = std::chrono::steady_clock::now();
         const EnvironmentAnswers answers = environment.step(waiting);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         for (size_t k = 0; k < waiting_episodes.size(); ++k) {
-            Episode& e = episodes[waiting_episodes[k]];
-            e.stats.tool_calls += answers.tool_calls[k];
-            e.stats.tool_failures += answers.tool_failures[k];
-            e.stats.environment_seconds += seconds / double(waiting_episodes.size());
-            if (answers.done[k] || answers.observations[k].empty()) {
-                e.running = false;
-                continue;
-            }
-            append_observation(e, tokenizer.encode(answers.observations[k], false), budget);
+            Running& r = episodes[waiting_episodes[k]];
+            r.episode.stats.tool_calls += answers.tool_calls[k];
+            r.episode.stats.tool_failures += answers.tool_failures[k];
+            r.episode.stats.environment_seconds += seconds / double(waiting_episodes.size());
+            if (answers.done[k] || answers.observations[k].empty())
+                r.running = false;
+            else if (append_observation(r.episode, tokenizer.encode(answers.observations[k], false), budget))
+                r.running = false;
         }
     }
+    std::vector<Episode> out;
+    for (Running& r : episodes) out.push_back(std::move(r.episode));
+    return out;
+}
+
+Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
+                          std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
+                          int64_t first_row) {
+    std::vector<EpisodeStart> starts;
+    for (const BatchRow& row : rows) starts.push_back({row.prompt_ids, row.prompt_text, row.columns_json});
+    const auto episodes = run_episodes(model, tokenizer, environment, starts, options, limits, first_row);
     return to_rollout(episodes, std::move(rows), options, first_row);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "grove/dataset.hpp"
+#include "grove/episodes.hpp"
 #include "grove/generation.hpp"
 
 namespace grove {
@@ -77,13 +78,6 @@ std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_genera
 // This rank's slice [rank * n, (rank + 1) * n) of a generation batch, as accelerate shards TRL's
 // (groups may span ranks).
 std::vector<BatchRow> shard_rows(const std::vector<BatchRow>& batch, int rank, int world_size);
-
-// One multi-turn episode's counts, for the environment metrics.
-struct EpisodeStats {
-    int64_t turns = 0, tool_calls = 0, tool_failures = 0, observation_tokens = 0;
-    double environment_seconds = 0;  // this episode's share of the environment's calls
-    bool hit_max_turns = false;      // its last allowed turn ended at a stop string, not EOS
-};
 
 // The rollout stage's value: this rank's rows with their completions.
 struct Rollout {

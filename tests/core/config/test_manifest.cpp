@@ -2,6 +2,8 @@
 // arithmetic, --set overrides, relative paths, and the generated reference in docs/.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <fstream>
 #include <sstream>
 
@@ -246,4 +248,20 @@ TEST(RunConfig, ARewardsRoleIsOneOfTheDeclaredRoles) {
     EXPECT_EQ(grove::RunConfig::from(m).rewards.at(0).role, "accuracy");
     auto message = manifest_error(kMinimal + "role = \"accurate\"\n");
     EXPECT_CONTAINS(message, "role");
+}
+
+// Counts far beyond any real run are refused at once, with the key, instead of overflowing the batch
+// arithmetic or hanging in it; a huge batch that cannot hold whole groups is still answered quickly.
+TEST(Manifest, HugeCountsAreRefusedAtOnce) {
+    auto huge = manifest_error(kMinimal + "\n[train]\nper_device_train_batch_size = 1000000000000000000\n");
+    EXPECT_CONTAINS(huge, "per_device_train_batch_size");
+    auto overflow = manifest_error(
+        kMinimal + "\n[train]\nper_device_train_batch_size = 4611686018427387904\ngradient_accumulation_steps = 4\n");
+    EXPECT_CONTAINS(overflow, "per_device_train_batch_size");
+    const auto start = std::chrono::steady_clock::now();
+    auto groups =
+        manifest_error(kMinimal + "\n[generation]\nnum_generations = 3\n[train]\nper_device_train_batch_size = 16777216\n");
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+    EXPECT_CONTAINS(groups, "cannot hold whole groups of num_generations = 3");
+    EXPECT_CONTAINS(groups, "use num_generations in {2, 4, 8, 16");
 }

@@ -1,0 +1,56 @@
+// Multi-turn episodes with an environment plugin (docs/training.md#multi-turn-episodes-environment):
+// the model writes a turn, the environment answers, the model goes on, in token space. Used by the
+// trainer's rollout stage and by `grove generate --environment`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grove/generation.hpp"
+
+namespace grove {
+
+class Environment;
+class Model;
+class Tokenizer;
+
+struct EpisodeLimits {
+    int64_t max_turns = 4;              // model turns per episode
+    int64_t max_completion_length = 0;  // every token of the episode, observations included (as TRL)
+    int64_t step = 0;                   // optimizer step, for the environment's batch
+};
+
+// One episode's counts, for the environment metrics.
+struct EpisodeStats {
+    int64_t turns = 0, tool_calls = 0, tool_failures = 0, observation_tokens = 0;
+    double environment_seconds = 0;  // this episode's share of the environment's calls
+    bool hit_max_turns = false;      // its last allowed turn ended at a stop string, not EOS
+};
+
+// Where an episode starts: its prompt as ids and text, and the dataset row's other columns (JSON).
+struct EpisodeStart {
+    std::vector<int64_t> prompt_ids;
+    std::string prompt_text, columns_json = "{}";
+};
+
+struct Episode {
+    std::vector<int64_t> ids;           // the completion: model turns and observations
+    std::vector<int64_t> model_tokens;  // 1 where the model wrote the token (TRL's env_mask)
+    std::vector<float> logprobs;        // the sampler's, 0 for observation tokens
+    EpisodeStats stats;
+};
+
+// Samples every episode. Each turn is generated for all running episodes together, from their
+// whole history as token ids (nothing is re-tokenized); a turn ends at EOS, at the end of one of the
+// environment's stop strings, or at the budget; then the environment answers all waiting episodes
+// in one call. `first_row` is the index of starts[0] in the generation batch (the environment's
+// episode numbers).
+std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
+                                  const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
+                                  const EpisodeLimits& limits, int64_t first_row = 0);
+
+// The shortest prefix of `ids` whose decoded text contains one of `stops`; ids.size() if none does.
+size_t cut_at_stop_string(const Tokenizer& tokenizer, const std::vector<int64_t>& ids, const std::vector<std::string>& stops);
+
+}  // namespace grove
