@@ -54,7 +54,7 @@ const char* kUsage =
     "Run `grove COMMAND --help` for a command's options.\n"
     "Plugins are searched in the manifest's plugin_dirs, then $GROVE_PLUGIN_PATH, then <prefix>/lib/grove/plugins.\n"
     "Exit codes: 0 success, 1 run failure, 2 bad command line, 3 invalid manifest, 4 plugin failure,\n"
-    "5 invalid model, tokenizer or data file.\n";
+    "5 invalid model, tokenizer or data file; 130/143 train stopped by SIGINT/SIGTERM (checkpoint written).\n";
 
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);

@@ -69,7 +69,8 @@ int train(const std::vector<std::string>& args) {
                   << manifest.string("output.dir")
                   << (o.world_size > 1 ? ", " + std::to_string(o.world_size) + " processes" : "") << "\n";
     trainer.run();  // prints its own summary
-    return 0;
+    // stopped by a signal: the shell's convention, 128 + the signal, so a script can tell it from done
+    return trainer.stop_signal() ? 128 + trainer.stop_signal() : 0;
 }
 
 int sft(const std::vector<std::string>& args) {

@@ -37,6 +37,8 @@ public:
     // Steps until max_steps (or the epochs) are done, logging and checkpointing as configured; stops
     // early, after a checkpoint, when SIGINT or SIGTERM arrives. Returns the number of steps run.
     int64_t run();
+    // SIGINT or SIGTERM when one stopped the last run() (after it wrote a checkpoint), else 0
+    int stop_signal() const;
     // Writes <output>/checkpoint-<step> atomically (temporary folder, then rename); keeps the last K.
     std::string save_checkpoint();
 

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
@@ -11,8 +13,34 @@ using nlohmann::json;
 
 namespace grove {
 
-RunLog::RunLog(const std::string& output_dir, bool open, bool append, bool save_rollouts) {
+namespace {
+// Keeps the lines of a JSONL log whose "step" passes `keep` (rewritten through a temporary file and a
+// rename, so a crash leaves the old file); lines without a step are kept.
+void keep_lines(const fs::path& path, const std::function<bool(int64_t)>& keep) {
+    std::ifstream in(path);
+    if (!in) return;
+    const fs::path temporary = path.string() + ".tmp";
+    {
+        std::ofstream out(temporary, std::ios::trunc);
+        for (std::string line; std::getline(in, line);) {
+            const json row = json::parse(line, nullptr, false);
+            if (row.is_object() && row.contains("step") && row["step"].is_number_integer() && !keep(row["step"].get<int64_t>()))
+                continue;
+            out << line << "\n";
+        }
+    }
+    fs::rename(temporary, path);
+}
+}  // namespace
+
+RunLog::RunLog(const std::string& output_dir, bool open, std::optional<int64_t> resumed_at, bool save_rollouts) {
     if (!open) return;
+    const bool append = resumed_at.has_value();
+    if (append) {  // what the run logged after its checkpoint is logged again as it reruns those steps
+        const int64_t step = *resumed_at;
+        keep_lines(fs::path(output_dir) / "metrics.jsonl", [&](int64_t s) { return s <= step; });     // after step s
+        keep_lines(fs::path(output_dir) / "completions.jsonl", [&](int64_t s) { return s < step; });  // during step s+1
+    }
     const std::ios::openmode mode = std::ios::out | (append ? std::ios::app : std::ios::trunc);
     metrics_.open(fs::path(output_dir) / "metrics.jsonl", mode);
     completions_.open(fs::path(output_dir) / "completions.jsonl", mode);

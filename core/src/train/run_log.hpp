@@ -16,7 +16,8 @@ namespace grove {
 class RunLog {
 public:
     // Opens the files (appending when resuming); `open` false gives a log that writes nothing.
-    RunLog(const std::string& output_dir, bool open, bool append, bool save_rollouts);
+    // resumed_at: the checkpoint's step; the logs then drop what came after it and append
+    RunLog(const std::string& output_dir, bool open, std::optional<int64_t> resumed_at, bool save_rollouts);
 
     void write_metrics(int64_t step, const std::map<std::string, double>& metrics);
     // This rank's first `limit` rows (all when unset).

@@ -41,7 +41,7 @@ namespace grove {
 
 namespace {
 volatile std::sig_atomic_t g_stop_requested = 0;
-extern "C" void request_stop(int) { g_stop_requested = 1; }
+extern "C" void request_stop(int signal_number) { g_stop_requested = signal_number; }
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -89,6 +89,7 @@ struct Trainer::State {
     double generate_seconds = 0, reward_seconds = 0;
     std::unique_ptr<Checkpoints> checkpoints;
     std::unique_ptr<RunLog> log;
+    int stop_signal = 0;  // the signal that stopped the last run(), 0 if none
 
     void load();
     std::unique_ptr<PromptSource> load_prompts_or_rollouts() const;
@@ -305,7 +306,9 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         s.checkpoints->restore(*options.resume, state);
         s.prompts->restore(s.progress.sampler);
     }
-    s.log = std::make_unique<RunLog>(output, options.rank == 0, options.resume.has_value(), s.config.logging.save_rollouts);
+    s.log = std::make_unique<RunLog>(output, options.rank == 0,
+                                     options.resume ? std::optional<int64_t>(s.progress.global_step) : std::nullopt,
+                                     s.config.logging.save_rollouts);
 }
 
 Trainer::~Trainer() = default;
@@ -439,6 +442,7 @@ int64_t Trainer::run() {
     }
     std::signal(SIGINT, previous_int);
     std::signal(SIGTERM, previous_term);
+    s.stop_signal = int(g_stop_requested);
     if (s.options.log && ran > 0 && s.options.rank == 0) {
         if (s.options.progress_bar && s.progress.global_step != s.total) *s.options.log << "\n";
         const double elapsed = seconds_since(start);
@@ -452,6 +456,8 @@ int64_t Trainer::run() {
     }
     return ran;
 }
+
+int Trainer::stop_signal() const { return s_->stop_signal; }
 
 void Trainer::print_progress(const std::map<std::string, double>& metrics, int64_t ran, double elapsed) const {
     const State& s = *s_;

@@ -567,6 +567,46 @@ TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
               0.0);
 }
 
+// Resuming from an earlier checkpoint reruns the steps after it: the logs drop what those steps
+// wrote before, so every step appears once in metrics.jsonl and completions.jsonl.
+TEST(Trainer, ResumeFromAnEarlierCheckpointLogsEveryStepOnce) {
+    auto m = manifest("relog", {"train.max_steps=4", "output.save_steps=2", "logging.log_completions=true"});
+    grove::Trainer(m, fresh()).run();
+    const std::string out = m.string("output.dir");
+    grove::TrainerOptions resume;
+    resume.resume = out + "/checkpoint-2";
+    grove::Trainer(m, resume).run();
+    std::vector<int64_t> steps;
+    for (const auto& row : metric_lines(out + "/metrics.jsonl")) steps.push_back(row["step"].get<int64_t>());
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+    std::map<int64_t, int64_t> completions_per_step;
+    for (const auto& row : metric_lines(out + "/completions.jsonl")) ++completions_per_step[row["step"].get<int64_t>()];
+    ASSERT_EQ(completions_per_step.size(), 4u);
+    for (const auto& [step, count] : completions_per_step) EXPECT_EQ(count, completions_per_step.begin()->second) << step;
+}
+
+// SIGTERM stops `grove train` after the step in flight, writes a checkpoint and exits with 143
+// (128 + SIGTERM), so a script can tell an interrupted run from a finished one.
+TEST(Trainer, SigtermWritesACheckpointAndExitsWith143) {
+    auto m = manifest("sigterm", {});
+    const std::string dir = fs::path(m.path()).parent_path().string(), out = m.string("output.dir");
+    // `cd` first, on its own: `cd && grove &` would background a subshell, and the kill would miss grove
+    const std::string script = "cd " + dir + "; " + GROVE_EXECUTABLE +
+                               " train grove.toml --overwrite --set train.max_steps=100000 2>stderr.txt & pid=$!; "
+                               "for i in $(seq 400); do [ -s " +
+                               out +
+                               "/metrics.jsonl ] && break; sleep 0.05; done; "
+                               "kill -TERM $pid; (sleep 60; kill -KILL $pid) 2>/dev/null & guard=$!; "
+                               "wait $pid; echo $? > exit_code.txt; kill $guard 2>/dev/null; true";
+    ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << script;
+    std::ifstream code(dir + "/exit_code.txt");
+    int exit_code = -1;
+    code >> exit_code;
+    EXPECT_EQ(exit_code, 143);
+    ASSERT_TRUE(fs::is_symlink(out + "/latest")) << "no checkpoint was written";
+    EXPECT_TRUE(fs::exists(out + "/latest/trainer_state.json"));
+}
+
 // `grove export --merge` merges any adapter plugin through the ABI's merged_delta: a rank-1 adapter
 // written in plain C for this test (plugins/rank_one.c) trains, saves, and its merged export gives
 // the adapted model's logits.
