@@ -596,7 +596,8 @@ TEST(Trainer, SigtermWritesACheckpointAndExitsWith143) {
                                "for i in $(seq 400); do [ -s " +
                                out +
                                "/metrics.jsonl ] && break; sleep 0.05; done; "
-                               "kill -TERM $pid; (sleep 60; kill -KILL $pid) 2>/dev/null & guard=$!; "
+                               // the guard's own output goes nowhere: ctest would wait for its sleep to close the pipe
+                               "kill -TERM $pid; (sleep 60; kill -KILL $pid) >/dev/null 2>&1 </dev/null & guard=$!; "
                                "wait $pid; echo $? > exit_code.txt; kill $guard 2>/dev/null; true";
     ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << script;
     std::ifstream code(dir + "/exit_code.txt");
