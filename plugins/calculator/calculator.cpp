@@ -142,32 +142,18 @@ struct Calculator {
     const char* const* stop_strings() const { return stops_; }
 
     void step(const grove_environment_batch& batch, grove_environment_output& out) {
-        for (uint32_t i = 0; i < batch.count; ++i) {
-            const std::string_view turn = grove::sdk::view(batch.turn_texts[i]);
-            const size_t open = turn.rfind(open_);
-            if (open == std::string_view::npos) {  // no call: the model has answered
-                out.done[i] = 1;
-                continue;
-            }
-            out.tool_calls[i] = 1;
-            const size_t start = open + open_.size(), close = turn.find(close_, start);
-            if (close == std::string_view::npos) {  // the turn ended before closing its call
-                out.tool_failures[i] = 1;
-                out.done[i] = 1;
-                continue;
-            }
-            grove::sdk::observe(out, i,
-                                result_open_ + answer(turn.substr(start, close - start), out.tool_failures[i]) + result_close_);
-        }
+        grove::sdk::answer_tool_calls(batch, out, open_, close_, [&](std::string_view expression, bool& failed) {
+            return result_open_ + answer(expression, failed) + result_close_;
+        });
     }
 
 private:
-    std::string answer(std::string_view expression, uint32_t& failed) const {
+    std::string answer(std::string_view expression, bool& failed) const {
         try {
             if (int64_t(expression.size()) > max_expression_bytes_) throw ExpressionError("expression too long");
             return format_number(Parser(expression).evaluate());
         } catch (const ExpressionError& e) {
-            failed = 1;
+            failed = true;
             return std::string("error: ") + e.what();
         }
     }

@@ -99,25 +99,9 @@ public:
     const char* const* stop_strings() const { return stops_; }
 
     void step(const grove_environment_batch& batch, grove_environment_output& out) const {
-        for (uint32_t i = 0; i < batch.count; ++i) {
-            const std::string_view turn = grove::sdk::view(batch.turn_texts[i]);
-            const size_t open = turn.rfind(open_);
-            if (open == std::string_view::npos) {
-                out.done[i] = 1;
-                continue;
-            }
-            out.tool_calls[i] = 1;
-            const size_t start = open + open_.size(), close = turn.find(close_, start);
-            if (close == std::string_view::npos) {
-                out.tool_failures[i] = 1;
-                out.done[i] = 1;
-                continue;
-            }
-            bool failed = false;
-            std::string answer = call(std::string(turn.substr(start, close - start)), failed);
-            out.tool_failures[i] = failed ? 1 : 0;
-            grove::sdk::observe(out, i, result_open_ + answer + result_close_);
-        }
+        grove::sdk::answer_tool_calls(batch, out, open_, close_, [&](std::string_view input, bool& failed) {
+            return result_open_ + call(std::string(input), failed) + result_close_;
+        });
     }
 
 private:

@@ -30,7 +30,7 @@ struct EnvironmentTurns {
     const grove_environment_batch& view();
 
 private:
-    std::vector<grove_text> text_views_, prompt_views_, json_views_;
+    std::vector<grove_text> turn_text_views_, prompt_views_, json_views_;
     grove_environment_batch batch_{};
 };
 

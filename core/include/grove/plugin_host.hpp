@@ -121,6 +121,9 @@ private:
     void* instance_ = nullptr;
 };
 
+// Borrowed C views of host-owned strings, for the batches that cross the ABI.
+std::vector<grove_text> text_views(const std::vector<std::string>& strings);
+
 // The rows of one reward call, owned on the host side; view() gives the borrowed C struct that
 // points into them (valid while this object lives and is not modified).
 struct RewardRows {

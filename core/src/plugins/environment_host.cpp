@@ -17,19 +17,15 @@ void EnvironmentTurns::add(uint64_t episode, uint32_t turn, std::string text, co
 }
 
 const grove_environment_batch& EnvironmentTurns::view() {
-    auto texts = [](const std::vector<std::string>& from, std::vector<grove_text>& to) {
-        to.clear();
-        for (const auto& s : from) to.push_back({s.data(), s.size()});
-    };
-    texts(turn_texts, text_views_);
-    texts(prompts, prompt_views_);
-    texts(row_json, json_views_);
+    turn_text_views_ = text_views(turn_texts);
+    prompt_views_ = text_views(prompts);
+    json_views_ = text_views(row_json);
     batch_ = grove_environment_batch{};
     batch_.struct_size = sizeof(grove_environment_batch);
     batch_.count = uint32_t(episodes.size());
     batch_.episodes = episodes.data();
     batch_.turns = turns.data();
-    batch_.turn_texts = text_views_.data();
+    batch_.turn_texts = turn_text_views_.data();
     batch_.turn_token_offsets = token_offsets.data();
     batch_.turn_tokens = tokens.data();
     batch_.turn_ended_with_eos = ended_with_eos.data();

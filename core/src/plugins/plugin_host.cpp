@@ -492,6 +492,13 @@ void PluginInstance::check(grove_status status, const char* call, const ErrorCap
         "(): " + (capture.message.empty() ? "no message given (status " + std::to_string(status) + ")" : capture.message));
 }
 
+std::vector<grove_text> text_views(const std::vector<std::string>& strings) {
+    std::vector<grove_text> views;
+    views.reserve(strings.size());
+    for (const auto& s : strings) views.push_back({s.data(), s.size()});
+    return views;
+}
+
 void RewardRows::add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
                      bool is_truncated, std::string columns_json) {
     prompts.push_back(std::move(prompt));
@@ -503,13 +510,9 @@ void RewardRows::add(std::string prompt, std::string completion, const std::vect
 }
 
 const grove_reward_batch& RewardRows::view() {
-    auto texts = [](const std::vector<std::string>& from, std::vector<grove_text>& to) {
-        to.clear();
-        for (const auto& s : from) to.push_back({s.data(), s.size()});
-    };
-    texts(prompts, prompt_views_);
-    texts(completions, completion_views_);
-    texts(row_json, json_views_);
+    prompt_views_ = text_views(prompts);
+    completion_views_ = text_views(completions);
+    json_views_ = text_views(row_json);
     batch_ = grove_reward_batch{};
     batch_.struct_size = sizeof(grove_reward_batch);
     batch_.count = uint32_t(prompts.size());

@@ -88,30 +88,17 @@ bool append_observation(Episode& e, const std::vector<int64_t>& observation, int
 
 Rollout to_rollout(const std::vector<Episode>& episodes, std::vector<BatchRow> rows, const SamplingOptions& options,
                    int64_t first_row) {
-    const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
-    const int64_t N = int64_t(episodes.size());
-    int64_t width = 1;
-    for (const Episode& e : episodes) width = std::max<int64_t>(width, int64_t(e.ids.size()));
+    std::vector<std::vector<int64_t>> ids, model_tokens;
+    std::vector<std::vector<float>> logprobs;
     Rollout r;
-    GenerationResult& c = r.completions;
-    c.completion_ids = at::full({N, width}, options.pad_token_id, at::kLong);
-    c.sampled_logprobs = at::zeros({N, width}, at::kFloat);
-    c.truncated = at::zeros({N}, at::kBool);
-    r.model_token_mask = at::zeros({N, width}, at::kLong);
-    for (int64_t i = 0; i < N; ++i) {
-        const Episode& e = episodes[size_t(i)];
-        const int64_t n = int64_t(e.ids.size());
-        if (n > 0) {
-            c.completion_ids[i].narrow(0, 0, n).copy_(at::tensor(e.ids, at::kLong));
-            c.sampled_logprobs[i].narrow(0, 0, n).copy_(at::tensor(e.logprobs, at::kFloat));
-            r.model_token_mask[i].narrow(0, 0, n).copy_(at::tensor(e.model_tokens, at::kLong));
-        }
-        c.truncated[i] = !(n > 0 && eos.count(e.ids.back()));
-        c.lengths.push_back(n);
+    for (const Episode& e : episodes) {
+        ids.push_back(e.ids);
+        model_tokens.push_back(e.model_tokens);
+        logprobs.push_back(e.logprobs);
         r.episodes.push_back(e.stats);
     }
-    c.completion_mask =
-        (at::arange(width, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
+    r.completions = padded_completions(ids, logprobs, options);
+    r.model_token_mask = padded_model_tokens(model_tokens, r.completions);
     r.rows = std::move(rows);
     r.first_row = first_row;
     r.seed = options.seed;

@@ -171,47 +171,64 @@ Rollout generate_rollout(const Model& model, std::vector<BatchRow> rows, const S
     return r;
 }
 
-Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row) {
+namespace {
+// Rows of different lengths as one [rows, width] tensor, `fill` past each row's end.
+template <class T>
+at::Tensor padded_rows(const std::vector<std::vector<T>>& rows, int64_t width, T fill, at::ScalarType type) {
+    at::Tensor out = at::full({int64_t(rows.size()), width}, double(fill), type);
+    for (size_t i = 0; i < rows.size(); ++i)
+        if (!rows[i].empty()) out[int64_t(i)].narrow(0, 0, int64_t(rows[i].size())).copy_(at::tensor(rows[i], type));
+    return out;
+}
+}  // namespace
+
+GenerationResult padded_completions(const std::vector<std::vector<int64_t>>& ids,
+                                    const std::vector<std::vector<float>>& logprobs, const SamplingOptions& options) {
     const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
-    const int64_t N = int64_t(rows.size());
     int64_t width = 1;
-    for (const BatchRow& row : rows) width = std::max<int64_t>(width, int64_t(row.replay->completion_ids.size()));
-    Rollout r;
-    GenerationResult& c = r.completions;
-    c.completion_ids = at::full({N, width}, options.pad_token_id, at::kLong);
-    c.sampled_logprobs = at::zeros({N, width}, at::kFloat);
-    c.truncated = at::zeros({N}, at::kBool);
-    for (int64_t i = 0; i < N; ++i) {
-        const ReplayRow& row = *rows[size_t(i)].replay;
-        const std::vector<int64_t>& ids = row.completion_ids;
-        int64_t length = int64_t(ids.size());
-        // a multi-turn row (one with an env_mask) holds an EOS after each model turn: it stays whole
-        for (int64_t t = 0; row.env_mask.empty() && t < int64_t(ids.size()); ++t)
-            if (eos.count(ids[size_t(t)])) {
-                length = t + 1;
-                break;
-            }
-        if (length > 0)
-            c.completion_ids[i]
-                .narrow(0, 0, length)
-                .copy_(at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + length), at::kLong));
-        if (length > 0 && !row.sampling_logprobs.empty())  // kept, so save_rollouts writes them back
-            c.sampled_logprobs[i]
-                .narrow(0, 0, length)
-                .copy_(at::tensor(std::vector<float>(row.sampling_logprobs.begin(), row.sampling_logprobs.begin() + length),
-                                  at::kFloat));
-        c.truncated[i] = !(length > 0 && eos.count(ids[size_t(length - 1)]));
-        c.lengths.push_back(length);
+    for (const auto& row : ids) width = std::max<int64_t>(width, int64_t(row.size()));
+    GenerationResult c;
+    c.completion_ids = padded_rows(ids, width, options.pad_token_id, at::kLong);
+    c.sampled_logprobs = padded_rows(logprobs, width, 0.0f, at::kFloat);
+    c.truncated = at::zeros({int64_t(ids.size())}, at::kBool);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        c.truncated[int64_t(i)] = ids[i].empty() || !eos.count(ids[i].back());
+        c.lengths.push_back(int64_t(ids[i].size()));
     }
     c.completion_mask =
         (at::arange(width, at::kLong).unsqueeze(0) < at::tensor(c.lengths, at::kLong).unsqueeze(1)).to(at::kLong);
-    // multi-turn rows: the model's tokens are those their env_mask marks; other rows' are all the model's
-    for (int64_t i = 0; i < N; ++i) {
-        const std::vector<int64_t>& env_mask = rows[size_t(i)].replay->env_mask;
-        if (env_mask.empty()) continue;
-        if (!r.model_token_mask.defined()) r.model_token_mask = c.completion_mask.clone();
-        r.model_token_mask[i].narrow(0, 0, int64_t(env_mask.size())).copy_(at::tensor(env_mask, at::kLong));
+    return c;
+}
+
+at::Tensor padded_model_tokens(const std::vector<std::vector<int64_t>>& model_tokens, const GenerationResult& completions) {
+    return padded_rows(model_tokens, completions.completion_ids.size(1), int64_t(0), at::kLong);
+}
+
+Rollout replay_rollout(std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row) {
+    const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
+    std::vector<std::vector<int64_t>> ids, model_tokens;
+    std::vector<std::vector<float>> logprobs;
+    bool multi_turn = false;
+    for (const BatchRow& batch_row : rows) {
+        const ReplayRow& row = *batch_row.replay;
+        auto end = row.completion_ids.end();
+        // a multi-turn row (one with an env_mask) holds an EOS after each model turn: it stays whole
+        if (row.env_mask.empty()) {
+            const auto first_eos = std::find_if(row.completion_ids.begin(), end, [&](int64_t id) { return eos.count(id) > 0; });
+            if (first_eos != end) end = first_eos + 1;  // kept, as generation keeps it
+        }
+        const size_t length = size_t(end - row.completion_ids.begin());
+        ids.emplace_back(row.completion_ids.begin(), end);
+        // given sampling log-probs are kept, so save_rollouts writes them back
+        logprobs.emplace_back(row.sampling_logprobs.begin(),
+                              row.sampling_logprobs.begin() + long(row.sampling_logprobs.empty() ? 0 : length));
+        // multi-turn rows: the model's tokens are those their env_mask marks; other rows' are all the model's
+        model_tokens.push_back(row.env_mask.empty() ? std::vector<int64_t>(length, 1) : row.env_mask);
+        multi_turn = multi_turn || !row.env_mask.empty();
     }
+    Rollout r;
+    r.completions = padded_completions(ids, logprobs, options);
+    if (multi_turn) r.model_token_mask = padded_model_tokens(model_tokens, r.completions);
     r.rows = std::move(rows);
     r.first_row = first_row;
     r.seed = options.seed;

@@ -97,6 +97,13 @@ struct Rollout {
 at::Tensor model_tokens(const Rollout& rollout);
 std::vector<int64_t> model_token_counts(const Rollout& rollout);
 
+// Completions of different lengths as the padded tensors of a GenerationResult (a row is truncated
+// when it does not end with EOS); a row's log-probs may be empty (zeros), as may a row.
+GenerationResult padded_completions(const std::vector<std::vector<int64_t>>& ids,
+                                    const std::vector<std::vector<float>>& logprobs, const SamplingOptions& options);
+// Per-row model-token masks (TRL's env_mask), padded to the completions' width with 0.
+at::Tensor padded_model_tokens(const std::vector<std::vector<int64_t>>& model_tokens, const GenerationResult& completions);
+
 // Samples every row's completion with `options` (its seed included).
 Rollout generate_rollout(const Model& model, std::vector<BatchRow> rows, const SamplingOptions& options, int64_t first_row);
 // The rows' given completions, each cut after its first EOS id (kept), as generated ones stop; a

@@ -214,6 +214,33 @@ inline void observe(const grove_environment_output& out, uint32_t episode, std::
     sink->append(sink, text.data(), text.size());
 }
 
+// The usual tool protocol, for step(): in each waiting episode's turn, the LAST call between `open`
+// and `close` (the close tag is a stop string, so it ends the turn). A turn without a call ends the
+// episode (the model has answered); a call never closed ends it as a failed call; otherwise
+// answer(body, bool& failed) returns the observation, and `failed` counts it as a failed call.
+template <class Answer>
+void answer_tool_calls(const grove_environment_batch& batch, grove_environment_output& out, std::string_view open,
+                       std::string_view close, Answer&& answer) {
+    for (uint32_t i = 0; i < batch.count; ++i) {
+        const std::string_view turn = view(batch.turn_texts[i]);
+        const size_t at = turn.rfind(open);
+        if (at == std::string_view::npos) {
+            out.done[i] = 1;
+            continue;
+        }
+        out.tool_calls[i] = 1;
+        const size_t start = at + open.size(), end = turn.find(close, start);
+        if (end == std::string_view::npos) {
+            out.tool_failures[i] = 1;
+            out.done[i] = 1;
+            continue;
+        }
+        bool failed = false;
+        observe(out, i, answer(turn.substr(start, end - start), failed));
+        out.tool_failures[i] = failed ? 1 : 0;
+    }
+}
+
 template <class T>
 struct EnvironmentPlugin : Lifecycle<T> {
     static grove_status stop_strings(void* instance, const char* const** strings, grove_error_sink* err) noexcept {

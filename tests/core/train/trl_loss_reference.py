@@ -16,8 +16,10 @@ import torch
 from datasets import Dataset
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
+
+from tiny_llama import save_tiny_llama
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -52,16 +54,7 @@ LOGGED = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ra
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=False, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.08)
-    folder = os.path.join(OUT, "model")
-    model.save_pretrained(folder)
+    folder = save_tiny_llama(os.path.join(OUT, "model"))
     # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -13,14 +13,15 @@ import sys
 import tempfile
 import warnings
 
-import torch
 from datasets import Dataset
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from tiny_llama import save_tiny_llama  # noqa: E402
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -36,16 +37,7 @@ ROWS = [
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=False, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.08)
-    folder = os.path.join(OUT, "model")
-    model.save_pretrained(folder)
+    folder = save_tiny_llama(os.path.join(OUT, "model"))
     # a byte-level BPE tokenizer (Grove reads BPE); the rollouts are token ids below its vocabulary
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
