@@ -41,10 +41,11 @@ struct Episode {
     EpisodeStats stats;
 };
 
-// Samples every episode. Each turn is generated for all running episodes together, from their
-// whole history as token ids (nothing is re-tokenized); a turn ends at EOS, at the end of one of the
-// environment's stop strings, or at the budget; then the environment answers all waiting episodes
-// in one call. `first_row` is the index of starts[0] in the generation batch (the environment's
+// Samples every episode. Each turn is sampled for all running episodes together (DecodeSession); a
+// turn ends at EOS, at the token that completes one of the environment's stop strings, or at the
+// budget; then the environment answers all waiting episodes in one call, and the episodes that go
+// on continue from their KV cache: only the observation's tokens are prefilled, and nothing is
+// re-tokenized. `first_row` is the index of starts[0] in the generation batch (the environment's
 // episode numbers).
 std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
                                   const std::vector<EpisodeStart>& starts, const SamplingOptions& options,

@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 namespace grove {
@@ -39,6 +41,44 @@ SamplingOptions sampling_options(const RunConfig& config);
 // Stop at every EOS id of the checkpoint (config.json, generation_config.json) and the tokenizer;
 // pad with the tokenizer's pad token, else the first EOS id.
 void set_stop_tokens(SamplingOptions& options, const Model& model, const TokenizerConfig& tokenizer);
+
+// The sampling engine: a batch of rows that samples turn by turn and goes on from its KV cache.
+// generate() is one turn; multi-turn episodes (episodes.hpp) append each observation to the rows
+// that continue, which prefills only the new tokens, never the history again.
+class DecodeSession {
+public:
+    // Prefills the prompts (token ids, no padding). `capacity` new tokens fit before the cache grows;
+    // a `resumable` session keeps the rows that end a turn for continue_rows().
+    DecodeSession(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& options,
+                  int64_t capacity, bool resumable);
+    ~DecodeSession();
+    DecodeSession(const DecodeSession&) = delete;
+    DecodeSession& operator=(const DecodeSession&) = delete;
+
+    struct Turn {
+        std::vector<int64_t> ids;     // sampled this turn, including the EOS or the stop
+        std::vector<float> logprobs;  // log softmax(logits / temperature) of each
+        bool eos = false;             // it ended at an EOS token
+    };
+    // Whether row `row`'s turn so far, `turn`, ends here (a stop string).
+    using StopCheck = std::function<bool(size_t row, const std::vector<int64_t>& turn)>;
+    // Samples one turn for every live row: until an EOS, limits[row] (>= 1) tokens, or `stop`.
+    // Rows that are not live (finished, or never continued) get an empty turn.
+    std::vector<Turn> sample_turn(const std::vector<int64_t>& limits, const StopCheck& stop = nullptr);
+
+    struct Continuation {
+        size_t row = 0;
+        int64_t keep = 0;             // the first `keep` tokens of its last turn stay in the history
+        std::vector<int64_t> tokens;  // then these (an observation) follow
+    };
+    // The listed rows go on in the next turn: their kept turn and `tokens` enter the cache in one
+    // batched forward pass. Every other row finishes. Call when no row is live.
+    void continue_rows(const std::vector<Continuation>& rows);
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
 
 // Generates for every prompt (token ids, no padding; rows may differ in length). The same seed and
 // inputs give the same completions on the same device.

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <map>
 
 #include "model/decode_kernels.hpp"
 #include "grove/error.hpp"
@@ -69,134 +70,380 @@ void set_stop_tokens(SamplingOptions& o, const Model& model, const TokenizerConf
     o.pad_token_id = tokenizer.pad_id.value_or(o.eos_token_ids.empty() ? 0 : o.eos_token_ids.front());
 }
 
-GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
+// The session's state. The live batch holds the rows sampling now; a row that ends its turn leaves
+// it (its KV cache, mask, position and seen tokens), so every decode step computes only the rows
+// still sampling (short completions in a batch with one long one are the common GRPO case). A
+// resumable session parks those rows until continue_rows() brings them back.
+struct DecodeSession::State {
+    // a batch of rows: the live one, or one parked group
+    struct Batch {
+        at::Tensor rows;           // [A] prompt index of each batch row
+        KVCache cache;             // [A, ...]; cache.length columns filled
+        at::Tensor mask;           // [A, capacity] long, 1 where a column holds a real token
+        at::Tensor next_position;  // [A, 1]
+        at::Tensor seen;           // [A, V] bool, tokens in the row (repetition penalty only)
+        at::Tensor last_token;     // [A] the turn's last token, not yet in the cache (parked rows)
+        int64_t turn_start = 0;    // the cache column of the turn's first token (parked rows)
+        int64_t size() const { return rows.defined() ? rows.size(0) : 0; }
+    };
+
+    State(const Model& m, const SamplingOptions& options, bool resumable)
+            : model(m),
+              o(options),
+              resumable(resumable),
+              N(0),
+              V(m.config().vocab_size),
+              device(m.device()),
+              generator(at::detail::createCPUGenerator(options.seed)) {}
+
+    const Model& model;
+    SamplingOptions o;
+    bool resumable;
+    int64_t N, V;
+    at::Device device;
+    // one seeded CPU generator: the same uniforms on every device, hence the same samples
+    at::Generator generator;
+    at::Tensor eos;  // stop tokens on the device; undefined when none
+    Batch live;
+    at::Tensor logits;  // [A, V] the live rows' next-token logits
+    std::vector<Batch> parked;
+
+    bool filtering() const {
+        return o.repetition_penalty != 1.0 || (o.top_k > 0 && o.top_k < V) || o.top_p < 1.0 || o.min_p > 0.0;
+    }
+    void ensure_capacity(int64_t needed);
+    at::Tensor sample(int64_t step, at::Tensor& chosen);
+    Batch select(const Batch& b, const at::Tensor& keep) const;
+};
+
+namespace {
+auto long_options() { return at::TensorOptions().dtype(at::kLong); }
+// log p(token) under the temperature alone, from the scaled logits: what the sampler used
+at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token) {
+    return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+}
+}  // namespace
+
+// The cache and mask grow (zero-filled) when a turn or an observation would pass their capacity.
+void DecodeSession::State::ensure_capacity(int64_t needed) {
+    KVCache& cache = live.cache;
+    if (needed <= cache.capacity) return;
+    const int64_t capacity = std::max(needed, cache.capacity + cache.capacity / 2);
+    for (auto* tensors : {&cache.keys, &cache.values})
+        for (at::Tensor& t : *tensors) {
+            at::Tensor grown = at::zeros({t.size(0), t.size(1), capacity, t.size(3)}, t.options());
+            grown.narrow(2, 0, cache.length).copy_(t.narrow(2, 0, cache.length));
+            t = grown;
+        }
+    at::Tensor mask = at::zeros({live.size(), capacity}, live.mask.options());
+    mask.narrow(1, 0, live.mask.size(1)).copy_(live.mask);
+    live.mask = mask;
+    cache.capacity = capacity;
+}
+
+DecodeSession::State::Batch DecodeSession::State::select(const Batch& b, const at::Tensor& keep) const {
+    Batch s;
+    s.rows = b.rows.index_select(0, keep);
+    s.mask = b.mask.index_select(0, keep);
+    s.next_position = b.next_position.index_select(0, keep);
+    if (b.seen.defined()) s.seen = b.seen.index_select(0, keep);
+    s.cache.length = b.cache.length;
+    s.cache.capacity = b.cache.capacity;
+    for (size_t l = 0; l < b.cache.keys.size(); ++l) {
+        s.cache.keys.push_back(b.cache.keys[l].index_select(0, keep));
+        s.cache.values.push_back(b.cache.values[l].index_select(0, keep));
+    }
+    return s;
+}
+
+// One token for every live row from `logits`; `chosen` gets its log-probability under the
+// temperature. Every prompt draws its uniform each step, live or not: a row's samples do not depend
+// on when the others stopped.
+at::Tensor DecodeSession::State::sample(int64_t step, at::Tensor& chosen) {
+    const int64_t A = live.size();
+    if (o.greedy) {
+        at::Tensor token = logits.argmax(-1);
+        chosen = log_probability(logits.to(at::kFloat), token);
+        return token;
+    }
+    at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
+    if (A < N) u = u.index_select(0, live.rows);
+    const bool filter = filtering(), sampling_kernel = device.is_cpu() && kernels::decode_kernels_available();
+    at::Tensor scaled = logits.to(at::kFloat);
+    if (o.temperature != 1.0 && (filter || !sampling_kernel)) scaled = scaled / o.temperature;
+    at::Tensor token;
+    if (sampling_kernel) {
+        // temperature, softmax, inverse CDF and the token's log-probability in one pass per row on
+        // the CPU, with no [rows, vocabulary] temporaries (the filters, when set, stay ATen's)
+        at::Tensor processed = (filter ? process_logits(logits, scaled, live.seen, o) : scaled).contiguous();
+        token = at::empty({A}, long_options());
+        chosen = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
+        kernels::sample_softmax(processed.data_ptr<float>(), V, A, V, filter ? 1.0f : float(o.temperature),
+                                u.data_ptr<double>(), token.data_ptr<int64_t>(), chosen.data_ptr<float>(),
+                                at::get_num_threads());
+        if (token.min().item<int64_t>() < 0)
+            throw Error(ErrorKind::runtime, "generate: the model's logits are NaN (or all -inf) at decode step " +
+                                                std::to_string(step + 1) + " (a diverged or corrupt checkpoint?)");
+        if (filter) chosen = log_probability(scaled, token);  // the kernel's is of the filtered logits
+        return token;
+    }
+    at::Tensor probs = process_logits(logits, scaled, live.seen, o).softmax(-1);
+    at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
+    // inverse CDF; clamp guards the rounding of the last bucket
+    token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
+    chosen = log_probability(scaled, token);
+    return token;
+}
+
+DecodeSession::DecodeSession(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o,
+                             int64_t capacity, bool resumable)
+        : s_(std::make_unique<State>(model, o, resumable)) {
     if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
-    if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
     at::NoGradGuard no_grad;
-    DecodeKernelScope decode_kernels;  // decode steps on the CPU kernels (float32, AVX2)
-    const int64_t N = int64_t(prompts.size());
+    DecodeKernelScope decode_kernels;
+    State& s = *s_;
+    const int64_t N = s.N = int64_t(prompts.size());
     int64_t P = 0;
     for (const auto& p : prompts) {
         if (p.empty()) throw Error(ErrorKind::usage, "generate: a prompt has no tokens");
         P = std::max<int64_t>(P, int64_t(p.size()));
     }
-    const int64_t C = o.max_new_tokens, V = model.config().vocab_size;
-    at::Device device = model.device();
-    auto long_cpu = at::TensorOptions().dtype(at::kLong);
-
     // left-padded prompts, mask, positions counted from each row's first real token
-    at::Tensor ids = at::full({N, P}, o.pad_token_id, long_cpu);
-    at::Tensor mask = at::zeros({N, P + C}, long_cpu);
+    at::Tensor ids = at::full({N, P}, o.pad_token_id, long_options());
+    at::Tensor mask = at::zeros({N, P + std::max<int64_t>(capacity, 1)}, long_options());
     for (int64_t b = 0; b < N; ++b) {
-        int64_t n = int64_t(prompts[b].size());
-        ids[b].narrow(0, P - n, n).copy_(at::tensor(prompts[b], long_cpu));
+        const int64_t n = int64_t(prompts[size_t(b)].size());
+        ids[b].narrow(0, P - n, n).copy_(at::tensor(prompts[size_t(b)], long_options()));
         mask[b].narrow(0, P - n, n).fill_(1);
     }
-    ids = ids.to(device);
-    mask = mask.to(device);
-    at::Tensor prompt_mask = mask.narrow(1, 0, P);
-    at::Tensor positions = (prompt_mask.cumsum(-1) - 1).clamp_min(0);
-    at::Tensor next_position = prompt_mask.sum(-1, true);  // [N, 1]
-    at::Tensor seen = at::zeros({N, V}, at::TensorOptions().dtype(at::kBool).device(device));
-    if (o.repetition_penalty != 1.0) seen.scatter_(1, ids, prompt_mask.to(at::kBool));
-
-    at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor() : at::tensor(o.eos_token_ids, long_cpu).to(device);
-    at::Tensor out_ids = at::full({N, C}, o.pad_token_id, long_cpu.device(device));
-    at::Tensor out_logp = at::zeros({N, C}, at::TensorOptions().dtype(at::kFloat).device(device));
-    at::Tensor finished = at::zeros({N}, at::TensorOptions().dtype(at::kBool).device(device));  // per prompt
-    at::Tensor lengths = at::zeros({N}, long_cpu.device(device));
-    // one seeded CPU generator: the same uniforms on every device, hence the same completions
-    at::Generator generator = at::detail::createCPUGenerator(o.seed);
-
-    // A row that stops leaves the batch (its KV cache, mask, position and seen tokens), so every
-    // decode step computes only the rows still sampling; `rows` maps the batch's rows to the prompts'.
-    // Short completions in a batch with one long one are the common GRPO case.
-    at::Tensor rows = at::arange(N, long_cpu.device(device));
-    KVCache cache = model.make_cache(N, P + C);
-    const bool filtering = o.repetition_penalty != 1.0 || (o.top_k > 0 && o.top_k < V) || o.top_p < 1.0 || o.min_p > 0.0;
-    const bool sampling_kernel = device.is_cpu() && kernels::decode_kernels_available();
-    at::Tensor hidden = model.hidden_states(ids, prompt_mask, positions, &cache);
-    at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
-    // log p(token) under the temperature alone, from the scaled logits: what the sampler used
-    auto log_probability = [](const at::Tensor& scaled, const at::Tensor& token) {
-        return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
-    };
-    int64_t steps = 0;
-    for (int64_t t = 0; t < C; ++t) {
-        const int64_t A = rows.size(0);
-        at::Tensor token, chosen;
-        if (o.greedy) {
-            at::Tensor scaled = logits.to(at::kFloat);
-            token = logits.argmax(-1);
-            chosen = log_probability(scaled, token);
-        } else {
-            // every prompt draws its uniform each step, in or out of the batch: a row's samples do not
-            // depend on when the others stopped
-            at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
-            if (A < N) u = u.index_select(0, rows);
-            at::Tensor scaled = logits.to(at::kFloat);
-            if (o.temperature != 1.0 && (filtering || !sampling_kernel)) scaled = scaled / o.temperature;
-            if (sampling_kernel) {
-                // temperature, softmax, inverse CDF and the token's log-probability in one pass per row
-                // on the CPU, with no [rows, vocabulary] temporaries (the filters, when set, stay ATen's)
-                at::Tensor processed = (filtering ? process_logits(logits, scaled, seen, o) : scaled).contiguous();
-                token = at::empty({A}, long_cpu);
-                chosen = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
-                kernels::sample_softmax(processed.data_ptr<float>(), V, A, V, filtering ? 1.0f : float(o.temperature),
-                                        u.data_ptr<double>(), token.data_ptr<int64_t>(), chosen.data_ptr<float>(),
-                                        at::get_num_threads());
-                if (token.min().item<int64_t>() < 0)
-                    throw Error(ErrorKind::runtime, "generate: the model's logits are NaN (or all -inf) at new token " +
-                                                        std::to_string(t + 1) + " (a diverged or corrupt checkpoint?)");
-                if (filtering)  // the kernel's log-probability is of the filtered logits
-                    chosen = log_probability(scaled, token);
-            } else {
-                at::Tensor probs = process_logits(logits, scaled, seen, o).softmax(-1);
-                at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
-                // inverse CDF; clamp guards the rounding of the last bucket
-                token = at::searchsorted(cdf, u * cdf.narrow(-1, V - 1, 1)).squeeze(-1).clamp_max(V - 1);
-                chosen = log_probability(scaled, token);
-            }
-        }
-        out_ids.select(1, t).index_copy_(0, rows, token);
-        out_logp.select(1, t).index_copy_(0, rows, chosen);
-        mask.select(1, P + t).fill_(1);
-        if (o.repetition_penalty != 1.0) seen.scatter_(1, token.unsqueeze(-1), true);
-        steps = t + 1;
-        if (eos.defined()) {
-            at::Tensor stopped = at::isin(token, eos);
-            if (stopped.any().item<bool>()) {
-                at::Tensor stopped_rows = rows.masked_select(stopped);
-                finished.index_fill_(0, stopped_rows, true);
-                lengths.index_fill_(0, stopped_rows, t + 1);
-                at::Tensor keep = stopped.logical_not().nonzero().squeeze(-1);
-                if (keep.numel() == 0) break;
-                rows = rows.index_select(0, keep);
-                token = token.index_select(0, keep);
-                mask = mask.index_select(0, keep);
-                next_position = next_position.index_select(0, keep);
-                if (o.repetition_penalty != 1.0) seen = seen.index_select(0, keep);
-                for (size_t l = 0; l < cache.keys.size(); ++l) {
-                    cache.keys[l] = cache.keys[l].index_select(0, keep);
-                    cache.values[l] = cache.values[l].index_select(0, keep);
-                }
-            }
-        }
-        if (t + 1 == C) break;
-        hidden = model.hidden_states(token.unsqueeze(-1), mask.narrow(1, 0, P + t + 1), next_position, &cache);
-        next_position = next_position + 1;
-        logits = model.logits(hidden).squeeze(1);
+    State::Batch& live = s.live;
+    ids = ids.to(s.device);
+    live.mask = mask.to(s.device);
+    at::Tensor prompt_mask = live.mask.narrow(1, 0, P);
+    live.next_position = prompt_mask.sum(-1, true);  // [N, 1]
+    live.rows = at::arange(N, long_options().device(s.device));
+    if (o.repetition_penalty != 1.0) {
+        live.seen = at::zeros({N, s.V}, at::TensorOptions().dtype(at::kBool).device(s.device));
+        live.seen.scatter_(1, ids, prompt_mask.to(at::kBool));
     }
-    lengths.masked_fill_(finished.logical_not(), steps);  // the rows still sampling at the end
+    if (!o.eos_token_ids.empty()) s.eos = at::tensor(o.eos_token_ids, long_options()).to(s.device);
+    live.cache = model.make_cache(N, live.mask.size(1));
+    at::Tensor positions = (prompt_mask.cumsum(-1) - 1).clamp_min(0);
+    at::Tensor hidden = model.hidden_states(ids, prompt_mask, positions, &live.cache);
+    s.logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
+}
 
+DecodeSession::~DecodeSession() = default;
+
+std::vector<DecodeSession::Turn> DecodeSession::sample_turn(const std::vector<int64_t>& limits, const StopCheck& stop) {
+    State& s = *s_;
+    if (int64_t(limits.size()) != s.N) throw Error(ErrorKind::usage, "sample_turn: one limit per row");
+    std::vector<Turn> turns(size_t(s.N));
+    if (s.live.size() == 0) return turns;
+    at::NoGradGuard no_grad;
+    DecodeKernelScope decode_kernels;
+    State::Batch& live = s.live;
+    const at::Tensor live_rows = live.rows.cpu().contiguous();
+    int64_t longest = 0;
+    for (int64_t i = 0; i < live_rows.size(0); ++i) {
+        const int64_t limit = limits[size_t(live_rows.data_ptr<int64_t>()[i])];
+        if (limit < 1) throw Error(ErrorKind::usage, "sample_turn: a live row's limit must be >= 1");
+        longest = std::max(longest, limit);
+    }
+    const auto device_long = long_options().device(s.device);
+    at::Tensor row_limits = at::tensor(limits, long_options()).to(s.device).index_select(0, live.rows);
+    at::Tensor out_ids = at::full({s.N, longest}, s.o.pad_token_id, device_long);
+    at::Tensor out_logp = at::zeros({s.N, longest}, at::TensorOptions().dtype(at::kFloat).device(s.device));
+    at::Tensor lengths = at::zeros({s.N}, device_long), ended_eos = at::zeros({s.N}, device_long.dtype(at::kBool));
+    s.ensure_capacity(live.cache.length + longest);
+    const int64_t turn_start = live.cache.length;
+    std::vector<std::vector<int64_t>> so_far(stop ? size_t(s.N) : 0);  // each row's turn, for `stop`
+    for (int64_t t = 0; t < longest; ++t) {
+        at::Tensor chosen;
+        at::Tensor token = s.sample(t, chosen);
+        out_ids.select(1, t).index_copy_(0, live.rows, token);
+        out_logp.select(1, t).index_copy_(0, live.rows, chosen.to(s.device));
+        if (live.seen.defined()) live.seen.scatter_(1, token.unsqueeze(-1), true);
+        at::Tensor stopped = row_limits.le(t + 1);
+        at::Tensor eos = s.eos.defined() ? at::isin(token, s.eos) : at::zeros_like(stopped);
+        stopped = stopped.logical_or(eos);
+        if (stop) {
+            const at::Tensor rows = live.rows.cpu().contiguous(), tokens = token.cpu().contiguous();
+            const int64_t *row = rows.data_ptr<int64_t>(), *sampled = tokens.data_ptr<int64_t>();
+            std::vector<uint8_t> hit(size_t(rows.size(0)), 0);
+            for (int64_t k = 0; k < rows.size(0); ++k) {
+                auto& turn = so_far[size_t(row[k])];
+                turn.push_back(sampled[k]);
+                hit[size_t(k)] = stop(size_t(row[k]), turn);
+            }
+            stopped = stopped.logical_or(at::tensor(hit, at::kByte).to(s.device).to(at::kBool));
+        }
+        if (stopped.any().item<bool>()) {
+            at::Tensor stopped_rows = live.rows.masked_select(stopped);
+            lengths.index_fill_(0, stopped_rows, t + 1);
+            ended_eos.index_copy_(0, stopped_rows, eos.masked_select(stopped));
+            if (s.resumable) {
+                State::Batch p = s.select(live, stopped.nonzero().squeeze(-1));
+                p.last_token = token.masked_select(stopped);
+                p.turn_start = turn_start;
+                s.parked.push_back(std::move(p));
+            }
+            at::Tensor keep = stopped.logical_not().nonzero().squeeze(-1);
+            if (keep.numel() == 0) {
+                live = State::Batch{};
+                break;
+            }
+            live = s.select(live, keep);
+            token = token.index_select(0, keep);
+            row_limits = row_limits.index_select(0, keep);
+        }
+        // the token goes into the cache at the next column; its logits predict the next token
+        const int64_t column = live.cache.length;
+        live.mask.select(1, column).fill_(1);
+        at::Tensor hidden =
+            s.model.hidden_states(token.unsqueeze(-1), live.mask.narrow(1, 0, column + 1), live.next_position, &live.cache);
+        live.next_position = live.next_position + 1;
+        s.logits = s.model.logits(hidden).squeeze(1);
+    }
+    const at::Tensor ids = out_ids.cpu(), logp = out_logp.cpu(), n = lengths.cpu(), eos = ended_eos.cpu();
+    for (int64_t i = 0; i < s.N; ++i) {
+        const int64_t length = n[i].item<int64_t>();
+        Turn& turn = turns[size_t(i)];
+        turn.ids.assign(ids[i].data_ptr<int64_t>(), ids[i].data_ptr<int64_t>() + length);
+        turn.logprobs.assign(logp[i].data_ptr<float>(), logp[i].data_ptr<float>() + length);
+        turn.eos = eos[i].item<bool>();
+    }
+    return turns;
+}
+
+void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
+    State& s = *s_;
+    if (!s.resumable) throw Error(ErrorKind::usage, "continue_rows: the session is not resumable");
+    if (s.live.size() != 0) throw Error(ErrorKind::usage, "continue_rows: rows are still sampling");
+    at::NoGradGuard no_grad;
+    DecodeKernelScope decode_kernels;
+    std::map<int64_t, const Continuation*> wanted;
+    for (const Continuation& c : rows) wanted[int64_t(c.row)] = &c;
+    // the wanted rows of every parked group, in one batch whose columns line up: a group whose
+    // cache is shorter gets masked zero columns up to the longest (attention skips them)
+    std::vector<State::Batch> groups;
+    std::vector<const Continuation*> order;
+    int64_t length = 0;
+    for (State::Batch& p : s.parked) {
+        const at::Tensor prows = p.rows.cpu().contiguous();
+        std::vector<int64_t> keep;
+        for (int64_t k = 0; k < prows.size(0); ++k)
+            if (auto it = wanted.find(prows.data_ptr<int64_t>()[k]); it != wanted.end()) {
+                keep.push_back(k);
+                order.push_back(it->second);
+            }
+        if (keep.empty()) continue;
+        at::Tensor index = at::tensor(keep, long_options()).to(s.device);
+        State::Batch g = s.select(p, index);
+        g.last_token = p.last_token.index_select(0, index);
+        g.turn_start = p.turn_start;
+        length = std::max(length, g.cache.length);
+        groups.push_back(std::move(g));
+    }
+    s.parked.clear();
+    if (order.size() != rows.size()) throw Error(ErrorKind::usage, "continue_rows: a row is not waiting to continue");
+    if (groups.empty()) return;
+
+    // each row's block: the turn's last token when it stays and is not yet cached, then its tokens
+    const int64_t A = int64_t(order.size());
+    std::vector<std::vector<int64_t>> blocks(static_cast<size_t>(A));
+    std::vector<int64_t> rollback(static_cast<size_t>(A), 0);  // turn tokens in the cache past the kept ones
+    int64_t width = 1, a = 0;
+    for (const State::Batch& g : groups) {
+        const at::Tensor last = g.last_token.cpu().contiguous();
+        for (int64_t k = 0; k < g.size(); ++k, ++a) {
+            const Continuation& c = *order[size_t(a)];
+            const int64_t cached = g.cache.length - g.turn_start;  // the turn's tokens but the last
+            if (c.keep > cached) blocks[size_t(a)].push_back(last.data_ptr<int64_t>()[k]);
+            rollback[size_t(a)] = std::max<int64_t>(0, cached - c.keep);
+            blocks[size_t(a)].insert(blocks[size_t(a)].end(), c.tokens.begin(), c.tokens.end());
+            if (blocks[size_t(a)].empty()) throw Error(ErrorKind::usage, "continue_rows: a row has nothing to continue with");
+            width = std::max<int64_t>(width, int64_t(blocks[size_t(a)].size()));
+        }
+    }
+    State::Batch live;
+    const KVCache& first = groups.front().cache;
+    live.cache = s.model.make_cache(A, length + width);
+    live.mask = at::zeros({A, length + width}, long_options().device(s.device));
+    std::vector<at::Tensor> batch_rows, positions, seen;
+    int64_t offset = 0;
+    for (const State::Batch& g : groups) {
+        const int64_t n = g.size(), filled = g.cache.length;
+        for (size_t l = 0; l < first.keys.size(); ++l)
+            for (auto [to, from] :
+                 {std::pair{&live.cache.keys[l], &g.cache.keys[l]}, {&live.cache.values[l], &g.cache.values[l]}}) {
+                to->narrow(0, offset, n).narrow(2, 0, filled).copy_(from->narrow(2, 0, filled));
+                to->narrow(0, offset, n).narrow(2, filled, length - filled).zero_();
+            }
+        live.mask.narrow(0, offset, n).narrow(1, 0, filled).copy_(g.mask.narrow(1, 0, filled));
+        batch_rows.push_back(g.rows);
+        positions.push_back(g.next_position);
+        if (g.seen.defined()) seen.push_back(g.seen);
+        offset += n;
+    }
+    live.cache.length = length;
+    live.rows = at::cat(batch_rows);
+    live.next_position = at::cat(positions);
+    if (!seen.empty()) live.seen = at::cat(seen);
+    // roll back turn tokens past the kept ones: their columns are masked, their positions reused
+    int64_t r0 = 0;
+    for (const State::Batch& g : groups) {
+        for (int64_t k = 0; k < g.size(); ++k) {
+            const int64_t back = rollback[size_t(r0 + k)];
+            if (back == 0) continue;
+            live.mask[r0 + k].narrow(0, g.cache.length - back, back).zero_();
+            live.next_position[r0 + k] -= back;
+        }
+        r0 += g.size();
+    }
+
+    // the blocks, left-padded so every row's last token is the block's last column
+    at::Tensor ids = at::full({A, width}, s.o.pad_token_id, long_options());
+    at::Tensor block_mask = at::zeros({A, width}, long_options());
+    for (int64_t r = 0; r < A; ++r) {
+        const auto& b = blocks[size_t(r)];
+        const int64_t n = int64_t(b.size());
+        ids[r].narrow(0, width - n, n).copy_(at::tensor(b, long_options()));
+        block_mask[r].narrow(0, width - n, n).fill_(1);
+    }
+    ids = ids.to(s.device);
+    block_mask = block_mask.to(s.device);
+    live.mask.narrow(1, length, width).copy_(block_mask);
+    at::Tensor block_positions = live.next_position + (block_mask.cumsum(-1) - 1).clamp_min(0);
+    if (live.seen.defined()) live.seen.scatter_(1, ids, block_mask.to(at::kBool));
+    at::Tensor hidden = s.model.hidden_states(ids, live.mask.narrow(1, 0, length + width), block_positions, &live.cache);
+    live.next_position = live.next_position + block_mask.sum(-1, true);
+    s.logits = s.model.logits(hidden.narrow(1, width - 1, 1)).squeeze(1);
+    s.live = std::move(live);
+}
+
+GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
+    if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
+    DecodeSession session(model, prompts, o, o.max_new_tokens, /*resumable=*/false);
+    const auto turns = session.sample_turn(std::vector<int64_t>(prompts.size(), o.max_new_tokens));
+    const int64_t N = int64_t(prompts.size());
+    int64_t steps = 0;
+    for (const auto& turn : turns) steps = std::max<int64_t>(steps, int64_t(turn.ids.size()));
     GenerationResult r;
-    r.completion_ids = out_ids.narrow(1, 0, steps).cpu();
-    at::Tensor lengths_cpu = lengths.cpu();
-    r.completion_mask = (at::arange(steps, long_cpu).unsqueeze(0) < lengths_cpu.unsqueeze(1)).to(at::kLong);
-    r.truncated = finished.logical_not().cpu();
-    r.sampled_logprobs = out_logp.narrow(1, 0, steps).cpu();
-    r.lengths.assign(lengths_cpu.data_ptr<int64_t>(), lengths_cpu.data_ptr<int64_t>() + N);
+    r.completion_ids = at::full({N, steps}, o.pad_token_id, long_options());
+    r.sampled_logprobs = at::zeros({N, steps}, at::TensorOptions().dtype(at::kFloat));
+    r.truncated = at::zeros({N}, at::TensorOptions().dtype(at::kBool));
+    for (int64_t i = 0; i < N; ++i) {
+        const auto& turn = turns[size_t(i)];
+        const int64_t n = int64_t(turn.ids.size());
+        r.completion_ids[i].narrow(0, 0, n).copy_(at::tensor(turn.ids, long_options()));
+        r.sampled_logprobs[i].narrow(0, 0, n).copy_(at::tensor(turn.logprobs, at::kFloat));
+        r.truncated[i] = !turn.eos;
+        r.lengths.push_back(n);
+    }
+    at::Tensor lengths = at::tensor(r.lengths, long_options());
+    r.completion_mask = (at::arange(steps, long_options()).unsqueeze(0) < lengths.unsqueeze(1)).to(at::kLong);
     return r;
 }
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 
 #include "grove/distributed.hpp"
+#include "grove/error.hpp"
 #include "grove/environment_host.hpp"
 #include "grove/model.hpp"
 #include "grove/tokenizer.hpp"
@@ -60,17 +60,28 @@ struct Running {
     bool running = true;
 };
 
-// The model's turn k of generation result g, cut at a stop string and at the episode's budget.
-void append_turn(Episode& e, const GenerationResult& g, int64_t k, const Tokenizer& tokenizer,
-                 const std::vector<std::string>& stops, int64_t budget) {
-    const int64_t length = std::min<int64_t>(g.lengths[size_t(k)], budget - int64_t(e.ids.size()));
-    at::Tensor ids = g.completion_ids[k].narrow(0, 0, length).contiguous();
-    std::vector<int64_t> turn(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + length);
-    turn.resize(cut_at_stop_string(tokenizer, turn, stops));
-    at::Tensor lp = g.sampled_logprobs[k].narrow(0, 0, int64_t(turn.size())).contiguous();
-    e.ids.insert(e.ids.end(), turn.begin(), turn.end());
-    e.model_tokens.insert(e.model_tokens.end(), turn.size(), 1);
-    e.logprobs.insert(e.logprobs.end(), lp.data_ptr<float>(), lp.data_ptr<float>() + turn.size());
+// Whether a turn's text reached a stop string, checked after every sampled token on the turn's last
+// few tokens only (a stop string of n bytes spans at most n tokens, plus one whose leading space a
+// decoder may drop). The turn is then cut exactly by cut_at_stop_string.
+DecodeSession::StopCheck stop_check(const Tokenizer& tokenizer, const std::vector<std::string>& stops) {
+    if (stops.empty()) return nullptr;
+    size_t longest = 0;
+    for (const std::string& s : stops) longest = std::max(longest, s.size());
+    const size_t window = longest + 1;
+    return [&tokenizer, stops, window](size_t, const std::vector<int64_t>& turn) {
+        const size_t from = turn.size() > window ? turn.size() - window : 0;
+        const std::string tail = tokenizer.decode(std::vector<int64_t>(turn.begin() + long(from), turn.end()), false);
+        return std::any_of(stops.begin(), stops.end(), [&](const std::string& s) { return tail.find(s) != std::string::npos; });
+    };
+}
+
+// The model's turn, cut at a stop string (the sampler stopped at the budget already).
+void append_turn(Episode& e, const DecodeSession::Turn& turn, const Tokenizer& tokenizer,
+                 const std::vector<std::string>& stops) {
+    const size_t n = cut_at_stop_string(tokenizer, turn.ids, stops);
+    e.ids.insert(e.ids.end(), turn.ids.begin(), turn.ids.begin() + long(n));
+    e.model_tokens.insert(e.model_tokens.end(), n, 1);
+    e.logprobs.insert(e.logprobs.end(), turn.logprobs.begin(), turn.logprobs.begin() + long(n));
     ++e.stats.turns;
 }
 
@@ -110,38 +121,32 @@ Rollout to_rollout(const std::vector<Episode>& episodes, std::vector<BatchRow> r
 std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
                                   const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
                                   const EpisodeLimits& limits, int64_t first_row) {
-    const std::set<int64_t> eos(options.eos_token_ids.begin(), options.eos_token_ids.end());
     const int64_t budget = limits.max_completion_length;
+    if (budget < 1) throw Error(ErrorKind::usage, "episodes: max_completion_length must be >= 1");
+    const std::vector<std::string>& stops = environment.stop_strings();
+    std::vector<std::vector<int64_t>> prompts;
+    for (const EpisodeStart& s : starts) prompts.push_back(s.prompt_ids);
+    DecodeSession session(model, prompts, options, budget, /*resumable=*/limits.max_turns > 1);
+    const DecodeSession::StopCheck stop = stop_check(tokenizer, stops);
     std::vector<Running> episodes(starts.size());
     for (int64_t turn = 0; turn < limits.max_turns; ++turn) {
-        std::vector<size_t> writing;  // the episodes that write this turn
-        std::vector<std::vector<int64_t>> histories;
-        int64_t longest = 0;
-        for (size_t i = 0; i < episodes.size(); ++i) {
-            const Episode& e = episodes[i].episode;
-            if (!episodes[i].running || int64_t(e.ids.size()) >= budget) continue;
-            writing.push_back(i);
-            histories.push_back(starts[i].prompt_ids);
-            histories.back().insert(histories.back().end(), e.ids.begin(), e.ids.end());
-            longest = std::max<int64_t>(longest, budget - int64_t(e.ids.size()));
-        }
-        if (writing.empty()) break;
-        SamplingOptions turn_options = options;
-        turn_options.max_new_tokens = longest;
-        turn_options.seed = options.seed + 1000003ull * uint64_t(turn);  // each turn its own stream
-        const GenerationResult g = generate(model, histories, turn_options);
+        std::vector<int64_t> room(episodes.size(), 0);
+        for (size_t i = 0; i < episodes.size(); ++i)
+            if (episodes[i].running) room[i] = budget - int64_t(episodes[i].episode.ids.size());
+        const std::vector<DecodeSession::Turn> turns = session.sample_turn(room, stop);
 
         EnvironmentTurns waiting;
         waiting.step = limits.step;
         waiting.seed = options.seed;
         std::vector<size_t> waiting_episodes;
-        for (size_t k = 0; k < writing.size(); ++k) {
-            const size_t i = writing[k];
+        std::vector<int64_t> kept;  // each waiting episode's turn length after the stop-string cut
+        for (size_t i = 0; i < episodes.size(); ++i) {
+            if (!episodes[i].running) continue;
             Episode& e = episodes[i].episode;
             const size_t before = e.ids.size();
-            append_turn(e, g, int64_t(k), tokenizer, environment.stop_strings(), budget);
+            append_turn(e, turns[i], tokenizer, stops);
             const std::vector<int64_t> ids(e.ids.begin() + long(before), e.ids.end());
-            const bool ended_with_eos = !ids.empty() && eos.count(ids.back());
+            const bool ended_with_eos = turns[i].eos && ids.size() == turns[i].ids.size();
             const bool spent = int64_t(e.ids.size()) >= budget, last_turn = turn + 1 == limits.max_turns;
             if (spent || last_turn) {
                 e.stats.hit_max_turns = last_turn && !spent && !ended_with_eos;  // it still wanted the environment
@@ -151,20 +156,32 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
             waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
                         starts[i].prompt_text, starts[i].columns_json);
             waiting_episodes.push_back(i);
+            kept.push_back(int64_t(ids.size()));
         }
+        if (waiting_episodes.empty()) break;
         const auto start = std::chrono::steady_clock::now();
         const EnvironmentAnswers answers = environment.step(waiting);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::vector<DecodeSession::Continuation> going_on;
         for (size_t k = 0; k < waiting_episodes.size(); ++k) {
-            Running& r = episodes[waiting_episodes[k]];
+            const size_t i = waiting_episodes[k];
+            Running& r = episodes[i];
             r.episode.stats.tool_calls += answers.tool_calls[k];
             r.episode.stats.tool_failures += answers.tool_failures[k];
             r.episode.stats.environment_seconds += seconds / double(waiting_episodes.size());
-            if (answers.done[k] || answers.observations[k].empty())
+            if (answers.done[k] || answers.observations[k].empty()) {
                 r.running = false;
-            else if (append_observation(r.episode, tokenizer.encode(answers.observations[k], false), budget))
+                continue;
+            }
+            const size_t before = r.episode.ids.size();
+            if (append_observation(r.episode, tokenizer.encode(answers.observations[k], false), budget)) {
                 r.running = false;
+                continue;
+            }
+            going_on.push_back({i, kept[k], std::vector<int64_t>(r.episode.ids.begin() + long(before), r.episode.ids.end())});
         }
+        if (going_on.empty()) break;
+        session.continue_rows(going_on);
     }
     std::vector<Episode> out;
     for (Running& r : episodes) out.push_back(std::move(r.episode));

@@ -205,6 +205,62 @@ TEST(Model, RowsThatStopDoNotChangeTheOthers) {
     EXPECT_GE(stopped_rows, 2);
 }
 
+// Multi-turn sampling: rows that end their turns at different steps (so their caches have different
+// lengths) continue from the KV cache with an observation, one keeping only part of its turn; each
+// row's next turn is the turn that greedy generation samples from the whole history, re-prefilled.
+TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
+    for (const char* name : {"llama_gqa", "qwen2_tied"}) {
+        SCOPED_TRACE(name);
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
+        grove::SamplingOptions greedy;
+        greedy.greedy = true;
+        greedy.pad_token_id = 0;
+        const size_t N = prompts.size();
+        ASSERT_GE(N, 2u);
+        grove::DecodeSession session(*model, prompts, greedy, 4, /*resumable=*/true);
+        std::vector<int64_t> limits;
+        for (size_t i = 0; i < N; ++i) limits.push_back(3 + int64_t(i) * 2);  // turns end at different steps
+        // row 0 also stops early at its second token, as a stop string would
+        auto first = session.sample_turn(
+            limits, [](size_t row, const std::vector<int64_t>& turn) { return row == 0 && turn.size() == 2; });
+        ASSERT_EQ(first[0].ids.size(), 2u);
+        ASSERT_EQ(first[1].ids.size(), 5u);
+        std::vector<grove::DecodeSession::Continuation> going_on;
+        std::vector<std::vector<int64_t>> histories(N);
+        for (size_t i = 0; i < N; ++i) {
+            // row 1 keeps 3 of its 5 tokens (a stop string found late): the cache rolls back
+            const int64_t keep = i == 1 ? 3 : int64_t(first[i].ids.size());
+            std::vector<int64_t> observation = {5 + int64_t(i), 17, 9 + int64_t(i) * 3};
+            observation.resize(1 + i % 3);  // observations of different lengths
+            going_on.push_back({i, keep, observation});
+            histories[i] = prompts[i];
+            histories[i].insert(histories[i].end(), first[i].ids.begin(), first[i].ids.begin() + keep);
+            histories[i].insert(histories[i].end(), observation.begin(), observation.end());
+        }
+        session.continue_rows(going_on);
+        auto second = session.sample_turn(std::vector<int64_t>(N, 6));
+        greedy.max_new_tokens = 6;
+        auto whole = grove::generate(*model, histories, greedy);
+        for (size_t i = 0; i < N; ++i) {
+            SCOPED_TRACE("row " + std::to_string(i));
+            ASSERT_EQ(second[i].ids.size(), 6u);
+            at::Tensor expected = whole.completion_ids[int64_t(i)];
+            EXPECT_TRUE(at::equal(at::tensor(second[i].ids, at::kLong), expected));
+            EXPECT_LT(
+                (at::tensor(second[i].logprobs, at::kFloat) - whole.sampled_logprobs[int64_t(i)]).abs().max().item<double>(),
+                1e-4);
+        }
+        // rows not continued finish: they sample nothing more
+        session.continue_rows({{0, int64_t(second[0].ids.size()), {7}}});
+        auto third = session.sample_turn(std::vector<int64_t>(N, 2));
+        EXPECT_EQ(third[0].ids.size(), 2u);
+        for (size_t i = 1; i < N; ++i) EXPECT_TRUE(third[i].ids.empty());
+        EXPECT_CONTAINS(error_of([&] { session.continue_rows({{1, 1, {7}}}); }), "not waiting to continue");
+    }
+}
+
 TEST(Model, EosIdsComeFromConfigAndGenerationConfig) {
     auto config = grove::load_model_config(kModels + "/llama3_rope");
     EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{2, 3}));
