@@ -30,7 +30,8 @@ int eval(const std::vector<std::string>& args) {
                                                                     "evaluate the first N prompts only")(
         "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row")("save", po::value<std::string>(),
                                                                                              "also write that JSON to a file")(
-        "compare", po::value<std::string>(), "a file from an earlier --save: print before, after and change");
+        "compare", po::value<std::string>(), "a file from an earlier --save: print before, after and change")(
+        "no-environment", "single-turn completions even when the manifest names an [environment] (the model without its tool)");
     po::positional_options_description positional;
     positional.add("manifest", 1);
     auto vm =
@@ -72,18 +73,27 @@ int eval(const std::vector<std::string>& args) {
     q.sampling.greedy = vm.count("greedy") > 0;
     q.samples = vm["samples"].as<int64_t>();
     q.limit = vm["limit"].as<int64_t>();
+    if (vm.count("no-environment")) q.environment.reset();
     if (q.samples < 1) throw Error(ErrorKind::usage, "grove eval: --samples must be >= 1");
     if (q.sampling.greedy && q.samples > 1)
         throw Error(ErrorKind::usage, "grove eval: --greedy gives one completion per prompt; drop --samples");
     EvaluationResult r = evaluate(q);
     size_t prompts = r.rows.size() / size_t(q.samples);
     json rows = json::array();
-    for (const auto& row : r.rows)
+    for (const auto& row : r.rows) {
         rows.push_back({{"prompt", row.prompt},
                         {"completion", row.completion},
                         {"length", row.length},
                         {"truncated", row.truncated},
                         {"rewards", row.rewards}});
+        if (!q.environment) continue;
+        json turns = json::array();
+        for (const auto& [from_model, text] : row.turns)
+            turns.push_back({{"role", from_model ? "model" : "environment"}, {"text", text}});
+        rows.back()["turns"] = turns;
+        rows.back()["tool_calls"] = row.tool_calls;
+        rows.back()["tool_failures"] = row.tool_failures;
+    }
     json out = {{"model", q.model_dir},
                 {"data", q.data_source},
                 {"prompts", prompts},
@@ -95,6 +105,8 @@ int eval(const std::vector<std::string>& args) {
                 {"truncated_ratio", r.truncated_ratio},
                 {"accuracy", r.accuracy >= 0 ? json(r.accuracy) : json(nullptr)},
                 {"format_rate", r.format_rate >= 0 ? json(r.format_rate) : json(nullptr)},
+                {"environment", q.environment ? json(q.environment->plugin) : json(nullptr)},
+                {"tool_call_frequency", r.tool_call_frequency >= 0 ? json(r.tool_call_frequency) : json(nullptr)},
                 {"rows", rows}};
     std::string text = out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
     if (vm.count("save")) {
@@ -128,7 +140,8 @@ int eval(const std::vector<std::string>& args) {
                                               (q.sampling.greedy ? " greedily" : " sampled") + ": compare like with like");
     }
     std::cout << "grove eval: " << prompts << " prompts x " << q.samples << (q.sampling.greedy ? " (greedy)" : " (sampled)")
-              << " from " << q.data_source << "\n";
+              << " from " << q.data_source
+              << (q.environment ? ", episodes with environment " + q.environment->plugin : std::string()) << "\n";
     auto number = [](double v) {
         std::ostringstream s;
         s << std::fixed << std::setprecision(4) << v;
@@ -159,11 +172,10 @@ int eval(const std::vector<std::string>& args) {
     }
     if (r.accuracy >= 0) row("accuracy", r.accuracy, field(before, "accuracy"));
     if (r.format_rate >= 0) row("format rate", r.format_rate, field(before, "format_rate"));
-    row("mean completion length", r.mean_length, field(before, "mean_length"), "tokens");
+    if (r.tool_call_frequency >= 0) row("tool calls per episode", r.tool_call_frequency, field(before, "tool_call_frequency"));
+    row("mean completion length", r.mean_length, field(before, "mean_length"), q.environment ? "model tokens" : "tokens");
     row("truncated", r.truncated_ratio, field(before, "truncated_ratio"), "(no EOS within the limit)");
     return 0;
 }
 
 }  // namespace grove::cli
-
-namespace grove::cli {}  // namespace grove::cli

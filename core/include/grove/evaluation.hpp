@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct EvaluationRequest {
     int64_t limit = 0;         // first N prompts only (0: all)
     int64_t batch = 64;        // prompts x samples generated at once
     std::string device = "auto", dtype = "float32";
+    std::optional<PluginUse> environment;  // multi-turn episodes with this environment plugin
+    int64_t max_turns = 4;                 // model turns per episode
 };
 
 struct EvaluationRow {
@@ -31,6 +34,8 @@ struct EvaluationRow {
     int64_t length = 0;
     bool truncated = false;
     std::map<std::string, float> rewards;
+    std::vector<std::pair<bool, std::string>> turns;  // episodes: (from the model?, text) in order
+    int64_t tool_calls = 0, tool_failures = 0;
 };
 
 struct EvaluationResult {
@@ -39,11 +44,13 @@ struct EvaluationResult {
     double reward = 0;                          // weighted sum, averaged
     double accuracy = -1;                       // mean of the reward whose role is accuracy; -1 when none
     double format_rate = -1;                    // mean of the reward whose role is format_rate; -1 when none
-    double mean_length = 0;
+    double mean_length = 0;                     // model tokens only (an episode's observations are not counted)
     double truncated_ratio = 0;
+    double tool_call_frequency = -1;  // tool calls per episode; -1 without an environment
 };
 
-// From a manifest: model.path, data.eval_source (else data.source), rewards, generation settings.
+// From a manifest: model.path, data.eval_source (else data.source), rewards, generation settings
+// and the [environment], whose episodes are then scored whole (as the trainer scores them).
 EvaluationRequest evaluation_request(const Manifest& manifest);
 EvaluationResult evaluate(const EvaluationRequest& request);
 

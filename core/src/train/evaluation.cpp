@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "grove/advantages.hpp"
 #include "grove/dataset.hpp"
+#include "grove/environment_host.hpp"
+#include "grove/episodes.hpp"
 #include "grove/error.hpp"
 #include "grove/model.hpp"
 #include "grove/plugin_host.hpp"
@@ -30,6 +33,8 @@ EvaluationRequest evaluation_request(const Manifest& manifest) {
     r.sampling = sampling_options(c);
     r.device = c.model.device;
     r.dtype = c.model.dtype;
+    r.environment = c.environment.use;
+    r.max_turns = c.environment.max_turns;
     return r;
 }
 
@@ -39,6 +44,9 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer->config());
     PluginHost host(plugin_search_path(q.plugin_dirs));
     const RewardSet rewards(host, q.rewards);
+    std::unique_ptr<Environment> environment;
+    if (q.environment)
+        environment = std::make_unique<Environment>(create_plugin(host, *q.environment, GROVE_PLUGIN_KIND_ENVIRONMENT));
     auto rows = load_prompts(q.data_source, q.prompt_column);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
@@ -61,21 +69,47 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
             }
         }
         o.seed = q.sampling.seed + start;
-        GenerationResult g = generate(*model, prompts, o);
         RewardRows batch;
         batch.num_generations = uint32_t(q.samples);
         batch.seed = o.seed;
-        for (size_t i = 0; i < prompts.size(); ++i) {
-            int64_t length = g.lengths[i];
-            std::vector<int64_t> ids(g.completion_ids[int64_t(i)].data_ptr<int64_t>(),
-                                     g.completion_ids[int64_t(i)].data_ptr<int64_t>() + length);
-            EvaluationRow row;
+        auto add_row = [&](EvaluationRow row, const std::vector<int64_t>& ids, size_t i) {
             row.prompt = texts[i];
             row.completion = tokenizer->decode(ids, true);
-            row.length = length;
-            row.truncated = g.truncated[int64_t(i)].item<bool>();
             batch.add(row.prompt, row.completion, std::vector<int32_t>(ids.begin(), ids.end()), row.truncated, json_rows[i]);
             result.rows.push_back(std::move(row));
+        };
+        if (environment) {
+            std::vector<EpisodeStart> starts;
+            for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i]});
+            const auto episodes = run_episodes(*model, *tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0});
+            for (size_t i = 0; i < episodes.size(); ++i) {
+                const Episode& e = episodes[i];
+                EvaluationRow row;
+                for (size_t start = 0; start < e.ids.size();) {  // the turns, model's and environment's
+                    size_t end = start;
+                    while (end < e.ids.size() && e.model_tokens[end] == e.model_tokens[start]) ++end;
+                    row.turns.push_back({e.model_tokens[start] != 0,
+                                         tokenizer->decode({e.ids.begin() + long(start), e.ids.begin() + long(end)}, false)});
+                    start = end;
+                }
+                for (uint8_t m : e.model_tokens) row.length += m;
+                row.truncated =
+                    int64_t(e.ids.size()) >= o.max_new_tokens && !e.stats.hit_max_turns &&
+                    std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), e.ids.back()) == o.eos_token_ids.end();
+                row.tool_calls = e.stats.tool_calls;
+                row.tool_failures = e.stats.tool_failures;
+                add_row(std::move(row), e.ids, i);
+            }
+        } else {
+            GenerationResult g = generate(*model, prompts, o);
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                const int64_t length = g.lengths[i];
+                const int64_t* ids = g.completion_ids[int64_t(i)].data_ptr<int64_t>();
+                EvaluationRow row;
+                row.length = length;
+                row.truncated = g.truncated[int64_t(i)].item<bool>();
+                add_row(std::move(row), std::vector<int64_t>(ids, ids + length), i);
+            }
         }
         size_t first = result.rows.size() - prompts.size();
         std::vector<double> sums(prompts.size(), 0.0);
@@ -103,11 +137,13 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     if (auto k = rewards.find_role(RewardRole::accuracy)) result.accuracy = result.reward_mean[q.rewards[*k].name];
     if (auto k = rewards.find_role(RewardRole::format_rate)) result.format_rate = result.reward_mean[q.rewards[*k].name];
     result.reward = nanmean(weighted);
-    double length = 0, truncated = 0;
+    double length = 0, truncated = 0, calls = 0;
     for (const auto& row : result.rows) {
         length += double(row.length);
         truncated += row.truncated;
+        calls += double(row.tool_calls);
     }
+    if (environment) result.tool_call_frequency = result.rows.empty() ? 0.0 : calls / double(result.rows.size());
     result.mean_length = result.rows.empty() ? 0.0 : length / double(result.rows.size());
     result.truncated_ratio = result.rows.empty() ? 0.0 : truncated / double(result.rows.size());
     return result;

@@ -60,3 +60,47 @@ TEST(Eval, SamplesPerPromptAndManifestMode) {
     EXPECT_EQ(bad.exit_code, 2);
     EXPECT_NE(bad.out.find("give a MANIFEST, or --model, --data and at least one --reward"), std::string::npos) << bad.out;
 }
+
+// With the manifest's [environment], eval scores whole episodes and prints their turns; lengths
+// count the model's tokens only. --no-environment evaluates the same model without its tool.
+TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
+    std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/eval_environment";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/grove.toml") << "[model]\npath = \"" << kModel << "\"\nchat_template = \"none\"\n"
+                                       << "[data]\nsource = \"builtin:arithmetic-test\"\n"
+                                       << "[generation]\nmax_completion_length = 30\n"
+                                       << "[environment]\nplugin = \"" << GROVE_TEST_SCRIPTED_ENV_PLUGIN << "\"\n"
+                                       << "config = { stop = \"e\", turns = 3 }\nmax_turns = 3\n"
+                                       << "[[rewards]]\nplugin = \"format\"\n";
+    auto r = grove::test::run_grove("eval " + dir + "/grove.toml --limit 8 --seed 3 --json 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["rows"].size(), 8u);
+    double calls = 0;
+    int64_t observed = 0;
+    for (const auto& row : j["rows"]) {
+        std::string completion;
+        int64_t environment_turns = 0;
+        for (const auto& turn : row["turns"]) {
+            completion += turn["text"].get<std::string>();
+            if (turn["role"] == "environment") {
+                EXPECT_EQ(turn["text"], " ok");
+                ++environment_turns;
+            }
+        }
+        EXPECT_EQ(environment_turns, row["tool_calls"].get<int64_t>());
+        EXPECT_LE(row["length"].get<int64_t>(), 30 - 2 * environment_turns) << "observation tokens are not counted";
+        observed += environment_turns > 0;
+        calls += row["tool_calls"].get<double>();
+    }
+    EXPECT_GT(observed, 0) << "no episode reached the environment: the test exercised nothing";
+    EXPECT_NEAR(j["tool_call_frequency"].get<double>(), calls / 8, 1e-12);
+    EXPECT_EQ(j["environment"], GROVE_TEST_SCRIPTED_ENV_PLUGIN);
+
+    auto without = grove::test::run_grove("eval " + dir + "/grove.toml --limit 8 --seed 3 --no-environment --json 2>/dev/null");
+    ASSERT_EQ(without.exit_code, 0) << without.out;
+    auto w = nlohmann::json::parse(without.out);
+    EXPECT_TRUE(w["environment"].is_null());
+    EXPECT_TRUE(w["tool_call_frequency"].is_null());
+    for (const auto& row : w["rows"]) EXPECT_FALSE(row.contains("turns"));
+}
