@@ -1,9 +1,11 @@
 // `grove sft`: supervised warm-start before GRPO. Next-token cross-entropy on prompt -> reference
-// completion (+ EOS), with the prompt's tokens masked out of the loss; full fine-tuning, AdamW.
+// completion (+ EOS), with the prompt's tokens masked out of the loss; full fine-tuning, AdamW. A
+// reference episode given as turns trains the model's turns only.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -11,6 +13,20 @@
 namespace grove {
 
 class Manifest;
+class Tokenizer;
+struct PromptRow;
+enum class ChatTemplate;
+
+// One supervised example: the prompt's and the completion's token ids, and which of them the loss
+// trains. The completion column holds text, or turns [{"role": "model"|"environment", "text"}]
+// (the shape `grove eval` prints episodes in), tokenized turn by turn as an episode is; the
+// environment's turns are context only (TRL's env_mask).
+struct SftExample {
+    std::vector<int64_t> ids;
+    std::vector<uint8_t> trained;
+};
+SftExample sft_example(const PromptRow& row, const std::string& column, const Tokenizer& tokenizer, ChatTemplate chat,
+                       std::optional<int64_t> eos);
 
 struct SftResult {
     std::vector<double> losses;  // one per optimizer step

@@ -66,7 +66,9 @@ const std::vector<KeySpec>& manifest_schema() {
             "training prompts: a JSONL file (relative to the manifest) or builtin:NAME; required unless rollouts.path is set"),
         key("data", "eval_source", T::string, nullptr, "held-out prompts for `grove eval`: JSONL file or builtin:NAME"),
         key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),
-        key("data", "completion_column", T::string, "\"completion\"", "`grove sft`: column holding the reference completion"),
+        key("data", "completion_column", T::string, "\"completion\"",
+            "`grove sft`: column holding the reference completion: text, or turns [{role = model|environment, text}] of which "
+            "only the model's are trained"),
         trl(key("data", "shuffle", T::boolean, "true", "shuffle prompts each epoch with the run seed"), "shuffle_dataset"),
 
         trl(range(key("generation", "num_generations", T::integer, "8", "completions per prompt (G), at least 2"), 2,

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "grove/error.hpp"
 #include "text/text_util.hpp"
@@ -138,13 +139,68 @@ std::vector<PromptRow> arithmetic(const std::string& source, bool test_split, co
     return rows;
 }
 
+// ---- builtin:multiplication ---------------------------------------------------------------------
+// "What is 347 * 812?": products of two numbers of `digits` digits (2 or 3, default 3), a task where
+// the tool matters: a model of a few million parameters cannot multiply 3-digit numbers in its
+// head, but it can learn to ask the `calculator` environment and copy its result. The reference
+// episode `grove sft` imitates (column "episode", data.completion_column = "episode") is
+//   model:        <calc>347 * 812</calc>
+//   environment:  <result>281764</result>      (what the calculator answers; context, not trained)
+//   model:        <answer>281764</answer>
+// and column "completion" is the same as one text.
+std::vector<PromptRow> multiplication(const std::string& source, bool test_split, const std::string& query) {
+    int digits = 3;
+    if (!query.empty()) {
+        if (query != "digits=2" && query != "digits=3")
+            throw Error(ErrorKind::input, source + ": builtin:multiplication takes digits=2 or digits=3, not '" + query + "'");
+        digits = query.back() - '0';
+    }
+    const int low = digits == 2 ? 10 : 100, high = digits == 2 ? 99 : 999;
+    // the held-out problems come first from a fixed seed; the training split never repeats them
+    std::mt19937 rng(20261124);
+    std::uniform_int_distribution<int> factor(low, high);
+    std::set<std::pair<int, int>> seen;
+    std::vector<std::pair<int, int>> pairs;
+    const size_t space = size_t(high - low + 1) * size_t(high - low + 1), held_out = 200;
+    const size_t total = std::min(held_out + 20000, space);
+    while (pairs.size() < total) {
+        const int a = factor(rng), b = factor(rng);
+        if (seen.insert({a, b}).second) pairs.emplace_back(a, b);
+    }
+    std::vector<PromptRow> rows;
+    for (size_t i = test_split ? 0 : held_out; i < (test_split ? held_out : total); ++i) {
+        const auto [a, b] = pairs[i];
+        const std::string question = "What is " + std::to_string(a) + " * " + std::to_string(b) + "?";
+        const std::string answer = std::to_string(long(a) * b);
+        PromptRow row;
+        row.messages = {{"system",
+                         "Use the calculator: write <calc>expression</calc>, read its <result>, then give only the "
+                         "number inside <answer></answer>."},
+                        {"user", question}};
+        row.text = question;
+        const std::string call = "<calc>" + std::to_string(a) + " * " + std::to_string(b) + "</calc>",
+                          result = "<result>" + answer + "</result>", reply = "<answer>" + answer + "</answer>";
+        const json episode = json::array({{{"role", "model"}, {"text", call}},
+                                          {{"role", "environment"}, {"text", result}},
+                                          {{"role", "model"}, {"text", reply}}});
+        row.columns_json =
+            json({{"answer", answer}, {"question", question}, {"completion", call + result + reply}, {"episode", episode}})
+                .dump();
+        row.origin = source + " #" + std::to_string(rows.size());
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
 }  // namespace
 
 std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config) {
     return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config);
 }
 
-std::vector<std::string> builtin_sources() { return {"arithmetic", "arithmetic-test"}; }
+std::vector<std::string> builtin_sources() {
+    return {"arithmetic", "arithmetic-test", "multiplication", "multiplication-test"};
+}
 
 void for_each_jsonl(const std::string& path, const std::string& what,
                     const std::function<void(json& row, const std::string& where)>& row) {
@@ -177,6 +233,8 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
         }
         if (name == "arithmetic" || name == "arithmetic-test")
             return arithmetic(source, name == "arithmetic-test", arithmetic_options(source, query));
+        if (name == "multiplication" || name == "multiplication-test")
+            return multiplication(source, name == "multiplication-test", query);
         throw Error(ErrorKind::input, "unknown data source '" + source + "'" + did_you_mean(name, builtin_sources()) +
                                           "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
     }

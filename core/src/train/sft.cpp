@@ -20,6 +20,40 @@ using nlohmann::json;
 
 namespace grove {
 
+SftExample sft_example(const PromptRow& row, const std::string& column, const Tokenizer& tokenizer, ChatTemplate chat,
+                       std::optional<int64_t> eos) {
+    json columns = json::parse(row.columns_json);
+    const bool text = columns.contains(column) && columns[column].is_string();
+    if (!text && !(columns.contains(column) && columns[column].is_array()))
+        throw Error(ErrorKind::input, row.origin + ": no column \"" + column +
+                                          "\" (data.completion_column) to imitate: text, or a list of turns "
+                                          "{\"role\": \"model\"|\"environment\", \"text\": ...}");
+    SftExample e;
+    e.ids = tokenizer.encode(prompt_text(row, chat, tokenizer.config()), false);
+    e.trained.assign(e.ids.size(), 0);
+    auto add = [&](const std::string& part, bool from_model) {
+        for (int64_t id : tokenizer.encode(part, false)) e.ids.push_back(id);
+        e.trained.resize(e.ids.size(), from_model ? 1 : 0);
+    };
+    if (text) {
+        add(columns[column].get<std::string>(), true);
+    } else {
+        for (const json& turn : columns[column]) {
+            const std::string role = turn.is_object() ? turn.value("role", "") : "";
+            if ((role != "model" && role != "environment") || !turn.contains("text") || !turn["text"].is_string())
+                throw Error(ErrorKind::input, row.origin + ": column \"" + column +
+                                                  "\": each turn needs \"role\" (model or environment) and string "
+                                                  "\"text\", e.g. {\"role\": \"model\", \"text\": \"<calc>2 * 3</calc>\"}");
+            add(turn["text"].get<std::string>(), role == "model");
+        }
+    }
+    if (eos) {
+        e.ids.push_back(*eos);
+        e.trained.push_back(1);
+    }
+    return e;
+}
+
 SftResult run_sft(const Manifest& manifest, std::ostream* log) {
     const RunConfig c = RunConfig::from(manifest);
     auto model = Model::load(c.model.path, c.model.device, c.model.dtype);
@@ -32,21 +66,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
     std::optional<int64_t> eos = tokenizer->config().eos_id;
     if (!eos && !model->config().eos_token_ids.empty()) eos = model->config().eos_token_ids.front();
 
-    // tokenized examples: prompt ids, then completion ids + EOS (the part the loss sees)
-    std::vector<std::vector<int64_t>> inputs;
-    std::vector<int64_t> prompt_lengths;
-    for (const auto& row : rows) {
-        json columns = json::parse(row.columns_json);
-        if (!columns.contains(column) || !columns[column].is_string())
-            throw Error(ErrorKind::input,
-                        row.origin + ": no text column \"" + column + "\" (data.completion_column) to imitate");
-        std::string prompt = prompt_text(row, chat, tokenizer->config());
-        std::vector<int64_t> ids = tokenizer->encode(prompt, false);
-        prompt_lengths.push_back(int64_t(ids.size()));
-        for (int64_t id : tokenizer->encode(columns[column].get<std::string>(), false)) ids.push_back(id);
-        if (eos) ids.push_back(*eos);
-        inputs.push_back(std::move(ids));
-    }
+    std::vector<SftExample> examples;
+    for (const auto& row : rows) examples.push_back(sft_example(row, column, *tokenizer, chat, eos));
 
     model->set_base_trainable(true);
     AdamWOptions ao;
@@ -63,38 +84,38 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
     fs::create_directories(output);
     std::ofstream metrics(fs::path(output) / "metrics.jsonl");
     at::Generator g = at::detail::createCPUGenerator(uint64_t(c.train.seed));
-    at::Tensor order = at::randperm(int64_t(inputs.size()), g, at::kLong);
+    at::Tensor order = at::randperm(int64_t(examples.size()), g, at::kLong);
     int64_t cursor = 0;
 
     SftResult result;
     for (int64_t step = 0; step < total; ++step) {
         std::vector<int64_t> picked;
         for (int64_t b = 0; b < batch; ++b) {
-            if (cursor == int64_t(inputs.size())) {
-                order = at::randperm(int64_t(inputs.size()), g, at::kLong);
+            if (cursor == int64_t(examples.size())) {
+                order = at::randperm(int64_t(examples.size()), g, at::kLong);
                 cursor = 0;
             }
             picked.push_back(order[cursor++].item<int64_t>());
         }
         int64_t T = 0;
-        for (int64_t i : picked) T = std::max<int64_t>(T, int64_t(inputs[size_t(i)].size()));
-        // right-padded; labels = next token, -100 on prompt positions and padding
+        for (int64_t i : picked) T = std::max<int64_t>(T, int64_t(examples[size_t(i)].ids.size()));
+        // right-padded; labels = next token where it is trained, -100 elsewhere (prompt, environment, padding)
         at::Tensor ids = at::zeros({batch, T}, at::kLong), mask = at::zeros({batch, T}, at::kLong);
-        at::Tensor labels = at::full({batch, T}, -100, at::kLong);
+        std::vector<int64_t> labels(size_t(batch * T), -100);
         for (int64_t b = 0; b < batch; ++b) {
-            const auto& seq = inputs[size_t(picked[size_t(b)])];
-            int64_t n = int64_t(seq.size()), p = prompt_lengths[size_t(picked[size_t(b)])];
+            const auto& seq = examples[size_t(picked[size_t(b)])].ids;
+            const auto& learn = examples[size_t(picked[size_t(b)])].trained;
+            const int64_t n = int64_t(seq.size());
             ids[b].narrow(0, 0, n).copy_(at::tensor(seq, at::kLong));
             mask[b].narrow(0, 0, n).fill_(1);
-            if (n > p)
-                labels[b]
-                    .narrow(0, p - 1, n - p)
-                    .copy_(at::tensor(std::vector<int64_t>(seq.begin() + p, seq.end()), at::kLong));
+            for (int64_t t = 1; t < n; ++t)
+                if (learn[size_t(t)]) labels[size_t(b * T + t - 1)] = seq[size_t(t)];
         }
         at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
         at::Tensor logits = model->forward(ids, mask, positions).to(at::kFloat);
-        at::Tensor loss = at::cross_entropy_loss(logits.view({batch * T, -1}), labels.view({-1}).to(logits.device()),
-                                                 std::nullopt, at::Reduction::Mean, -100);
+        at::Tensor loss =
+            at::cross_entropy_loss(logits.view({batch * T, -1}), at::tensor(labels, at::kLong).to(logits.device()),
+                                   std::nullopt, at::Reduction::Mean, -100);
         double value = loss.item<double>();
         if (!std::isfinite(value))
             throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +

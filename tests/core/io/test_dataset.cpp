@@ -142,3 +142,43 @@ TEST(Arithmetic, ShortStyleChangesOnlyTheInstruction) {
         EXPECT_NE(worked[i].messages[0].content.find("<think>"), std::string::npos);
     }
 }
+
+// builtin:multiplication: products of two 3-digit (or 2-digit) numbers, held-out problems never in
+// training, and a reference episode whose turns are the calculator call, its answer and the reply.
+TEST(Multiplication, EpisodesAreRightAndTheSplitsDisjoint) {
+    auto train = grove::load_prompts("builtin:multiplication"), test = grove::load_prompts("builtin:multiplication-test");
+    EXPECT_EQ(test.size(), 200u);
+    EXPECT_EQ(train.size(), 20000u);
+    std::set<std::string> seen;
+    const std::regex question(R"(What is (\d+) \* (\d+)\?)");
+    for (const auto* split : {&train, &test})
+        for (const auto& row : *split) {
+            auto columns = nlohmann::json::parse(row.columns_json);
+            const std::string q = columns["question"];
+            EXPECT_TRUE(seen.insert(q).second) << q << " twice";
+            std::smatch m;
+            ASSERT_TRUE(std::regex_match(q, m, question)) << q;
+            const long a = std::stol(m[1]), b = std::stol(m[2]);
+            EXPECT_TRUE(a >= 100 && a <= 999 && b >= 100 && b <= 999) << q;
+            const std::string product = std::to_string(a * b);
+            EXPECT_EQ(columns["answer"], product);
+            const auto& episode = columns["episode"];
+            ASSERT_EQ(episode.size(), 3u);
+            EXPECT_EQ(episode[0],
+                      nlohmann::json(
+                          {{"role", "model"}, {"text", "<calc>" + std::string(m[1]) + " * " + std::string(m[2]) + "</calc>"}}));
+            EXPECT_EQ(episode[1], nlohmann::json({{"role", "environment"}, {"text", "<result>" + product + "</result>"}}));
+            EXPECT_EQ(episode[2], nlohmann::json({{"role", "model"}, {"text", "<answer>" + product + "</answer>"}}));
+            EXPECT_EQ(columns["completion"].get<std::string>(), episode[0]["text"].get<std::string>() +
+                                                                    episode[1]["text"].get<std::string>() +
+                                                                    episode[2]["text"].get<std::string>());
+        }
+    auto two = grove::load_prompts("builtin:multiplication?digits=2");
+    EXPECT_EQ(two.size(), 90u * 90u - 200u);  // every 2-digit pair but the held-out ones
+    try {
+        grove::load_prompts("builtin:multiplication?digits=4");
+        FAIL() << "digits=4 was accepted";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("digits=2 or digits=3, not 'digits=4'"), std::string::npos) << e.what();
+    }
+}

@@ -6,6 +6,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "grove/dataset.hpp"
+#include "grove/error.hpp"
+#include "grove/sft.hpp"
+#include "grove/tokenizer.hpp"
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -47,4 +51,46 @@ TEST(Sft, FromScratchTheModelLearnsTheAnswerFormat) {
                                            .out);
     EXPECT_EQ(before["format_rate"].get<double>(), 0.0);  // a random model never writes the format
     EXPECT_GE(after["format_rate"].get<double>(), 0.8) << after["rows"][0]["completion"];
+}
+
+// A reference episode as turns: each turn is tokenized on its own (as an episode's turns and
+// observations are), and only the model's turns and the EOS are trained.
+TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
+    auto tokenizer = grove::Tokenizer::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa");
+    grove::PromptRow row;
+    row.text = "What is 12 * 34?";
+    row.origin = "rows.jsonl:3";
+    row.columns_json = R"({"episode": [{"role": "model", "text": "<calc>12 * 34</calc>"},
+                                       {"role": "environment", "text": "<result>408</result>"},
+                                       {"role": "model", "text": "<answer>408</answer>"}],
+                          "completion": "plain text"})";
+    const auto e = grove::sft_example(row, "episode", *tokenizer, grove::ChatTemplate::plain, 2);
+    std::vector<int64_t> ids = tokenizer->encode(row.text, false);
+    std::vector<uint8_t> trained(ids.size(), 0);
+    for (auto [text, learn] :
+         {std::pair{"<calc>12 * 34</calc>", 1}, {"<result>408</result>", 0}, {"<answer>408</answer>", 1}}) {
+        const auto part = tokenizer->encode(text, false);
+        ids.insert(ids.end(), part.begin(), part.end());
+        trained.resize(ids.size(), uint8_t(learn));
+    }
+    ids.push_back(2);
+    trained.push_back(1);
+    EXPECT_EQ(e.ids, ids);
+    EXPECT_EQ(e.trained, trained);
+    // a text column trains all of it
+    const auto text = grove::sft_example(row, "completion", *tokenizer, grove::ChatTemplate::plain, std::nullopt);
+    const size_t prompt = tokenizer->encode(row.text, false).size();
+    EXPECT_EQ(text.ids.size(), prompt + tokenizer->encode("plain text", false).size());
+    EXPECT_EQ(std::count(text.trained.begin(), text.trained.end(), 1), long(text.ids.size() - prompt));
+
+    row.columns_json = R"({"episode": [{"role": "tool", "text": "x"}]})";
+    try {
+        grove::sft_example(row, "episode", *tokenizer, grove::ChatTemplate::plain, 2);
+        FAIL() << "a turn with role 'tool' was accepted";
+    } catch (const grove::Error& error) {
+        const std::string what = error.what();
+        EXPECT_NE(what.find("rows.jsonl:3: column \"episode\": each turn needs \"role\" (model or environment)"),
+                  std::string::npos)
+            << what;
+    }
 }
