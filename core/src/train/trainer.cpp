@@ -87,6 +87,7 @@ struct Trainer::State {
     std::vector<MicroBatch> buffer;  // the current generation batch's micro-batches
     std::vector<std::map<std::string, double>> generations_this_step;
     double generate_seconds = 0, reward_seconds = 0;
+    int64_t batches_without_tool_calls = 0;  // consecutive generation batches (for the warning below)
     std::unique_ptr<Checkpoints> checkpoints;
     std::unique_ptr<RunLog> log;
     int stop_signal = 0;  // the signal that stopped the last run(), 0 if none
@@ -95,6 +96,7 @@ struct Trainer::State {
     std::unique_ptr<PromptSource> load_prompts_or_rollouts() const;
     void make_generation_batch();
     ReductionCounts reduction_counts(int64_t micro_batch) const;
+    void warn_when_the_tool_is_never_called(double call_frequency);
     void export_model(const std::string& folder) const;
     bool inside_generation_batch() const {
         return progress.micro_step % (config.train.steps_per_generation * config.loss.num_iterations) != 0;
@@ -229,8 +231,10 @@ void Trainer::State::make_generation_batch() {
     reward_seconds += seconds_since(t1);
 
     std::map<std::string, double> metrics = scored_batch_metrics(scored);
-    if (environment)
+    if (environment) {
         for (const auto& [k, v] : episode_metrics(rollout, group)) metrics[k] = v;
+        warn_when_the_tool_is_never_called(metrics["tools/call_frequency"]);
+    }
     for (size_t i = 0; i < scored.completion_lengths.size(); ++i)
         progress.num_tokens += scored.prompt_lengths[i] + scored.completion_lengths[i];
     if (c.logging.log_completions)
@@ -253,6 +257,22 @@ void Trainer::State::make_generation_batch() {
 }
 
 // The reduction's counts for micro-batch `index` of the current generation batch.
+// An environment whose tool no episode calls teaches nothing about the tool; after this many
+// generation batches in a row, say so once (the model may not know the call format).
+constexpr int64_t kBatchesBeforeTheNoToolWarning = 10;
+
+void Trainer::State::warn_when_the_tool_is_never_called(double call_frequency) {
+    batches_without_tool_calls = call_frequency > 0 ? 0 : batches_without_tool_calls + 1;
+    if (batches_without_tool_calls != kBatchesBeforeTheNoToolWarning || !options.log || options.rank != 0) return;
+    std::string stops;
+    for (const std::string& s : environment->stop_strings()) stops += (stops.empty() ? "\"" : ", \"") + s + "\"";
+    *options.log << "grove: warning: no episode called the environment '" << config.environment.use->plugin << "' in "
+                 << kBatchesBeforeTheNoToolWarning
+                 << " generation batches in a row (its stop strings: " << (stops.empty() ? "none" : stops)
+                 << "). The model may not know the call format: show it in the prompt, or warm-start with grove sft "
+                    "on reference episodes (docs/training.md#multi-turn-episodes-environment)\n";
+}
+
 ReductionCounts Trainer::State::reduction_counts(int64_t index) const {
     const int64_t A = config.train.gradient_accumulation_steps, S = config.train.steps_per_generation;
     // the tokens whose gradients accumulate into this optimizer step (the dapo normaliser)

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
@@ -365,6 +366,37 @@ TEST(Trainer, EnvironmentEpisodesTrainAndReplayToTheSameUpdate) {
             EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
     }
     EXPECT_EQ(max_difference(snapshot(replayed.model()), snapshot(generated.model())), 0.0);
+}
+
+// An environment no episode ever calls (scripted: done before any call) gets one warning after ten
+// generation batches in a row, naming the plugin and its stop strings; a run whose episodes call it
+// gets none.
+TEST(Trainer, AToolThatIsNeverCalledIsReportedOnce) {
+    auto run = [&](const std::string& name, int64_t turns) {
+        const std::string environment = std::string("[environment]\nplugin = \"") + GROVE_TEST_SCRIPTED_ENV_PLUGIN +
+                                        "\"\nconfig = { stop = \"e\", turns = " + std::to_string(turns) + " }\nmax_turns = 2\n";
+        std::ostringstream log;
+        grove::TrainerOptions o = fresh();
+        o.log = &log;
+        grove::Trainer t(manifest(name,
+                                  {"train.max_steps=12", "train.per_device_train_batch_size=4",
+                                   "generation.max_completion_length=8", "output.save_steps=100"},
+                                  "", environment),
+                         o);
+        double calls = 0;
+        for (int i = 0; i < 12; ++i) calls += t.step()["tools/call_frequency"];
+        return std::pair{log.str(), calls};
+    };
+    const auto [silent_log, no_calls] = run("tool_never_called", 0);
+    EXPECT_EQ(no_calls, 0.0);
+    const std::string warning = "no episode called the environment '" + std::string(GROVE_TEST_SCRIPTED_ENV_PLUGIN) +
+                                "' in 10 generation batches in a row (its stop strings: \"e\")";
+    const size_t at = silent_log.find(warning);
+    EXPECT_NE(at, std::string::npos) << silent_log;
+    EXPECT_EQ(silent_log.find(warning, at + 1), std::string::npos) << "warned twice: " << silent_log;
+    const auto [busy_log, calls] = run("tool_called", 2);
+    EXPECT_GT(calls, 0.0);
+    EXPECT_EQ(busy_log.find("no episode called the environment"), std::string::npos) << busy_log;
 }
 
 TEST(Trainer, AnEnvironmentMustBeAnEnvironmentPlugin) {
