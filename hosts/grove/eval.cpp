@@ -166,7 +166,9 @@ int eval(const std::vector<std::string>& args) {
         return j.is_object() && j.contains(key) ? &j[key] : nullptr;
     };
     row("reward (weighted sum)", r.reward, field(before, "reward"));
-    for (const auto& use : q.rewards) {
+    std::vector<PluginUse> uses = q.rewards;
+    if (q.environment && q.environment_reward) uses.push_back(*q.environment_reward);
+    for (const auto& use : uses) {
         const json* per = field(before, "rewards");
         row("rewards/" + use.name, r.reward_mean.at(use.name), per ? field(*per, use.name) : nullptr);
     }

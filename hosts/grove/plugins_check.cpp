@@ -8,9 +8,11 @@
 
 #include "cli.hpp"
 #include "grove/dataset.hpp"
+#include "grove/environment_host.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
+#include "grove/run_config.hpp"
 
 namespace grove::cli {
 
@@ -190,14 +192,19 @@ int check(const std::vector<std::string>& args) {
         instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
     instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
-    if (manifest.environment())
-        instances.push_back(grove::create_plugin(host, *manifest.environment(), GROVE_PLUGIN_KIND_ENVIRONMENT));
+    const grove::RunConfig config = grove::RunConfig::from(manifest);  // the rules across keys
+    std::unique_ptr<grove::Environment> environment;
+    if (config.environment.use)
+        environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());
 
     std::cout << manifest.resolved_toml();
     std::cout << "\n# plugins (all created successfully)\n";
-    for (const auto& instance : instances)
-        std::cout << "#   " << std::left << std::setw(10) << grove::plugin_kind_name(instance.info().kind) << " "
-                  << instance.info().name << " " << instance.info().version << "  " << instance.info().file << "\n";
+    auto list = [](const grove::PluginInfo& info) {
+        std::cout << "#   " << std::left << std::setw(10) << grove::plugin_kind_name(info.kind) << " " << info.name << " "
+                  << info.version << "  " << info.file << "\n";
+    };
+    for (const auto& instance : instances) list(instance.info());
+    if (environment) list(environment->instance().info());
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;
 }

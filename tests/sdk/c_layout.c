@@ -202,4 +202,5 @@ PIN_SIZE(grove_environment_output, 40);
 PIN(grove_environment_api, struct_size, 0);
 PIN(grove_environment_api, stop_strings, 8);
 PIN(grove_environment_api, step, 16);
-PIN_SIZE(grove_environment_api, 24);
+PIN(grove_environment_api, score_episodes, 24); /* ABI 1.3, appended */
+PIN_SIZE(grove_environment_api, 32);

@@ -5,6 +5,7 @@
 #include <grove/grove_plugin.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,11 +49,19 @@ public:
     explicit Environment(PluginInstance instance);
     const std::vector<std::string>& stop_strings() const { return stop_strings_; }
     EnvironmentAnswers step(EnvironmentTurns& turns) const;
+    // Whether it judges whole episodes (SDK 1.3 score_episodes), and its scores of `episodes`, each
+    // given whole (NaN: no score).
+    bool scores_episodes() const;
+    std::vector<float> score_episodes(EnvironmentTurns& episodes) const;
     const PluginInstance& instance() const { return instance_; }
 
 private:
     PluginInstance instance_;
     std::vector<std::string> stop_strings_;
 };
+
+// The [environment] plugin, created; `as_reward` (reward_weight set) requires that it judges whole
+// episodes, else a manifest error naming the section and the fix.
+std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, bool as_reward);
 
 }  // namespace grove

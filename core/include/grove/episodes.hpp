@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct EpisodeStats {
     int64_t turns = 0, tool_calls = 0, tool_failures = 0, observation_tokens = 0;
     double environment_seconds = 0;  // this episode's share of the environment's calls
     bool hit_max_turns = false;      // its last allowed turn ended at a stop string, not EOS
+    bool ended_with_eos = false;     // its last model turn ended with EOS
+    float environment_reward = std::numeric_limits<float>::quiet_NaN();  // its score_episodes() score, if asked
 };
 
 // Where an episode starts: its prompt as ids and text, and the dataset row's other columns (JSON).
@@ -50,6 +53,11 @@ struct Episode {
 std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
                                   const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
                                   const EpisodeLimits& limits, int64_t first_row = 0);
+
+// The environment's scores of the ended episodes, each given whole (score_episodes), into their
+// stats' environment_reward. `step`, `seed` and `first_row` as for run_episodes.
+void score_whole_episodes(const Environment& environment, const Tokenizer& tokenizer, const std::vector<EpisodeStart>& starts,
+                          std::vector<Episode>& episodes, int64_t step, uint64_t seed, int64_t first_row = 0);
 
 // The shortest prefix of `ids` whose decoded text contains one of `stops`; ids.size() if none does.
 size_t cut_at_stop_string(const Tokenizer& tokenizer, const std::vector<int64_t>& ids, const std::vector<std::string>& stops);

@@ -25,8 +25,9 @@ struct EvaluationRequest {
     int64_t limit = 0;         // first N prompts only (0: all)
     int64_t batch = 64;        // prompts x samples generated at once
     std::string device = "auto", dtype = "float32";
-    std::optional<PluginUse> environment;  // multi-turn episodes with this environment plugin
-    int64_t max_turns = 4;                 // model turns per episode
+    std::optional<PluginUse> environment;         // multi-turn episodes with this environment plugin
+    std::optional<PluginUse> environment_reward;  // its score of each episode as a reward column (name, weight)
+    int64_t max_turns = 4;                        // model turns per episode
 };
 
 struct EvaluationRow {

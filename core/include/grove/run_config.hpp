@@ -76,6 +76,9 @@ struct LoggingSection {
 struct EnvironmentSection {
     std::optional<PluginUse> use;  // unset: single-turn completions
     int64_t max_turns = 4;
+    // set with reward_weight: the environment's score of whole episodes as a reward column (its
+    // name and weight; the plugin and config are use's)
+    std::optional<PluginUse> reward;
 };
 
 struct RunConfig {

@@ -113,6 +113,11 @@ const std::vector<KeySpec>& manifest_schema() {
                   "model turns per episode at most (TRL's max_tool_calling_iterations + 1); every token of the "
                   "episode counts toward max_completion_length"),
               1, kInf),
+        key("environment", "reward_weight", T::number, nullptr,
+            "makes the environment's own score of each whole episode (SDK score_episodes, e.g. TRL's environment "
+            "reward) a reward column with this weight; unset = not a reward"),
+        key("environment", "reward_name", T::string, "\"environment\"",
+            "that column's name (rewards/<name>/mean), distinct from every [[rewards]] name"),
 
         trl(range(key("loss", "beta", T::number, "0.0",
                       "KL coefficient; 0 loads no reference model. 0.001 keeps long runs stable at little cost"),

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "grove/error.hpp"
+
 namespace grove {
 
 namespace {
@@ -110,6 +112,19 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.reduction = m.reduction();
     c.environment.use = m.environment();
     c.environment.max_turns = m.integer("environment.max_turns");
+    if (auto weight = m.optional_number("environment.reward_weight")) {
+        const std::string name = m.string("environment.reward_name");
+        if (!c.environment.use)
+            throw Error(ErrorKind::manifest, c.manifest_path + ": environment.reward_weight needs environment.plugin");
+        for (const PluginUse& r : c.rewards)
+            if (r.name == name)
+                throw Error(ErrorKind::manifest, c.environment.use->origin + ": reward_name \"" + name +
+                                                     "\" is also the name of the reward at " + r.origin +
+                                                     "; give the environment's column another reward_name");
+        c.environment.reward = *c.environment.use;
+        c.environment.reward->name = name;
+        c.environment.reward->weight = *weight;
+    }
     return c;
 }
 

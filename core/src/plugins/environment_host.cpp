@@ -1,6 +1,10 @@
 #include "grove/environment_host.hpp"
 
+#include <cstddef>
+#include <limits>
+
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
 
 namespace grove {
 
@@ -51,6 +55,38 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
     }
 }
 
+namespace {
+// A failed call's error names the episodes it held, so the row that broke it can be found.
+void check_call(const PluginInstance& instance, grove_status status, const char* entry, ErrorCapture& capture,
+                const EnvironmentTurns& episodes) {
+    if (status != GROVE_OK)
+        capture.message =
+            (capture.message.empty() ? "no message given (status " + std::to_string(status) + ")" : capture.message) +
+            " (the call held the episodes of generation-batch rows " + std::to_string(episodes.episodes.front()) + " to " +
+            std::to_string(episodes.episodes.back()) + ")";
+    instance.check(status, entry, capture);
+}
+}  // namespace
+
+bool Environment::scores_episodes() const {
+    const grove_environment_api* api = instance_.info().descriptor->environment;
+    return api->struct_size >= offsetof(grove_environment_api, score_episodes) + sizeof(api->score_episodes) &&
+           api->score_episodes != nullptr;
+}
+
+std::vector<float> Environment::score_episodes(EnvironmentTurns& episodes) const {
+    if (!scores_episodes())
+        throw Error(ErrorKind::plugin,
+                    "plugin " + instance_.info().display() + " does not judge whole episodes (score_episodes)");
+    std::vector<float> rewards(episodes.size(), std::numeric_limits<float>::quiet_NaN());
+    if (rewards.empty()) return rewards;
+    ErrorCapture capture;
+    const grove_status status = instance_.info().descriptor->environment->score_episodes(instance_.handle(), &episodes.view(),
+                                                                                         rewards.data(), &capture.sink);
+    check_call(instance_, status, "score_episodes", capture, episodes);
+    return rewards;
+}
+
 EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
     const size_t n = turns.size();
     EnvironmentAnswers answers;
@@ -72,13 +108,17 @@ EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
     ErrorCapture capture;
     const grove_status status =
         instance_.info().descriptor->environment->step(instance_.handle(), &turns.view(), &out, &capture.sink);
-    if (status != GROVE_OK)  // name the episodes, so the row that broke it can be found
-        capture.message =
-            (capture.message.empty() ? "no message given (status " + std::to_string(status) + ")" : capture.message) +
-            " (the call held the episodes of generation-batch rows " + std::to_string(turns.episodes.front()) + " to " +
-            std::to_string(turns.episodes.back()) + ")";
-    instance_.check(status, "step", capture);
+    check_call(instance_, status, "step", capture, turns);
     return answers;
+}
+
+std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, bool as_reward) {
+    auto environment = std::make_unique<Environment>(create_plugin(host, use, GROVE_PLUGIN_KIND_ENVIRONMENT));
+    if (as_reward && !environment->scores_episodes())
+        throw Error(ErrorKind::manifest, use.origin + ": reward_weight makes the environment a reward column, but plugin " +
+                                             environment->instance().info().display() +
+                                             " does not score whole episodes (SDK score_episodes); remove reward_weight");
+    return environment;
 }
 
 }  // namespace grove

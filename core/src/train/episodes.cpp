@@ -147,6 +147,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
             append_turn(e, turns[i], tokenizer, stops);
             const std::vector<int64_t> ids(e.ids.begin() + long(before), e.ids.end());
             const bool ended_with_eos = turns[i].eos && ids.size() == turns[i].ids.size();
+            e.stats.ended_with_eos = ended_with_eos;
             const bool spent = int64_t(e.ids.size()) >= budget, last_turn = turn + 1 == limits.max_turns;
             if (spent || last_turn) {
                 e.stats.hit_max_turns = last_turn && !spent && !ended_with_eos;  // it still wanted the environment
@@ -188,12 +189,27 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
     return out;
 }
 
+void score_whole_episodes(const Environment& environment, const Tokenizer& tokenizer, const std::vector<EpisodeStart>& starts,
+                          std::vector<Episode>& episodes, int64_t step, uint64_t seed, int64_t first_row) {
+    EnvironmentTurns whole;
+    whole.step = step;
+    whole.seed = seed;
+    for (size_t i = 0; i < episodes.size(); ++i) {
+        const Episode& e = episodes[i];
+        whole.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(e.ids, false), e.ids,
+                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json);
+    }
+    const std::vector<float> scores = environment.score_episodes(whole);
+    for (size_t i = 0; i < episodes.size(); ++i) episodes[i].stats.environment_reward = scores[i];
+}
+
 Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
                           std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
-                          int64_t first_row) {
+                          int64_t first_row, bool score_episodes) {
     std::vector<EpisodeStart> starts;
     for (const BatchRow& row : rows) starts.push_back({row.prompt_ids, row.prompt_text, row.columns_json});
-    const auto episodes = run_episodes(model, tokenizer, environment, starts, options, limits, first_row);
+    auto episodes = run_episodes(model, tokenizer, environment, starts, options, limits, first_row);
+    if (score_episodes) score_whole_episodes(environment, tokenizer, starts, episodes, limits.step, options.seed, first_row);
     return to_rollout(episodes, std::move(rows), options, first_row);
 }
 

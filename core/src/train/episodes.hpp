@@ -16,10 +16,11 @@ class Environment;
 class ProcessGroup;
 
 // Every row's episode (run_episodes) as the rollout stage's value: observation tokens go into the
-// completion with model_token_mask 0, and Rollout::episodes holds their counts.
+// completion with model_token_mask 0, and Rollout::episodes holds their counts (and, with
+// `score_episodes`, the environment's score of each: the [environment] reward column).
 Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
                           std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
-                          int64_t first_row);
+                          int64_t first_row, bool score_episodes = false);
 
 // TRL's tools/call_frequency (calls per episode) and tools/failure_frequency (failed calls per call),
 // and episodes/* (turns, observation tokens, share that hit max_turns) and step_time/environment,

@@ -34,6 +34,7 @@ EvaluationRequest evaluation_request(const Manifest& manifest) {
     r.device = c.model.device;
     r.dtype = c.model.dtype;
     r.environment = c.environment.use;
+    r.environment_reward = c.environment.reward;
     r.max_turns = c.environment.max_turns;
     return r;
 }
@@ -45,8 +46,12 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     PluginHost host(plugin_search_path(q.plugin_dirs));
     const RewardSet rewards(host, q.rewards);
     std::unique_ptr<Environment> environment;
-    if (q.environment)
-        environment = std::make_unique<Environment>(create_plugin(host, *q.environment, GROVE_PLUGIN_KIND_ENVIRONMENT));
+    // the reward columns: the plugins', then the environment's own score of each episode when asked
+    std::vector<PluginUse> uses = q.rewards;
+    const bool scores_environment = q.environment && q.environment_reward;
+    if (q.environment) environment = make_environment(host, *q.environment, scores_environment);
+    if (scores_environment) uses.push_back(*q.environment_reward);
+    std::vector<float> environment_scores;
     auto rows = load_prompts(q.data_source, q.prompt_column);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
@@ -81,7 +86,12 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         if (environment) {
             std::vector<EpisodeStart> starts;
             for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i]});
-            const auto episodes = run_episodes(*model, *tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0});
+            auto episodes = run_episodes(*model, *tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0});
+            if (scores_environment) {
+                score_whole_episodes(*environment, *tokenizer, starts, episodes, 0, o.seed);
+                environment_scores.clear();
+                for (const Episode& e : episodes) environment_scores.push_back(e.stats.environment_reward);
+            }
             for (size_t i = 0; i < episodes.size(); ++i) {
                 const Episode& e = episodes[i];
                 EvaluationRow row;
@@ -114,22 +124,23 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         size_t first = result.rows.size() - prompts.size();
         std::vector<double> sums(prompts.size(), 0.0);
         std::vector<bool> scored(prompts.size(), false);
-        const RewardScores scores_of_batch = rewards.score(batch.view());
-        for (size_t k = 0; k < rewards.size(); ++k) {
+        RewardScores scores_of_batch = rewards.score(batch.view());
+        if (scores_environment) scores_of_batch.values.push_back(environment_scores);
+        for (size_t k = 0; k < uses.size(); ++k) {
             const std::vector<float>& scores = scores_of_batch.values[k];
             for (size_t i = 0; i < prompts.size(); ++i) {
-                result.rows[first + i].rewards[q.rewards[k].name] = scores[i];
-                columns[q.rewards[k].name].push_back(scores[i]);
+                result.rows[first + i].rewards[uses[k].name] = scores[i];
+                columns[uses[k].name].push_back(scores[i]);
                 if (!std::isnan(scores[i])) {
-                    sums[i] += q.rewards[k].weight * scores[i];
+                    sums[i] += uses[k].weight * scores[i];
                     scored[i] = true;
                 }
             }
         }
         for (size_t i = 0; i < prompts.size(); ++i) weighted.push_back(scored[i] ? sums[i] : std::nan(""));
     }
-    for (size_t k = 0; k < q.rewards.size(); ++k) {
-        const std::string& name = q.rewards[k].name;
+    for (size_t k = 0; k < uses.size(); ++k) {
+        const std::string& name = uses[k].name;
         double mean = nanmean(columns[name]);
         result.reward_mean[name] = mean;
     }

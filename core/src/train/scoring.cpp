@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "grove/distributed.hpp"
 #include "grove/tokenizer.hpp"
@@ -74,6 +75,13 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
                   rollout.rows[size_t(i)].columns_json);
     }
     RewardScores scores = rewards.score(batch.view(), rewards_given_by_every_row(rewards.names(), rollout.rows));
+    std::vector<double> weights = rewards.weights();
+    if (context.environment_reward) {
+        scores.names.push_back(context.environment_reward->name);
+        scores.values.emplace_back(size_t(N), std::numeric_limits<float>::quiet_NaN());
+        for (size_t i = 0; i < rollout.episodes.size(); ++i) scores.values.back()[i] = rollout.episodes[i].environment_reward;
+        weights.push_back(context.environment_reward->weight);
+    }
     apply_given_rewards(scores, rollout.rows);
 
     // every rank's rows: rewards, the plugins' metrics, lengths, flags
@@ -96,7 +104,7 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     for (double v : all[K + M + 2]) out.prompt_lengths.push_back(int64_t(v));
     RewardScores gathered;
     gathered.values = out.rewards;
-    out.statistics = compute_advantages(gathered.row_major(), int(K), rewards.weights(), advantage_options);
+    out.statistics = compute_advantages(gathered.row_major(), int(K), weights, advantage_options);
     out.advantages = out.statistics.advantages;
     out.local_completions = batch.completions;
     out.first_local_row = rollout.first_row;

@@ -44,6 +44,9 @@ struct ScoringContext {
     int64_t step = 0;  // the optimizer step the batch is generated for
     int rank = 0, world_size = 1;
     ProcessGroup* group = nullptr;  // null for one process
+    // [environment] reward_weight: the episodes' environment_reward is one more reward column, with
+    // this use's name and weight, after the plugins'
+    const PluginUse* environment_reward = nullptr;
 };
 
 ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, const Tokenizer& tokenizer,

@@ -137,7 +137,7 @@ void Trainer::State::load() {
             throw Error(ErrorKind::manifest, c.environment.use->origin +
                                                  ": replayed rollouts ([rollouts] path) are never generated, so no "
                                                  "environment takes part; remove one of the two");
-        environment = std::make_unique<Environment>(create_plugin(*host, *c.environment.use, GROVE_PLUGIN_KIND_ENVIRONMENT));
+        environment = make_environment(*host, *c.environment.use, c.environment.reward.has_value());
     }
     at::manual_seed(uint64_t(c.train.seed));  // adapter initialisation
     adapter_host = std::make_unique<AdapterHost>(*adapter);
@@ -213,17 +213,18 @@ void Trainer::State::make_generation_batch() {
     const int64_t first_row = int64_t(options.rank) * int64_t(rows.size());
     const bool replay = !rows.empty() && rows[0].replay;
     Rollout rollout =
-        replay ? replay_rollout(std::move(rows), o, first_row)
-        : environment
-            ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
-                                {c.environment.max_turns, c.generation.max_completion_length, progress.global_step}, first_row)
-            : generate_rollout(*model, std::move(rows), o, first_row);
+        replay        ? replay_rollout(std::move(rows), o, first_row)
+        : environment ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
+                                          {c.environment.max_turns, c.generation.max_completion_length, progress.global_step},
+                                          first_row, c.environment.reward.has_value())
+                      : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
 
     auto t1 = Clock::now();
     AdvantageOptions advantage_options{int(c.generation.num_generations), c.loss.scale_rewards, c.loss.aggregation};
+    const PluginUse* environment_reward = c.environment.reward && !replay ? &*c.environment.reward : nullptr;
     ScoredBatch scored = score_rollout(rollout, *rewards, *tokenizer, advantage_options,
-                                       {progress.global_step, options.rank, options.world_size, group});
+                                       {progress.global_step, options.rank, options.world_size, group, environment_reward});
     log->write_rollouts(rollout, scored);
     if (scored.statistics.unscorable_rows && options.log && options.rank == 0)
         *options.log << "grove: warning: " << scored.statistics.unscorable_rows

@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.1.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.3.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -72,7 +72,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 2
+#define GROVE_ABI_MINOR 3
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -483,6 +483,15 @@ struct grove_adapter_api {
  * tools/call_frequency and tools/failure_frequency from them. A failed call should still get an
  * observation (an error message the model can learn from); a step() that returns an error status
  * stops the run with your message, so keep that for broken configuration, not for bad tool calls.
+ *
+ * An environment may also judge whole episodes (ABI 1.3, optional; TRL's environment reward). The
+ * host calls score_episodes() once per generation batch, after every episode has ended, with the
+ * same batch struct describing each whole episode: turn_texts and turn_tokens hold the whole
+ * completion (every model turn and observation, special tokens kept), turns the number of model
+ * turns, turn_ended_with_eos whether the last model turn ended with EOS. Write episode i's score to
+ * rewards[i] (host-filled NaN: no score). The manifest's [environment] reward_weight makes it a
+ * reward column, named by reward_name, weighted like any [[rewards]] entry. Plugins built for 1.2
+ * end their api struct before score_episodes; the host reads it only when struct_size covers it.
  */
 typedef struct grove_environment_batch {
     uint32_t struct_size;
@@ -515,6 +524,9 @@ struct grove_environment_api {
     grove_status (*stop_strings)(void* instance, const char* const** strings, grove_error_sink* err);
     grove_status (*step)(void* instance, const grove_environment_batch* batch, grove_environment_output* out,
                          grove_error_sink* err);
+    /* ABI 1.3, may be NULL: rewards[i] = your score of whole episode i (see above) */
+    grove_status (*score_episodes)(void* instance, const grove_environment_batch* episodes, float* rewards,
+                                   grove_error_sink* err);
 };
 
 /* ============================================================================================

@@ -30,6 +30,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace grove::sdk {
@@ -208,6 +210,7 @@ struct AdapterPlugin : Lifecycle<T> {
 // ---- environments (ABI 1.2) ------------------------------------------------------------------
 //   const char* const* stop_strings() const   (a NULL-terminated array valid until the instance goes)
 //   void step(const grove_environment_batch&, grove_environment_output&)
+//   void score_episodes(const grove_environment_batch&, float* rewards)   (optional, ABI 1.3)
 // observe(out, i, text) appends episode i's observation.
 inline void observe(const grove_environment_output& out, uint32_t episode, std::string_view text) {
     grove_text_sink* sink = out.observations[episode];
@@ -241,6 +244,14 @@ void answer_tool_calls(const grove_environment_batch& batch, grove_environment_o
     }
 }
 
+namespace detail {
+template <class T, class = void>
+struct scores_episodes : std::false_type {};
+template <class T>
+struct scores_episodes<T, std::void_t<decltype(std::declval<T&>().score_episodes(std::declval<const grove_environment_batch&>(),
+                                                                                 std::declval<float*>()))>> : std::true_type {};
+}  // namespace detail
+
 template <class T>
 struct EnvironmentPlugin : Lifecycle<T> {
     static grove_status stop_strings(void* instance, const char* const** strings, grove_error_sink* err) noexcept {
@@ -250,7 +261,14 @@ struct EnvironmentPlugin : Lifecycle<T> {
                              grove_error_sink* err) noexcept {
         return guard(err, [&] { static_cast<T*>(instance)->step(*batch, *out); });
     }
-    static constexpr grove_environment_api api{sizeof(grove_environment_api), &stop_strings, &step};
+    static grove_status score_episodes(void* instance, const grove_environment_batch* episodes, float* rewards,
+                                       grove_error_sink* err) noexcept {
+        return guard(err, [&] {
+            if constexpr (detail::scores_episodes<T>::value) static_cast<T*>(instance)->score_episodes(*episodes, rewards);
+        });
+    }
+    static constexpr grove_environment_api api{sizeof(grove_environment_api), &stop_strings, &step,
+                                               detail::scores_episodes<T>::value ? &score_episodes : nullptr};
 };
 
 // ---- descriptors -----------------------------------------------------------------------------

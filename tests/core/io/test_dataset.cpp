@@ -161,6 +161,7 @@ TEST(Multiplication, EpisodesAreRightAndTheSplitsDisjoint) {
             const long a = std::stol(m[1]), b = std::stol(m[2]);
             EXPECT_TRUE(a >= 100 && a <= 999 && b >= 100 && b <= 999) << q;
             const std::string product = std::to_string(a * b);
+            EXPECT_EQ(product.size(), 6u) << q << ": every product has six digits";
             EXPECT_EQ(columns["answer"], product);
             const auto& episode = columns["episode"];
             ASSERT_EQ(episode.size(), 3u);
@@ -174,7 +175,7 @@ TEST(Multiplication, EpisodesAreRightAndTheSplitsDisjoint) {
                                                                     episode[2]["text"].get<std::string>());
         }
     auto two = grove::load_prompts("builtin:multiplication?digits=2");
-    EXPECT_EQ(two.size(), 90u * 90u - 200u);  // every 2-digit pair but the held-out ones
+    EXPECT_EQ(two.size(), 68u * 68u - 200u);  // every pair of 32..99 (four-digit products) but the held-out ones
     try {
         grove::load_prompts("builtin:multiplication?digits=4");
         FAIL() << "digits=4 was accepted";

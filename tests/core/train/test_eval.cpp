@@ -61,8 +61,9 @@ TEST(Eval, SamplesPerPromptAndManifestMode) {
     EXPECT_NE(bad.out.find("give a MANIFEST, or --model, --data and at least one --reward"), std::string::npos) << bad.out;
 }
 
-// With the manifest's [environment], eval scores whole episodes and prints their turns; lengths
-// count the model's tokens only. --no-environment evaluates the same model without its tool.
+// With the manifest's [environment], eval scores whole episodes (the environment's own score too,
+// with reward_weight) and prints their turns; lengths count the model's tokens only.
+// --no-environment evaluates the same model without its tool.
 TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
     std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/eval_environment";
     std::filesystem::create_directories(dir);
@@ -71,6 +72,7 @@ TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
                                        << "[generation]\nmax_completion_length = 30\n"
                                        << "[environment]\nplugin = \"" << GROVE_TEST_SCRIPTED_ENV_PLUGIN << "\"\n"
                                        << "config = { stop = \"e\", turns = 3 }\nmax_turns = 3\n"
+                                       << "reward_weight = 1.0\nreward_name = \"answered\"\n"
                                        << "[[rewards]]\nplugin = \"format\"\n";
     auto r = grove::test::run_grove("eval " + dir + "/grove.toml --limit 8 --seed 3 --json 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -89,12 +91,15 @@ TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
             }
         }
         EXPECT_EQ(environment_turns, row["tool_calls"].get<int64_t>());
+        // the environment's own score of the episode (scripted_env: its observations in the text)
+        EXPECT_EQ(row["rewards"]["answered"].get<double>(), double(environment_turns));
         EXPECT_LE(row["length"].get<int64_t>(), 30 - 2 * environment_turns) << "observation tokens are not counted";
         observed += environment_turns > 0;
         calls += row["tool_calls"].get<double>();
     }
     EXPECT_GT(observed, 0) << "no episode reached the environment: the test exercised nothing";
     EXPECT_NEAR(j["tool_call_frequency"].get<double>(), calls / 8, 1e-12);
+    EXPECT_NEAR(j["rewards"]["answered"].get<double>(), calls / 8, 1e-12);
     EXPECT_EQ(j["environment"], GROVE_TEST_SCRIPTED_ENV_PLUGIN);
 
     auto without = grove::test::run_grove("eval " + dir + "/grove.toml --limit 8 --seed 3 --no-environment --json 2>/dev/null");
@@ -103,4 +108,5 @@ TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
     EXPECT_TRUE(w["environment"].is_null());
     EXPECT_TRUE(w["tool_call_frequency"].is_null());
     for (const auto& row : w["rows"]) EXPECT_FALSE(row.contains("turns"));
+    EXPECT_FALSE(w["rewards"].contains("answered")) << "no episodes, no environment score";
 }

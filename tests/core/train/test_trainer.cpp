@@ -399,6 +399,43 @@ TEST(Trainer, AToolThatIsNeverCalledIsReportedOnce) {
     EXPECT_EQ(busy_log.find("no episode called the environment"), std::string::npos) << busy_log;
 }
 
+// [environment] reward_weight: the environment's score of each whole episode (scripted_env: how
+// often its observation occurs) is a reward column with its name and weight, next to the plugins'.
+TEST(Trainer, AnEnvironmentsScoreOfWholeEpisodesIsARewardColumn) {
+    const std::string environment = std::string("[environment]\nplugin = \"") + GROVE_TEST_SCRIPTED_ENV_PLUGIN +
+                                    "\"\nconfig = { stop = \"e\", turns = 3 }\nmax_turns = 3\n"
+                                    "reward_weight = 0.5\nreward_name = \"answered\"\n";
+    grove::Trainer t(
+        manifest("environment_reward",
+                 {"train.max_steps=2", "train.per_device_train_batch_size=8", "generation.max_completion_length=24"}, "",
+                 environment),
+        fresh());
+    auto m = t.step();
+    ASSERT_TRUE(m.count("rewards/answered/mean")) << "no reward column for the environment";
+    EXPECT_GT(m["tools/call_frequency"], 0.0);
+    // every answered call put one observation into the episode's text
+    EXPECT_DOUBLE_EQ(m["rewards/answered/mean"], m["tools/call_frequency"]);
+    // the weighted sum: format (weight 1) + 0.5 x answered, averaged over rows with no NaN
+    EXPECT_NEAR(m["reward"], m["rewards/format/mean"] + 0.5 * m["rewards/answered/mean"], 1e-6);
+
+    auto error_of = [&](const std::string& name, const std::string& section, const std::string& rewards = "") {
+        try {
+            grove::Trainer bad(manifest(name, {"train.max_steps=1"}, rewards, section), fresh());
+        } catch (const grove::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(no error)");
+    };
+    // a plugin that does not judge episodes, and a name taken by a [[rewards]] entry
+    const std::string no_scores =
+        error_of("environment_reward_unscored", "[environment]\nplugin = \"calculator\"\nreward_weight = 1.0\n");
+    EXPECT_NE(no_scores.find("does not score whole episodes (SDK score_episodes); remove reward_weight"), std::string::npos)
+        << no_scores;
+    const std::string taken = error_of("environment_reward_name_taken", environment,
+                                       "[[rewards]]\nplugin = \"format\"\nname = \"answered\"\nconfig = { pattern = \"a\" }\n");
+    EXPECT_NE(taken.find("reward_name \"answered\" is also the name of the reward at"), std::string::npos) << taken;
+}
+
 TEST(Trainer, AnEnvironmentMustBeAnEnvironmentPlugin) {
     try {
         grove::Trainer t(manifest("not_environment", {"train.max_steps=1"}, "", "[environment]\nplugin = \"format\"\n"),

@@ -1,5 +1,5 @@
 // Test environment: answers every model turn with the same `observation` until the episode has
-// `turns` model turns, then says done. `stop` (optional) ends model turns early; `fail_at_turn`
+// `turns` model turns, then says done; scores a whole episode by how often the observation occurs. `stop` (optional) ends model turns early; `fail_at_turn`
 // returns an error status at that turn, to test how the host reports a broken environment.
 #include <grove/plugin.hpp>
 
@@ -25,6 +25,15 @@ struct Scripted {
             }
             out.tool_calls[i] = 1;
             grove::sdk::observe(out, i, observation);
+        }
+    }
+    // its score of a whole episode: how often the observation occurs in it (the tool calls it answered)
+    void score_episodes(const grove_environment_batch& b, float* rewards) const {
+        for (uint32_t i = 0; i < b.count; ++i) {
+            const std::string_view text = grove::sdk::view(b.turn_texts[i]);
+            int count = 0;
+            for (size_t at = text.find(observation); at != std::string_view::npos; at = text.find(observation, at + 1)) ++count;
+            rewards[i] = float(count);
         }
     }
     std::string observation, stop;
