@@ -170,6 +170,8 @@ def main():
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be >= 2 (the first step, which includes warm-up, is not timed)")
     if args.side == "trl":
         return trl_side(args)
 
@@ -180,7 +182,7 @@ def main():
              "<answer></answer>."
     data = os.path.join(work, "prompts.jsonl")
     with open(data, "w") as f:
-        for k, (a, b) in enumerate((317 + 37 * k % 683, 401 + 53 * k % 599) for k in range(64)):
+        for a, b in ((317 + (37 * k) % 683, 401 + (53 * k) % 599) for k in range(64)):
             f.write(json.dumps({"prompt": f"{system}\nWhat is {a} * {b}?\n", "answer": str(a * b)}) + "\n")
     manifest = os.path.join(work, "grove.toml")
     with open(manifest, "w") as f:

@@ -1,5 +1,5 @@
-// Batched sampling with a preallocated KV cache, and the per-token log-probability function that
-// training reuses. A GRPO generation batch is prompts x num_generations rows, generated at once.
+// Batched sampling with a KV cache (preallocated, grown when a continued episode needs more), and
+// the per-token log-probability function that training reuses. A GRPO generation batch is prompts x num_generations rows, generated at once.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -63,12 +63,14 @@ public:
     // Whether row `row`'s turn so far, `turn`, ends here (a stop string).
     using StopCheck = std::function<bool(size_t row, const std::vector<int64_t>& turn)>;
     // Samples one turn for every live row: until an EOS, limits[row] (>= 1) tokens, or `stop`.
-    // Rows that are not live (finished, or never continued) get an empty turn.
-    std::vector<Turn> sample_turn(const std::vector<int64_t>& limits, const StopCheck& stop = nullptr);
+    // Rows that are not live (finished, or never continued) get an empty turn. After the
+    // `last_turn` no row can continue, so none is kept for continue_rows().
+    std::vector<Turn> sample_turn(const std::vector<int64_t>& limits, const StopCheck& stop = nullptr, bool last_turn = false);
 
     struct Continuation {
         size_t row = 0;
-        int64_t keep = 0;             // the first `keep` tokens of its last turn stay in the history
+        int64_t keep = 0;             // the first `keep` tokens of its last turn stay in the history (the rest are
+                                      // masked out; for a repetition penalty they still count as seen)
         std::vector<int64_t> tokens;  // then these (an observation) follow
     };
     // The listed rows go on in the next turn: their kept turn and `tokens` enter the cache in one

@@ -163,11 +163,11 @@ std::vector<PromptRow> multiplication(const std::string& source, bool test_split
     std::uniform_int_distribution<int> factor(low, high);
     std::set<std::pair<int, int>> seen;
     std::vector<std::pair<int, int>> pairs;
-    const size_t space = size_t(high - low + 1) * size_t(high - low + 1), held_out = 200;
+    const size_t n = size_t(high - low + 1), space = n * (n + 1) / 2, held_out = 200;  // unordered pairs
     const size_t total = std::min(held_out + 20000, space);
     while (pairs.size() < total) {
         const int a = factor(rng), b = factor(rng);
-        if (seen.insert({a, b}).second) pairs.emplace_back(a, b);
+        if (seen.insert({std::min(a, b), std::max(a, b)}).second) pairs.emplace_back(a, b);  // a * b is b * a
     }
     std::vector<PromptRow> rows;
     for (size_t i = test_split ? 0 : held_out; i < (test_split ? held_out : total); ++i) {

@@ -87,10 +87,11 @@ struct DecodeSession::State {
         int64_t size() const { return rows.defined() ? rows.size(0) : 0; }
     };
 
-    State(const Model& m, const SamplingOptions& options, bool resumable)
+    State(const Model& m, const SamplingOptions& options, bool resumable, int64_t room)
             : model(m),
               o(options),
               resumable(resumable),
+              room(std::max<int64_t>(room, 1)),
               N(0),
               V(m.config().vocab_size),
               device(m.device()),
@@ -99,6 +100,7 @@ struct DecodeSession::State {
     const Model& model;
     SamplingOptions o;
     bool resumable;
+    int64_t room;  // new tokens a continued batch makes room for before its cache grows
     int64_t N, V;
     at::Device device;
     // one seeded CPU generator: the same uniforms on every device, hence the same samples
@@ -113,7 +115,8 @@ struct DecodeSession::State {
     }
     void ensure_capacity(int64_t needed);
     at::Tensor sample(int64_t step, at::Tensor& chosen);
-    Batch select(const Batch& b, const at::Tensor& keep) const;
+    // rows `keep` of b; `trimmed` keeps only the filled cache columns (a parked group never grows)
+    Batch select(const Batch& b, const at::Tensor& keep, bool trimmed = false) const;
 };
 
 namespace {
@@ -141,17 +144,18 @@ void DecodeSession::State::ensure_capacity(int64_t needed) {
     cache.capacity = capacity;
 }
 
-DecodeSession::State::Batch DecodeSession::State::select(const Batch& b, const at::Tensor& keep) const {
+DecodeSession::State::Batch DecodeSession::State::select(const Batch& b, const at::Tensor& keep, bool trimmed) const {
+    const int64_t columns = trimmed ? b.cache.length : b.cache.capacity;
     Batch s;
     s.rows = b.rows.index_select(0, keep);
-    s.mask = b.mask.index_select(0, keep);
+    s.mask = b.mask.narrow(1, 0, columns).index_select(0, keep);
     s.next_position = b.next_position.index_select(0, keep);
     if (b.seen.defined()) s.seen = b.seen.index_select(0, keep);
     s.cache.length = b.cache.length;
-    s.cache.capacity = b.cache.capacity;
+    s.cache.capacity = columns;
     for (size_t l = 0; l < b.cache.keys.size(); ++l) {
-        s.cache.keys.push_back(b.cache.keys[l].index_select(0, keep));
-        s.cache.values.push_back(b.cache.values[l].index_select(0, keep));
+        s.cache.keys.push_back(b.cache.keys[l].narrow(2, 0, columns).index_select(0, keep));
+        s.cache.values.push_back(b.cache.values[l].narrow(2, 0, columns).index_select(0, keep));
     }
     return s;
 }
@@ -197,7 +201,7 @@ at::Tensor DecodeSession::State::sample(int64_t step, at::Tensor& chosen) {
 
 DecodeSession::DecodeSession(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o,
                              int64_t capacity, bool resumable)
-        : s_(std::make_unique<State>(model, o, resumable)) {
+        : s_(std::make_unique<State>(model, o, resumable, capacity)) {
     if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
     at::NoGradGuard no_grad;
@@ -236,7 +240,8 @@ DecodeSession::DecodeSession(const Model& model, const std::vector<std::vector<i
 
 DecodeSession::~DecodeSession() = default;
 
-std::vector<DecodeSession::Turn> DecodeSession::sample_turn(const std::vector<int64_t>& limits, const StopCheck& stop) {
+std::vector<DecodeSession::Turn> DecodeSession::sample_turn(const std::vector<int64_t>& limits, const StopCheck& stop,
+                                                            bool last_turn) {
     State& s = *s_;
     if (int64_t(limits.size()) != s.N) throw Error(ErrorKind::usage, "sample_turn: one limit per row");
     std::vector<Turn> turns(size_t(s.N));
@@ -283,8 +288,8 @@ std::vector<DecodeSession::Turn> DecodeSession::sample_turn(const std::vector<in
             at::Tensor stopped_rows = live.rows.masked_select(stopped);
             lengths.index_fill_(0, stopped_rows, t + 1);
             ended_eos.index_copy_(0, stopped_rows, eos.masked_select(stopped));
-            if (s.resumable) {
-                State::Batch p = s.select(live, stopped.nonzero().squeeze(-1));
+            if (s.resumable && !last_turn) {
+                State::Batch p = s.select(live, stopped.nonzero().squeeze(-1), /*trimmed=*/true);
                 p.last_token = token.masked_select(stopped);
                 p.turn_start = turn_start;
                 s.parked.push_back(std::move(p));
@@ -324,7 +329,9 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
     at::NoGradGuard no_grad;
     DecodeKernelScope decode_kernels;
     std::map<int64_t, const Continuation*> wanted;
-    for (const Continuation& c : rows) wanted[int64_t(c.row)] = &c;
+    for (const Continuation& c : rows)
+        if (!wanted.emplace(int64_t(c.row), &c).second)
+            throw Error(ErrorKind::usage, "continue_rows: row " + std::to_string(c.row) + " is listed twice");
     // the wanted rows of every parked group, in one batch whose columns line up: a group whose
     // cache is shorter gets masked zero columns up to the longest (attention skips them)
     std::vector<State::Batch> groups;
@@ -360,6 +367,10 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
         for (int64_t k = 0; k < g.size(); ++k, ++a) {
             const Continuation& c = *order[size_t(a)];
             const int64_t cached = g.cache.length - g.turn_start;  // the turn's tokens but the last
+            if (c.keep < 0 || c.keep > cached + 1)
+                throw Error(ErrorKind::usage, "continue_rows: row " + std::to_string(c.row) + " keeps " +
+                                                  std::to_string(c.keep) + " tokens of a turn of " +
+                                                  std::to_string(cached + 1));
             if (c.keep > cached) blocks[size_t(a)].push_back(last.data_ptr<int64_t>()[k]);
             rollback[size_t(a)] = std::max<int64_t>(0, cached - c.keep);
             blocks[size_t(a)].insert(blocks[size_t(a)].end(), c.tokens.begin(), c.tokens.end());
@@ -369,8 +380,8 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
     }
     State::Batch live;
     const KVCache& first = groups.front().cache;
-    live.cache = s.model.make_cache(A, length + width);
-    live.mask = at::zeros({A, length + width}, long_options().device(s.device));
+    live.cache = s.model.make_cache(A, length + width + s.room);
+    live.mask = at::zeros({A, length + width + s.room}, long_options().device(s.device));
     std::vector<at::Tensor> batch_rows, positions, seen;
     int64_t offset = 0;
     for (const State::Batch& g : groups) {
@@ -416,7 +427,8 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
     block_mask = block_mask.to(s.device);
     live.mask.narrow(1, length, width).copy_(block_mask);
     at::Tensor block_positions = live.next_position + (block_mask.cumsum(-1) - 1).clamp_min(0);
-    if (live.seen.defined()) live.seen.scatter_(1, ids, block_mask.to(at::kBool));
+    if (live.seen.defined())  // the block's real tokens join the seen ones (padding adds nothing)
+        live.seen.logical_or_(at::zeros({A, s.V}, ids.options()).scatter_add_(1, ids, block_mask) > 0);
     at::Tensor hidden = s.model.hidden_states(ids, live.mask.narrow(1, 0, length + width), block_positions, &live.cache);
     live.next_position = live.next_position + block_mask.sum(-1, true);
     s.logits = s.model.logits(hidden.narrow(1, width - 1, 1)).squeeze(1);

@@ -123,6 +123,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                                   const EpisodeLimits& limits, int64_t first_row) {
     const int64_t budget = limits.max_completion_length;
     if (budget < 1) throw Error(ErrorKind::usage, "episodes: max_completion_length must be >= 1");
+    if (starts.empty()) return {};
     const std::vector<std::string>& stops = environment.stop_strings();
     std::vector<std::vector<int64_t>> prompts;
     for (const EpisodeStart& s : starts) prompts.push_back(s.prompt_ids);
@@ -133,7 +134,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
         std::vector<int64_t> room(episodes.size(), 0);
         for (size_t i = 0; i < episodes.size(); ++i)
             if (episodes[i].running) room[i] = budget - int64_t(episodes[i].episode.ids.size());
-        const std::vector<DecodeSession::Turn> turns = session.sample_turn(room, stop);
+        const std::vector<DecodeSession::Turn> turns = session.sample_turn(room, stop, turn + 1 == limits.max_turns);
 
         EnvironmentTurns waiting;
         waiting.step = limits.step;
@@ -170,12 +171,14 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
             r.episode.stats.tool_calls += answers.tool_calls[k];
             r.episode.stats.tool_failures += answers.tool_failures[k];
             r.episode.stats.environment_seconds += seconds / double(waiting_episodes.size());
-            if (answers.done[k] || answers.observations[k].empty()) {
+            const std::vector<int64_t> observation =
+                answers.observations[k].empty() ? std::vector<int64_t>() : tokenizer.encode(answers.observations[k], false);
+            if (answers.done[k] || observation.empty()) {  // nothing to go on from
                 r.running = false;
                 continue;
             }
             const size_t before = r.episode.ids.size();
-            if (append_observation(r.episode, tokenizer.encode(answers.observations[k], false), budget)) {
+            if (append_observation(r.episode, observation, budget)) {
                 r.running = false;
                 continue;
             }

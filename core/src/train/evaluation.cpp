@@ -86,9 +86,12 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         if (environment) {
             std::vector<EpisodeStart> starts;
             for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i]});
-            auto episodes = run_episodes(*model, *tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0});
+            // episode numbers run on across batches, so an environment keying state on them never mixes two
+            const int64_t first_row = int64_t(result.rows.size());
+            auto episodes =
+                run_episodes(*model, *tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0}, first_row);
             if (scores_environment) {
-                score_whole_episodes(*environment, *tokenizer, starts, episodes, 0, o.seed);
+                score_whole_episodes(*environment, *tokenizer, starts, episodes, 0, o.seed, first_row);
                 environment_scores.clear();
                 for (const Episode& e : episodes) environment_scores.push_back(e.stats.environment_reward);
             }
@@ -103,9 +106,9 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
                     start = end;
                 }
                 for (uint8_t m : e.model_tokens) row.length += m;
-                row.truncated =
-                    int64_t(e.ids.size()) >= o.max_new_tokens && !e.stats.hit_max_turns &&
-                    std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), e.ids.back()) == o.eos_token_ids.end();
+                // as the trainer flags an episode for the rewards (padded_completions): it does not end with EOS
+                row.truncated = e.ids.empty() || std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), e.ids.back()) ==
+                                                     o.eos_token_ids.end();
                 row.tool_calls = e.stats.tool_calls;
                 row.tool_failures = e.stats.tool_failures;
                 add_row(std::move(row), e.ids, i);

@@ -257,23 +257,25 @@ void Trainer::State::make_generation_batch() {
     ++progress.generation_index;
 }
 
-// The reduction's counts for micro-batch `index` of the current generation batch.
-// An environment whose tool no episode calls teaches nothing about the tool; after this many
-// generation batches in a row, say so once (the model may not know the call format).
+// A tool (an environment with stop strings) that no episode calls teaches nothing about the tool;
+// after this many generation batches in a row, say so, once per such streak (the model may not
+// know the call format).
 constexpr int64_t kBatchesBeforeTheNoToolWarning = 10;
 
 void Trainer::State::warn_when_the_tool_is_never_called(double call_frequency) {
     batches_without_tool_calls = call_frequency > 0 ? 0 : batches_without_tool_calls + 1;
-    if (batches_without_tool_calls != kBatchesBeforeTheNoToolWarning || !options.log || options.rank != 0) return;
+    if (batches_without_tool_calls != kBatchesBeforeTheNoToolWarning || environment->stop_strings().empty() || !options.log ||
+        options.rank != 0)
+        return;
     std::string stops;
     for (const std::string& s : environment->stop_strings()) stops += (stops.empty() ? "\"" : ", \"") + s + "\"";
     *options.log << "grove: warning: no episode called the environment '" << config.environment.use->plugin << "' in "
-                 << kBatchesBeforeTheNoToolWarning
-                 << " generation batches in a row (its stop strings: " << (stops.empty() ? "none" : stops)
+                 << kBatchesBeforeTheNoToolWarning << " generation batches in a row (its stop strings: " << stops
                  << "). The model may not know the call format: show it in the prompt, or warm-start with grove sft "
                     "on reference episodes (docs/training.md#multi-turn-episodes-environment)\n";
 }
 
+// The reduction's counts for micro-batch `index` of the current generation batch.
 ReductionCounts Trainer::State::reduction_counts(int64_t index) const {
     const int64_t A = config.train.gradient_accumulation_steps, S = config.train.steps_per_generation;
     // the tokens whose gradients accumulate into this optimizer step (the dapo normaliser)

@@ -457,7 +457,7 @@ struct grove_adapter_api {
 };
 
 /* ============================================================================================
- * 9. Environment plugins (ABI 1.2): multi-turn episodes and tools
+ * 9. Environment plugins (ABI 1.2; score_episodes 1.3): multi-turn episodes and tools
  * ============================================================================================
  * An episode starts from a dataset row's prompt. The model writes a turn, which ends at EOS, at one
  * of the environment's stop strings (say "</calc>"), or when the episode's token budget

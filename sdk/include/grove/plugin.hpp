@@ -207,7 +207,7 @@ struct AdapterPlugin : Lifecycle<T> {
                                            &saved_config_json};
 };
 
-// ---- environments (ABI 1.2) ------------------------------------------------------------------
+// ---- environments (ABI 1.2; score_episodes 1.3) --------------------------------------------------------------
 //   const char* const* stop_strings() const   (a NULL-terminated array valid until the instance goes)
 //   void step(const grove_environment_batch&, grove_environment_output&)
 //   void score_episodes(const grove_environment_batch&, float* rewards)   (optional, ABI 1.3)

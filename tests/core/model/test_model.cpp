@@ -208,15 +208,17 @@ TEST(Model, RowsThatStopDoNotChangeTheOthers) {
 // Multi-turn sampling: rows that end their turns at different steps (so their caches have different
 // lengths) continue from the KV cache with an observation, one keeping only part of its turn; each
 // row's next turn is the turn that greedy generation samples from the whole history, re-prefilled.
+// With a repetition penalty too: the observation's tokens count as seen, as they would in the history.
 TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
-    for (const char* name : {"llama_gqa", "qwen2_tied"}) {
-        SCOPED_TRACE(name);
+    for (const auto& [name, penalty] : {std::pair{"llama_gqa", 1.0}, {"qwen2_tied", 1.0}, {"llama_gqa", 1.3}}) {
+        SCOPED_TRACE(std::string(name) + ", repetition_penalty " + std::to_string(penalty));
         auto model = grove::Model::load(kModels + "/" + name);
         auto ref = reference(name);
         auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
         grove::SamplingOptions greedy;
         greedy.greedy = true;
         greedy.pad_token_id = 0;
+        greedy.repetition_penalty = penalty;
         const size_t N = prompts.size();
         ASSERT_GE(N, 2u);
         grove::DecodeSession session(*model, prompts, greedy, 4, /*resumable=*/true);

@@ -93,7 +93,7 @@ TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
         EXPECT_EQ(environment_turns, row["tool_calls"].get<int64_t>());
         // the environment's own score of the episode (scripted_env: its observations in the text)
         EXPECT_EQ(row["rewards"]["answered"].get<double>(), double(environment_turns));
-        EXPECT_LE(row["length"].get<int64_t>(), 30 - 2 * environment_turns) << "observation tokens are not counted";
+        EXPECT_LE(row["length"].get<int64_t>(), 30 - environment_turns) << "observation tokens are not counted";
         observed += environment_turns > 0;
         calls += row["tool_calls"].get<double>();
     }

@@ -1,5 +1,6 @@
 // Test environment: answers every model turn with the same `observation` until the episode has
-// `turns` model turns, then says done; scores a whole episode by how often the observation occurs. `stop` (optional) ends model turns early; `fail_at_turn`
+// `turns` model turns, then says done; scores a whole episode by how often the observation
+// occurs in it. `stop` (optional) ends model turns early; `fail_at_turn`
 // returns an error status at that turn, to test how the host reports a broken environment.
 #include <grove/plugin.hpp>
 
