@@ -147,14 +147,35 @@ std::vector<PromptRow> arithmetic(const std::string& source, bool test_split, co
 //   model:        <calc>347 * 812</calc>
 //   environment:  <result>281764</result>      (what the calculator answers; context, not trained)
 //   model:        <answer>281764</answer>
-// and column "completion" is the same as one text.
-std::vector<PromptRow> multiplication(const std::string& source, bool test_split, const std::string& query) {
+// and column "completion" is the same as one text. With tool=P (percent, default 100), only P% of
+// the rows' episodes use the tool; the others answer at once ("<answer>281764</answer>"), so a
+// warm start on them answers without the tool most of the time: a habit GRPO can change.
+struct MultiplicationOptions {
     int digits = 3;
-    if (!query.empty()) {
-        if (query != "digits=2" && query != "digits=3")
-            throw Error(ErrorKind::input, source + ": builtin:multiplication takes digits=2 or digits=3, not '" + query + "'");
-        digits = query.back() - '0';
+    int tool_percent = 100;
+};
+
+MultiplicationOptions multiplication_options(const std::string& source, const std::string& query) {
+    MultiplicationOptions o;
+    std::stringstream items(query);
+    for (std::string item; std::getline(items, item, '&');) {
+        const auto eq = item.find('=');
+        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (key == "digits" && (value == "2" || value == "3")) {
+            o.digits = std::stoi(value);
+        } else if (key == "tool" && !value.empty() && value.size() <= 3 &&
+                   value.find_first_not_of("0123456789") == std::string::npos && std::stoi(value) <= 100) {
+            o.tool_percent = std::stoi(value);
+        } else {
+            throw Error(ErrorKind::input,
+                        source + ": builtin:multiplication takes digits=2|3 and tool=0..100, not '" + item + "'");
+        }
     }
+    return o;
+}
+
+std::vector<PromptRow> multiplication(const std::string& source, bool test_split, const MultiplicationOptions& o) {
+    const int digits = o.digits;
     // factors from ceil(sqrt(10^(2 digits - 1))): every product has 2 x digits digits, so the result
     // and the answer always have the same layout, which a small model learns to copy sooner
     const int low = digits == 2 ? 32 : 317, high = digits == 2 ? 99 : 999;
@@ -182,12 +203,18 @@ std::vector<PromptRow> multiplication(const std::string& source, bool test_split
         row.text = question;
         const std::string call = "<calc>" + std::to_string(a) + " * " + std::to_string(b) + "</calc>",
                           result = "<result>" + answer + "</result>", reply = "<answer>" + answer + "</answer>";
-        const json episode = json::array({{{"role", "model"}, {"text", call}},
-                                          {{"role", "environment"}, {"text", result}},
-                                          {{"role", "model"}, {"text", reply}}});
-        row.columns_json =
-            json({{"answer", answer}, {"question", question}, {"completion", call + result + reply}, {"episode", episode}})
-                .dump();
+        // the tool rows are spread evenly: row k uses it when floor(k P / 100) advances
+        const size_t k = i - (test_split ? 0 : held_out);
+        const bool tool = (k + 1) * size_t(o.tool_percent) / 100 > k * size_t(o.tool_percent) / 100;
+        const json episode = tool ? json::array({{{"role", "model"}, {"text", call}},
+                                                 {{"role", "environment"}, {"text", result}},
+                                                 {{"role", "model"}, {"text", reply}}})
+                                  : json::array({{{"role", "model"}, {"text", reply}}});
+        row.columns_json = json({{"answer", answer},
+                                 {"question", question},
+                                 {"completion", tool ? call + result + reply : reply},
+                                 {"episode", episode}})
+                               .dump();
         row.origin = source + " #" + std::to_string(rows.size());
         rows.push_back(std::move(row));
     }
@@ -236,7 +263,7 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
         if (name == "arithmetic" || name == "arithmetic-test")
             return arithmetic(source, name == "arithmetic-test", arithmetic_options(source, query));
         if (name == "multiplication" || name == "multiplication-test")
-            return multiplication(source, name == "multiplication-test", query);
+            return multiplication(source, name == "multiplication-test", multiplication_options(source, query));
         throw Error(ErrorKind::input, "unknown data source '" + source + "'" + did_you_mean(name, builtin_sources()) +
                                           "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
     }

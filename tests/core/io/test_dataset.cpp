@@ -175,12 +175,27 @@ TEST(Multiplication, EpisodesAreRightAndTheSplitsDisjoint) {
                                                                     episode[1]["text"].get<std::string>() +
                                                                     episode[2]["text"].get<std::string>());
         }
+    // tool=20: a fifth of the rows' episodes call the calculator, the others answer at once
+    size_t with_tool = 0;
+    for (const auto& row : grove::load_prompts("builtin:multiplication?tool=20")) {
+        auto columns = nlohmann::json::parse(row.columns_json);
+        const auto& episode = columns["episode"];
+        if (episode.size() == 3) {
+            ++with_tool;
+            continue;
+        }
+        ASSERT_EQ(episode.size(), 1u);
+        EXPECT_EQ(episode[0]["text"], "<answer>" + columns["answer"].get<std::string>() + "</answer>");
+        EXPECT_EQ(columns["completion"], episode[0]["text"]);
+    }
+    EXPECT_EQ(with_tool, 4000u);
     auto two = grove::load_prompts("builtin:multiplication?digits=2");
     EXPECT_EQ(two.size(), 68u * 69u / 2 - 200u);  // every unordered pair of 32..99 (four-digit products) but the held-out ones
     try {
         grove::load_prompts("builtin:multiplication?digits=4");
         FAIL() << "digits=4 was accepted";
     } catch (const grove::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("digits=2 or digits=3, not 'digits=4'"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("takes digits=2|3 and tool=0..100, not 'digits=4'"), std::string::npos)
+            << e.what();
     }
 }
