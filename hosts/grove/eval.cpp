@@ -88,8 +88,8 @@ int eval(const std::vector<std::string>& args) {
                         {"rewards", row.rewards}});
         if (!q.environment) continue;
         json turns = json::array();
-        for (const auto& [from_model, text] : row.turns)
-            turns.push_back({{"role", from_model ? "model" : "environment"}, {"text", text}});
+        for (const EpisodeTurn& turn : row.turns)
+            turns.push_back({{"role", turn.from_model ? "model" : "environment"}, {"text", turn.text}});
         rows.back()["turns"] = turns;
         rows.back()["tool_calls"] = row.tool_calls;
         rows.back()["tool_failures"] = row.tool_failures;

@@ -54,16 +54,9 @@ int print_episodes(const po::variables_map& vm, const Model& model, const Tokeni
     const auto episodes = run_episodes(model, tokenizer, environment, starts, options, {max_turns, options.max_new_tokens, 0});
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];
-        json turns = json::array();  // consecutive tokens of one author
-        for (size_t start = 0; start < e.ids.size();) {
-            size_t end = start;
-            while (end < e.ids.size() && e.model_tokens[end] == e.model_tokens[start]) ++end;
-            turns.push_back(
-                {{"role", e.model_tokens[start] ? "model" : "environment"},
-                 {"text",
-                  tokenizer.decode(std::vector<int64_t>(e.ids.begin() + long(start), e.ids.begin() + long(end)), false)}});
-            start = end;
-        }
+        json turns = json::array();
+        for (const EpisodeTurn& turn : episode_turns(e, tokenizer))
+            turns.push_back({{"role", turn.from_model ? "model" : "environment"}, {"text", turn.text}});
         if (vm.count("json")) {
             json out = {
                 {"prompt_index", i / size_t(n)}, {"sample", i % size_t(n)},          {"prompt", texts[i]},

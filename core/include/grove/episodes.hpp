@@ -54,6 +54,14 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                                   const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
                                   const EpisodeLimits& limits, int64_t first_row = 0);
 
+// An episode's turns in order: each run of tokens of one author (the model, or the environment),
+// decoded with special tokens kept.
+struct EpisodeTurn {
+    bool from_model = true;
+    std::string text;
+};
+std::vector<EpisodeTurn> episode_turns(const Episode& episode, const Tokenizer& tokenizer);
+
 // The environment's scores of the ended episodes, each given whole (score_episodes), into their
 // stats' environment_reward. `step`, `seed` and `first_row` as for run_episodes.
 void score_whole_episodes(const Environment& environment, const Tokenizer& tokenizer, const std::vector<EpisodeStart>& starts,

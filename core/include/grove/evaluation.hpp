@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grove/episodes.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
 
@@ -35,7 +36,7 @@ struct EvaluationRow {
     int64_t length = 0;
     bool truncated = false;
     std::map<std::string, float> rewards;
-    std::vector<std::pair<bool, std::string>> turns;  // episodes: (from the model?, text) in order
+    std::vector<EpisodeTurn> turns;  // episodes: the model's and the environment's turns in order
     int64_t tool_calls = 0, tool_failures = 0;
 };
 

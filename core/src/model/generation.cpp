@@ -336,6 +336,7 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
     // cache is shorter gets masked zero columns up to the longest (attention skips them)
     std::vector<State::Batch> groups;
     std::vector<const Continuation*> order;
+    std::vector<std::vector<int64_t>> blocks;  // in `order`
     int64_t length = 0;
     for (State::Batch& p : s.parked) {
         const at::Tensor prows = p.rows.cpu().contiguous();
@@ -348,8 +349,26 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
         if (keep.empty()) continue;
         at::Tensor index = at::tensor(keep, long_options()).to(s.device);
         State::Batch g = s.select(p, index);
-        g.last_token = p.last_token.index_select(0, index);
-        g.turn_start = p.turn_start;
+        // each row's block: the turn's last token when it stays and is not yet cached, then its
+        // tokens; turn tokens cached past the kept ones are rolled back (masked, positions reused)
+        const at::Tensor last = p.last_token.index_select(0, index).cpu().contiguous();
+        const int64_t cached = g.cache.length - p.turn_start;  // the turn's tokens but the last
+        for (int64_t k = 0; k < g.size(); ++k) {
+            const Continuation& c = *order[order.size() - size_t(g.size()) + size_t(k)];
+            if (c.keep < 0 || c.keep > cached + 1)
+                throw Error(ErrorKind::usage, "continue_rows: row " + std::to_string(c.row) + " keeps " +
+                                                  std::to_string(c.keep) + " tokens of a turn of " +
+                                                  std::to_string(cached + 1));
+            std::vector<int64_t> block;
+            if (c.keep > cached) block.push_back(last.data_ptr<int64_t>()[k]);
+            block.insert(block.end(), c.tokens.begin(), c.tokens.end());
+            if (block.empty()) throw Error(ErrorKind::usage, "continue_rows: a row has nothing to continue with");
+            if (const int64_t back = cached - c.keep; back > 0) {
+                g.mask[k].narrow(0, g.cache.length - back, back).zero_();
+                g.next_position[k] -= back;
+            }
+            blocks.push_back(std::move(block));
+        }
         length = std::max(length, g.cache.length);
         groups.push_back(std::move(g));
     }
@@ -357,27 +376,9 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
     if (order.size() != rows.size()) throw Error(ErrorKind::usage, "continue_rows: a row is not waiting to continue");
     if (groups.empty()) return;
 
-    // each row's block: the turn's last token when it stays and is not yet cached, then its tokens
     const int64_t A = int64_t(order.size());
-    std::vector<std::vector<int64_t>> blocks(static_cast<size_t>(A));
-    std::vector<int64_t> rollback(static_cast<size_t>(A), 0);  // turn tokens in the cache past the kept ones
-    int64_t width = 1, a = 0;
-    for (const State::Batch& g : groups) {
-        const at::Tensor last = g.last_token.cpu().contiguous();
-        for (int64_t k = 0; k < g.size(); ++k, ++a) {
-            const Continuation& c = *order[size_t(a)];
-            const int64_t cached = g.cache.length - g.turn_start;  // the turn's tokens but the last
-            if (c.keep < 0 || c.keep > cached + 1)
-                throw Error(ErrorKind::usage, "continue_rows: row " + std::to_string(c.row) + " keeps " +
-                                                  std::to_string(c.keep) + " tokens of a turn of " +
-                                                  std::to_string(cached + 1));
-            if (c.keep > cached) blocks[size_t(a)].push_back(last.data_ptr<int64_t>()[k]);
-            rollback[size_t(a)] = std::max<int64_t>(0, cached - c.keep);
-            blocks[size_t(a)].insert(blocks[size_t(a)].end(), c.tokens.begin(), c.tokens.end());
-            if (blocks[size_t(a)].empty()) throw Error(ErrorKind::usage, "continue_rows: a row has nothing to continue with");
-            width = std::max<int64_t>(width, int64_t(blocks[size_t(a)].size()));
-        }
-    }
+    int64_t width = 1;
+    for (const auto& block : blocks) width = std::max<int64_t>(width, int64_t(block.size()));
     State::Batch live;
     const KVCache& first = groups.front().cache;
     live.cache = s.model.make_cache(A, length + width + s.room);
@@ -402,17 +403,6 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
     live.rows = at::cat(batch_rows);
     live.next_position = at::cat(positions);
     if (!seen.empty()) live.seen = at::cat(seen);
-    // roll back turn tokens past the kept ones: their columns are masked, their positions reused
-    int64_t r0 = 0;
-    for (const State::Batch& g : groups) {
-        for (int64_t k = 0; k < g.size(); ++k) {
-            const int64_t back = rollback[size_t(r0 + k)];
-            if (back == 0) continue;
-            live.mask[r0 + k].narrow(0, g.cache.length - back, back).zero_();
-            live.next_position[r0 + k] -= back;
-        }
-        r0 += g.size();
-    }
 
     // the blocks, left-padded so every row's last token is the block's last column
     at::Tensor ids = at::full({A, width}, s.o.pad_token_id, long_options());

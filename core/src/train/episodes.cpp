@@ -192,6 +192,19 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
     return out;
 }
 
+std::vector<EpisodeTurn> episode_turns(const Episode& e, const Tokenizer& tokenizer) {
+    std::vector<EpisodeTurn> turns;
+    for (size_t start = 0; start < e.ids.size();) {
+        size_t end = start;
+        while (end < e.ids.size() && e.model_tokens[end] == e.model_tokens[start]) ++end;
+        turns.push_back(
+            {e.model_tokens[start] != 0,
+             tokenizer.decode(std::vector<int64_t>(e.ids.begin() + long(start), e.ids.begin() + long(end)), false)});
+        start = end;
+    }
+    return turns;
+}
+
 void score_whole_episodes(const Environment& environment, const Tokenizer& tokenizer, const std::vector<EpisodeStart>& starts,
                           std::vector<Episode>& episodes, int64_t step, uint64_t seed, int64_t first_row) {
     EnvironmentTurns whole;

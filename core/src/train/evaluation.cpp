@@ -98,13 +98,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
             for (size_t i = 0; i < episodes.size(); ++i) {
                 const Episode& e = episodes[i];
                 EvaluationRow row;
-                for (size_t start = 0; start < e.ids.size();) {  // the turns, model's and environment's
-                    size_t end = start;
-                    while (end < e.ids.size() && e.model_tokens[end] == e.model_tokens[start]) ++end;
-                    row.turns.push_back({e.model_tokens[start] != 0,
-                                         tokenizer->decode({e.ids.begin() + long(start), e.ids.begin() + long(end)}, false)});
-                    start = end;
-                }
+                row.turns = episode_turns(e, *tokenizer);
                 for (uint8_t m : e.model_tokens) row.length += m;
                 // as the trainer flags an episode for the rewards (padded_completions): it does not end with EOS
                 row.truncated = e.ids.empty() || std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), e.ids.back()) ==
