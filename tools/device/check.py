@@ -161,9 +161,35 @@ def correctness(ctx):
         figures[f"greedy_{kind}_identical"] = same
         if not same:
             failures.append(f"greedy {kind}: {out['completion_ids']} != transformers' {cli_ref[kind]['completion_ids']}")
+    failures += episodes_match_the_cpu(ctx, figures)
     if failures:
         raise CheckFailed("; ".join(failures), figures)
     return figures
+
+
+def episodes_match_the_cpu(ctx, figures):
+    """Multi-turn episodes (KV-cache continuation, stop strings, observations) on the device, greedy float32,
+    token for token as on the CPU. The calculator's tags are characters the random tiny model writes, so
+    its episodes do have several turns."""
+    failures = []
+    prompts = os.path.join(ctx.work, "episode-prompts.jsonl")
+    with open(prompts, "w") as f:
+        for text in ["What is 2 + 2?", "Tell me a story about", "x"]:
+            f.write(json.dumps({"prompt": text}) + "\n")
+    for name in ["llama_gqa"]:  # the tiny checkpoint that has a tokenizer
+        episodes = {}
+        for device in ["cpu", ctx.device]:
+            out = ctx.grove("generate", "--model", ctx.model(name), "--input", prompts, "--greedy", "--max-new-tokens", 60,
+                            "--environment", "calculator", "--environment-config", 'open_tag="2"\nclose_tag="h"',
+                            "--max-turns", 4, "--json", "--device", device)
+            episodes[device] = [json.loads(line) for line in out.splitlines()]
+        same = all(a["completion_ids"] == b["completion_ids"] and a["env_mask"] == b["env_mask"]
+                   for a, b in zip(episodes["cpu"], episodes[ctx.device]))
+        figures[f"episodes_{name}_identical_to_cpu"] = same
+        figures[f"episodes_{name}_model_turns"] = [e["model_turns"] for e in episodes[ctx.device]]
+        if not same:
+            failures.append(f"episodes {name}: the device's episodes differ from the CPU's")
+    return failures
 
 
 # ---------------------------------------------------------------------------------------------- training
