@@ -48,6 +48,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--engine", default="graphs", choices=["graphs", "eager"],
+                        help="Grove's decode engine on CUDA: the CUDA graph engine or the eager loop")
     parser.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
     parser.add_argument("--repeats", type=int, default=3, help="transformers / Grove pairs, run alternately")
     parser.add_argument("--grove", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin",
@@ -82,7 +84,7 @@ def main():
 
     def grove_tokens_per_second():
         result = subprocess.run([args.grove, folder, str(args.batch), str(args.prompt_len), str(args.new_tokens),
-                                 args.dtype, args.device], capture_output=True, text=True, check=True)
+                                 args.dtype, args.device, args.engine], capture_output=True, text=True, check=True)
         return json.loads(result.stdout)
 
     # the two alternate, so a slow spell of a shared machine falls on both; each pair gives a ratio
@@ -109,7 +111,7 @@ def main():
                   "kv_bytes_per_step_mean": round(args.batch * config.num_hidden_layers * 2 * config.num_key_value_heads
                                                   * head_dim * mean_context * element)}
     print(json.dumps({"shape": args.shape, "batch": args.batch, "prompt_len": args.prompt_len,
-                      "new_tokens": args.new_tokens, "dtype": args.dtype, "device": args.device,
+                      "new_tokens": args.new_tokens, "dtype": args.dtype, "device": args.device, "grove_engine": args.engine,
                       "torch_threads": torch.get_num_threads(),
                       "transformers_tokens_per_second": [round(h, 1) for h, _ in pairs],
                       "grove_tokens_per_second": [round(g, 1) for _, g in pairs],

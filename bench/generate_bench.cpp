@@ -1,5 +1,5 @@
 // Times grove::generate alone (model loading excluded) on random prompt ids, for bench/generate.py.
-//   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device]
+//   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device] [graphs|eager]
 // Prints one JSON line: {"seconds": ..., "tokens": ..., "tokens_per_second": ...}, on CUDA also
 // "peak_allocated_mib": the caching allocator's peak, as torch.cuda.max_memory_allocated reports it.
 // With GROVE_BENCH_TRACE=FILE.json the timed call is profiled (CPU ops and CUDA kernels, Chrome trace).
@@ -15,7 +15,8 @@
 
 int main(int argc, char** argv) {
     if (argc < 5) {
-        std::cerr << "usage: grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [float32|bfloat16] [cpu|cuda]\n";
+        std::cerr << "usage: grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [float32|bfloat16] [cpu|cuda] "
+                     "[graphs|eager]\n";
         return 2;
     }
     std::string dtype = argc > 5 ? argv[5] : "float32", device = argc > 6 ? argv[6] : "cpu";
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     grove::SamplingOptions options;
     options.max_new_tokens = new_tokens;
     options.temperature = 1.0;
+    options.cuda_graphs = argc <= 7 || std::string(argv[7]) != "eager";  // the engine on CUDA
     options.seed = 1;  // no EOS ids: every row generates new_tokens, as min_new_tokens does in transformers
     grove::generate(*model, prompts, [&] {
         auto o = options;

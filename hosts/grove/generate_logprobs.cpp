@@ -91,6 +91,7 @@ int generate(const std::vector<std::string>& args) {
         "seed", po::value<uint64_t>()->default_value(0), "sampling seed")(
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
         "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")(
+        "no-cuda-graphs", "on CUDA, decode with the eager loop instead of CUDA graphs")(
         "json", "one JSON object per completion")("environment", po::value<std::string>(),
                                                   "multi-turn episodes with this environment plugin (name or path)")(
         "environment-config", po::value<std::string>()->default_value(""), "the environment's settings, as TOML")(
@@ -134,6 +135,7 @@ int generate(const std::vector<std::string>& args) {
     o.min_p = vm["min-p"].as<double>();
     o.repetition_penalty = vm["repetition-penalty"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
+    o.cuda_graphs = vm.count("no-cuda-graphs") == 0;
     set_stop_tokens(o, *model, tokenizer->config());
     if (vm.count("environment")) return print_episodes(vm, *model, *tokenizer, rows, prompts, texts, n, o);
     auto result = grove::generate(*model, prompts, o);

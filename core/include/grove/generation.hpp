@@ -26,6 +26,10 @@ struct SamplingOptions {
     std::vector<int64_t> eos_token_ids;  // stop a row at any of these
     int64_t pad_token_id = 0;            // fills rows after they stop (never used to build masks)
     uint64_t seed = 0;
+    // On CUDA, generate() runs the static-shape engine: bf16 generation weights when the model is
+    // float32 under bf16 autocast, a preallocated KV cache, and the decode step captured as a CUDA
+    // graph per batch-size bucket (docs/performance.md). false: the eager decode loop.
+    bool cuda_graphs = true;
 };
 
 struct GenerationResult {

@@ -60,6 +60,11 @@ struct KVCache {
     std::vector<at::Tensor> keys, values;
     int64_t length = 0;  // positions filled
     int64_t capacity = 0;
+    // Static shapes (the graph decode engine, static_decode.hpp): when set, a one-token step writes
+    // its keys and values at this column ([1] long, on the model's device), attends to every column
+    // under the caller's [B, capacity] bool mask, and leaves `length` to the caller. Nothing in the
+    // step then depends on a host-side length, so it can be captured once and replayed.
+    at::Tensor column;
 };
 
 struct Linear {
@@ -125,6 +130,9 @@ public:
     const at::Tensor& lm_head_weight() const;
 
     KVCache make_cache(int64_t batch, int64_t capacity) const;
+    // A copy for generation: every weight in `dtype`, attached adapters merged into the base weights
+    // (W + delta), no gradients. The decode engine's bf16 weights while training keeps float32.
+    std::unique_ptr<Model> generation_copy(at::ScalarType dtype) const;
 
     // Parameters under their Hugging Face names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
@@ -135,6 +143,7 @@ public:
     // Every linear layer of the decoder stack, for adapters.
     std::vector<Linear*> linear_layers();
     void attach_adapter(AdapterHost& host);
+    bool has_adapters() const;
     // Gradient checkpointing (TRL's gradient_checkpointing, reentrant): while gradients are
     // recorded, each decoder layer keeps only its input and recomputes its activations in the
     // backward pass, with the random state (adapter dropout) of the first pass. Memory for

@@ -34,6 +34,7 @@ struct DataSection {
 struct GenerationSection {
     int64_t num_generations = 8, max_completion_length = 512, top_k = 0;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+    bool cuda_graphs = true;
 };
 
 struct LossSection {

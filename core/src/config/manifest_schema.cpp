@@ -87,6 +87,9 @@ const std::vector<KeySpec>& manifest_schema() {
             "min_p"),
         trl(range(key("generation", "repetition_penalty", T::number, "1.0", "1.0 disables"), 0, kInf, true),
             "repetition_penalty"),
+        key("generation", "cuda_graphs", T::boolean, "true",
+            "on CUDA, generate with the static-shape engine: bf16 generation weights under bf16 autocast, the decode "
+            "step replayed as a CUDA graph; false = the eager decode loop (multi-turn episodes always use it)"),
 
         required(key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library")),
         trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),

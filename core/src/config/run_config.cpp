@@ -66,6 +66,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     g.top_k = m.integer("generation.top_k");
     g.min_p = m.number("generation.min_p");
     g.repetition_penalty = m.number("generation.repetition_penalty");
+    g.cuda_graphs = m.boolean("generation.cuda_graphs");
 
     LossSection& l = c.loss;
     l.beta = m.number("loss.beta");

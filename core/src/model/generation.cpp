@@ -8,6 +8,8 @@
 #include <map>
 
 #include "model/decode_kernels.hpp"
+#include "model/sampling.hpp"
+#include "model/static_decode.hpp"
 #include "grove/error.hpp"
 #include "grove/run_config.hpp"
 #include "grove/model.hpp"
@@ -15,12 +17,8 @@
 
 namespace grove {
 
-namespace {
+namespace detail {
 
-// HF's logits processors, in generate()'s order: repetition penalty, then temperature, top-k,
-// top-p, min-p. `seen` [N, V] bool marks tokens already in the row (prompt and completion);
-// `scaled` is logits / temperature, which generate() has already computed, reused when no penalty
-// applies (the penalty acts before the temperature).
 at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const at::Tensor& seen, const SamplingOptions& o) {
     at::Tensor logits = scaled;
     if (o.repetition_penalty != 1.0) {
@@ -50,7 +48,33 @@ at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const
     return logits;
 }
 
-}  // namespace
+at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token) {
+    return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
+}
+
+LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns) {
+    if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
+    const int64_t N = int64_t(prompts.size());
+    LeftPadded out;
+    for (const auto& p : prompts) {
+        if (p.empty()) throw Error(ErrorKind::usage, "generate: a prompt has no tokens");
+        out.width = std::max<int64_t>(out.width, int64_t(p.size()));
+    }
+    const auto long_options = at::TensorOptions().dtype(at::kLong);
+    out.ids = at::full({N, out.width}, pad_token_id, long_options);
+    out.mask = at::zeros({N, out.width + extra_columns}, long_options);
+    for (int64_t b = 0; b < N; ++b) {
+        const int64_t n = int64_t(prompts[size_t(b)].size());
+        out.ids[b].narrow(0, out.width - n, n).copy_(at::tensor(prompts[size_t(b)], long_options));
+        out.mask[b].narrow(0, out.width - n, n).fill_(1);
+    }
+    return out;
+}
+
+}  // namespace detail
+
+using detail::log_probability;
+using detail::process_logits;
 
 SamplingOptions sampling_options(const RunConfig& c) {
     SamplingOptions o;
@@ -61,6 +85,7 @@ SamplingOptions sampling_options(const RunConfig& c) {
     o.min_p = c.generation.min_p;
     o.repetition_penalty = c.generation.repetition_penalty;
     o.seed = uint64_t(c.train.seed);
+    o.cuda_graphs = c.generation.cuda_graphs;
     return o;
 }
 
@@ -121,10 +146,6 @@ struct DecodeSession::State {
 
 namespace {
 auto long_options() { return at::TensorOptions().dtype(at::kLong); }
-// log p(token) under the temperature alone, from the scaled logits: what the sampler used
-at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token) {
-    return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
-}
 }  // namespace
 
 // The cache and mask grow (zero-filled) when a turn or an observation would pass their capacity.
@@ -202,28 +223,16 @@ at::Tensor DecodeSession::State::sample(int64_t step, at::Tensor& chosen) {
 DecodeSession::DecodeSession(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o,
                              int64_t capacity, bool resumable)
         : s_(std::make_unique<State>(model, o, resumable, capacity)) {
-    if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
     at::NoGradGuard no_grad;
     DecodeKernelScope decode_kernels;
     State& s = *s_;
-    const int64_t N = s.N = int64_t(prompts.size());
-    int64_t P = 0;
-    for (const auto& p : prompts) {
-        if (p.empty()) throw Error(ErrorKind::usage, "generate: a prompt has no tokens");
-        P = std::max<int64_t>(P, int64_t(p.size()));
-    }
     // left-padded prompts, mask, positions counted from each row's first real token
-    at::Tensor ids = at::full({N, P}, o.pad_token_id, long_options());
-    at::Tensor mask = at::zeros({N, P + std::max<int64_t>(capacity, 1)}, long_options());
-    for (int64_t b = 0; b < N; ++b) {
-        const int64_t n = int64_t(prompts[size_t(b)].size());
-        ids[b].narrow(0, P - n, n).copy_(at::tensor(prompts[size_t(b)], long_options()));
-        mask[b].narrow(0, P - n, n).fill_(1);
-    }
+    detail::LeftPadded padded = detail::left_pad(prompts, o.pad_token_id, std::max<int64_t>(capacity, 1));
+    const int64_t N = s.N = int64_t(prompts.size()), P = padded.width;
     State::Batch& live = s.live;
-    ids = ids.to(s.device);
-    live.mask = mask.to(s.device);
+    at::Tensor ids = padded.ids.to(s.device);
+    live.mask = padded.mask.to(s.device);
     at::Tensor prompt_mask = live.mask.narrow(1, 0, P);
     live.next_position = prompt_mask.sum(-1, true);  // [N, 1]
     live.rows = at::arange(N, long_options().device(s.device));
@@ -427,6 +436,7 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
 
 GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
+    if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled()) return static_generate(model, prompts, o);
     DecodeSession session(model, prompts, o, o.max_new_tokens, /*resumable=*/false);
     const auto turns = session.sample_turn(std::vector<int64_t>(prompts.size(), o.max_new_tokens));
     const int64_t N = int64_t(prompts.size());

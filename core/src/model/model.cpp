@@ -457,6 +457,43 @@ KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
     return cache;
 }
 
+std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
+    at::NoGradGuard no_grad;
+    std::unique_ptr<Model> m(new Model());
+    m->config_ = config_;
+    auto cast = [&](const at::Tensor& t) { return t.detach().to(dtype, /*non_blocking=*/false, /*copy=*/true); };
+    auto copy_linear = [&](const Linear& from) {
+        Linear l;
+        l.name = from.name;
+        l.weight =
+            from.adapter && adapters_enabled_
+                ? (from.weight.detach().to(at::kFloat) + from.adapter->merged_delta().to(from.weight.device(), at::kFloat))
+                      .to(dtype)
+                : cast(from.weight);
+        if (from.bias) l.bias = cast(*from.bias);
+        return l;
+    };
+    m->embed_tokens_ = cast(embed_tokens_);
+    for (const auto& from : layers_) {
+        auto layer = std::make_unique<Layer>();
+        layer->input_norm = cast(from->input_norm);
+        layer->post_attention_norm = cast(from->post_attention_norm);
+        for (auto [to, source] : {std::pair{&layer->q, &from->q},
+                                  {&layer->k, &from->k},
+                                  {&layer->v, &from->v},
+                                  {&layer->o, &from->o},
+                                  {&layer->gate, &from->gate},
+                                  {&layer->up, &from->up},
+                                  {&layer->down, &from->down}})
+            *to = copy_linear(*source);
+        m->layers_.push_back(std::move(layer));
+    }
+    m->norm_ = cast(norm_);
+    if (lm_head_) m->lm_head_ = cast(*lm_head_);
+    m->inv_freq_ = inv_freq_;
+    return m;
+}
+
 namespace {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     if (decode_kernels_apply(x) && x.is_contiguous() && weight.scalar_type() == at::kFloat && weight.is_contiguous()) {
@@ -499,10 +536,10 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads,
                         c.head_dim);
     }
-    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
-                                  cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
-                                  attention.visible.is_contiguous() && attention.visible.scalar_type() == at::kBool &&
-                                  attention.visible.numel() == B * S;
+    const bool attention_kernel = rotary_kernel && cache && !cache->column.defined() && T == 1 && !attention.slots.defined() &&
+                                  v.is_contiguous() && cache->keys[index].is_contiguous() &&
+                                  cache->values[index].is_contiguous() && attention.visible.is_contiguous() &&
+                                  attention.visible.scalar_type() == at::kBool && attention.visible.numel() == B * S;
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention_kernel) {
         attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
@@ -549,7 +586,12 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
                    .index_select(0, attention.slots)
                    .unsqueeze(0);
     } else {
-        if (cache) {
+        if (cache && cache->column.defined()) {  // static shapes: write at the column, attend to all
+            cache->keys[index].index_copy_(2, cache->column, k);
+            cache->values[index].index_copy_(2, cache->column, v);
+            k = cache->keys[index];
+            v = cache->values[index];
+        } else if (cache) {
             cache->keys[index].narrow(2, past, T).copy_(k);
             cache->values[index].narrow(2, past, T).copy_(v);
             k = cache->keys[index].narrow(2, 0, S);
@@ -648,12 +690,20 @@ at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, co
 at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                                 KVCache* cache) const {
     int64_t B = input_ids.size(0), T = input_ids.size(1);
+    at::Device device = embed_tokens_.device();
+    if (cache && cache->column.defined()) {  // a static-shape decode step (KVCache::column)
+        if (T != 1 || attention_mask.scalar_type() != at::kBool || attention_mask.size(0) != B ||
+            attention_mask.size(1) != cache->capacity)
+            throw Error(ErrorKind::runtime, "a static decode step takes one token and a [batch, capacity] bool mask");
+        Attention attention;
+        attention.visible = attention_mask.view({B, 1, 1, cache->capacity});
+        return decoder_stack(at::embedding(embed_tokens_, input_ids), position_ids, attention, cache);
+    }
     int64_t past = cache ? cache->length : 0;
     int64_t S = past + T;
     if (attention_mask.size(0) != B || attention_mask.size(1) != S)
         throw Error(ErrorKind::runtime, "attention_mask must be [batch, cached + new positions]");
     if (cache && S > cache->capacity) throw Error(ErrorKind::runtime, "KV cache capacity exceeded");
-    at::Device device = embed_tokens_.device();
 
     // [B, 1, T, S]: key j visible to query i iff j is not padding and j <= past + i. A query that
     // sees nothing (a padding position) sees itself, so softmax never divides by zero.
@@ -748,6 +798,13 @@ void Model::attach_adapter(AdapterHost& host) {
             lin->adapter = host.attach(layer);
             lin->adapters_enabled = &adapters_enabled_;
         }
+}
+
+bool Model::has_adapters() const {
+    for (const auto& layer : layers_)
+        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+            if (lin->adapter) return true;
+    return false;
 }
 
 void Model::merge_adapters() {

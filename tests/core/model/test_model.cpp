@@ -18,6 +18,7 @@
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
 #include "model/decode_kernels.hpp"
+#include "model/static_decode.hpp"
 
 namespace fs = std::filesystem;
 
@@ -260,6 +261,50 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
         EXPECT_EQ(third[0].ids.size(), 2u);
         for (size_t i = 1; i < N; ++i) EXPECT_TRUE(third[i].ids.empty());
         EXPECT_CONTAINS(error_of([&] { session.continue_rows({{1, 1, {7}}}); }), "not waiting to continue");
+    }
+}
+
+// The static-shape engine (CUDA graphs on a GPU; here the same steps run eagerly) generates what the
+// eager loop generates: 20 rows, most of which stop early at EOS ids they sample, so the live rows
+// move to smaller batch-size buckets (20 -> 16 -> 8) mid-generation; greedy, sampled with filters,
+// and with a repetition penalty. Sampling uses float32 cumulative sums where the eager loop's CPU
+// kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
+// rounding of a boundary: none does with these seeds.
+TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied"}) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        auto ref = reference(name);
+        auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
+        const auto base = prompts;
+        for (size_t row = prompts.size(); row < 20; ++row) {  // lengths in no pattern that moving rows could keep
+            auto prompt = base[row % base.size()];
+            prompt.resize(1 + (row * 7) % prompt.size());
+            prompts.push_back(prompt);
+        }
+        for (int variant = 0; variant < 3; ++variant) {
+            grove::SamplingOptions options;
+            options.max_new_tokens = 24;
+            options.seed = 7;
+            options.greedy = variant == 0;
+            options.temperature = variant == 0 ? 1.0 : 1.3;
+            if (variant == 1) options.top_k = 50, options.top_p = 0.95;
+            if (variant == 2) options.repetition_penalty = 1.3;
+            // EOS ids that rows sample early, so most rows stop and the buckets shrink
+            const auto free_run = grove::generate(*model, prompts, options);
+            for (int64_t row = 0; row < 14; ++row)
+                options.eos_token_ids.push_back(free_run.completion_ids[row][1 + row % 6].item<int64_t>());
+            const auto eager = grove::generate(*model, prompts, options);
+            const auto engine = grove::static_generate(*model, prompts, options);
+            const std::string where = name + " variant " + std::to_string(variant);
+            int64_t early = 0;
+            for (size_t row = 0; row < prompts.size(); ++row) early += eager.lengths[row] <= 8;
+            EXPECT_GE(early, 12) << where << ": too few rows stop early to shrink the bucket";
+            EXPECT_EQ(engine.lengths, eager.lengths) << where;
+            EXPECT_TRUE(at::equal(engine.truncated, eager.truncated)) << where;
+            ASSERT_TRUE(at::equal(engine.completion_ids, eager.completion_ids)) << where;
+            EXPECT_TRUE(at::equal(engine.completion_mask, eager.completion_mask)) << where;
+            EXPECT_LT((engine.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
+        }
     }
 }
 

@@ -1,0 +1,31 @@
+// Pieces of sampling shared by the decode engines (generation.cpp's DecodeSession and the static
+// engine of static_decode.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "grove/generation.hpp"
+
+namespace grove::detail {
+
+// HF's logits processors, in generate()'s order: repetition penalty, then temperature, top-k,
+// top-p, min-p. `raw` are the model's logits, `scaled` = raw / temperature in float32 (computed once
+// by the caller, reused when no penalty applies: the penalty acts before the temperature), `seen`
+// [N, V] bool the tokens already in each row (the penalty only).
+at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const at::Tensor& seen, const SamplingOptions& o);
+
+// log p(token) under the temperature alone, from the scaled logits: what the sampler reports
+at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token);
+
+// Prompts (token ids, no padding) as one left-padded batch on the CPU: ids [N, width] and a mask
+// [N, width + extra_columns] (1 on real tokens) with room for the tokens to come.
+struct LeftPadded {
+    at::Tensor ids, mask;
+    int64_t width = 0;
+};
+LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns);
+
+}  // namespace grove::detail

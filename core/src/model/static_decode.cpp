@@ -1,0 +1,289 @@
+#include "model/static_decode.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/grad_mode.h>
+
+#include <map>
+#include <memory>
+
+#ifdef GROVE_CUDA_GRAPHS
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "grove/error.hpp"
+#include "grove/model.hpp"
+#include "model/sampling.hpp"
+
+namespace grove {
+
+bool cuda_graphs_compiled() {
+#ifdef GROVE_CUDA_GRAPHS
+    return true;
+#else
+    return false;
+#endif
+}
+
+namespace {
+
+constexpr int64_t kSmallestBucket = 8;
+// The host reads the batch (one synchronisation) every this many steps, to stop when every row is
+// done and to move the live rows to a smaller bucket.
+constexpr int64_t kStepsBetweenLooks = 8;
+
+// The batch size a step runs at for `live` rows out of N: a power of two from 8, at most N.
+int64_t bucket_for(int64_t live, int64_t N) {
+    int64_t bucket = kSmallestBucket;
+    while (bucket < live) bucket *= 2;
+    return std::min(bucket, N);
+}
+
+// The decode step's fixed buffers for N rows; a bucket of n rows uses the first n of each.
+struct StaticBatch {
+    KVCache cache;        // [N, kv_heads, capacity, head_dim] per layer; cache.column the column written
+    at::Tensor token;     // [N, 1] long: the token each row feeds in
+    at::Tensor position;  // [N, 1] long: its position
+    at::Tensor visible;   // [N, capacity] bool: the columns each row attends to
+
+    KVCache first_rows(int64_t n) const {
+        KVCache view;
+        view.capacity = cache.capacity;
+        view.length = cache.length;
+        view.column = cache.column;
+        for (size_t l = 0; l < cache.keys.size(); ++l) {
+            view.keys.push_back(cache.keys[l].narrow(0, 0, n));
+            view.values.push_back(cache.values[l].narrow(0, 0, n));
+        }
+        return view;
+    }
+};
+
+// Runs the decode step on the first `rows` rows of the batch and returns their logits [rows, V]:
+// on CUDA by replaying the step captured for that bucket (captured on first use), elsewhere eagerly.
+class StepRunner {
+public:
+    StepRunner(const Model& model, const StaticBatch& batch) : model_(model), batch_(batch) {}
+
+    at::Tensor run(int64_t rows) {
+#ifdef GROVE_CUDA_GRAPHS
+        if (model_.device().is_cuda()) {
+            std::unique_ptr<Captured>& captured = graphs_[rows];
+            if (!captured) captured = capture(rows);
+            captured->graph.replay();
+            return captured->logits;
+        }
+#endif
+        return step(rows);
+    }
+
+private:
+    at::Tensor step(int64_t rows) const {
+        KVCache view = batch_.first_rows(rows);
+        at::Tensor hidden = model_.hidden_states(batch_.token.narrow(0, 0, rows), batch_.visible.narrow(0, 0, rows),
+                                                 batch_.position.narrow(0, 0, rows), &view);
+        return model_.logits(hidden).squeeze(1);
+    }
+
+#ifdef GROVE_CUDA_GRAPHS
+    // Capture happens on a side stream (never the default one). c10's setters rather than
+    // CUDAStreamGuard, whose inline parts would call the CUDA runtime from this file.
+    struct SideStream {
+        c10::cuda::CUDAStream previous = c10::cuda::getCurrentCUDAStream();
+        explicit SideStream(c10::cuda::CUDAStream side) { c10::cuda::setCurrentCUDAStream(side); }
+        ~SideStream() { c10::cuda::setCurrentCUDAStream(previous); }
+    };
+    struct Captured {
+        at::cuda::CUDAGraph graph;
+        at::Tensor logits;  // the graph's output, rewritten by each replay
+    };
+    std::unique_ptr<Captured> capture(int64_t rows) {
+        // Buckets only shrink within a generation, so the graphs replay in the order they were
+        // captured, which lets them share one memory pool.
+        if (!pool_set_) {
+            pool_ = at::cuda::graph_pool_handle();
+            pool_set_ = true;
+        }
+        // (device_synchronize rather than a stream's: this file then calls nothing of the CUDA runtime
+        // directly, so it needs no libcudart of its own; torch's is the one loaded)
+        c10::cuda::device_synchronize();  // the buffers' latest values are written
+        c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+        auto captured = std::make_unique<Captured>();
+        {
+            SideStream on_side(side);
+            // one eager step first: lazy set-ups (cuBLAS workspaces, kernel choices) must not happen
+            // inside the capture. It writes the same cache column the replay writes again.
+            step(rows);
+            c10::cuda::device_synchronize();
+            captured->graph.capture_begin(pool_);
+            captured->logits = step(rows);
+            captured->graph.capture_end();
+        }
+        c10::cuda::device_synchronize();
+        return captured;
+    }
+    std::map<int64_t, std::unique_ptr<Captured>> graphs_;
+    at::cuda::MempoolId_t pool_{0, 0};
+    bool pool_set_ = false;
+#endif
+
+    const Model& model_;
+    const StaticBatch& batch_;
+};
+
+// Autocast off for a scope: the engine's weights already have the dtype it generates in.
+class AutocastOff {
+public:
+    explicit AutocastOff(at::DeviceType device) : device_(device), was_(at::autocast::is_autocast_enabled(device)) {
+        at::autocast::set_autocast_enabled(device_, false);
+    }
+    ~AutocastOff() { at::autocast::set_autocast_enabled(device_, was_); }
+    AutocastOff(const AutocastOff&) = delete;
+    AutocastOff& operator=(const AutocastOff&) = delete;
+
+private:
+    at::DeviceType device_;
+    bool was_;
+};
+
+// One token per row from logits [rows, V] on the device, with no host synchronisation; `u` [rows]
+// are the rows' uniforms. `chosen` gets each token's log-probability under the temperature.
+at::Tensor sample_on_device(const at::Tensor& logits, const at::Tensor& u, const at::Tensor& seen, const SamplingOptions& o,
+                            at::Tensor& chosen) {
+    if (o.greedy) {
+        at::Tensor token = logits.argmax(-1);
+        chosen = detail::log_probability(logits.to(at::kFloat), token);
+        return token;
+    }
+    at::Tensor scaled = logits.to(at::kFloat);
+    if (o.temperature != 1.0) scaled = scaled / o.temperature;
+    // inverse CDF in float32 (no [rows, V] float64 temporaries); the target scales with the row's
+    // total so rounding in the sum cannot push it past the last token
+    at::Tensor cdf = detail::process_logits(logits, scaled, seen, o).softmax(-1).cumsum(-1);
+    const int64_t V = logits.size(-1);
+    at::Tensor target = (u.unsqueeze(-1) * cdf.narrow(-1, V - 1, 1).to(at::kDouble)).to(at::kFloat);
+    at::Tensor token = at::searchsorted(cdf, target).squeeze(-1).clamp_max(V - 1);
+    chosen = detail::log_probability(scaled, token);
+    return token;
+}
+
+}  // namespace
+
+GenerationResult static_generate(const Model& policy, const std::vector<std::vector<int64_t>>& prompts,
+                                 const SamplingOptions& o) {
+    if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
+    if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
+    at::NoGradGuard no_grad;
+    const at::Device device = policy.device();
+    // Generation weights: bf16 copies instead of autocast's casts inside every step, and adapters
+    // merged, so a step is plain ATen work on fixed tensors.
+    const bool autocast = at::autocast::is_autocast_enabled(device.type()) && policy.dtype() == at::kFloat;
+    std::unique_ptr<Model> copy;
+    if (autocast || policy.has_adapters())
+        copy = policy.generation_copy(autocast ? at::autocast::get_autocast_dtype(device.type()) : policy.dtype());
+    const Model& model = copy ? *copy : policy;
+    AutocastOff autocast_off(device.type());
+
+    const detail::LeftPadded padded = detail::left_pad(prompts, o.pad_token_id, o.max_new_tokens);
+    const int64_t N = int64_t(prompts.size()), P = padded.width, C = o.max_new_tokens, V = model.config().vocab_size;
+    const auto on_device = at::TensorOptions().device(device);
+    const auto device_long = on_device.dtype(at::kLong);
+
+    // the prompts, prefilled eagerly into a cache that has room for every new token
+    StaticBatch batch;
+    batch.cache = model.make_cache(N, P + C);
+    for (auto* tensors : {&batch.cache.keys, &batch.cache.values})
+        for (at::Tensor& t : *tensors) t.zero_();  // masked columns must hold finite values (0 x NaN)
+    const at::Tensor mask = padded.mask.to(device), prompt_mask = mask.narrow(1, 0, P);
+    at::Tensor hidden =
+        model.hidden_states(padded.ids.to(device), prompt_mask, (prompt_mask.cumsum(-1) - 1).clamp_min(0), &batch.cache);
+    at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
+    batch.visible = mask.to(at::kBool);
+    batch.position = prompt_mask.sum(-1, true);
+    batch.token = at::zeros({N, 1}, device_long);
+    batch.cache.column = at::full({1}, P, device_long);
+
+    // Each slot of the batch holds a row (a prompt); outputs have one extra row, N, that slots
+    // holding no row write to and that is dropped at the end.
+    const int64_t sink = N;
+    at::Tensor slot_row = at::arange(N, device_long);
+    at::Tensor done = at::zeros({N}, on_device.dtype(at::kBool));
+    at::Tensor out_ids = at::full({N + 1, C}, o.pad_token_id, device_long);
+    at::Tensor out_logp = at::zeros({N + 1, C}, on_device.dtype(at::kFloat));
+    at::Tensor lengths = at::zeros({N + 1}, device_long), ended_eos = at::zeros({N + 1}, on_device.dtype(at::kBool));
+    at::Tensor uniforms;  // [C, N + 1]: the eager loop's per-step draws, every prompt one per step
+    if (!o.greedy) {
+        at::Generator generator = at::detail::createCPUGenerator(o.seed);
+        uniforms =
+            at::cat({at::rand({C, N}, generator, at::TensorOptions().dtype(at::kDouble)), at::full({C, 1}, 0.5, at::kDouble)},
+                    1)
+                .to(device);
+    }
+    at::Tensor seen;
+    if (o.repetition_penalty != 1.0) {
+        seen = at::zeros({N, V}, on_device.dtype(at::kBool));
+        seen.scatter_(1, padded.ids.to(device), prompt_mask.to(at::kBool));
+    }
+    const at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor() : at::tensor(o.eos_token_ids, at::kLong).to(device);
+
+    StepRunner runner(model, batch);
+    int64_t rows = N;  // the bucket
+    for (int64_t t = 0; t < C; ++t) {
+        const at::Tensor slots = slot_row.narrow(0, 0, rows), live = done.narrow(0, 0, rows).logical_not();
+        at::Tensor chosen;
+        const at::Tensor token =
+            sample_on_device(logits, o.greedy ? at::Tensor() : uniforms.select(0, t).index_select(0, slots),
+                             seen.defined() ? seen.narrow(0, 0, rows) : seen, o, chosen);
+        out_ids.select(1, t).index_copy_(0, slots, token.masked_fill(live.logical_not(), o.pad_token_id));
+        out_logp.select(1, t).index_copy_(0, slots, chosen.masked_fill(live.logical_not(), 0.0));
+        const at::Tensor is_eos = eos.defined() ? at::isin(token, eos) : at::zeros_like(live);
+        const at::Tensor ended = t + 1 == C ? live : live.logical_and(is_eos);
+        lengths.index_copy_(0, slots, at::where(ended, t + 1, lengths.index_select(0, slots)));
+        ended_eos.index_copy_(0, slots, ended_eos.index_select(0, slots).logical_or(ended.logical_and(is_eos)));
+        done.narrow(0, 0, rows).logical_or_(ended);
+        if (t + 1 == C) break;
+        if (seen.defined()) seen.narrow(0, 0, rows).scatter_(1, token.unsqueeze(-1), true);
+
+        // the token enters the cache at column P + t; its logits predict the next token
+        batch.token.narrow(0, 0, rows).copy_(token.unsqueeze(-1));
+        batch.cache.column.fill_(P + t);
+        batch.visible.narrow(0, 0, rows).select(1, P + t).fill_(true);
+        logits = runner.run(rows);
+        batch.position.narrow(0, 0, rows).add_(1);
+
+        if ((t + 1) % kStepsBetweenLooks != 0) continue;
+        const at::Tensor keep = done.narrow(0, 0, rows).logical_not().nonzero().squeeze(-1);
+        const int64_t alive = keep.size(0);
+        if (alive == 0) break;
+        const int64_t smaller = bucket_for(alive, N);
+        if (smaller == rows) continue;
+        // the live rows move to the front (their cache, mask, position, seen tokens); the rest of
+        // the smaller bucket holds no row
+        auto to_front = [&](at::Tensor& buffer) {
+            buffer.narrow(0, 0, alive).copy_(buffer.narrow(0, 0, rows).index_select(0, keep));
+        };
+        for (auto* tensors : {&batch.cache.keys, &batch.cache.values})
+            for (at::Tensor& buffer : *tensors) to_front(buffer);
+        for (at::Tensor* buffer : {&batch.visible, &batch.position, &slot_row}) to_front(*buffer);
+        if (seen.defined()) to_front(seen);
+        slot_row.narrow(0, alive, smaller - alive).fill_(sink);
+        done.narrow(0, 0, alive).fill_(false);
+        done.narrow(0, alive, smaller - alive).fill_(true);
+        logits = at::cat({logits.index_select(0, keep), at::zeros({smaller - alive, V}, logits.options())});
+        rows = smaller;
+    }
+
+    GenerationResult r;
+    const at::Tensor n = lengths.narrow(0, 0, N).cpu();
+    r.lengths.assign(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + N);
+    const int64_t steps = n.max().item<int64_t>();
+    r.completion_ids = out_ids.narrow(0, 0, N).narrow(1, 0, steps).cpu().contiguous();
+    r.sampled_logprobs = out_logp.narrow(0, 0, N).narrow(1, 0, steps).cpu().contiguous();
+    r.truncated = ended_eos.narrow(0, 0, N).logical_not().cpu();
+    r.completion_mask = (at::arange(steps, at::kLong).unsqueeze(0) < n.unsqueeze(1)).to(at::kLong);
+    return r;
+}
+
+}  // namespace grove

@@ -1,0 +1,33 @@
+// The static-shape decode engine behind generate() on CUDA. A decode step whose every tensor has a
+// fixed shape and address can be captured once as a CUDA graph and replayed for the cost of one
+// launch, where the eager step costs ~1,800 kernel launches of host time (dispatch-bound: measured on
+// an H100, docs/performance.md):
+//   - weights for generation in bf16 when the caller runs a float32 model under bf16 autocast
+//     (Model::generation_copy: adapters merged, no autocast casts per step);
+//   - one KV cache of [rows, capacity] allocated up front; a step writes its column through a
+//     device index and attends to every column under a [rows, capacity] mask (KVCache::column);
+//   - rows that finish stay in the batch, masked, until the live ones fit a smaller batch-size
+//     bucket (powers of two from 8), when they are moved to the front and the smaller bucket's
+//     graph takes over; the host looks at the batch every few steps, never inside a step;
+//   - sampling on the device from float32 cumulative sums, with the same per-step uniforms as the
+//     eager loop (a seeded CPU generator, drawn for the whole turn up front).
+// On the CPU the same steps run eagerly (no graphs): the tests compare it with the eager loop.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "grove/generation.hpp"
+
+namespace grove {
+
+class Model;
+
+// Whether this build can capture CUDA graphs (compiled with the CUDA headers).
+bool cuda_graphs_compiled();
+
+// generate()'s contract, on the static engine (one turn, no stop strings).
+GenerationResult static_generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts,
+                                 const SamplingOptions& options);
+
+}  // namespace grove
