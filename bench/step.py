@@ -206,8 +206,12 @@ save_steps = 100000
     trl_steps = trl_result["step_seconds"]
     memory = {}
     if args.device != "cpu":
+        phases = sorted({k for m in grove_metrics for k in m if k.startswith("memory/peak_") and k != "memory/peak_allocated_gib"})
         memory = {"grove_peak_allocated_gib": round(grove_peak, 2),
-                  "trl_peak_allocated_gib": round(trl_result["peak_allocated_gib"], 2)}
+                  "trl_peak_allocated_gib": round(trl_result["peak_allocated_gib"], 2),
+                  # where Grove's peak is reached: generation, old/reference log-probs, or the training pass
+                  "grove_peak_by_phase_gib": {k[len("memory/peak_"):-len("_gib")]: round(max(m.get(k, 0.0) for m in grove_metrics), 2)
+                                              for k in phases}}
     g, t = mean(grove_steps), mean(trl_steps)
     print(json.dumps({"shape": args.shape, "device": args.device, "num_generations": args.generations, "prompts_per_step": args.prompts,
                       "max_completion_length": args.max_completion, "steps": args.steps,

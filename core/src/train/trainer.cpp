@@ -57,6 +57,30 @@ std::map<std::string, double> mean_per_key(const std::vector<std::map<std::strin
 }
 }  // namespace
 
+// Peak GPU memory of each phase of a step, from the caching allocator's peak, which is reset when a
+// phase closes: generation; rewards and the old/reference log-probabilities; the policy's
+// forward/backward passes and the optimizer. The largest of them is the step's peak.
+class PhasePeaks {
+public:
+    void close(const std::string& phase, const at::Device& device) {
+        if (!device.is_cuda()) return;
+        const double gib = double(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) / double(1 << 30);
+        gib_[phase] = std::max(gib_[phase], gib);
+        overall_ = std::max(overall_, gib);
+        at::accelerator::resetPeakStats(device.index());
+    }
+    void add_to(std::map<std::string, double>& metrics) const {
+        if (gib_.empty()) return;
+        for (const auto& [phase, gib] : gib_) metrics["memory/peak_" + phase + "_gib"] = gib;
+        metrics["memory/peak_allocated_gib"] = overall_;  // since the run began, as torch.cuda.max_memory_allocated
+    }
+    void start_step() { gib_.clear(); }
+
+private:
+    std::map<std::string, double> gib_;
+    double overall_ = 0;
+};
+
 struct Trainer::State {
     State(const Manifest& manifest, const TrainerOptions& o) : config(RunConfig::from(manifest)), options(o) {}
     // the model's adapted layers call into the adapter plugin when they are destroyed: model first
@@ -87,6 +111,7 @@ struct Trainer::State {
     std::vector<MicroBatch> buffer;  // the current generation batch's micro-batches
     std::vector<std::map<std::string, double>> generations_this_step;
     double generate_seconds = 0, reward_seconds = 0;
+    PhasePeaks memory;
     int64_t batches_without_tool_calls = 0;  // consecutive generation batches (for the warning below)
     std::unique_ptr<Checkpoints> checkpoints;
     std::unique_ptr<RunLog> log;
@@ -219,6 +244,7 @@ void Trainer::State::make_generation_batch() {
                                           first_row, c.environment.reward.has_value())
                       : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
+    memory.close("generate", model->device());
 
     auto t1 = Clock::now();
     AdvantageOptions advantage_options{int(c.generation.num_generations), c.loss.scale_rewards, c.loss.aggregation};
@@ -253,6 +279,7 @@ void Trainer::State::make_generation_batch() {
     LogprobSources sources{model.get(), reference.get(), c.train.gradient_accumulation_steps % (S * c.loss.num_iterations) != 0,
                            c.loss.beta != 0.0, c.generation.temperature};
     add_old_and_reference_logprobs(buffer, sources);
+    memory.close("logprobs", model->device());
     generations_this_step.push_back(std::move(metrics));
     ++progress.generation_index;
 }
@@ -348,6 +375,7 @@ std::map<std::string, double> Trainer::step() {
     auto t0 = Clock::now();
     s.generate_seconds = s.reward_seconds = 0;
     s.generations_this_step.clear();
+    s.memory.start_step();
     const PolicyLossOptions loss_options{c.loss.beta,
                                          c.loss.epsilon,
                                          c.loss.epsilon_high,
@@ -420,9 +448,8 @@ std::map<std::string, double> Trainer::step() {
     metrics["step_time/generate"] = s.generate_seconds;
     metrics["step_time/reward"] = s.reward_seconds;
     metrics["step_time/train"] = train_seconds;
-    if (const at::Device device = s.model->device(); device.is_cuda())  // as torch.cuda.max_memory_allocated
-        metrics["memory/peak_allocated_gib"] =
-            double(at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak) / double(1 << 30);
+    s.memory.close("train", s.model->device());
+    s.memory.add_to(metrics);
     metrics["epoch"] = s.prompts->epoch_progress();
     return metrics;
 }
