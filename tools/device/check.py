@@ -162,6 +162,7 @@ def correctness(ctx):
         if not same:
             failures.append(f"greedy {kind}: {out['completion_ids']} != transformers' {cli_ref[kind]['completion_ids']}")
     failures += episodes_match_the_cpu(ctx, figures)
+    failures += graphs_match_the_eager_loop(ctx, figures)
     if failures:
         raise CheckFailed("; ".join(failures), figures)
     return figures
@@ -189,6 +190,33 @@ def episodes_match_the_cpu(ctx, figures):
         figures[f"episodes_{name}_model_turns"] = [e["model_turns"] for e in episodes[ctx.device]]
         if not same:
             failures.append(f"episodes {name}: the device's episodes differ from the CPU's")
+    return failures
+
+
+def graphs_match_the_eager_loop(ctx, figures):
+    """The CUDA graph engine generates what the eager decode loop generates: 24 prompts of different
+    lengths, greedy and sampled (top-k; repetition penalty), float32 and bf16, token for token."""
+    if ctx.device != "cuda":
+        return []  # the engine runs on CUDA only
+    failures = []
+    prompts = os.path.join(ctx.work, "engine-prompts.jsonl")
+    with open(prompts, "w") as f:
+        for text in ["What is 2 + 2?", "Tell me a story about", "x", "The capital of France is", "1 2 3 4 5 6 7 8 9",
+                     "Once upon a time there", "a b", "Hello"] * 3:
+            f.write(json.dumps({"prompt": text}) + "\n")
+    modes = {"greedy": ["--greedy"], "top_k": ["--temperature", 1.3, "--top-k", 50, "--seed", 3],
+             "repetition_penalty": ["--temperature", 1.0, "--repetition-penalty", 1.3, "--seed", 4]}
+    for mode, flags in modes.items():
+        for dtype in ["float32", "bfloat16"]:
+            runs = []
+            for engine in [[], ["--no-cuda-graphs"]]:
+                out = ctx.grove("generate", "--model", ctx.model("llama_gqa"), "--input", prompts, *flags, "--max-new-tokens",
+                                40, "--json", "--device", ctx.device, "--dtype", dtype, *engine)
+                runs.append([json.loads(line)["completion_ids"] for line in out.splitlines()])
+            same = sum(a == b for a, b in zip(*runs))
+            figures[f"graphs_vs_eager_{mode}_{dtype}_rows_identical"] = f"{same}/{len(runs[0])}"
+            if same != len(runs[0]):
+                failures.append(f"graphs vs eager ({mode}, {dtype}): {len(runs[0]) - same} rows differ")
     return failures
 
 

@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <map>
@@ -69,6 +71,80 @@ LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pa
         out.mask[b].narrow(0, out.width - n, n).fill_(1);
     }
     return out;
+}
+
+namespace {
+// The dtype the output layer's product runs in: autocast's on the hidden states' device, else theirs.
+at::ScalarType product_dtype(const at::Tensor& hidden) {
+    const at::DeviceType device = hidden.device().type();
+    return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : hidden.scalar_type();
+}
+
+// [rows, vocab] float32 logits / temperature of a chunk of hidden rows; the weight is already in the
+// product's dtype
+at::Tensor scaled_logits(const at::Tensor& hidden, const at::Tensor& weight_in_dtype, double temperature) {
+    return at::linear(hidden.to(weight_in_dtype.scalar_type()), weight_in_dtype).to(at::kFloat) / temperature;
+}
+
+// log p(target) with the output layer's logits recomputed in the backward pass: the forward keeps
+// only its inputs and each row's log-normaliser, where autograd would keep every chunk's float32
+// logits until the backward (5 GB at 8,192 positions and a 150k vocabulary). The backward is
+// autograd's, chunk by chunk: d logp / d logits = onehot(target) - softmax, divided by the
+// temperature, through the product in its dtype; the head's gradient is summed in float32.
+struct RecomputedLogprobs : torch::autograd::Function<RecomputedLogprobs> {
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                              const at::Tensor& targets, double temperature, int64_t chunk_rows) {
+        const at::ScalarType dtype = product_dtype(hidden);
+        const at::Tensor weight_in_dtype = weight.to(dtype);
+        const int64_t M = hidden.size(0);
+        at::Tensor logp = at::empty({M}, hidden.options().dtype(at::kFloat));
+        at::Tensor normalizer = at::empty({M}, logp.options());
+        for (int64_t start = 0; start < M; start += chunk_rows) {
+            const int64_t n = std::min(chunk_rows, M - start);
+            at::Tensor logits = scaled_logits(hidden.narrow(0, start, n), weight_in_dtype, temperature);
+            at::Tensor norm = at::logsumexp(logits, -1);
+            normalizer.narrow(0, start, n).copy_(norm);
+            logp.narrow(0, start, n).copy_(logits.gather(-1, targets.narrow(0, start, n)).squeeze(-1) - norm);
+        }
+        ctx->save_for_backward({hidden, weight, targets, normalizer});
+        ctx->saved_data["temperature"] = temperature;
+        ctx->saved_data["chunk_rows"] = chunk_rows;
+        ctx->saved_data["dtype"] = int64_t(dtype);
+        return logp;
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grad_outputs) {
+        const auto saved = ctx->get_saved_variables();
+        const at::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &normalizer = saved[3];
+        const double temperature = ctx->saved_data["temperature"].toDouble();
+        const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+        const auto dtype = at::ScalarType(ctx->saved_data["dtype"].toInt());
+        const at::Tensor grad = grad_outputs[0].to(at::kFloat);
+        const at::Tensor weight_in_dtype = weight.to(dtype);
+        const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+        at::Tensor grad_hidden = want_hidden ? at::empty_like(hidden) : at::Tensor();
+        at::Tensor grad_weight = want_weight ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
+        const int64_t M = hidden.size(0);
+        for (int64_t start = 0; start < M; start += chunk_rows) {
+            const int64_t n = std::min(chunk_rows, M - start);
+            const at::Tensor h = hidden.narrow(0, start, n).to(dtype), g = grad.narrow(0, start, n).unsqueeze(-1);
+            at::Tensor logits = scaled_logits(h, weight_in_dtype, temperature);
+            at::Tensor d_logits = (logits - normalizer.narrow(0, start, n).unsqueeze(-1)).exp_().mul_(g).neg_();
+            d_logits.scatter_add_(1, targets.narrow(0, start, n), g);
+            const at::Tensor d_product = (d_logits / temperature).to(dtype);
+            if (want_hidden) grad_hidden.narrow(0, start, n).copy_(d_product.mm(weight_in_dtype));
+            if (want_weight) grad_weight.add_(d_product.t().mm(h).to(at::kFloat));
+        }
+        return {grad_hidden, want_weight ? grad_weight.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(),
+                at::Tensor()};
+    }
+};
+}  // namespace
+
+at::Tensor recomputed_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                     double temperature, int64_t chunk_rows) {
+    return RecomputedLogprobs::apply(hidden, weight, targets, temperature, chunk_rows);
 }
 
 }  // namespace detail
@@ -464,6 +540,18 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
     int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
     at::Tensor flat_hidden = hidden.reshape({B * T, H});
     at::Tensor flat_targets = targets.reshape({B * T, 1}).to(hidden.device());
+    // On CUDA, a pass that records gradients keeps no logits for the backward (RecomputedLogprobs):
+    // memory is what is short there. The CPU keeps autograd's path, where the recomputed product
+    // would cost time and memory is plentiful.
+    const bool recording = at::GradMode::is_enabled() && (hidden.requires_grad() || model.lm_head_weight().requires_grad());
+    if (recording && hidden.is_cuda() && B * T > 0) {
+        if (entropy) {
+            at::NoGradGuard no_grad;
+            token_logprobs(model, hidden, targets, temperature, chunk_rows, entropy);
+        }
+        return detail::recomputed_token_logprobs(flat_hidden, model.lm_head_weight(), flat_targets, temperature, chunk_rows)
+            .view({B, T});
+    }
     std::vector<at::Tensor> pieces, entropies;
     // one pass even with no positions, so the result stays in the graph of hidden and the head
     for (int64_t start = 0; start == 0 || start < B * T; start += chunk_rows) {

@@ -28,4 +28,10 @@ struct LeftPadded {
 };
 LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns);
 
+// token_logprobs' path on CUDA when gradients are recorded: log p(targets [M, 1]) of hidden rows
+// [M, H] through the output layer `weight` [V, H] at `temperature`, `chunk_rows` rows at a time, with
+// the same gradients as autograd's path but no logits kept for the backward (it recomputes them).
+at::Tensor recomputed_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                     double temperature, int64_t chunk_rows);
+
 }  // namespace grove::detail

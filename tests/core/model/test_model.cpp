@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
 #include "model/decode_kernels.hpp"
+#include "model/sampling.hpp"
 #include "model/static_decode.hpp"
 
 namespace fs = std::filesystem;
@@ -305,6 +307,44 @@ TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
             EXPECT_TRUE(at::equal(engine.completion_mask, eager.completion_mask)) << where;
             EXPECT_LT((engine.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
         }
+    }
+}
+
+// The output layer's log-probabilities with the logits recomputed in the backward pass (the CUDA
+// training path) have autograd's values and gradients, for the hidden states and the head weight,
+// in float32 and under bf16 autocast.
+TEST(Model, RecomputedLogprobsHaveAutogradsGradients) {
+    auto model = grove::Model::load(kModels + "/qwen2_tied");
+    at::manual_seed(3);
+    const int64_t M = 11, H = model->config().hidden_size, V = model->config().vocab_size;
+    const at::Tensor hidden0 = at::randn({M, H}), weight0 = model->lm_head_weight().detach().clone();
+    const at::Tensor targets = at::randint(V, {M, 1}), upstream = at::randn({M});
+    for (const bool autocast : {false, true}) {
+        if (autocast) {
+            at::autocast::set_autocast_enabled(at::kCPU, true);
+            at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        }
+        auto run = [&](bool recomputed) {
+            at::Tensor hidden = hidden0.clone().requires_grad_(true), weight = weight0.clone().requires_grad_(true);
+            at::Tensor logp;
+            if (recomputed) {
+                logp = grove::detail::recomputed_token_logprobs(hidden, weight, targets, 0.7, 4);
+            } else {  // autograd's path, as token_logprobs computes it
+                at::Tensor logits = at::linear(hidden, weight).to(at::kFloat) / 0.7;
+                logp = logits.gather(-1, targets).squeeze(-1) - at::logsumexp(logits, -1);
+            }
+            (logp * upstream).sum().backward();
+            return std::tuple{logp.detach(), hidden.grad(), weight.grad()};
+        };
+        const auto [logp_a, hidden_a, weight_a] = run(false);
+        const auto [logp_r, hidden_r, weight_r] = run(true);
+        at::autocast::set_autocast_enabled(at::kCPU, false);
+        const double tolerance = autocast ? 2e-2 : 1e-5;  // bf16: the head's gradient summed in float32, not bf16
+        const std::string where = autocast ? "bf16 autocast" : "float32";
+        EXPECT_LT((logp_r - logp_a).abs().max().item<double>(), 1e-5) << where;
+        EXPECT_LT((hidden_r - hidden_a).abs().max().item<double>(), tolerance * hidden_a.abs().max().item<double>()) << where;
+        EXPECT_LT((weight_r - weight_a).abs().max().item<double>(), tolerance * weight_a.abs().max().item<double>()) << where;
+        EXPECT_EQ(weight_r.scalar_type(), at::kFloat) << where;
     }
 }
 
