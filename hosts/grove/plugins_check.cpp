@@ -137,27 +137,37 @@ int plugins_score(const std::vector<std::string>& args) {
     rows.num_generations = vm["num-generations"].as<uint32_t>();
     rows.seed = vm["seed"].as<uint64_t>();
     if (rows.num_generations == 0) throw Error(ErrorKind::usage, "--num-generations must be at least 1");
-    grove::for_each_jsonl(input, "the rows to score (JSONL with a \"completion\" column)",
-                          [&](nlohmann::json& row, const std::string& where) {
-                              if (!row.is_object() || !row.contains("completion") || !row["completion"].is_string())
-                                  throw Error(ErrorKind::input, where + ": the row needs a text \"completion\"");
-                              std::string completion = row["completion"], prompt = row.value("prompt", std::string());
-                              bool truncated = row.value("truncated", false);
-                              // without a tokenizer the token ids are the completion's UTF-8 bytes unless the row gives them
-                              std::vector<int32_t> ids;
-                              if (row.contains("completion_ids")) {
-                                  try {
-                                      ids = row["completion_ids"].get<std::vector<int32_t>>();
-                                  } catch (const nlohmann::json::exception&) {
-                                      throw Error(ErrorKind::input, where + ": \"completion_ids\" must be a list of integers");
-                                  }
-                              } else {
-                                  for (unsigned char c : completion) ids.push_back(c);
-                              }
-                              for (const char* column : {"completion", "prompt", "truncated", "completion_ids"})
-                                  row.erase(column);
-                              rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump());
-                          });
+    grove::for_each_jsonl(
+        input, "the rows to score (JSONL with a \"completion\" column)", [&](nlohmann::json& row, const std::string& where) {
+            if (!row.is_object() || !row.contains("completion") || !row["completion"].is_string())
+                throw Error(ErrorKind::input, where + ": the row needs a text \"completion\"");
+            std::string completion = row["completion"], prompt = row.value("prompt", std::string());
+            bool truncated = row.value("truncated", false);
+            // without a tokenizer the token ids are the completion's UTF-8 bytes unless the row gives them
+            std::vector<int32_t> ids;
+            if (row.contains("completion_ids")) {
+                try {
+                    ids = row["completion_ids"].get<std::vector<int32_t>>();
+                } catch (const nlohmann::json::exception&) {
+                    throw Error(ErrorKind::input, where + ": \"completion_ids\" must be a list of integers");
+                }
+            } else {
+                for (unsigned char c : completion) ids.push_back(c);
+            }
+            // an episode's env_mask (grove generate --environment --json): 1 = the model's token
+            std::vector<uint8_t> model_tokens;
+            if (row.contains("env_mask")) {
+                try {
+                    model_tokens = row["env_mask"].get<std::vector<uint8_t>>();
+                } catch (const nlohmann::json::exception&) {
+                    throw Error(ErrorKind::input, where + ": \"env_mask\" must be a list of 0 and 1");
+                }
+                if (model_tokens.size() != ids.size() || !row.contains("completion_ids"))
+                    throw Error(ErrorKind::input, where + ": \"env_mask\" needs \"completion_ids\" of the same length");
+            }
+            for (const char* column : {"completion", "prompt", "truncated", "completion_ids", "env_mask"}) row.erase(column);
+            rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump(), model_tokens);
+        });
     if (rows.size() == 0) throw Error(ErrorKind::input, input + ": no rows to score");
     if (rows.size() % rows.num_generations != 0)
         throw Error(ErrorKind::input, input + ": " + std::to_string(rows.size()) + " rows do not form groups of " +

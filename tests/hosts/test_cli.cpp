@@ -33,7 +33,7 @@ plugin = "grpo"
 TEST(Cli, VersionAndHelp) {
     auto r = run_grove("--version");
     EXPECT_EQ(r.exit_code, 0);
-    EXPECT_CONTAINS(r.out, "(plugin ABI 1.3)");
+    EXPECT_CONTAINS(r.out, "(plugin ABI 1.4)");
     r = run_grove("--help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "check MANIFEST");
@@ -117,4 +117,22 @@ TEST(Cli, PluginErrorsExitWithFour) {
     r = run_grove("check " + write("kind.toml", kManifest) + " --set reduction.plugin=lora");
     EXPECT_EQ(r.exit_code, 4);
     EXPECT_CONTAINS(r.out, "is of kind 'adapter', but a reduction plugin is needed here");
+}
+
+// `grove plugins score` passes an episode's env_mask (as `grove generate --environment --json` prints
+// it) to the reward as model_token_mask: the test reward counts the model's tokens (score) and the
+// environment's (metric); a mask of the wrong length is an input error naming the row.
+TEST(Cli, PluginsScorePassesAnEpisodesEnvMask) {
+    const std::string rows = write("episode_rows.jsonl",
+                                   "{\"completion\": \"ab <r>5</r> c\", \"completion_ids\": [1, 2, 3, 4, 5], "
+                                   "\"env_mask\": [1, 1, 0, 0, 1]}\n{\"completion\": \"x\", \"completion_ids\": [7]}\n");
+    auto r = run_grove(std::string("plugins score ") + GROVE_TEST_MODEL_TOKENS_PLUGIN + " --input " + rows);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_CONTAINS(r.out, "{\"metrics\":{\"environment_tokens\":2.0},\"row\":0,\"score\":3.0}");
+    EXPECT_CONTAINS(r.out, "{\"metrics\":{\"environment_tokens\":0.0},\"row\":1,\"score\":1.0}");
+    const std::string bad =
+        write("episode_bad.jsonl", "{\"completion\": \"ab\", \"completion_ids\": [1, 2], \"env_mask\": [1]}\n");
+    r = run_grove(std::string("plugins score ") + GROVE_TEST_MODEL_TOKENS_PLUGIN + " --input " + bad);
+    EXPECT_EQ(r.exit_code, 5);
+    EXPECT_CONTAINS(r.out, "episode_bad.jsonl:1: \"env_mask\" needs \"completion_ids\" of the same length");
 }

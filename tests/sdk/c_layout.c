@@ -90,7 +90,8 @@ PIN(grove_reward_batch, seed, 72);
 PIN(grove_reward_batch, rank, 80);
 PIN(grove_reward_batch, world_size, 84);
 PIN(grove_reward_batch, global_row_offset, 88);
-PIN_SIZE(grove_reward_batch, 96);
+PIN(grove_reward_batch, model_token_mask, 96);
+PIN_SIZE(grove_reward_batch, 104);
 
 PIN(grove_reward_output, struct_size, 0);
 PIN(grove_reward_output, scores, 8);

@@ -130,6 +130,7 @@ struct RewardRows {
     std::vector<std::string> prompts, completions, row_json;  // row_json: each row's other columns
     std::vector<int64_t> token_offsets{0};                    // CSR over tokens
     std::vector<int32_t> tokens;
+    std::vector<uint8_t> model_token_mask;  // aligned with tokens: 1 = the model wrote it, 0 = an environment
     std::vector<uint8_t> truncated;
     uint32_t num_generations = 1;
     int64_t step = 0;
@@ -137,8 +138,9 @@ struct RewardRows {
     uint32_t rank = 0, world_size = 1;
     uint64_t global_row_offset = 0;  // index of row 0 in the whole generation batch (rank * rows)
 
+    // `model_tokens` (aligned with completion_tokens) is empty for a completion the model wrote whole
     void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens, bool is_truncated,
-             std::string columns_json);
+             std::string columns_json, const std::vector<uint8_t>& model_tokens = {});
     size_t size() const { return prompts.size(); }
     const grove_reward_batch& view();
 

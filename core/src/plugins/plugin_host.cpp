@@ -500,7 +500,14 @@ std::vector<grove_text> text_views(const std::vector<std::string>& strings) {
 }
 
 void RewardRows::add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens,
-                     bool is_truncated, std::string columns_json) {
+                     bool is_truncated, std::string columns_json, const std::vector<uint8_t>& model_tokens) {
+    if (!model_tokens.empty() && model_tokens.size() != completion_tokens.size())
+        throw Error(ErrorKind::input, "a completion's model-token mask has " + std::to_string(model_tokens.size()) +
+                                          " entries for " + std::to_string(completion_tokens.size()) + " tokens");
+    if (model_tokens.empty())
+        model_token_mask.insert(model_token_mask.end(), completion_tokens.size(), uint8_t(1));
+    else
+        model_token_mask.insert(model_token_mask.end(), model_tokens.begin(), model_tokens.end());
     prompts.push_back(std::move(prompt));
     completions.push_back(std::move(completion));
     row_json.push_back(std::move(columns_json));
@@ -521,6 +528,7 @@ const grove_reward_batch& RewardRows::view() {
     batch_.completions = completion_views_.data();
     batch_.completion_token_offsets = token_offsets.data();
     batch_.completion_tokens = tokens.data();
+    batch_.model_token_mask = model_token_mask.data();
     batch_.truncated = truncated.data();
     batch_.row_json = json_views_.data();
     batch_.global_row_offset = global_row_offset;

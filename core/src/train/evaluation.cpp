@@ -77,10 +77,12 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         RewardRows batch;
         batch.num_generations = uint32_t(q.samples);
         batch.seed = o.seed;
-        auto add_row = [&](EvaluationRow row, const std::vector<int64_t>& ids, size_t i) {
+        auto add_row = [&](EvaluationRow row, const std::vector<int64_t>& ids, size_t i,
+                           const std::vector<int64_t>& model_tokens = {}) {
             row.prompt = texts[i];
             row.completion = tokenizer->decode(ids, true);
-            batch.add(row.prompt, row.completion, std::vector<int32_t>(ids.begin(), ids.end()), row.truncated, json_rows[i]);
+            batch.add(row.prompt, row.completion, std::vector<int32_t>(ids.begin(), ids.end()), row.truncated, json_rows[i],
+                      std::vector<uint8_t>(model_tokens.begin(), model_tokens.end()));
             result.rows.push_back(std::move(row));
         };
         if (environment) {
@@ -105,7 +107,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
                                                      o.eos_token_ids.end();
                 row.tool_calls = e.stats.tool_calls;
                 row.tool_failures = e.stats.tool_failures;
-                add_row(std::move(row), e.ids, i);
+                add_row(std::move(row), e.ids, i, e.model_tokens);
             }
         } else {
             GenerationResult g = generate(*model, prompts, o);

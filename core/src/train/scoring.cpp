@@ -66,13 +66,19 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     batch.rank = uint32_t(context.rank);
     batch.world_size = uint32_t(context.world_size);
     batch.global_row_offset = uint64_t(rollout.first_row);
+    // episodes: which tokens the model wrote (rewards see the whole episode, observations included)
+    const at::Tensor model_mask =
+        rollout.model_token_mask.defined() ? rollout.model_token_mask.to(at::kByte).contiguous() : at::Tensor();
     for (int64_t i = 0; i < N; ++i) {
         const int64_t length = c.lengths[size_t(i)];
         const int64_t* ids = c.completion_ids[i].data_ptr<int64_t>();
         std::vector<int64_t> completion(ids, ids + length);
+        std::vector<uint8_t> model_tokens;
+        if (model_mask.defined())
+            model_tokens.assign(model_mask[i].data_ptr<uint8_t>(), model_mask[i].data_ptr<uint8_t>() + length);
         batch.add(rollout.rows[size_t(i)].prompt_text, tokenizer.decode(completion, true),
                   std::vector<int32_t>(completion.begin(), completion.end()), c.truncated[i].item<bool>(),
-                  rollout.rows[size_t(i)].columns_json);
+                  rollout.rows[size_t(i)].columns_json, model_tokens);
     }
     RewardScores scores = rewards.score(batch.view(), rewards_given_by_every_row(rewards.names(), rollout.rows));
     std::vector<double> weights = rewards.weights();

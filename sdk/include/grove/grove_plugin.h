@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.3.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.4.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -72,7 +72,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 3
+#define GROVE_ABI_MINOR 4
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -294,6 +294,16 @@ typedef const grove_plugin_list* (*grove_plugin_entry_fn)(const grove_host_api* 
  * A reward whose mean is a right-answer rate sets GROVE_PLUGIN_REPORTS_ACCURACY in its flags (a
  * well-formedness rate: GROVE_PLUGIN_REPORTS_FORMAT_RATE); `grove eval` then reports it as
  * "accuracy" ("format rate"). The host never guesses this from a plugin's name.
+ *
+ * With an environment (section 9) a completion is a whole episode: the model's turns with the
+ * environment's observations between them, as the model saw them. `completions` and
+ * `completion_tokens` hold all of it; `model_token_mask` (ABI 1.4) says which tokens the model wrote,
+ * so a reward can judge only the model's words, e.g. its final answer after the last observation,
+ * or count its tool calls. Counting the model's tokens of row i:
+ *
+ *   int64_t model_tokens = 0;
+ *   for (int64_t t = b->completion_token_offsets[i]; t < b->completion_token_offsets[i + 1]; ++t)
+ *       model_tokens += b->model_token_mask[t];
  */
 typedef struct grove_text {
     const char* data; /* UTF-8, NOT necessarily NUL-terminated */
@@ -316,6 +326,11 @@ typedef struct grove_reward_batch {
     uint32_t rank;              /* this process, of world_size (torch.distributed terms) */
     uint32_t world_size;
     uint64_t global_row_offset; /* index of row 0 in the global generation batch */
+    /* ABI 1.4: who wrote each completion token, aligned with completion_tokens (same CSR offsets):
+     * 1 = the model sampled it, 0 = an environment inserted it (a tool's observation, section 9;
+     * TRL's env_mask). All 1 for single-turn completions. A plugin built for 1.4 that may run under
+     * an older host reads it only if GROVE_HAS_FIELD(batch, grove_reward_batch, model_token_mask). */
+    const uint8_t* model_token_mask;
 } grove_reward_batch;
 
 typedef struct grove_reward_output {

@@ -5,13 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <toml++/toml.h>
 
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
 #include "grove/model.hpp"
+#include "grove/manifest.hpp"
+#include "grove/reward_set.hpp"
 #include "grove/tokenizer.hpp"
 #include "train/episodes.hpp"
+#include "train/scoring.hpp"
 
 namespace {
 const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
@@ -96,6 +100,30 @@ TEST(Episodes, ObservationsAreContextAndTheSamplersLogprobsAreTheTrainers) {
         grove::completion_logprobs(*f.model, prompt_ids, prompt_mask, c.completion_ids, c.completion_mask, 1.0);
     at::Tensor model_tokens = rollout.model_token_mask.to(at::kFloat);
     EXPECT_LT(((trainer - c.sampled_logprobs).abs() * model_tokens).max().item<double>(), 1e-4);
+}
+
+// Rewards see the whole episode and which of its tokens the environment wrote (ABI 1.4's
+// model_token_mask): a reward counting the model's tokens gets the rollout's model-token counts, and
+// its metric the observations' tokens.
+TEST(Episodes, RewardsSeeWhichTokensTheEnvironmentWrote) {
+    Fixture f;
+    auto env = scripted("observation = \" ok\"\nstop = \"e\"\nturns = 3");
+    auto rollout = f.run(env, 8, 3, 40);
+    grove::PluginHost host({});
+    grove::PluginUse use;
+    use.plugin = GROVE_TEST_MODEL_TOKENS_PLUGIN;
+    use.name = "model_tokens";
+    use.config = std::make_shared<toml::table>();
+    grove::RewardSet rewards(host, {use});
+    auto scored = grove::score_rollout(rollout, rewards, *f.tokenizer, {4}, {});
+    const auto model_counts = grove::model_token_counts(rollout);
+    int64_t environment_tokens = 0;
+    for (size_t i = 0; i < 8; ++i) {
+        EXPECT_EQ(scored.rewards[0][i], float(model_counts[i])) << "row " << i;
+        environment_tokens += rollout.completions.lengths[i] - model_counts[i];
+    }
+    ASSERT_GT(environment_tokens, 0) << "no episode has an observation: the test exercised nothing";
+    EXPECT_NEAR(scored.plugin_metrics.at("rewards/model_tokens/environment_tokens"), double(environment_tokens) / 8, 1e-6);
 }
 
 TEST(Episodes, AnObservationPastTheBudgetIsCutAndEndsTheEpisode) {
