@@ -490,7 +490,9 @@ struct grove_adapter_api {
  *
  * The host works in token space and never re-tokenizes an episode's history. The observation's
  * tokens are context: they are excluded from the loss, the KL term, the reductions' token counts and
- * the completion lengths (TRL's env_mask = 0). Rewards see the whole episode's text.
+ * the completion lengths (TRL's env_mask = 0). Rewards see the whole episode, text and ids, and
+ * (ABI 1.4) grove_reward_batch.model_token_mask says which tokens are the environment's (section 6),
+ * so a reward can judge the model's final answer alone or count the observations it got.
  *
  * step() gets the model's last turn decoded with its special tokens kept (a tool's tag may be one;
  * a turn that ended with EOS ends with its text), and its token ids. Count

@@ -19,8 +19,10 @@ static grove_status score(void* instance, const grove_reward_batch* b, grove_rew
     for (uint32_t i = 0; i < b->count; ++i) {
         int64_t model = 0, environment = 0;
         for (int64_t t = b->completion_token_offsets[i]; t < b->completion_token_offsets[i + 1]; ++t) {
-            if (b->model_token_mask[t]) ++model;
-            else ++environment;
+            if (b->model_token_mask[t])
+                ++model;
+            else
+                ++environment;
         }
         out->scores[i] = (float)model;
         out->metrics[i] = (float)environment;
