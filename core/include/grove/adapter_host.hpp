@@ -56,6 +56,7 @@ public:
     at::Tensor delta(const at::Tensor& x) const;
     // the [out, in] weight delta that merging adds to W
     at::Tensor merged_delta() const;
+    bool can_merge() const;  // the plugin implements merged_delta
     // The adapter's parameters with their saved (PEFT) names:
     // "base_model.model.<layer name>.<parameter name>"
     const std::deque<std::pair<std::string, at::Tensor>>& parameters() const { return parameters_; }

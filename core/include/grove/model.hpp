@@ -144,6 +144,7 @@ public:
     std::vector<Linear*> linear_layers();
     void attach_adapter(AdapterHost& host);
     bool has_adapters() const;
+    bool adapters_can_merge() const;  // every attached adapter can give its merged delta
     // Gradient checkpointing (TRL's gradient_checkpointing, reentrant): while gradients are
     // recorded, each decoder layer keeps only its input and recomputes its activations in the
     // backward pass, with the random state (adapter dropout) of the first pass. Memory for

@@ -225,10 +225,15 @@ at::Tensor AdaptedLinear::forward(const at::Tensor& x) const {
     return base + delta(x);
 }
 
-at::Tensor AdaptedLinear::merged_delta() const {
+bool AdaptedLinear::can_merge() const {
     const grove_adapter_api* api = host_.adapter_.info().descriptor->adapter;
-    if (!GROVE_HAS_FIELD(api, grove_adapter_api, merged_delta) || !api->merged_delta)
+    return GROVE_HAS_FIELD(api, grove_adapter_api, merged_delta) && api->merged_delta;
+}
+
+at::Tensor AdaptedLinear::merged_delta() const {
+    if (!can_merge())
         throw Error(ErrorKind::plugin, "plugin " + host_.adapter_.info().display() + " cannot be merged (no merged_delta)");
+    const grove_adapter_api* api = host_.adapter_.info().descriptor->adapter;
     grove_op_context ctx;
     ctx.training = false;
     ctx.layer_name = layer_.name;

@@ -313,8 +313,9 @@ DecodeSession::DecodeSession(const Model& model, const std::vector<std::vector<i
     live.next_position = prompt_mask.sum(-1, true);  // [N, 1]
     live.rows = at::arange(N, long_options().device(s.device));
     if (o.repetition_penalty != 1.0) {
-        live.seen = at::zeros({N, s.V}, at::TensorOptions().dtype(at::kBool).device(s.device));
-        live.seen.scatter_(1, ids, prompt_mask.to(at::kBool));
+        // scatter_add, not scatter_: a padding position shares its id with real tokens (pad = EOS), and
+        // which of two writes to one place wins is unspecified on CUDA
+        live.seen = at::zeros({N, s.V}, ids.options()).scatter_add_(1, ids, prompt_mask) > 0;
     }
     if (!o.eos_token_ids.empty()) s.eos = at::tensor(o.eos_token_ids, long_options()).to(s.device);
     live.cache = model.make_cache(N, live.mask.size(1));
@@ -512,7 +513,9 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
 
 GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
-    if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled()) return static_generate(model, prompts, o);
+    // the engine merges adapters into its generation weights: one without merged_delta stays eager
+    if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled() && model.adapters_can_merge())
+        return static_generate(model, prompts, o);
     DecodeSession session(model, prompts, o, o.max_new_tokens, /*resumable=*/false);
     const auto turns = session.sample_turn(std::vector<int64_t>(prompts.size(), o.max_new_tokens));
     const int64_t N = int64_t(prompts.size());

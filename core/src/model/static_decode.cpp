@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <map>
 #include <memory>
@@ -109,7 +110,7 @@ private:
         // (device_synchronize rather than a stream's: this file then calls nothing of the CUDA runtime
         // directly, so it needs no libcudart of its own; torch's is the one loaded)
         c10::cuda::device_synchronize();  // the buffers' latest values are written
-        c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+        c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, model_.device().index());
         auto captured = std::make_unique<Captured>();
         {
             SideStream on_side(side);
@@ -118,7 +119,15 @@ private:
             step(rows);
             c10::cuda::device_synchronize();
             captured->graph.capture_begin(pool_);
-            captured->logits = step(rows);
+            try {
+                captured->logits = step(rows);
+            } catch (...) {  // end the capture, or the stream stays capturing and later calls fail obscurely
+                try {
+                    captured->graph.capture_end();
+                } catch (...) {
+                }
+                throw;
+            }
             captured->graph.capture_end();
         }
         c10::cuda::device_synchronize();
@@ -177,6 +186,8 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
     at::NoGradGuard no_grad;
     const at::Device device = policy.device();
+    // the model's device is the current one: streams, synchronisation and capture act on the current device
+    const c10::OptionalDeviceGuard on_the_models_device(device.is_cuda() ? std::optional<at::Device>(device) : std::nullopt);
     // Generation weights: bf16 copies instead of autocast's casts inside every step, and adapters
     // merged, so a step is plain ATen work on fixed tensors.
     const bool autocast = at::autocast::is_autocast_enabled(device.type()) && policy.dtype() == at::kFloat;
@@ -223,8 +234,8 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     }
     at::Tensor seen;
     if (o.repetition_penalty != 1.0) {
-        seen = at::zeros({N, V}, on_device.dtype(at::kBool));
-        seen.scatter_(1, padded.ids.to(device), prompt_mask.to(at::kBool));
+        // scatter_add: padding shares its id with real tokens (see DecodeSession)
+        seen = at::zeros({N, V}, device_long).scatter_add_(1, padded.ids.to(device), prompt_mask) > 0;
     }
     const at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor() : at::tensor(o.eos_token_ids, at::kLong).to(device);
 

@@ -387,7 +387,10 @@ std::map<std::string, double> Trainer::step() {
     int64_t bad_micro_step = -1;
     StepMetrics step_metrics;
     for (int64_t a = 0; a < c.train.gradient_accumulation_steps; ++a) {
-        if (p.micro_step % (S * c.loss.num_iterations) == 0 || s.buffer.empty()) s.make_generation_batch();
+        if (p.micro_step % (S * c.loss.num_iterations) == 0 || s.buffer.empty()) {
+            s.memory.close("train", s.model->device());  // micro-batches already trained this step (or a checkpoint)
+            s.make_generation_batch();
+        }
         auto t1 = Clock::now();
         const int64_t index = p.micro_step % S;
         s.adapter_host->set_training(true);

@@ -348,6 +348,35 @@ TEST(Model, RecomputedLogprobsHaveAutogradsGradients) {
     }
 }
 
+// Gradient checkpointing recomputes each layer under the forward's autocast state: with bf16
+// autocast on, the gradients equal those without checkpointing (a float32 recomputation would
+// differ at bf16's precision).
+TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
+    auto model = grove::Model::load(kModels + "/llama_gqa");
+    model->set_base_trainable(true);
+    const at::Tensor ids = at::randint(3, model->config().vocab_size, {2, 9}, at::kLong), mask = at::ones({2, 9}, at::kLong);
+    const at::Tensor positions = at::arange(9, at::kLong).unsqueeze(0).expand({2, 9});
+    auto gradients = [&](bool checkpointing) {
+        model->set_gradient_checkpointing(checkpointing);
+        for (auto& [name, p] : model->named_parameters()) p.mutable_grad() = at::Tensor();
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        at::Tensor loss = model->hidden_states(ids, mask, positions).to(at::kFloat).pow(2).mean();
+        at::autocast::set_autocast_enabled(at::kCPU, false);  // the backward runs without it, as in the trainer
+        loss.backward();
+        std::vector<at::Tensor> out;
+        for (auto& [name, p] : model->named_parameters())
+            if (p.grad().defined()) out.push_back(p.grad().clone());
+        return out;
+    };
+    const auto plain = gradients(false), checkpointed = gradients(true);
+    model->set_gradient_checkpointing(false);
+    ASSERT_EQ(plain.size(), checkpointed.size());
+    for (size_t i = 0; i < plain.size(); ++i)
+        EXPECT_LT((plain[i] - checkpointed[i]).abs().max().item<double>(), 1e-6 + 1e-4 * plain[i].abs().max().item<double>())
+            << "parameter " << i;
+}
+
 TEST(Model, EosIdsComeFromConfigAndGenerationConfig) {
     auto config = grove::load_model_config(kModels + "/llama3_rope");
     EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{2, 3}));
