@@ -178,6 +178,66 @@ at::Tensor sample_on_device(const at::Tensor& logits, const at::Tensor& u, const
     return token;
 }
 
+// The prompts, prefilled eagerly into `batch`, whose cache has room for every new token (the mask's
+// columns); returns each row's next-token logits.
+at::Tensor prefill(const Model& model, const detail::LeftPadded& padded, StaticBatch& batch) {
+    const at::Device device = model.device();
+    const int64_t N = padded.ids.size(0), P = padded.width;
+    batch.cache = model.make_cache(N, padded.mask.size(1));
+    for (auto* tensors : {&batch.cache.keys, &batch.cache.values})
+        for (at::Tensor& t : *tensors) t.zero_();  // masked columns must hold finite values (0 x NaN)
+    const at::Tensor mask = padded.mask.to(device), prompt_mask = mask.narrow(1, 0, P);
+    at::Tensor hidden =
+        model.hidden_states(padded.ids.to(device), prompt_mask, (prompt_mask.cumsum(-1) - 1).clamp_min(0), &batch.cache);
+    batch.visible = mask.to(at::kBool);
+    batch.position = prompt_mask.sum(-1, true);
+    batch.token = at::zeros({N, 1}, at::TensorOptions().device(device).dtype(at::kLong));
+    batch.cache.column = at::full({1}, P, at::TensorOptions().device(device).dtype(at::kLong));
+    return model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
+}
+
+// Every row's tokens, log-probabilities, length and EOS flag, kept on the device while decoding. One
+// extra row, the sink (row N), takes the writes of slots that hold no row; it is dropped at the end.
+struct DeviceResults {
+    at::Tensor ids, logprobs, lengths, ended_eos;
+    int64_t pad;
+
+    DeviceResults(int64_t N, int64_t C, int64_t pad_token_id, at::Device device) : pad(pad_token_id) {
+        const auto on_device = at::TensorOptions().device(device);
+        ids = at::full({N + 1, C}, pad_token_id, on_device.dtype(at::kLong));
+        logprobs = at::zeros({N + 1, C}, on_device.dtype(at::kFloat));
+        lengths = at::zeros({N + 1}, on_device.dtype(at::kLong));
+        ended_eos = at::zeros({N + 1}, on_device.dtype(at::kBool));
+    }
+    // Step t's token of each slot (`slots` [rows] name their rows); slots not `live` record padding,
+    // and the rows that `ended` here get their length.
+    void record(int64_t t, const at::Tensor& slots, const at::Tensor& live, const at::Tensor& token, const at::Tensor& chosen,
+                const at::Tensor& ended, const at::Tensor& is_eos) {
+        ids.select(1, t).index_copy_(0, slots, token.masked_fill(live.logical_not(), pad));
+        logprobs.select(1, t).index_copy_(0, slots, chosen.masked_fill(live.logical_not(), 0.0));
+        lengths.index_copy_(0, slots, at::where(ended, t + 1, lengths.index_select(0, slots)));
+        ended_eos.index_copy_(0, slots, ended_eos.index_select(0, slots).logical_or(ended.logical_and(is_eos)));
+    }
+    GenerationResult to_host() const {
+        const int64_t N = lengths.size(0) - 1;
+        GenerationResult r;
+        const at::Tensor n = lengths.narrow(0, 0, N).cpu();
+        r.lengths.assign(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + N);
+        const int64_t steps = n.max().item<int64_t>();
+        r.completion_ids = ids.narrow(0, 0, N).narrow(1, 0, steps).cpu().contiguous();
+        r.sampled_logprobs = logprobs.narrow(0, 0, N).narrow(1, 0, steps).cpu().contiguous();
+        r.truncated = ended_eos.narrow(0, 0, N).logical_not().cpu();
+        r.completion_mask = (at::arange(steps, at::kLong).unsqueeze(0) < n.unsqueeze(1)).to(at::kLong);
+        return r;
+    }
+};
+
+// The rows `keep` of the first `rows` slots of each buffer move to its front, in order.
+void move_to_front(const std::vector<at::Tensor*>& buffers, const at::Tensor& keep, int64_t rows) {
+    for (at::Tensor* buffer : buffers)
+        buffer->narrow(0, 0, keep.size(0)).copy_(buffer->narrow(0, 0, rows).index_select(0, keep));
+}
+
 }  // namespace
 
 GenerationResult static_generate(const Model& policy, const std::vector<std::vector<int64_t>>& prompts,
@@ -202,28 +262,15 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     const auto on_device = at::TensorOptions().device(device);
     const auto device_long = on_device.dtype(at::kLong);
 
-    // the prompts, prefilled eagerly into a cache that has room for every new token
     StaticBatch batch;
-    batch.cache = model.make_cache(N, P + C);
-    for (auto* tensors : {&batch.cache.keys, &batch.cache.values})
-        for (at::Tensor& t : *tensors) t.zero_();  // masked columns must hold finite values (0 x NaN)
-    const at::Tensor mask = padded.mask.to(device), prompt_mask = mask.narrow(1, 0, P);
-    at::Tensor hidden =
-        model.hidden_states(padded.ids.to(device), prompt_mask, (prompt_mask.cumsum(-1) - 1).clamp_min(0), &batch.cache);
-    at::Tensor logits = model.logits(hidden.narrow(1, P - 1, 1)).squeeze(1);
-    batch.visible = mask.to(at::kBool);
-    batch.position = prompt_mask.sum(-1, true);
-    batch.token = at::zeros({N, 1}, device_long);
-    batch.cache.column = at::full({1}, P, device_long);
+    at::Tensor logits = prefill(model, padded, batch);
 
-    // Each slot of the batch holds a row (a prompt); outputs have one extra row, N, that slots
-    // holding no row write to and that is dropped at the end.
+    // Each slot of the batch holds a row (a prompt), or none after a move to a smaller bucket: then it
+    // names the results' sink row
     const int64_t sink = N;
     at::Tensor slot_row = at::arange(N, device_long);
     at::Tensor done = at::zeros({N}, on_device.dtype(at::kBool));
-    at::Tensor out_ids = at::full({N + 1, C}, o.pad_token_id, device_long);
-    at::Tensor out_logp = at::zeros({N + 1, C}, on_device.dtype(at::kFloat));
-    at::Tensor lengths = at::zeros({N + 1}, device_long), ended_eos = at::zeros({N + 1}, on_device.dtype(at::kBool));
+    DeviceResults results(N, C, o.pad_token_id, device);
     at::Tensor uniforms;  // [C, N + 1]: the eager loop's per-step draws, every prompt one per step
     if (!o.greedy) {
         at::Generator generator = at::detail::createCPUGenerator(o.seed);
@@ -235,7 +282,8 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     at::Tensor seen;
     if (o.repetition_penalty != 1.0) {
         // scatter_add: padding shares its id with real tokens (see DecodeSession)
-        seen = at::zeros({N, V}, device_long).scatter_add_(1, padded.ids.to(device), prompt_mask) > 0;
+        seen =
+            at::zeros({N, V}, device_long).scatter_add_(1, padded.ids.to(device), padded.mask.narrow(1, 0, P).to(device)) > 0;
     }
     const at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor() : at::tensor(o.eos_token_ids, at::kLong).to(device);
 
@@ -247,12 +295,9 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
         const at::Tensor token =
             sample_on_device(logits, o.greedy ? at::Tensor() : uniforms.select(0, t).index_select(0, slots),
                              seen.defined() ? seen.narrow(0, 0, rows) : seen, o, chosen);
-        out_ids.select(1, t).index_copy_(0, slots, token.masked_fill(live.logical_not(), o.pad_token_id));
-        out_logp.select(1, t).index_copy_(0, slots, chosen.masked_fill(live.logical_not(), 0.0));
         const at::Tensor is_eos = eos.defined() ? at::isin(token, eos) : at::zeros_like(live);
         const at::Tensor ended = t + 1 == C ? live : live.logical_and(is_eos);
-        lengths.index_copy_(0, slots, at::where(ended, t + 1, lengths.index_select(0, slots)));
-        ended_eos.index_copy_(0, slots, ended_eos.index_select(0, slots).logical_or(ended.logical_and(is_eos)));
+        results.record(t, slots, live, token, chosen, ended, is_eos);
         done.narrow(0, 0, rows).logical_or_(ended);
         if (t + 1 == C) break;
         if (seen.defined()) seen.narrow(0, 0, rows).scatter_(1, token.unsqueeze(-1), true);
@@ -272,13 +317,11 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
         if (smaller == rows) continue;
         // the live rows move to the front (their cache, mask, position, seen tokens); the rest of
         // the smaller bucket holds no row
-        auto to_front = [&](at::Tensor& buffer) {
-            buffer.narrow(0, 0, alive).copy_(buffer.narrow(0, 0, rows).index_select(0, keep));
-        };
+        std::vector<at::Tensor*> per_slot{&batch.visible, &batch.position, &slot_row};
         for (auto* tensors : {&batch.cache.keys, &batch.cache.values})
-            for (at::Tensor& buffer : *tensors) to_front(buffer);
-        for (at::Tensor* buffer : {&batch.visible, &batch.position, &slot_row}) to_front(*buffer);
-        if (seen.defined()) to_front(seen);
+            for (at::Tensor& buffer : *tensors) per_slot.push_back(&buffer);
+        if (seen.defined()) per_slot.push_back(&seen);
+        move_to_front(per_slot, keep, rows);
         slot_row.narrow(0, alive, smaller - alive).fill_(sink);
         done.narrow(0, 0, alive).fill_(false);
         done.narrow(0, alive, smaller - alive).fill_(true);
@@ -286,15 +329,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
         rows = smaller;
     }
 
-    GenerationResult r;
-    const at::Tensor n = lengths.narrow(0, 0, N).cpu();
-    r.lengths.assign(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + N);
-    const int64_t steps = n.max().item<int64_t>();
-    r.completion_ids = out_ids.narrow(0, 0, N).narrow(1, 0, steps).cpu().contiguous();
-    r.sampled_logprobs = out_logp.narrow(0, 0, N).narrow(1, 0, steps).cpu().contiguous();
-    r.truncated = ended_eos.narrow(0, 0, N).logical_not().cpu();
-    r.completion_mask = (at::arange(steps, at::kLong).unsqueeze(0) < n.unsqueeze(1)).to(at::kLong);
-    return r;
+    return results.to_host();
 }
 
 }  // namespace grove
