@@ -20,6 +20,7 @@
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
 #include "text/text_util.hpp"
+#include "model/autocast.hpp"
 #include "model/decode_kernels.hpp"
 
 namespace fs = std::filesystem;
@@ -628,36 +629,6 @@ at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
 // Reentrant checkpointing as torch.utils.checkpoint(use_reentrant=True): the forward keeps only the
 // layer input; the backward recomputes the layer with gradients on and back-propagates through it,
 // which accumulates the parameters' gradients directly (they are leaves) and returns the input's.
-namespace {
-// The forward's autocast state, for the backward's recomputation, which may run on another thread
-// (CUDA's autograd threads start with autocast off): the recomputed layer must be the same
-// computation as the forward, as torch.utils.checkpoint restores it. Casts cached here are cleared
-// when the last scope ends, as AutocastScope does.
-class AutocastAsInTheForward {
-public:
-    AutocastAsInTheForward(at::DeviceType device, bool enabled, at::ScalarType dtype)
-            : device_(device),
-              was_(at::autocast::is_autocast_enabled(device)),
-              was_dtype_(at::autocast::get_autocast_dtype(device)) {
-        at::autocast::set_autocast_enabled(device_, enabled);
-        at::autocast::set_autocast_dtype(device_, dtype);
-        at::autocast::increment_nesting();
-    }
-    ~AutocastAsInTheForward() {
-        if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-        at::autocast::set_autocast_enabled(device_, was_);
-        at::autocast::set_autocast_dtype(device_, was_dtype_);
-    }
-    AutocastAsInTheForward(const AutocastAsInTheForward&) = delete;
-    AutocastAsInTheForward& operator=(const AutocastAsInTheForward&) = delete;
-
-private:
-    at::DeviceType device_;
-    bool was_;
-    at::ScalarType was_dtype_;
-};
-}  // namespace
-
 struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedLayer> {
     static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const Model* model, int64_t index,
                               const at::Tensor& cos, const at::Tensor& sin, const Attention* attention) {
@@ -692,8 +663,10 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
         at::Tensor out;
         {
             at::AutoGradMode grad(true);
-            AutocastAsInTheForward autocast(h.device().type(), ctx->saved_data["autocast"].toBool(),
-                                            at::ScalarType(ctx->saved_data["autocast_dtype"].toInt()));
+            // the forward's autocast state: the backward may run on a thread where autocast is off
+            // (CUDA's autograd threads), and the recomputed layer must be the forward's computation
+            AutocastScope autocast(h.device().type(), ctx->saved_data["autocast"].toBool(),
+                                   at::ScalarType(ctx->saved_data["autocast_dtype"].toInt()));
             out = model->layer_forward(size_t(index), h, saved[1], saved[2], attention, nullptr);
         }
         {

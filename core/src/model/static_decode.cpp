@@ -16,6 +16,7 @@
 
 #include "grove/error.hpp"
 #include "grove/model.hpp"
+#include "model/autocast.hpp"
 #include "model/sampling.hpp"
 
 namespace grove {
@@ -142,21 +143,6 @@ private:
     const StaticBatch& batch_;
 };
 
-// Autocast off for a scope: the engine's weights already have the dtype it generates in.
-class AutocastOff {
-public:
-    explicit AutocastOff(at::DeviceType device) : device_(device), was_(at::autocast::is_autocast_enabled(device)) {
-        at::autocast::set_autocast_enabled(device_, false);
-    }
-    ~AutocastOff() { at::autocast::set_autocast_enabled(device_, was_); }
-    AutocastOff(const AutocastOff&) = delete;
-    AutocastOff& operator=(const AutocastOff&) = delete;
-
-private:
-    at::DeviceType device_;
-    bool was_;
-};
-
 // One token per row from logits [rows, V] on the device, with no host synchronisation; `u` [rows]
 // are the rows' uniforms. `chosen` gets each token's log-probability under the temperature.
 at::Tensor sample_on_device(const at::Tensor& logits, const at::Tensor& u, const at::Tensor& seen, const SamplingOptions& o,
@@ -255,7 +241,8 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     if (autocast || policy.has_adapters())
         copy = policy.generation_copy(autocast ? at::autocast::get_autocast_dtype(device.type()) : policy.dtype());
     const Model& model = copy ? *copy : policy;
-    AutocastOff autocast_off(device.type());
+    // off: the generation weights already have the dtype the engine generates in
+    const AutocastScope autocast_off(device.type(), false, at::autocast::get_autocast_dtype(device.type()));
 
     const detail::LeftPadded padded = detail::left_pad(prompts, o.pad_token_id, o.max_new_tokens);
     const int64_t N = int64_t(prompts.size()), P = padded.width, C = o.max_new_tokens, V = model.config().vocab_size;

@@ -8,7 +8,7 @@
 #include "grove/generation.hpp"
 #include "grove/model.hpp"
 #include "grove/plugin_host.hpp"
-#include "train/autocast.hpp"
+#include "model/autocast.hpp"
 
 namespace grove {
 

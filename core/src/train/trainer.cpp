@@ -25,7 +25,7 @@
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 #include "grove/tokenizer.hpp"
-#include "train/autocast.hpp"
+#include "model/autocast.hpp"
 #include "grove/environment_host.hpp"
 #include "train/checkpoint.hpp"
 #include "train/episodes.hpp"

@@ -1,5 +1,8 @@
-// bfloat16 autocast on one device type for a scope's life (TRL's bf16 = True): matrix products run
-// in bf16 while weights, gradients and optimizer state keep their dtype. No-op without a device.
+// Autocast on one device type for a scope's life: by default bfloat16 autocast on (TRL's bf16 = True:
+// matrix products run in bf16 while weights, gradients and optimizer state keep their dtype), or any
+// given state (off, for code whose weights already have their dtype; a forward's state, for its
+// recomputation in a backward pass). No-op without a device. Casts cached inside are cleared when
+// the outermost scope ends, so no stale bf16 weight outlives an optimizer step.
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -10,12 +13,13 @@ namespace grove {
 
 class AutocastScope {
 public:
-    explicit AutocastScope(std::optional<at::DeviceType> device) : device_(device) {
+    explicit AutocastScope(std::optional<at::DeviceType> device) : AutocastScope(device, true, at::kBFloat16) {}
+    AutocastScope(std::optional<at::DeviceType> device, bool enabled, at::ScalarType dtype) : device_(device) {
         if (!device_) return;
         was_enabled_ = at::autocast::is_autocast_enabled(*device_);
         previous_dtype_ = at::autocast::get_autocast_dtype(*device_);
-        at::autocast::set_autocast_enabled(*device_, true);
-        at::autocast::set_autocast_dtype(*device_, at::kBFloat16);
+        at::autocast::set_autocast_enabled(*device_, enabled);
+        at::autocast::set_autocast_dtype(*device_, dtype);
         at::autocast::increment_nesting();
     }
     ~AutocastScope() {
