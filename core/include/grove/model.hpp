@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace grove {
@@ -60,10 +61,8 @@ struct KVCache {
     std::vector<at::Tensor> keys, values;
     int64_t length = 0;  // positions filled
     int64_t capacity = 0;
-    // Static shapes (the graph decode engine, static_decode.hpp): when set, a one-token step writes
-    // its keys and values at this column ([1] long, on the model's device), attends to every column
-    // under the caller's [B, capacity] bool mask, and leaves `length` to the caller. Nothing in the
-    // step then depends on a host-side length, so it can be captured once and replayed.
+    // Static shapes (Model::decode_step_logits): the column the step writes ([1] long, on the
+    // model's device); `length` is then the caller's.
     at::Tensor column;
 };
 
@@ -130,6 +129,13 @@ public:
     const at::Tensor& lm_head_weight() const;
 
     KVCache make_cache(int64_t batch, int64_t capacity) const;
+    // One decode step on static shapes (the graph decode engine, static_decode.hpp): token and
+    // position [B, 1] long, visible [B, capacity] bool; writes the step's keys and values at
+    // cache.column, attends to the visible columns and returns the logits [B, V]. Nothing in it
+    // depends on a host-side length, so it can be captured once and replayed. On CUDA it runs fused
+    // kernels (cuda_decode_kernels.hpp), elsewhere the ATen ops they replace.
+    at::Tensor decode_step_logits(const at::Tensor& token, const at::Tensor& position, const at::Tensor& visible,
+                                  KVCache& cache) const;
     // A copy for generation: every weight in `dtype`, attached adapters merged into the base weights
     // (W + delta), no gradients. The decode engine's bf16 weights while training keeps float32.
     std::unique_ptr<Model> generation_copy(at::ScalarType dtype) const;
@@ -174,6 +180,7 @@ private:
                       size_t index) const;                          // [B, heads, T, D] each -> [B, T, heads * D]
     at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;  // the layer's SwiGLU block
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
+    std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& position_ids) const;  // cos, sin [B, 1, T, D]
     at::Tensor decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention, KVCache* cache) const;
     static std::unique_ptr<Model> build(const std::string& folder,
                                         const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,

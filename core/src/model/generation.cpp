@@ -50,6 +50,10 @@ at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const
     return logits;
 }
 
+bool filters_logits(const SamplingOptions& o, int64_t V) {
+    return o.repetition_penalty != 1.0 || (o.top_k > 0 && o.top_k < V) || o.top_p < 1.0 || o.min_p > 0.0;
+}
+
 at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token) {
     return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
 }
@@ -211,9 +215,6 @@ struct DecodeSession::State {
     at::Tensor logits;  // [A, V] the live rows' next-token logits
     std::vector<Batch> parked;
 
-    bool filtering() const {
-        return o.repetition_penalty != 1.0 || (o.top_k > 0 && o.top_k < V) || o.top_p < 1.0 || o.min_p > 0.0;
-    }
     void ensure_capacity(int64_t needed);
     at::Tensor sample(int64_t step, at::Tensor& chosen);
     // rows `keep` of b; `trimmed` keeps only the filled cache columns (a parked group never grows)
@@ -269,7 +270,7 @@ at::Tensor DecodeSession::State::sample(int64_t step, at::Tensor& chosen) {
     }
     at::Tensor u = at::rand({N, 1}, generator, at::TensorOptions().dtype(at::kDouble)).to(device);
     if (A < N) u = u.index_select(0, live.rows);
-    const bool filter = filtering(), sampling_kernel = device.is_cpu() && kernels::decode_kernels_available();
+    const bool filter = detail::filters_logits(o, V), sampling_kernel = device.is_cpu() && kernels::decode_kernels_available();
     at::Tensor scaled = logits.to(at::kFloat);
     if (o.temperature != 1.0 && (filter || !sampling_kernel)) scaled = scaled / o.temperature;
     at::Tensor token;

@@ -22,6 +22,7 @@
 #include "text/text_util.hpp"
 #include "model/autocast.hpp"
 #include "model/decode_kernels.hpp"
+#include "model/layer.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -272,11 +273,6 @@ at::Tensor Linear::operator()(const at::Tensor& x) const {
     return y;
 }
 
-struct Model::Layer {
-    at::Tensor input_norm, post_attention_norm;
-    Linear q, k, v, o, gate, up, down;
-};
-
 Model::~Model() = default;
 
 namespace {
@@ -335,11 +331,6 @@ private:
     std::map<std::string, size_t> where_;
     std::set<std::string> used_;
 };
-
-at::Tensor rotate_half(const at::Tensor& x) {
-    int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 // transformers' _compute_llama3_parameters
 at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& s) {
@@ -458,6 +449,28 @@ KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
     return cache;
 }
 
+namespace {
+// The linears' weights (and biases) as one matrix whose rows are theirs in order; each linear's
+// weight then views its rows. Nothing when only some of them have a bias.
+void concatenate(const std::vector<Linear*>& linears, at::Tensor& weight, std::optional<at::Tensor>& bias) {
+    std::vector<at::Tensor> weights, biases;
+    for (const Linear* l : linears) {
+        weights.push_back(l->weight);
+        if (l->bias) biases.push_back(*l->bias);
+    }
+    if (!biases.empty() && biases.size() != linears.size()) return;
+    weight = at::cat(weights);
+    if (!biases.empty()) bias = at::cat(biases);
+    int64_t row = 0;
+    for (Linear* l : linears) {
+        const int64_t rows = l->weight.size(0);
+        l->weight = weight.narrow(0, row, rows);
+        if (bias) l->bias = bias->narrow(0, row, rows);
+        row += rows;
+    }
+}
+}  // namespace
+
 std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     at::NoGradGuard no_grad;
     std::unique_ptr<Model> m(new Model());
@@ -487,6 +500,8 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
                                   {&layer->up, &from->up},
                                   {&layer->down, &from->down}})
             *to = copy_linear(*source);
+        concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
+        concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
         m->layers_.push_back(std::move(layer));
     }
     m->norm_ = cast(norm_);
@@ -495,7 +510,11 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     return m;
 }
 
-namespace {
+at::Tensor rotate_half(const at::Tensor& x) {
+    int64_t half = x.size(-1) / 2;
+    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     if (decode_kernels_apply(x) && x.is_contiguous() && weight.scalar_type() == at::kFloat && weight.is_contiguous()) {
         const int64_t H = x.size(-1);
@@ -507,7 +526,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     h = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
     return weight * h.to(x.scalar_type());
 }
-}  // namespace
 
 // How the positions of one forward pass see each other.
 struct Model::Attention {
@@ -537,10 +555,10 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads,
                         c.head_dim);
     }
-    const bool attention_kernel = rotary_kernel && cache && !cache->column.defined() && T == 1 && !attention.slots.defined() &&
-                                  v.is_contiguous() && cache->keys[index].is_contiguous() &&
-                                  cache->values[index].is_contiguous() && attention.visible.is_contiguous() &&
-                                  attention.visible.scalar_type() == at::kBool && attention.visible.numel() == B * S;
+    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
+                                  cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
+                                  attention.visible.is_contiguous() && attention.visible.scalar_type() == at::kBool &&
+                                  attention.visible.numel() == B * S;
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention_kernel) {
         attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
@@ -587,12 +605,7 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
                    .index_select(0, attention.slots)
                    .unsqueeze(0);
     } else {
-        if (cache && cache->column.defined()) {  // static shapes: write at the column, attend to all
-            cache->keys[index].index_copy_(2, cache->column, k);
-            cache->values[index].index_copy_(2, cache->column, v);
-            k = cache->keys[index];
-            v = cache->values[index];
-        } else if (cache) {
+        if (cache) {
             cache->keys[index].narrow(2, past, T).copy_(k);
             cache->values[index].narrow(2, past, T).copy_(v);
             k = cache->keys[index].narrow(2, 0, S);
@@ -678,13 +691,16 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
     }
 };
 
+std::pair<at::Tensor, at::Tensor> Model::rotary_tables(const at::Tensor& position_ids) const {
+    // in float32, cast like transformers does
+    at::Tensor freqs = position_ids.to(device()).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    return {emb.cos().to(dtype()).unsqueeze(1), emb.sin().to(dtype()).unsqueeze(1)};
+}
+
 at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention,
                                 KVCache* cache) const {
-    at::Device device = embed_tokens_.device();
-    // rotary tables in float32, cast like transformers does
-    at::Tensor freqs = position_ids.to(device).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
-    at::Tensor emb = at::cat({freqs, freqs}, -1);
-    at::Tensor cos = emb.cos().to(dtype()).unsqueeze(1), sin = emb.sin().to(dtype()).unsqueeze(1);  // [B,1,T,D]
+    const auto [cos, sin] = rotary_tables(position_ids);
 
     bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
     if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
@@ -698,14 +714,6 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
                                 KVCache* cache) const {
     int64_t B = input_ids.size(0), T = input_ids.size(1);
     at::Device device = embed_tokens_.device();
-    if (cache && cache->column.defined()) {  // a static-shape decode step (KVCache::column)
-        if (T != 1 || attention_mask.scalar_type() != at::kBool || attention_mask.size(0) != B ||
-            attention_mask.size(1) != cache->capacity)
-            throw Error(ErrorKind::runtime, "a static decode step takes one token and a [batch, capacity] bool mask");
-        Attention attention;
-        attention.visible = attention_mask.view({B, 1, 1, cache->capacity});
-        return decoder_stack(at::embedding(embed_tokens_, input_ids), position_ids, attention, cache);
-    }
     int64_t past = cache ? cache->length : 0;
     int64_t S = past + T;
     if (attention_mask.size(0) != B || attention_mask.size(1) != S)

@@ -16,6 +16,8 @@ namespace grove::detail {
 // by the caller, reused when no penalty applies: the penalty acts before the temperature), `seen`
 // [N, V] bool the tokens already in each row (the penalty only).
 at::Tensor process_logits(const at::Tensor& raw, const at::Tensor& scaled, const at::Tensor& seen, const SamplingOptions& o);
+// Whether process_logits changes anything for a vocabulary of V tokens.
+bool filters_logits(const SamplingOptions& o, int64_t V);
 
 // log p(token) under the temperature alone, from the scaled logits: what the sampler reports
 at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token);

@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 
-#ifdef GROVE_CUDA_GRAPHS
+#ifdef GROVE_CUDA_DECODE
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "model/cuda_decode_kernels.hpp"
 #endif
 
 #include "grove/error.hpp"
@@ -22,7 +24,7 @@
 namespace grove {
 
 bool cuda_graphs_compiled() {
-#ifdef GROVE_CUDA_GRAPHS
+#ifdef GROVE_CUDA_DECODE
     return true;
 #else
     return false;
@@ -70,7 +72,7 @@ public:
     StepRunner(const Model& model, const StaticBatch& batch) : model_(model), batch_(batch) {}
 
     at::Tensor run(int64_t rows) {
-#ifdef GROVE_CUDA_GRAPHS
+#ifdef GROVE_CUDA_DECODE
         if (model_.device().is_cuda()) {
             std::unique_ptr<Captured>& captured = graphs_[rows];
             if (!captured) captured = capture(rows);
@@ -84,12 +86,11 @@ public:
 private:
     at::Tensor step(int64_t rows) const {
         KVCache view = batch_.first_rows(rows);
-        at::Tensor hidden = model_.hidden_states(batch_.token.narrow(0, 0, rows), batch_.visible.narrow(0, 0, rows),
-                                                 batch_.position.narrow(0, 0, rows), &view);
-        return model_.logits(hidden).squeeze(1);
+        return model_.decode_step_logits(batch_.token.narrow(0, 0, rows), batch_.position.narrow(0, 0, rows),
+                                         batch_.visible.narrow(0, 0, rows), view);
     }
 
-#ifdef GROVE_CUDA_GRAPHS
+#ifdef GROVE_CUDA_DECODE
     // Capture happens on a side stream (never the default one). c10's setters rather than
     // CUDAStreamGuard, whose inline parts would call the CUDA runtime from this file.
     struct SideStream {
@@ -144,9 +145,33 @@ private:
 };
 
 // One token per row from logits [rows, V] on the device, with no host synchronisation; `u` [rows]
-// are the rows' uniforms. `chosen` gets each token's log-probability under the temperature.
+// are the rows' uniforms. `chosen` gets each token's log-probability under the temperature. On CUDA
+// one kernel samples (after ATen's filters, when set), and a NaN row sets `invalid`.
 at::Tensor sample_on_device(const at::Tensor& logits, const at::Tensor& u, const at::Tensor& seen, const SamplingOptions& o,
-                            at::Tensor& chosen) {
+                            at::Tensor& chosen, at::Tensor& invalid) {
+    const bool filter = !o.greedy && detail::filters_logits(o, logits.size(-1));
+#ifdef GROVE_CUDA_DECODE
+    if (logits.is_cuda() && (logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16)) {
+        at::Tensor scaled, drawn_from = logits.contiguous();
+        double temperature = o.greedy ? 1.0 : o.temperature;
+        if (filter) {  // the filtered logits already carry the temperature
+            scaled = logits.to(at::kFloat) / o.temperature;
+            drawn_from = detail::process_logits(logits, scaled, seen, o).contiguous();
+            temperature = 1.0;
+        }
+        const int64_t rows = logits.size(0);
+        at::Tensor token = at::empty({rows}, logits.options().dtype(at::kLong));
+        chosen = at::empty({rows}, logits.options().dtype(at::kFloat));
+        const char* error =
+            cuda_kernels::sample(drawn_from.scalar_type() == at::kFloat ? cuda_kernels::DType::f32 : cuda_kernels::DType::bf16,
+                                 drawn_from.data_ptr(), rows, logits.size(-1), float(temperature),
+                                 o.greedy ? nullptr : u.data_ptr<double>(), token.data_ptr<int64_t>(), chosen.data_ptr<float>(),
+                                 invalid.data_ptr<int>(), c10::cuda::getCurrentCUDAStream().stream());
+        if (error) throw Error(ErrorKind::runtime, std::string("CUDA sampling kernel: ") + error);
+        if (filter) chosen = detail::log_probability(scaled, token);  // the kernel's is of the filtered logits
+        return token;
+    }
+#endif
     if (o.greedy) {
         at::Tensor token = logits.argmax(-1);
         chosen = detail::log_probability(logits.to(at::kFloat), token);
@@ -162,6 +187,13 @@ at::Tensor sample_on_device(const at::Tensor& logits, const at::Tensor& u, const
     at::Tensor token = at::searchsorted(cdf, target).squeeze(-1).clamp_max(V - 1);
     chosen = detail::log_probability(scaled, token);
     return token;
+}
+
+// Throws when a sampled row was NaN or all -inf (read where the host synchronises anyway).
+void check_valid(const at::Tensor& invalid, int64_t step) {
+    if (invalid.item<int>() != 0)
+        throw Error(ErrorKind::runtime, "generate: the model's logits are NaN (or all -inf) by decode step " +
+                                            std::to_string(step + 1) + " (a diverged or corrupt checkpoint?)");
 }
 
 // The prompts, prefilled eagerly into `batch`, whose cache has room for every new token (the mask's
@@ -274,6 +306,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     }
     const at::Tensor eos = o.eos_token_ids.empty() ? at::Tensor() : at::tensor(o.eos_token_ids, at::kLong).to(device);
 
+    at::Tensor invalid = at::zeros({1}, on_device.dtype(at::kInt));  // set by the CUDA sampler on a NaN row
     StepRunner runner(model, batch);
     int64_t rows = N;  // the bucket
     for (int64_t t = 0; t < C; ++t) {
@@ -281,7 +314,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
         at::Tensor chosen;
         const at::Tensor token =
             sample_on_device(logits, o.greedy ? at::Tensor() : uniforms.select(0, t).index_select(0, slots),
-                             seen.defined() ? seen.narrow(0, 0, rows) : seen, o, chosen);
+                             seen.defined() ? seen.narrow(0, 0, rows) : seen, o, chosen, invalid);
         const at::Tensor is_eos = eos.defined() ? at::isin(token, eos) : at::zeros_like(live);
         const at::Tensor ended = t + 1 == C ? live : live.logical_and(is_eos);
         results.record(t, slots, live, token, chosen, ended, is_eos);
@@ -298,6 +331,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
 
         if ((t + 1) % kStepsBetweenLooks != 0) continue;
         const at::Tensor keep = done.narrow(0, 0, rows).logical_not().nonzero().squeeze(-1);
+        check_valid(invalid, t);
         const int64_t alive = keep.size(0);
         if (alive == 0) break;
         const int64_t smaller = bucket_for(alive, N);
@@ -316,6 +350,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
         rows = smaller;
     }
 
+    check_valid(invalid, C - 1);
     return results.to_host();
 }
 

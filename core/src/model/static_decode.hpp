@@ -9,9 +9,14 @@
 //   - rows that finish stay in the batch, masked, until the live ones fit a smaller batch-size
 //     bucket (powers of two from 8), when they are moved to the front and the smaller bucket's
 //     graph takes over; the host looks at the batch every few steps, never inside a step;
-//   - sampling on the device from float32 cumulative sums, with the same per-step uniforms as the
-//     eager loop (a seeded CPU generator, drawn for the whole turn up front).
-// On the CPU the same steps run eagerly (no graphs): the tests compare it with the eager loop.
+//   - the step itself is Model::decode_step_logits: on CUDA nine kernels per layer, five of them
+//     fused ones of our own (cuda_decode_kernels.hpp) and four GEMMs (q/k/v and gate/up
+//     concatenated in generation copies);
+//   - sampling on the device, one kernel per step on CUDA (ATen's filters first when set), with the
+//     same per-step uniforms as the eager loop (a seeded CPU generator, drawn for the whole turn up
+//     front).
+// On the CPU the same steps run eagerly, on the ATen operations the kernels replace (no graphs):
+// the tests compare it with the eager loop; the device kit compares the CUDA engine with it.
 #pragma once
 
 #include <cstdint>

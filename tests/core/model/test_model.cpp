@@ -275,6 +275,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
     for (const std::string name : {"llama_gqa", "qwen2_tied"}) {
         auto model = grove::Model::load(kModels + "/" + name);
+        const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
         auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
         const auto base = prompts;
@@ -306,6 +307,11 @@ TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
             ASSERT_TRUE(at::equal(engine.completion_ids, eager.completion_ids)) << where;
             EXPECT_TRUE(at::equal(engine.completion_mask, eager.completion_mask)) << where;
             EXPECT_LT((engine.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
+            // a generation copy's step: q/k/v and gate/up as one GEMM each (concatenated weights)
+            const auto copied = grove::static_generate(*generation_copy, prompts, options);
+            ASSERT_TRUE(at::equal(copied.completion_ids, eager.completion_ids)) << where << " (generation copy)";
+            EXPECT_EQ(copied.lengths, eager.lengths) << where << " (generation copy)";
+            EXPECT_LT((copied.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
         }
     }
 }

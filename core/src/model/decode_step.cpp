@@ -1,0 +1,166 @@
+// Model::decode_step_logits: the static decode step of the graph engine (static_decode.cpp) as nine
+// kernels per layer. Each operation below runs a fused CUDA kernel where the build has them and the
+// tensors suit it, and otherwise the ATen ops it replaces (the CPU, which the tests compare with the
+// eager loop, and any other case).
+#include <ATen/ATen.h>
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+#ifdef GROVE_CUDA_DECODE
+#include <c10/cuda/CUDAStream.h>
+
+#include "model/cuda_decode_kernels.hpp"
+#endif
+
+#include "grove/error.hpp"
+#include "grove/model.hpp"
+#include "model/layer.hpp"
+
+namespace grove {
+namespace {
+
+#ifdef GROVE_CUDA_DECODE
+// The kernels' dtype when every tensor is on CUDA with one dtype they take and unit inner stride.
+std::optional<cuda_kernels::DType> kernel_dtype(std::initializer_list<at::Tensor> tensors) {
+    const at::ScalarType type = tensors.begin()->scalar_type();
+    if (type != at::kFloat && type != at::kBFloat16) return std::nullopt;
+    for (const at::Tensor& t : tensors)
+        if (!t.is_cuda() || t.scalar_type() != type || t.stride(-1) != 1) return std::nullopt;
+    return type == at::kFloat ? cuda_kernels::DType::f32 : cuda_kernels::DType::bf16;
+}
+void* current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+void check(const char* error, const char* kernel) {
+    if (error) throw Error(ErrorKind::runtime, std::string("CUDA decode kernel ") + kernel + ": " + error);
+}
+#endif
+
+// h += delta (when defined), then the RMS norm of h.
+at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor& weight, double eps) {
+#ifdef GROVE_CUDA_DECODE
+    const auto type = delta.defined() ? kernel_dtype({h, delta, weight}) : kernel_dtype({h, weight});
+    if (type && h.is_contiguous() && (!delta.defined() || delta.is_contiguous())) {
+        at::Tensor y = at::empty_like(h);
+        const int64_t H = h.size(-1);
+        check(cuda_kernels::add_rms_norm(*type, h.data_ptr(), delta.defined() ? delta.data_ptr() : nullptr, weight.data_ptr(),
+                                         y.data_ptr(), h.numel() / H, H, float(eps), current_stream()),
+              "add_rms_norm");
+        return y;
+    }
+#endif
+    if (delta.defined()) h.add_(delta);
+    return rms_norm(h, weight, eps);
+}
+
+// The rotary embedding of q [B, heads * D] (returned as [B, heads, D]) and of k, written with v at
+// the cache's column.
+at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                             const at::Tensor& sin, at::Tensor& keys, at::Tensor& values, const at::Tensor& column) {
+    const int64_t B = q.size(0), kv_heads = keys.size(1), capacity = keys.size(2), D = keys.size(3), heads = q.size(1) / D;
+#ifdef GROVE_CUDA_DECODE
+    const auto type = kernel_dtype({q, k, v, cos, sin, keys, values});
+    if (type && k.stride(0) == v.stride(0) && cos.is_contiguous() && sin.is_contiguous() && keys.is_contiguous() &&
+        values.is_contiguous() && column.is_cuda()) {
+        at::Tensor queries = at::empty({B, heads, D}, q.options());
+        check(cuda_kernels::rotary_into_cache(*type, q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0),
+                                              cos.data_ptr(), sin.data_ptr(), queries.data_ptr(), keys.data_ptr(),
+                                              values.data_ptr(), column.data_ptr<int64_t>(), B, heads, kv_heads, D, capacity,
+                                              current_stream()),
+              "rotary_into_cache");
+        return queries;
+    }
+#endif
+    const at::Tensor row_cos = cos.view({B, 1, D}), row_sin = sin.view({B, 1, D});
+    const at::Tensor q_heads = q.view({B, heads, D}), k_heads = k.view({B, kv_heads, D});
+    keys.index_copy_(2, column, (k_heads * row_cos + rotate_half(k_heads) * row_sin).unsqueeze(2));
+    values.index_copy_(2, column, v.view({B, kv_heads, 1, D}));
+    return q_heads * row_cos + rotate_half(q_heads) * row_sin;
+}
+
+// One query per head, queries [B, heads, D], on the visible columns of the cache: [B, heads * D].
+at::Tensor decode_attention(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                            const at::Tensor& visible) {
+    const int64_t B = queries.size(0), heads = queries.size(1), kv_heads = keys.size(1), capacity = keys.size(2),
+                  D = keys.size(3);
+#ifdef GROVE_CUDA_DECODE
+    const auto type = kernel_dtype({queries, keys, values});
+    if (type && queries.is_contiguous() && keys.is_contiguous() && values.is_contiguous() && visible.is_cuda() &&
+        visible.is_contiguous() && cuda_kernels::decode_attention_fits(heads, kv_heads, D, capacity)) {
+        at::Tensor out = at::empty({B, heads * D}, queries.options());
+        check(cuda_kernels::decode_attention(*type, queries.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                                             visible.data_ptr<bool>(), out.data_ptr(), B, heads, kv_heads, D, capacity,
+                                             float(1.0 / std::sqrt(double(D))), current_stream()),
+              "decode_attention");
+        return out;
+    }
+#endif
+    // each KV head's group of query heads as that head's queries: the fused SDPA kernels take no
+    // grouped heads under a mask
+    return at::scaled_dot_product_attention(queries.reshape({B, kv_heads, heads / kv_heads, D}), keys, values,
+                                            visible.view({B, 1, 1, capacity}))
+        .reshape({B, heads * D});
+}
+
+at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
+#ifdef GROVE_CUDA_DECODE
+    const auto type = kernel_dtype({gate, up});
+    if (type && gate.stride(0) == up.stride(0)) {
+        const int64_t rows = gate.size(0), I = gate.size(1);
+        at::Tensor out = at::empty({rows, I}, gate.options());
+        check(cuda_kernels::silu_mul(*type, gate.data_ptr(), up.data_ptr(), gate.stride(0), out.data_ptr(), rows, I,
+                                     current_stream()),
+              "silu_mul");
+        return out;
+    }
+#endif
+    return at::silu(gate) * up;
+}
+
+// [B, H] through the linears' concatenated weight (one GEMM) when the layer has it, else each.
+std::vector<at::Tensor> project(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                std::initializer_list<const Linear*> linears) {
+    std::vector<at::Tensor> out;
+    if (!weight.defined()) {
+        for (const Linear* l : linears) out.push_back((*l)(x));
+        return out;
+    }
+    const at::Tensor all = at::linear(x, weight, bias);
+    int64_t column = 0;
+    for (const Linear* l : linears) {
+        out.push_back(all.narrow(1, column, l->weight.size(0)));
+        column += l->weight.size(0);
+    }
+    return out;
+}
+
+}  // namespace
+
+at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& position, const at::Tensor& visible,
+                                     KVCache& cache) const {
+    const ModelConfig& c = config_;
+    const int64_t B = token.size(0), D = c.head_dim;
+    if (token.numel() != B || position.numel() != B || visible.scalar_type() != at::kBool || visible.dim() != 2 ||
+        visible.size(0) != B || visible.size(1) != cache.capacity || !cache.column.defined())
+        throw Error(ErrorKind::runtime,
+                    "decode_step_logits: one token and position per row, a [rows, capacity] bool mask "
+                    "and the cache's column");
+    const auto [cos, sin] = rotary_tables(position.view({B, 1}));
+    const at::Tensor row_cos = cos.view({B, D}), row_sin = sin.view({B, D});
+    at::Tensor h = at::embedding(embed_tokens_, token.view({B}));  // [B, H]
+    at::Tensor delta;                                              // what the last block adds to h: the next norm adds it
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const Layer& layer = *layers_[l];
+        at::Tensor x = add_rms_norm(h, delta, layer.input_norm, c.rms_norm_eps);
+        const auto qkv = project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
+        const at::Tensor queries =
+            rotary_into_cache(qkv[0], qkv[1], qkv[2], row_cos, row_sin, cache.keys[l], cache.values[l], cache.column);
+        delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], visible));
+        x = add_rms_norm(h, delta, layer.post_attention_norm, c.rms_norm_eps);
+        const auto gate_up = project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});
+        delta = layer.down(silu_mul(gate_up[0], gate_up[1]));
+    }
+    return logits(add_rms_norm(h, delta, norm_, c.rms_norm_eps));
+}
+
+}  // namespace grove

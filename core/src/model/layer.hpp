@@ -1,0 +1,29 @@
+// A decoder layer's weights, and the pieces of its computation that more than one file runs:
+// model.cpp's forward passes and decode_step.cpp's static decode step. Internal to core/.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "grove/model.hpp"
+
+namespace grove {
+
+struct Model::Layer {
+    at::Tensor input_norm, post_attention_norm;
+    Linear q, k, v, o, gate, up, down;
+    // Generation copies only (Model::generation_copy): q, k and v's weights as one matrix and gate
+    // and up's as another, so that a decode step runs one GEMM for each; the Linears' weights (and
+    // biases) are views of these.
+    at::Tensor qkv_weight, gate_up_weight;
+    std::optional<at::Tensor> qkv_bias, gate_up_bias;
+};
+
+// rotate_half of the rotary embedding: cat(-x[..., half:], x[..., :half])
+at::Tensor rotate_half(const at::Tensor& x);
+
+// The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace grove
