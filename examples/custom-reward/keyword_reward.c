@@ -103,7 +103,8 @@ static const grove_plugin_descriptor descriptor = {sizeof(grove_plugin_descripto
                                                    &reward_api,
                                                    NULL,
                                                    NULL,
-                                                   NULL}; /* reduction, adapter, environment (ABI 1.2) */
+                                                   NULL,
+                                                   NULL}; /* reduction, adapter, environment (ABI 1.2), objective (1.5) */
 
 static const grove_plugin_descriptor* const all_plugins[] = {&descriptor};
 static const grove_plugin_list plugin_list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all_plugins};

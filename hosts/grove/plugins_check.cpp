@@ -202,6 +202,7 @@ int check(const std::vector<std::string>& args) {
         instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
     instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
+    instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
     const grove::RunConfig config = grove::RunConfig::from(manifest);  // the rules across keys
     std::unique_ptr<grove::Environment> environment;
     if (config.environment.use)

@@ -56,7 +56,8 @@ PIN(grove_plugin_descriptor, reward, 88);
 PIN(grove_plugin_descriptor, reduction, 96);
 PIN(grove_plugin_descriptor, adapter, 104);
 PIN(grove_plugin_descriptor, environment, 112); /* ABI 1.2, appended */
-PIN_SIZE(grove_plugin_descriptor, 120);
+PIN(grove_plugin_descriptor, objective, 120);   /* ABI 1.5, appended */
+PIN_SIZE(grove_plugin_descriptor, 128);
 
 PIN(grove_plugin_list, struct_size, 0);
 PIN(grove_plugin_list, abi_major, 4);
@@ -205,3 +206,34 @@ PIN(grove_environment_api, stop_strings, 8);
 PIN(grove_environment_api, step, 16);
 PIN(grove_environment_api, score_episodes, 24); /* ABI 1.3, appended */
 PIN_SIZE(grove_environment_api, 32);
+
+/* ABI 1.5: objectives */
+PIN(grove_objective_batch, struct_size, 0);
+PIN(grove_objective_batch, rows, 4);
+PIN(grove_objective_batch, columns, 8);
+PIN(grove_objective_batch, logp, 16);
+PIN(grove_objective_batch, old_logp, 24);
+PIN(grove_objective_batch, ref_logp, 32);
+PIN(grove_objective_batch, mask, 40);
+PIN(grove_objective_batch, weights, 48);
+PIN(grove_objective_batch, advantages, 56);
+PIN(grove_objective_batch, beta, 64);
+PIN(grove_objective_batch, epsilon, 72);
+PIN(grove_objective_batch, epsilon_high, 80);
+PIN(grove_objective_batch, delta, 88);
+PIN(grove_objective_batch, importance_level, 96);
+PIN(grove_objective_batch, use_bias_correction_kl, 100);
+PIN_SIZE(grove_objective_batch, 104);
+
+PIN(grove_objective_output, struct_size, 0);
+PIN(grove_objective_output, loss, 8);
+PIN(grove_objective_output, grad, 16);
+PIN(grove_objective_output, metric_count, 24);
+PIN(grove_objective_output, metric_sums, 32);
+PIN(grove_objective_output, metric_counts, 40);
+PIN_SIZE(grove_objective_output, 48);
+
+PIN(grove_objective_api, struct_size, 0);
+PIN(grove_objective_api, metric_aggregation, 8);
+PIN(grove_objective_api, loss, 16);
+PIN_SIZE(grove_objective_api, 24);

@@ -10,7 +10,7 @@ extern "C" size_t grove_c_sizeof_descriptor(void);
 
 TEST(SdkLayout, CAndCppAgreeOnDescriptorSize) {
     EXPECT_EQ(grove_c_sizeof_descriptor(), sizeof(grove_plugin_descriptor));
-    EXPECT_EQ(sizeof(grove_plugin_descriptor), 120u);  // ABI 1.2 appended `environment`
+    EXPECT_EQ(sizeof(grove_plugin_descriptor), 128u);  // ABI 1.2 appended `environment`, 1.5 `objective`
 }
 
 TEST(SdkLayout, CConfigHelpersFindExactKeysAndFallBack) { EXPECT_DOUBLE_EQ(grove_c_config_probe(), 2.5 + 16 + 7); }

@@ -37,7 +37,7 @@ struct KeySpec {
 
 const std::vector<KeySpec>& manifest_schema();
 
-// One plugin use: a reward, the adapter, the reduction, or the environment.
+// One plugin use: a reward, the adapter, the reduction, the objective, or the environment.
 struct PluginUse {
     std::string plugin;  // name or path (paths already resolved)
     std::string name;    // rewards: the metric name (defaults to the plugin name)
@@ -70,12 +70,13 @@ public:
     const std::vector<PluginUse>& rewards() const { return rewards_; }
     const PluginUse& adapter() const { return adapter_; }
     const PluginUse& reduction() const { return reduction_; }
+    const PluginUse& objective() const { return objective_; }
     const std::optional<PluginUse>& environment() const { return environment_; }  // [environment] plugin, when set
     const std::string& path() const { return path_; }
     const std::string& directory() const { return directory_; }
     int world_size() const { return world_size_; }
 
-    // Schema keys (outside [[rewards]], [adapter], [reduction]) that no accessor has read since the
+    // Schema keys (outside [[rewards]], [adapter], [reduction], [objective]) that no accessor has read since the
     // manifest was loaded: a test builds a RunConfig and expects none, so no key is ignored silently.
     std::vector<std::string> keys_never_read() const;
 
@@ -88,7 +89,7 @@ private:
     std::shared_ptr<toml::table> values_;  // resolved section -> key -> value
     std::shared_ptr<std::set<std::string>> keys_read_ = std::make_shared<std::set<std::string>>();
     std::vector<PluginUse> rewards_;
-    PluginUse adapter_, reduction_;
+    PluginUse adapter_, reduction_, objective_;
     std::optional<PluginUse> environment_;
 };
 

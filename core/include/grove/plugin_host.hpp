@@ -95,6 +95,14 @@ private:
 };
 
 // One live instance; destroyed (and its library released) with this object.
+// What an objective plugin returned for one micro-batch (grove_objective_output), host-owned.
+struct ObjectiveResult {
+    double loss = 0;
+    std::vector<float> grad;                         // [rows * columns]: d loss / d logp
+    std::vector<double> metric_sums, metric_counts;  // per metric of the descriptor, NaN where unset
+    std::vector<uint8_t> metric_aggregation;         // grove_metric_aggregation per metric
+};
+
 class PluginInstance {
 public:
     PluginInstance(PluginInfo plugin, PluginConfig config);  // throws grove::Error(plugin)
@@ -110,6 +118,9 @@ public:
     void score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics) const;
     // Reduction call. weight is resized to rows*columns.
     void weights(const grove_reduction_context& context, std::vector<float>& weight) const;
+    // Objective call: the loss and its gradient; a non-finite gradient is an error naming the plugin
+    // (a non-finite loss is the caller's to report, once every rank knows).
+    ObjectiveResult objective_loss(const grove_objective_batch& batch) const;
 
     // Throws grove::Error(plugin) naming this plugin, the call and the plugin's message when
     // status != GROVE_OK. Exposed for the adapter host.

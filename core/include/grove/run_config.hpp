@@ -94,7 +94,7 @@ struct RunConfig {
     OutputSection output;
     LoggingSection logging;
     std::vector<PluginUse> rewards;
-    PluginUse adapter, reduction;
+    PluginUse adapter, reduction, objective;
     EnvironmentSection environment;
     int world_size = 1;
 

@@ -429,7 +429,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     m.rewards_ = parse_rewards(root, v, source_name, m.directory_);
 
     for (auto [section, use] : {std::pair<const char*, PluginUse*>{"adapter", &m.adapter_},
-                                std::pair<const char*, PluginUse*>{"reduction", &m.reduction_}}) {
+                                std::pair<const char*, PluginUse*>{"reduction", &m.reduction_},
+                                std::pair<const char*, PluginUse*>{"objective", &m.objective_}}) {
         const toml::table& t = *values->get(section)->as_table();
         use->plugin = *t["plugin"].value<std::string>();
         if (looks_like_plugin_path(use->plugin)) use->plugin = resolve_path(m.directory_, use->plugin);
@@ -503,8 +504,9 @@ std::vector<std::string> Manifest::keys_never_read() const {
     std::vector<std::string> unread;
     for (const KeySpec& spec : manifest_schema()) {
         std::string section = spec.section;
-        if (section == "rewards[]" || section == "adapter" || section == "reduction") continue;  // PluginUse
-        if (section == "environment" && spec.key != std::string("max_turns")) continue;          // PluginUse
+        if (section == "rewards[]" || section == "adapter" || section == "reduction" || section == "objective")
+            continue;                                                                    // PluginUse
+        if (section == "environment" && spec.key != std::string("max_turns")) continue;  // PluginUse
         std::string dotted = section.empty() ? spec.key : section + "." + spec.key;
         if (!keys_read_->count(dotted)) unread.push_back(dotted);
     }

@@ -108,6 +108,10 @@ const std::vector<KeySpec>& manifest_schema() {
             "loss_type"),
         key("reduction", "config", T::table, "{}", "the reduction's settings"),
 
+        key("objective", "plugin", T::string, "\"clipped\"",
+            "the policy loss and its gradient: an objective plugin; clipped is GRPO's (GSPO at sequence level)"),
+        key("objective", "config", T::table, "{}", "the objective's own settings"),
+
         key("environment", "plugin", T::string, nullptr,
             "multi-turn episodes: an environment plugin (e.g. calculator) answers the model's turns; unset = "
             "single-turn completions"),

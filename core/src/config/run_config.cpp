@@ -111,6 +111,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.rewards = m.rewards();
     c.adapter = m.adapter();
     c.reduction = m.reduction();
+    c.objective = m.objective();
     c.environment.use = m.environment();
     c.environment.max_turns = m.integer("environment.max_turns");
     if (auto weight = m.optional_number("environment.reward_weight")) {

@@ -61,6 +61,8 @@ const char* plugin_kind_name(uint32_t kind) {
             return "adapter";
         case GROVE_PLUGIN_KIND_ENVIRONMENT:
             return "environment";
+        case GROVE_PLUGIN_KIND_OBJECTIVE:
+            return "objective";
         default:
             return "unknown";
     }
@@ -158,7 +160,12 @@ PluginInfo describe(const std::shared_ptr<PluginLibrary>& library, const grove_p
         GROVE_HAS_FIELD(d, grove_plugin_descriptor, environment) ? d->environment : nullptr;
     if (d->kind == GROVE_PLUGIN_KIND_ENVIRONMENT && environment)
         too_small("environment", environment->struct_size, offsetof(grove_environment_api, step) + sizeof(void*), "step");
+    // ABI 1.5 appended the objective table
+    const grove_objective_api* objective = GROVE_HAS_FIELD(d, grove_plugin_descriptor, objective) ? d->objective : nullptr;
+    if (d->kind == GROVE_PLUGIN_KIND_OBJECTIVE && objective)
+        too_small("objective", objective->struct_size, offsetof(grove_objective_api, loss) + sizeof(void*), "loss");
     bool table_ok = (d->kind == GROVE_PLUGIN_KIND_REWARD && d->reward && d->reward->score) ||
+                    (d->kind == GROVE_PLUGIN_KIND_OBJECTIVE && objective && objective->loss) ||
                     (d->kind == GROVE_PLUGIN_KIND_REDUCTION && d->reduction && d->reduction->weights) ||
                     (d->kind == GROVE_PLUGIN_KIND_ADAPTER && d->adapter && d->adapter->attach && d->adapter->forward) ||
                     (d->kind == GROVE_PLUGIN_KIND_ENVIRONMENT && environment && environment->step);
@@ -569,6 +576,28 @@ void PluginInstance::weights(const grove_reduction_context& context, std::vector
                                " to a masked position (row " + std::to_string(i / context.columns) + ", column " +
                                std::to_string(i % context.columns) + "); masked positions must weigh 0");
     }
+}
+
+ObjectiveResult PluginInstance::objective_loss(const grove_objective_batch& batch) const {
+    if (plugin_.kind != GROVE_PLUGIN_KIND_OBJECTIVE) throw plugin_error("plugin " + plugin_.display() + " is not an objective");
+    const size_t n = size_t(batch.rows) * batch.columns, metrics = plugin_.metric_names.size();
+    const double nan = std::nan("");
+    ObjectiveResult r;
+    r.grad.assign(n, 0.0f);
+    r.metric_sums.assign(metrics, nan);
+    r.metric_counts.assign(metrics, nan);
+    grove_objective_output out{sizeof(grove_objective_output), nan, r.grad.data(), uint32_t(metrics), r.metric_sums.data(),
+                               r.metric_counts.data()};
+    ErrorCapture capture;
+    check(plugin_.descriptor->objective->loss(instance_, &batch, &out, &capture.sink), "loss", capture);
+    r.loss = out.loss;
+    for (size_t i = 0; i < n; ++i)
+        if (!std::isfinite(r.grad[i]))
+            throw plugin_error("plugin " + plugin_.display() + " returned a non-finite gradient at row " +
+                               std::to_string(i / batch.columns) + ", column " + std::to_string(i % batch.columns));
+    const uint8_t* aggregation = plugin_.descriptor->objective->metric_aggregation;
+    for (size_t m = 0; m < metrics; ++m) r.metric_aggregation.push_back(aggregation ? aggregation[m] : GROVE_METRIC_MEAN);
+    return r;
 }
 
 }  // namespace grove

@@ -22,14 +22,12 @@ class ProcessGroup;
 struct ReductionCounts;
 
 // One micro-batch's share of TRL's loss-side metrics on this process: sums and counts, which TRL sums
-// over processes before dividing (its global_masked_mean), and the row extremes behind
-// clip_ratio/low_min and high_max (min / max over every row of every process); entropy's sum comes
-// from the forward, the rest from the loss.
+// over processes before dividing (its global_masked_mean), and extremes (min / max over every row
+// of every process). Entropy comes from the forward, the rest from the objective.
 struct MicroBatchMetrics {
-    LossStatistics loss;  // from policy_loss()
-    double entropy_sum = 0;
+    ObjectiveMetrics objective;  // from policy_loss()
+    double entropy_sum = 0, token_count = 0;
 };
-MicroBatchMetrics micro_batch_metrics(const PolicyLossResult& loss, double entropy_sum);
 
 // TRL appends one value per micro-batch and logs the mean of what was appended since the last log:
 // with a line per optimizer step, the mean over the step's micro-batches (docs/grpo.md#logged-metrics).
@@ -49,9 +47,9 @@ struct MicroStepResult {
 };
 
 // The policy's forward on the micro-batch (under bf16 autocast on `autocast`, when set), the
-// reduction plugin's weights, the loss and its backward.
+// reduction plugin's weights, the objective plugin's loss and its backward.
 MicroStepResult train_micro_batch(Model& policy, const MicroBatch& batch, const PluginInstance& reduction,
-                                  const ReductionCounts& counts, const PolicyLossOptions& loss, double temperature,
-                                  std::optional<at::DeviceType> autocast);
+                                  const ReductionCounts& counts, const PluginInstance& objective, const PolicyLossOptions& loss,
+                                  double temperature, std::optional<at::DeviceType> autocast);
 
 }  // namespace grove

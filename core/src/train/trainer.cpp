@@ -96,7 +96,7 @@ struct Trainer::State {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<PluginHost> host;
     std::unique_ptr<RewardSet> rewards;
-    std::unique_ptr<PluginInstance> adapter, reduction;
+    std::unique_ptr<PluginInstance> adapter, reduction, objective;
     std::unique_ptr<AdapterHost> adapter_host;
     std::unique_ptr<Environment> environment;       // multi-turn episodes, when [environment] names one
     std::optional<at::DeviceType> autocast_device;  // train.mixed_precision resolved
@@ -157,6 +157,7 @@ void Trainer::State::load() {
     rewards = std::make_unique<RewardSet>(*host, c.rewards);
     adapter = std::make_unique<PluginInstance>(create_plugin(*host, c.adapter, GROVE_PLUGIN_KIND_ADAPTER));
     reduction = std::make_unique<PluginInstance>(create_plugin(*host, c.reduction, GROVE_PLUGIN_KIND_REDUCTION));
+    objective = std::make_unique<PluginInstance>(create_plugin(*host, c.objective, GROVE_PLUGIN_KIND_OBJECTIVE));
     if (c.environment.use) {
         if (c.rollouts_path)
             throw Error(ErrorKind::manifest, c.environment.use->origin +
@@ -395,7 +396,7 @@ std::map<std::string, double> Trainer::step() {
         const int64_t index = p.micro_step % S;
         s.adapter_host->set_training(true);
         MicroStepResult r = train_micro_batch(*s.model, s.buffer[size_t(index)], *s.reduction, s.reduction_counts(index),
-                                              loss_options, c.generation.temperature, s.autocast_device);
+                                              *s.objective, loss_options, c.generation.temperature, s.autocast_device);
         if (!std::isfinite(r.loss)) {  // reported after the loop, when every rank knows (they must not part ways)
             if (std::isfinite(bad_loss)) bad_loss = r.loss, bad_micro_step = p.micro_step;
         } else {

@@ -1,11 +1,11 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.4.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.5.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
  * C, C++, Rust or Zig, because everything that crosses the boundary is plain C.
  *
- *   1. What a plugin is, and the three kinds           (reward, reduction, adapter)
+ *   1. What a plugin is, and its kinds    (reward, reduction, adapter, environment, objective)
  *   2. Versions: ABI major/minor and struct_size
  *   3. Errors: status codes and the error sink
  *   4. Configuration: the plugin's TOML table, typed
@@ -13,7 +13,9 @@
  *   6. Reward plugins
  *   7. Reduction plugins
  *   8. Adapter plugins and the host tensor-op table
- *   9. A complete reward plugin in 40 lines          (see also examples/custom-reward/)
+ *   9. Environment plugins (multi-turn episodes)
+ *  10. A complete reward plugin in 40 lines          (see also examples/custom-reward/)
+ *  11. Objective plugins: the policy loss and its gradient
  *
  * Rules that hold everywhere (the host relies on them):
  *   - Exceptions, longjmp and aborts never cross this boundary. Return a status instead. (The C++
@@ -41,7 +43,7 @@ extern "C" {
  * 1. What a plugin is
  * ============================================================================================
  * Grove's core owns generation, grouping, advantages, the policy loss and the optimizer. A plugin
- * customises one of four things:
+ * customises one of five things:
  *
  *   GROVE_PLUGIN_KIND_REWARD     scores a batch of completions: one float per completion
  *                                (NaN = "not applicable", TRL's None). Weights, NaN handling,
@@ -52,6 +54,9 @@ extern "C" {
  *                                (LoRA) built through a host tensor-op table, so it needs no libtorch.
  *   GROVE_PLUGIN_KIND_ENVIRONMENT  (ABI 1.2) answers the model's turns in multi-turn episodes (a
  *                                tool: a calculator, a program); its answers are context, never loss.
+ *   GROVE_PLUGIN_KIND_OBJECTIVE  (ABI 1.5) the policy loss of a micro-batch from the tokens'
+ *                                log-probabilities, and its gradient with respect to them; the host
+ *                                back-propagates it into the model (section 11).
  *
  * One library may hold several plugins. Each has a kind, a unique name, and create/destroy for
  * its instances: the manifest's table for that plugin becomes the `grove_config` of one instance.
@@ -60,7 +65,8 @@ typedef enum grove_plugin_kind {
     GROVE_PLUGIN_KIND_REWARD = 1,
     GROVE_PLUGIN_KIND_REDUCTION = 2,
     GROVE_PLUGIN_KIND_ADAPTER = 3,
-    GROVE_PLUGIN_KIND_ENVIRONMENT = 4 /* ABI 1.2 */
+    GROVE_PLUGIN_KIND_ENVIRONMENT = 4, /* ABI 1.2 */
+    GROVE_PLUGIN_KIND_OBJECTIVE = 5    /* ABI 1.5 */
 } grove_plugin_kind;
 
 /* ============================================================================================
@@ -72,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 4
+#define GROVE_ABI_MINOR 5
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -238,6 +244,7 @@ typedef struct grove_reward_api grove_reward_api;
 typedef struct grove_reduction_api grove_reduction_api;
 typedef struct grove_adapter_api grove_adapter_api;
 typedef struct grove_environment_api grove_environment_api;
+typedef struct grove_objective_api grove_objective_api;
 
 typedef struct grove_plugin_descriptor {
     uint32_t struct_size;
@@ -248,7 +255,7 @@ typedef struct grove_plugin_descriptor {
     uint64_t flags;          /* grove_plugin_flags */
     const grove_config_key* config_keys;
     uint32_t config_key_count;
-    const char* const* metric_names; /* rewards: names of the per-row metrics it reports */
+    const char* const* metric_names; /* rewards: per-row metrics; objectives: the metrics it logs */
     uint32_t metric_count;
 
     /* create one instance from its configuration; *instance may stay NULL if no state is needed */
@@ -260,6 +267,7 @@ typedef struct grove_plugin_descriptor {
     const grove_reduction_api* reduction;
     const grove_adapter_api* adapter;
     const grove_environment_api* environment; /* ABI 1.2; older descriptors end before it */
+    const grove_objective_api* objective;     /* ABI 1.5 */
 } grove_plugin_descriptor;
 
 typedef struct grove_plugin_list {
@@ -580,7 +588,7 @@ struct grove_environment_api {
  *       sizeof(grove_plugin_descriptor), GROVE_PLUGIN_KIND_REWARD, "short_answer", "1.0.0",
  *       "1.0 for a non-empty completion shorter than max_bytes",
  *       GROVE_PLUGIN_THREAD_SAFE | GROVE_PLUGIN_DETERMINISTIC, keys, 1, NULL, 0,
- *       create, destroy, &api, NULL, NULL, NULL};
+ *       create, destroy, &api, NULL, NULL, NULL, NULL};
  *   static const grove_plugin_descriptor* const all[] = {&descriptor};
  *   static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 1, all};
  *
@@ -593,6 +601,84 @@ struct grove_environment_api {
  * pkg-config grove-sdk), name it in a manifest by path (`plugin = "./libshort_answer.so"`) or put
  * it in a directory on GROVE_PLUGIN_PATH and name it "short_answer".
  */
+
+/* ============================================================================================
+ * 11. Objective plugins: the policy loss and its gradient
+ * ============================================================================================
+ * Every policy-gradient objective in use (GRPO's clipped ratio, GSPO, CISPO, SAPO, ...) reaches the
+ * model's weights only through the log-probabilities logp[b,t] of the sampled tokens. So an
+ * objective needs no autograd: given the VALUES of logp (and of the old, reference and sampler
+ * log-probabilities, the advantages and the reduction's weights), it returns the loss and
+ *
+ *     grad[b,t] = d loss / d logp[b,t]        (the total derivative: a sequence-level ratio
+ *                                              couples every token of its row)
+ *
+ * and the host back-propagates  sum_{b,t} stop_gradient(grad[b,t]) * logp[b,t]  through the model.
+ * Why this is exact: the loss depends on the weights theta only through logp, so by the chain rule
+ * d loss/d theta = sum_{b,t} (d loss/d logp[b,t]) (d logp[b,t]/d theta), which is precisely the
+ * gradient of that surrogate with grad held constant. Nothing is approximated; the loss you report
+ * is what the host logs and checks (a NaN or infinite loss or grad stops the run, naming you).
+ *
+ * The host keeps what is not the objective's: the reduction (`weights`, section 7: the loss you
+ * return should be sum_{b,t} weights[b,t] * your per-token loss, so every normalisation works with
+ * every objective), the entropy metric, and the options of the manifest's [training] table, which
+ * arrive in the batch (epsilon, beta, ...). The default objective "clipped" is GRPO's (and, with
+ * importance_sampling_level = sequence, GSPO's); its source, plugins/clipped/, is a worked example.
+ * Positions where mask is 0 carry weight 0; their grad must be 0.
+ *
+ * Metrics: name them in the descriptor's metric_names and say in metric_aggregation how the host
+ * combines a micro-batch's (sum, count) over processes: GROVE_METRIC_MEAN logs
+ * sum over processes of sum / max(sum over processes of count, 1) (TRL's masked mean); MIN and MAX
+ * log the least / greatest `sum` over processes (NaN = none). Each line of metrics.jsonl then holds
+ * the mean over the step's micro-batches. The host pre-fills sums and counts with NaN; a MEAN metric
+ * whose count stays NaN is not logged (e.g. kl when beta = 0).
+ */
+typedef enum grove_importance_level {
+    GROVE_IMPORTANCE_TOKEN = 0,   /* a ratio per token */
+    GROVE_IMPORTANCE_SEQUENCE = 1 /* one ratio per row: the mean log-ratio over its masked tokens (GSPO) */
+} grove_importance_level;
+
+typedef enum grove_metric_aggregation {
+    GROVE_METRIC_MEAN = 0,
+    GROVE_METRIC_MIN = 1,
+    GROVE_METRIC_MAX = 2
+} grove_metric_aggregation;
+
+typedef struct grove_objective_batch {
+    uint32_t struct_size;
+    uint32_t rows;    /* B */
+    uint32_t columns; /* T: completion positions per row (padded) */
+    /* [B*T] row-major, float32 values */
+    const float* logp;       /* the policy's log-probabilities now (the values; the host holds the graph) */
+    const float* old_logp;   /* at generation (off-policy passes), or NULL: then old = logp, ratio 1 */
+    const float* ref_logp;   /* the reference model's, or NULL (beta = 0) */
+    const float* mask;       /* 1 = a token of the loss */
+    const float* weights;    /* the reduction plugin's (section 7) */
+    const float* advantages; /* [B] */
+    /* the manifest's [training] options (TRL's names) */
+    double beta;                     /* KL coefficient */
+    double epsilon, epsilon_high;    /* the clip range [1 - epsilon, 1 + epsilon_high] */
+    double delta;                    /* upper cap of the ratio (two-sided clipping), NaN = none */
+    uint32_t importance_level;       /* grove_importance_level */
+    uint32_t use_bias_correction_kl; /* 1: the KL term is multiplied by the importance ratio */
+} grove_objective_batch;
+
+typedef struct grove_objective_output {
+    uint32_t struct_size;
+    double loss;           /* sum over tokens of weight * your per-token loss */
+    float* grad;           /* [B*T], host-owned, zero-filled: d loss / d logp */
+    uint32_t metric_count; /* = the descriptor's metric_count */
+    double* metric_sums;   /* [metric_count], NaN-filled */
+    double* metric_counts; /* [metric_count], NaN-filled */
+} grove_objective_output;
+
+struct grove_objective_api {
+    uint32_t struct_size;
+    /* [metric_count] grove_metric_aggregation of each metric, or NULL: every one MEAN */
+    const uint8_t* metric_aggregation;
+    grove_status (*loss)(void* instance, const grove_objective_batch* batch, grove_objective_output* out,
+                         grove_error_sink* err);
+};
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -29,9 +29,9 @@ std::map<std::string, at::Tensor> rollouts() {
     return out;
 }
 
-grove::PluginInstance reduction(const std::string& name) {
+grove::PluginInstance plugin(const std::string& name, uint32_t kind) {
     grove::PluginHost host({grove::test::build_plugin_dir()});
-    auto info = host.find(name, GROVE_PLUGIN_KIND_REDUCTION);
+    auto info = host.find(name, kind);
     return grove::PluginInstance(info, grove::PluginConfig::from_toml_text(info, "", "test"));
 }
 }  // namespace
@@ -70,7 +70,7 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         ctx.generation_batch_tokens = ctx.optimizer_window_tokens = mask.sum().item<double>();
         ctx.generation_batch_sequences = double(B);
         std::vector<float> weights;
-        reduction(c["loss_type"]).weights(ctx, weights);
+        plugin(c["loss_type"], GROVE_PLUGIN_KIND_REDUCTION).weights(ctx, weights);
 
         grove::PolicyLossOptions o;
         o.beta = c.value("beta", 0.0);
@@ -83,7 +83,7 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         std::optional<at::Tensor> old, ref;
         if (c.value("off_policy", false)) old = r["old_logps"];
         if (c.value("with_ref", false)) ref = r["ref_logps"];
-        auto result = grove::policy_loss(logp, old, ref, r["advantages"], mask,
+        auto result = grove::policy_loss(plugin("clipped", GROVE_PLUGIN_KIND_OBJECTIVE), logp, old, ref, r["advantages"], mask,
                                          at::from_blob(weights.data(), {B, T}, at::kFloat).clone(), o);
         result.loss.backward();
         double squared = 0;
@@ -91,13 +91,14 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
             if (p.grad().defined()) squared += p.grad().pow(2).sum().item<double>();
         double grad_norm = std::sqrt(squared);
         double trl_loss = c["loss"], trl_norm = c["grad_norm"];
+        EXPECT_NEAR(result.value, trl_loss, 1e-5 * std::abs(trl_loss) + 1e-7) << name;
         EXPECT_NEAR(result.loss.item<double>(), trl_loss, 1e-5 * std::abs(trl_loss) + 1e-7) << name;
         EXPECT_NEAR(grad_norm, trl_norm, 1e-5 * trl_norm + 1e-7) << name;
         EXPECT_GT(grad_norm, 0.0) << name;
         // the values TRL's _compute_loss logs for this micro-batch (one process: min = max = mean)
         const double entropy_sum = (entropy * mask).sum().item<double>();
         grove::StepMetrics one_micro_batch;
-        one_micro_batch.add(grove::micro_batch_metrics(result, entropy_sum));
+        one_micro_batch.add({result.metrics, entropy_sum, mask.sum().item<double>()});
         auto ours = one_micro_batch.finish(nullptr);
         const auto& logged = c["logged"];
         for (const char* key : {"entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean",

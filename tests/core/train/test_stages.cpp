@@ -108,15 +108,20 @@ TEST(Checkpoint, OnlyCheckpointFoldersParse) {
 // TRL logs, per micro-batch, the masked mean pooled over processes, then the mean over micro-batches
 // (not the step's tokens pooled); low_min / high_max are the extremes over rows.
 TEST(StepMetrics, AreTheMeanOfTheMicroBatchesMeans) {
-    grove::PolicyLossResult big, small;
-    big.has_kl = small.has_kl = true;
-    big.token_count = big.clip_count = 30, big.kl_sum = 3, big.clip_low_sum = 3, big.clip_low_row_min = 0.0,
-    big.clip_high_row_max = 0.0;
-    small.token_count = small.clip_count = 2, small.kl_sum = 1, small.clip_high_sum = 1, small.clip_low_row_min = 0.0;
-    small.clip_high_row_max = 1.0;
+    const double nan = std::nan("");
+    // an objective's metrics as the clipped objective reports them: (sum, count) means and row extremes
+    auto metrics_of = [&](double kl_sum, double kl_count, double low, double high, double count, double low_min,
+                          double high_max) {
+        grove::ObjectiveMetrics m;
+        m.names = {"kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/low_min", "clip_ratio/high_max"};
+        m.sums = {kl_sum, low, high, low_min, high_max};
+        m.counts = {kl_count, count, count, nan, nan};
+        m.aggregation = {GROVE_METRIC_MEAN, GROVE_METRIC_MEAN, GROVE_METRIC_MEAN, GROVE_METRIC_MIN, GROVE_METRIC_MAX};
+        return m;
+    };
     grove::StepMetrics metrics;
-    metrics.add(grove::micro_batch_metrics(big, 15.0));
-    metrics.add(grove::micro_batch_metrics(small, 3.0));
+    metrics.add({metrics_of(3, 30, 3, 0, 30, 0.0, 0.0), 15.0, 30});
+    metrics.add({metrics_of(1, 2, 0, 1, 2, 0.0, 1.0), 3.0, 2});
     auto m = metrics.finish(nullptr);
     EXPECT_DOUBLE_EQ(m["kl"], (0.1 + 0.5) / 2);  // pooled would be 4 / 32
     EXPECT_DOUBLE_EQ(m["entropy"], (0.5 + 1.5) / 2);
@@ -124,10 +129,11 @@ TEST(StepMetrics, AreTheMeanOfTheMicroBatchesMeans) {
     EXPECT_DOUBLE_EQ(m["clip_ratio/high_mean"], 0.25);
     EXPECT_DOUBLE_EQ(m["clip_ratio/low_min"], 0.0);
     EXPECT_DOUBLE_EQ(m["clip_ratio/high_max"], 0.5);
-    grove::PolicyLossResult no_kl;
     grove::StepMetrics without;
-    without.add(grove::micro_batch_metrics(no_kl, 0.0));
-    EXPECT_EQ(without.finish(nullptr).count("kl"), 0u) << "beta = 0 logs no kl";
+    without.add({metrics_of(nan, nan, 0, 0, 4, nan, nan), 0.0, 4});
+    const auto logged = without.finish(nullptr);
+    EXPECT_EQ(logged.count("kl"), 0u) << "a mean whose count stays NaN (kl with beta = 0) is not logged";
+    EXPECT_TRUE(std::isnan(logged.at("clip_ratio/low_min"))) << "an extreme no row has is logged as NaN";
 }
 
 // A multi-turn row (one with TRL's env_mask) keeps every turn, EOS ids and all; its environment's

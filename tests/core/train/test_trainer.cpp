@@ -24,6 +24,8 @@
 #include "model/tensor_io.hpp"
 #include "grove/trainer.hpp"
 #include "grove/adapter_checkpoint.hpp"
+#include "grove/plugin_host.hpp"
+#include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
 
@@ -475,12 +477,17 @@ TEST(Trainer, FullyMaskedBatchGivesZeroLossAndZeroGradient) {
     at::Tensor mask = at::zeros({3, 4});
     grove::PolicyLossOptions o;
     o.beta = 0.1;
-    auto r = grove::policy_loss(logp, std::nullopt, logp.detach() + 0.5, at::tensor({1.0f, -1.0f, 0.5f}), mask,
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    auto info = host.find("clipped", GROVE_PLUGIN_KIND_OBJECTIVE);
+    grove::PluginInstance objective(info, grove::PluginConfig::from_toml_text(info, "", "test"));
+    auto r = grove::policy_loss(objective, logp, std::nullopt, logp.detach() + 0.5, at::tensor({1.0f, -1.0f, 0.5f}), mask,
                                 at::zeros({3, 4}), o);
     r.loss.backward();
+    EXPECT_EQ(r.value, 0.0);
     EXPECT_EQ(r.loss.item<double>(), 0.0);
     EXPECT_TRUE(at::equal(logp.grad(), at::zeros_like(logp)));
-    EXPECT_EQ(r.token_count, 0.0);
+    for (size_t k = 0; k < r.metrics.names.size(); ++k)  // counts are 0 (or not reported), never NaN sums over tokens
+        if (r.metrics.names[k] == "kl") EXPECT_EQ(r.metrics.counts[k], 0.0);
 }
 
 // Checkpointed layers recompute their activations in backward, with the random state of the first
