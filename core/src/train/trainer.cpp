@@ -395,8 +395,15 @@ std::map<std::string, double> Trainer::step() {
         auto t1 = Clock::now();
         const int64_t index = p.micro_step % S;
         s.adapter_host->set_training(true);
-        MicroStepResult r = train_micro_batch(*s.model, s.buffer[size_t(index)], *s.reduction, s.reduction_counts(index),
-                                              *s.objective, loss_options, c.generation.temperature, s.autocast_device);
+        MicroStepResult r;
+        try {
+            r = train_micro_batch(*s.model, s.buffer[size_t(index)], *s.reduction, s.reduction_counts(index), *s.objective,
+                                  loss_options, c.generation.temperature, s.autocast_device);
+        } catch (const Error& e) {  // which update failed; the last checkpoint on disk is untouched
+            throw Error(e.kind(), "optimizer step " + std::to_string(p.global_step + 1) + ", micro-batch " +
+                                      std::to_string(a + 1) + " of " + std::to_string(c.train.gradient_accumulation_steps) +
+                                      ": " + e.what());
+        }
         if (!std::isfinite(r.loss)) {  // reported after the loop, when every rank knows (they must not part ways)
             if (std::isfinite(bad_loss)) bad_loss = r.loss, bad_micro_step = p.micro_step;
         } else {

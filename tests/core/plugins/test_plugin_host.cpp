@@ -209,6 +209,25 @@ TEST(PluginHost, AFunctionTableSmallerThanItsRequiredEntriesIsRefused) {
     EXPECT_CONTAINS(message, "score");
 }
 
+// An objective's non-finite gradient never reaches the model: the error names the plugin and where.
+TEST(PluginHost, AnObjectivesNonFiniteGradientIsRefusedByName) {
+    grove::PluginHost host({});
+    auto info = host.find(kFixtures + "/nan_objective/libnan_objective.so", GROVE_PLUGIN_KIND_OBJECTIVE);
+    grove::PluginInstance objective(info, grove::PluginConfig::from_toml_text(info, "", "test"));
+    const std::vector<float> zeros(12, 0.0f), advantages(3, 1.0f);
+    grove_objective_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.rows = 3;
+    batch.columns = 4;
+    batch.logp = batch.mask = batch.weights = zeros.data();
+    batch.advantages = advantages.data();
+    auto message = error_of([&] { objective.objective_loss(batch); });
+    EXPECT_CONTAINS(message, "nan_objective");
+    EXPECT_CONTAINS(message, "non-finite gradient at row 1, column 2");
+    batch.rows = 1;  // no NaN written: the call succeeds and the host's zero-filled gradient comes back
+    EXPECT_EQ(objective.objective_loss(batch).grad, std::vector<float>(4, 0.0f));
+}
+
 TEST(PluginHost, AnUnknownPluginNamesTheManifestLineThatAsksForIt) {
     grove::PluginHost host({GROVE_TEST_PLUGIN_DIR});
     grove::PluginUse use;

@@ -470,6 +470,25 @@ TEST(Trainer, RefusesToOverwriteAnotherRun) {
     }
 }
 
+// An objective plugin's NaN gradient stops training at the step and micro-batch where it appeared,
+// naming the plugin, before anything is updated or written.
+TEST(Trainer, AnObjectivesNanGradientStopsTheRunNamingPluginAndMicroBatch) {
+    const std::string plugin = GROVE_TEST_NAN_OBJECTIVE_PLUGIN;
+    grove::Trainer t(manifest("nan_objective", {"train.max_steps=2", "train.per_device_train_batch_size=4",
+                                                "train.gradient_accumulation_steps=2", "objective.plugin=\"" + plugin + "\""}),
+                     fresh());
+    try {
+        t.step();
+        ADD_FAILURE() << "a NaN gradient was back-propagated";
+    } catch (const grove::Error& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("optimizer step 1, micro-batch 1 of 2"), std::string::npos) << message;
+        EXPECT_NE(message.find("nan_objective"), std::string::npos) << message;
+        EXPECT_NE(message.find("non-finite gradient at row 1, column 2"), std::string::npos) << message;
+    }
+    EXPECT_EQ(t.global_step(), 0) << "the failed step must not count";
+}
+
 TEST(Trainer, FullyMaskedBatchGivesZeroLossAndZeroGradient) {
     // every completion masked (e.g. all truncated with mask_truncated_completions): reduction weights
     // are 0, the loss is 0, the gradient is exactly zero and nothing is NaN
