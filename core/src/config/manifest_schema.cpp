@@ -109,7 +109,7 @@ const std::vector<KeySpec>& manifest_schema() {
         key("reduction", "config", T::table, "{}", "the reduction's settings"),
 
         key("objective", "plugin", T::string, "\"clipped\"",
-            "the policy loss and its gradient: an objective plugin; clipped is GRPO's (GSPO at sequence level)"),
+            "the policy loss and its gradient: clipped (GRPO's; GSPO at sequence level), cispo or sapo (docs/objectives.md)"),
         key("objective", "config", T::table, "{}", "the objective's own settings"),
 
         key("environment", "plugin", T::string, nullptr,

@@ -596,7 +596,8 @@ ObjectiveResult PluginInstance::objective_loss(const grove_objective_batch& batc
             throw plugin_error("plugin " + plugin_.display() + " returned a non-finite gradient at row " +
                                std::to_string(i / batch.columns) + ", column " + std::to_string(i % batch.columns));
     const uint8_t* aggregation = plugin_.descriptor->objective->metric_aggregation;
-    for (size_t m = 0; m < metrics; ++m) r.metric_aggregation.push_back(aggregation ? aggregation[m] : GROVE_METRIC_MEAN);
+    for (size_t m = 0; m < metrics; ++m)
+        r.metric_aggregation.push_back(aggregation ? aggregation[m] : uint8_t(GROVE_METRIC_MEAN));
     return r;
 }
 

@@ -623,7 +623,7 @@ struct grove_environment_api {
  * return should be sum_{b,t} weights[b,t] * your per-token loss, so every normalisation works with
  * every objective), the entropy metric, and the options of the manifest's [training] table, which
  * arrive in the batch (epsilon, beta, ...). The default objective "clipped" is GRPO's (and, with
- * importance_sampling_level = sequence, GSPO's); its source, plugins/clipped/, is a worked example.
+ * importance_sampling_level = sequence, GSPO's); its source, plugins/objectives/, is a worked example.
  * Positions where mask is 0 carry weight 0; their grad must be 0.
  *
  * Metrics: name them in the descriptor's metric_names and say in metric_aggregation how the host

@@ -506,7 +506,9 @@ TEST(Trainer, FullyMaskedBatchGivesZeroLossAndZeroGradient) {
     EXPECT_EQ(r.loss.item<double>(), 0.0);
     EXPECT_TRUE(at::equal(logp.grad(), at::zeros_like(logp)));
     for (size_t k = 0; k < r.metrics.names.size(); ++k)  // counts are 0 (or not reported), never NaN sums over tokens
-        if (r.metrics.names[k] == "kl") EXPECT_EQ(r.metrics.counts[k], 0.0);
+        if (r.metrics.names[k] == "kl") {
+            EXPECT_EQ(r.metrics.counts[k], 0.0);
+        }
 }
 
 // Checkpointed layers recompute their activations in backward, with the random state of the first

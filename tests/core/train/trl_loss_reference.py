@@ -46,10 +46,20 @@ CASES = [
     dict(name="dapo_beta_env_mask", loss_type="dapo", beta=0.1, with_ref=True, off_policy=True, env_mask=True),
     dict(name="grpo_sequence_env_mask", loss_type="grpo", importance_sampling_level="sequence", off_policy=True,
          env_mask=True),
+    # TRL's other loss types are a Grove reduction with an objective plugin: cispo = dapo's normaliser with
+    # the cispo objective (epsilon_high is its cap: 1.1 caps some of these ratios), sapo = grpo's with sapo
+    dict(name="cispo", loss_type="cispo", reduction="dapo", objective="cispo", epsilon_high=1.1, off_policy=True),
+    dict(name="cispo_beta_bias_corrected", loss_type="cispo", reduction="dapo", objective="cispo", epsilon_high=1.1,
+         off_policy=True, beta=0.1, with_ref=True, use_bias_correction_kl=True),
+    dict(name="cispo_sequence", loss_type="cispo", reduction="dapo", objective="cispo", epsilon_high=0.98,
+         importance_sampling_level="sequence", off_policy=True),
+    dict(name="sapo", loss_type="sapo", reduction="grpo", objective="sapo", off_policy=True),
+    dict(name="sapo_beta_sequence", loss_type="sapo", reduction="grpo", objective="sapo", off_policy=True, beta=0.1,
+         with_ref=True, importance_sampling_level="sequence"),
 ]
 # what TRL's _compute_loss appends to its logged metrics for one micro-batch
 LOGGED = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
-          "clip_ratio/region_mean"]
+          "clip_ratio/region_mean", "cispo_clip_ratio"]
 
 
 def main():
