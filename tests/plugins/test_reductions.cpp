@@ -120,19 +120,19 @@ TEST(Reductions, DapoRejectsAnUnknownNormalizerNamingTheKey) {
 
 TEST(Reductions, FullyMaskedBatchGivesZeroWeightsNotNaN) {
     Batch empty{3, 4, std::vector<float>(12, 0.0f), std::vector<float>(12, 1.0f)};
-    for (const char* name : {"grpo", "bnpo", "dr_grpo", "dapo"}) {
+    for (const char* name : {"grpo", "bnpo", "dr_grpo", "dapo", "luspo"}) {
         auto w = weights_of(name, context(empty, 1, 1, 0, 0));
         for (float x : w) EXPECT_EQ(x, 0.0f) << name;
     }
 }
 
-// For grpo, dr_grpo and dapo, accumulating over k equal micro-batches (GA = spg = k) gives the
+// For grpo, dr_grpo, dapo and luspo, accumulating over k equal micro-batches (GA = spg = k) gives the
 // whole-batch loss; for dapo, any split of the window does.
 TEST(Reductions, SplitInvariantReductionsSumToTheWholeBatchLoss) {
     for (unsigned seed : {1u, 2u, 3u}) {
         Batch whole = random_batch(12, 7, seed);
         double tokens = whole.tokens();
-        for (const char* name : {"grpo", "dr_grpo", "dapo"}) {
+        for (const char* name : {"grpo", "dr_grpo", "dapo", "luspo"}) {
             auto r = make(name);
             double expected = weighted_loss(r, whole, context(whole, 1, 1, tokens, tokens));
             for (uint32_t k : {2u, 3u, 4u, 6u, 12u}) {

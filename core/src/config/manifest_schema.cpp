@@ -104,7 +104,7 @@ const std::vector<KeySpec>& manifest_schema() {
         key("adapter", "config", T::table, "{}", "the adapter's settings, e.g. { r = 16, alpha = 32 }"),
 
         trl(key("reduction", "plugin", T::string, "\"dapo\"",
-                "loss normalisation: grpo, bnpo, dr_grpo or dapo (TRL's loss_type)"),
+                "loss normalisation: grpo, bnpo, dr_grpo, dapo or luspo (TRL's loss_type; docs/objectives.md)"),
             "loss_type"),
         key("reduction", "config", T::table, "{}", "the reduction's settings"),
 
