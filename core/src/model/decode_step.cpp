@@ -73,9 +73,9 @@ at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at:
 #endif
     const at::Tensor row_cos = cos.view({B, 1, D}), row_sin = sin.view({B, 1, D});
     const at::Tensor q_heads = q.view({B, heads, D}), k_heads = k.view({B, kv_heads, D});
-    keys.index_copy_(2, column, (k_heads * row_cos + rotate_half(k_heads) * row_sin).unsqueeze(2));
+    keys.index_copy_(2, column, apply_rotary(k_heads, row_cos, row_sin).unsqueeze(2));
     values.index_copy_(2, column, v.view({B, kv_heads, 1, D}));
-    return q_heads * row_cos + rotate_half(q_heads) * row_sin;
+    return apply_rotary(q_heads, row_cos, row_sin);
 }
 
 // One query per head, queries [B, heads, D], on the visible columns of the cache: [B, heads * D].

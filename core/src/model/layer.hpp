@@ -20,8 +20,9 @@ struct Model::Layer {
     std::optional<at::Tensor> qkv_bias, gate_up_bias;
 };
 
-// rotate_half of the rotary embedding: cat(-x[..., half:], x[..., :half])
-at::Tensor rotate_half(const at::Tensor& x);
+// The rotary embedding of x as transformers applies it: x * cos + rotate_half(x) * sin, with
+// rotate_half(x) = cat(-x[..., half:], x[..., :half]); each op rounds in x's dtype.
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);

@@ -510,9 +510,9 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     return m;
 }
 
-at::Tensor rotate_half(const at::Tensor& x) {
-    int64_t half = x.size(-1) / 2;
-    return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const int64_t half = x.size(-1) / 2;
+    return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -572,8 +572,8 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
         v = v.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
         if (!rotary_kernel) {
-            q = q * cos + rotate_half(q) * sin;
-            k = k * cos + rotate_half(k) * sin;
+            q = apply_rotary(q, cos, sin);
+            k = apply_rotary(k, cos, sin);
         }
         attn = attend(q, k, v, attention, cache, index);
     }
