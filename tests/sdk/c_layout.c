@@ -223,7 +223,9 @@ PIN(grove_objective_batch, epsilon_high, 80);
 PIN(grove_objective_batch, delta, 88);
 PIN(grove_objective_batch, importance_level, 96);
 PIN(grove_objective_batch, use_bias_correction_kl, 100);
-PIN_SIZE(grove_objective_batch, 104);
+PIN(grove_objective_batch, policy_mask, 104); /* ABI 1.6, appended */
+PIN(grove_objective_batch, sampling_ratio, 112);
+PIN_SIZE(grove_objective_batch, 120);
 
 PIN(grove_objective_output, struct_size, 0);
 PIN(grove_objective_output, loss, 8);

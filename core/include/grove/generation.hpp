@@ -93,15 +93,16 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
 // log p(target[b,t]) under logits / temperature, from final hidden states [B, T, H], computed
 // `chunk_rows` positions at a time in float32 so the full [B, T, vocab] float32 tensor never exists.
 // Differentiable with respect to hidden and the head weight. With `entropy`, also writes each
-// position's entropy of softmax(logits / temperature), [B, T], without a graph (TRL's `entropy`).
+// position's entropy of softmax(logits / temperature), [B, T] (TRL's `entropy`): a metric without a
+// graph, or with one when `entropy_graph` (the entropy bonus trains it).
 at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
-                          int64_t chunk_rows = 1024, at::Tensor* entropy = nullptr);
+                          int64_t chunk_rows = 1024, at::Tensor* entropy = nullptr, bool entropy_graph = false);
 
 // Log-probs [B, C] of completion tokens given left-padded prompts and right-padded completions:
 // input = cat(prompt, completion), positions from the mask, logits at position t predict token t+1.
 // Only the real tokens are computed (packed rows); masked completion positions hold 0.
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
-                               at::Tensor* entropy = nullptr);
+                               at::Tensor* entropy = nullptr, bool entropy_graph = false);
 
 }  // namespace grove

@@ -15,6 +15,8 @@
 namespace grove {
 
 enum class ImportanceSamplingLevel { token, sequence };
+// TRL's vllm_importance_sampling_mode, plus none (off)
+enum class SamplingCorrection { none, token_truncate, token_mask, sequence_truncate, sequence_mask };
 enum class ScaleRewards { group, batch, none };
 enum class RewardAggregation { sum_then_normalize, normalize_then_sum };
 enum class LrSchedule { linear, cosine, constant };
@@ -45,6 +47,14 @@ struct LossSection {
     ScaleRewards scale_rewards = ScaleRewards::group;
     RewardAggregation aggregation = RewardAggregation::sum_then_normalize;
     bool use_bias_correction_kl = false, mask_truncated_completions = false;
+    // options the host applies to the policy term (docs/objectives.md#options-the-host-applies)
+    double top_entropy_quantile = 1.0;
+    double entropy_coef = 0.0;
+    bool use_adaptive_entropy = false;
+    double entropy_coef_min = 0.0, entropy_coef_max = 1.0, entropy_coef_delta = 0.005, entropy_target = 0.2;
+    std::optional<double> off_policy_mask_threshold;
+    SamplingCorrection sampling_correction = SamplingCorrection::none;
+    std::optional<double> sampling_clip_min, sampling_clip_max;
 };
 
 struct TrainSection {
@@ -104,6 +114,7 @@ struct RunConfig {
 // The manifest's names of the enums (the schema's choices); a name outside them throws
 // std::invalid_argument naming the valid ones.
 ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& name);
+SamplingCorrection sampling_correction_from_name(const std::string& name);
 ScaleRewards scale_rewards_from_name(const std::string& name);
 RewardAggregation reward_aggregation_from_name(const std::string& name);
 LrSchedule lr_schedule_from_name(const std::string& name);

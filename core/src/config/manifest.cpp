@@ -371,6 +371,38 @@ void resolve_batch_sizes(const Manifest& m, toml::table& train, const toml::tabl
     train.insert_or_assign("steps_per_generation", *spg);
 }
 
+// TRL's rules for combining loss options (docs/objectives.md#which-options-combine), as errors
+// that name the keys and the combination that is valid.
+void check_loss_combinations(const Manifest& m, const toml::table& root, Validator& v, const std::string& source_name) {
+    auto at = [&](const std::string& dotted) {
+        const toml::node* n = root.at_path(dotted).node();
+        return n ? v.where(*n, dotted) : source_name;
+    };
+    const std::string level = m.string("loss.importance_sampling_level"),
+                      correction = m.string("loss.importance_sampling_correction");
+    if (m.objective().plugin == "vespo" && level != "token")
+        throw manifest_error(at("loss.importance_sampling_level"),
+                             "objective vespo computes each row's whole importance ratio itself: it needs "
+                             "loss.importance_sampling_level = \"token\" (TRL's rule), not \"" +
+                                 level + "\"");
+    if (m.objective().plugin == "vespo" && correction.rfind("sequence_", 0) == 0)
+        throw manifest_error(at("loss.importance_sampling_correction"),
+                             "objective vespo folds a per-token sampling ratio into its row weight: use "
+                             "loss.importance_sampling_correction = \"token_truncate\" or \"token_mask\", not \"" +
+                                 correction + "\"");
+    if (m.reduction().plugin == "luspo" && level != "sequence")
+        throw manifest_error(at("loss.importance_sampling_level"),
+                             "reduction luspo is the sequence-level objective of the LUSPO paper: set "
+                             "loss.importance_sampling_level = \"sequence\"");
+    if (m.number("loss.entropy_coef_min") > m.number("loss.entropy_coef_max"))
+        throw manifest_error(at("loss.entropy_coef_min"), "loss.entropy_coef_min must be <= loss.entropy_coef_max");
+    const auto clip_min = m.optional_number("loss.importance_sampling_clip_min");
+    if (clip_min && *clip_min >= m.number("loss.importance_sampling_clip_max"))
+        throw manifest_error(at("loss.importance_sampling_clip_min"),
+                             "loss.importance_sampling_clip_min must be below loss.importance_sampling_clip_max (" +
+                                 format_number(m.number("loss.importance_sampling_clip_max")) + ")");
+}
+
 }  // namespace
 
 Manifest Manifest::parse(const std::string& text, const std::string& source_name, const std::vector<std::string>& overrides,
@@ -480,6 +512,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
                              "or rollouts.path to replay rollouts made elsewhere");
 
     resolve_batch_sizes(m, *values->get("train")->as_table(), root, v, source_name, world_size);
+    check_loss_combinations(m, root, v, source_name);
     toml::table& loss = *values->get("loss")->as_table();
     if (!loss.contains("epsilon_high")) loss.insert("epsilon_high", m.number("loss.epsilon"));
     m.keys_read_->clear();  // validation's reads do not count as the run's use of a key

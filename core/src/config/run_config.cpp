@@ -23,6 +23,13 @@ ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& n
     return enum_from<ImportanceSamplingLevel>(
         name, {{"token", ImportanceSamplingLevel::token}, {"sequence", ImportanceSamplingLevel::sequence}});
 }
+SamplingCorrection sampling_correction_from_name(const std::string& name) {
+    return enum_from<SamplingCorrection>(name, {{"none", SamplingCorrection::none},
+                                                {"token_truncate", SamplingCorrection::token_truncate},
+                                                {"token_mask", SamplingCorrection::token_mask},
+                                                {"sequence_truncate", SamplingCorrection::sequence_truncate},
+                                                {"sequence_mask", SamplingCorrection::sequence_mask}});
+}
 ScaleRewards scale_rewards_from_name(const std::string& name) {
     return enum_from<ScaleRewards>(
         name, {{"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}});
@@ -79,6 +86,17 @@ RunConfig RunConfig::from(const Manifest& m) {
     l.aggregation = reward_aggregation_from_name(m.string("loss.aggregation"));
     l.use_bias_correction_kl = m.boolean("loss.use_bias_correction_kl");
     l.mask_truncated_completions = m.boolean("loss.mask_truncated_completions");
+    l.top_entropy_quantile = m.number("loss.top_entropy_quantile");
+    l.entropy_coef = m.number("loss.entropy_coef");
+    l.use_adaptive_entropy = m.boolean("loss.use_adaptive_entropy");
+    l.entropy_coef_min = m.number("loss.entropy_coef_min");
+    l.entropy_coef_max = m.number("loss.entropy_coef_max");
+    l.entropy_coef_delta = m.number("loss.entropy_coef_delta");
+    l.entropy_target = m.number("loss.entropy_target");
+    l.off_policy_mask_threshold = m.optional_number("loss.off_policy_mask_threshold");
+    l.sampling_correction = sampling_correction_from_name(m.string("loss.importance_sampling_correction"));
+    l.sampling_clip_min = m.optional_number("loss.importance_sampling_clip_min");
+    l.sampling_clip_max = m.optional_number("loss.importance_sampling_clip_max");
 
     TrainSection& t = c.train;
     t.per_device_train_batch_size = m.integer("train.per_device_train_batch_size");

@@ -540,15 +540,15 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
 }
 
 at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
-                          int64_t chunk_rows, at::Tensor* entropy) {
+                          int64_t chunk_rows, at::Tensor* entropy, bool entropy_graph) {
     int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
     at::Tensor flat_hidden = hidden.reshape({B * T, H});
     at::Tensor flat_targets = targets.reshape({B * T, 1}).to(hidden.device());
     // On CUDA, a pass that records gradients keeps no logits for the backward (RecomputedLogprobs):
     // memory is what is short there. The CPU keeps autograd's path, where the recomputed product
-    // would cost time and memory is plentiful.
+    // would cost time and memory is plentiful. A trained entropy needs the logits' graph: autograd's path.
     const bool recording = at::GradMode::is_enabled() && (hidden.requires_grad() || model.lm_head_weight().requires_grad());
-    if (recording && hidden.is_cuda() && B * T > 0) {
+    if (recording && hidden.is_cuda() && B * T > 0 && !(entropy && entropy_graph)) {
         if (entropy) {
             at::NoGradGuard no_grad;
             token_logprobs(model, hidden, targets, temperature, chunk_rows, entropy);
@@ -564,7 +564,9 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
         at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
         at::Tensor normalizer = at::logsumexp(logits, -1);
         pieces.push_back(picked - normalizer);
-        if (entropy) {  // H = logsumexp - sum(p * logits); a metric, so no graph
+        if (entropy && entropy_graph) {  // H = logsumexp - sum(p * logits)
+            entropies.push_back(normalizer - (at::softmax(logits, -1) * logits).sum(-1));
+        } else if (entropy) {  // a metric, so no graph
             at::NoGradGuard no_grad;
             at::Tensor p = at::softmax(logits.detach(), -1);
             entropies.push_back(normalizer.detach() - (p * logits.detach()).sum(-1));
@@ -576,7 +578,7 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
 
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
-                               at::Tensor* entropy) {
+                               at::Tensor* entropy, bool entropy_graph) {
     const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), C = completion_ids.size(1), L = P + C;
     const at::Device device = model.device();
     // Only real tokens go through the model, packed row after row (Model::packed_hidden_states).
@@ -597,7 +599,7 @@ at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids,
     at::Tensor targets = completion_ids.cpu().reshape(-1).index_select(0, scored);
     at::Tensor scored_entropy;
     at::Tensor logprobs = token_logprobs(model, hidden.index_select(0, predictor.to(device)).unsqueeze(0), targets.unsqueeze(0),
-                                         temperature, 1024, entropy ? &scored_entropy : nullptr);
+                                         temperature, 1024, entropy ? &scored_entropy : nullptr, entropy_graph);
     at::Tensor scored_on_device = scored.to(device);
     auto spread = [&](const at::Tensor& values) {  // [1, M] -> [B, C], zeros elsewhere
         return at::zeros({B * C}, values.options()).index_copy(0, scored_on_device, values.squeeze(0)).view({B, C});

@@ -580,6 +580,12 @@ void PluginInstance::weights(const grove_reduction_context& context, std::vector
 
 ObjectiveResult PluginInstance::objective_loss(const grove_objective_batch& batch) const {
     if (plugin_.kind != GROVE_PLUGIN_KIND_OBJECTIVE) throw plugin_error("plugin " + plugin_.display() + " is not an objective");
+    if ((batch.policy_mask || batch.sampling_ratio) && plugin_.abi_minor < 6)  // it would ignore them silently
+        throw plugin_error("objective " + plugin_.display() + " was built against SDK ABI 1." +
+                           std::to_string(plugin_.abi_minor) +
+                           ", which predates the policy masks and sampling ratio (ABI 1.6) that loss.top_entropy_quantile, "
+                           "loss.off_policy_mask_threshold and loss.importance_sampling_correction need: rebuild it "
+                           "against this SDK, or unset those options");
     const size_t n = size_t(batch.rows) * batch.columns, metrics = plugin_.metric_names.size();
     const double nan = std::nan("");
     ObjectiveResult r;

@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@ std::vector<std::pair<std::string, at::Tensor>> micro_batch_tensors(const std::v
         out.emplace_back(p + "advantages", mb.advantages);
         if (mb.old_logps) out.emplace_back(p + "old_logps", *mb.old_logps);
         if (mb.ref_logps) out.emplace_back(p + "ref_logps", *mb.ref_logps);
+        if (mb.sampling_logps) out.emplace_back(p + "sampling_logps", *mb.sampling_logps);
+        if (mb.sampling_ratio) out.emplace_back(p + "sampling_ratio", *mb.sampling_ratio);
     }
     return out;
 }
@@ -55,10 +58,12 @@ std::vector<MicroBatch> read_micro_batches(const SafetensorsFile& f) {
         at::Tensor completion_mask = get("completion_mask");
         // checkpoints from before multi-turn rows: the loss counted every completion token
         at::Tensor loss_mask = f.find(p + "loss_mask") ? get("loss_mask") : completion_mask;
-        MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"), completion_mask,
-                      loss_mask,         get("advantages"),  std::nullopt,          std::nullopt};
-        if (f.find(p + "old_logps")) mb.old_logps = get("old_logps");
-        if (f.find(p + "ref_logps")) mb.ref_logps = get("ref_logps");
+        MicroBatch mb{get("prompt_ids"), get("prompt_mask"), get("completion_ids"),
+                      completion_mask,   loss_mask,          get("advantages")};
+        for (auto [name, field] :
+             {std::pair{"old_logps", &mb.old_logps}, std::pair{"ref_logps", &mb.ref_logps},
+              std::pair{"sampling_logps", &mb.sampling_logps}, std::pair{"sampling_ratio", &mb.sampling_ratio}})
+            if (f.find(p + name)) *field = get(name);
         out.push_back(std::move(mb));
     }
     return out;
@@ -72,11 +77,14 @@ json progress_json(const TrainingProgress& p) {
             {"position", p.sampler.position},
             {"replay_position", p.sampler.replay_position},
             {"num_tokens", p.num_tokens},
-            {"generation_tokens", p.generation_tokens}};
+            {"generation_tokens", p.generation_tokens},
+            {"entropy_coef", p.entropy.coef},
+            // JSON has no infinity: null = no entropy measured yet
+            {"last_world_entropy", std::isfinite(p.entropy.last_entropy) ? json(p.entropy.last_entropy) : json(nullptr)}};
 }
 
-TrainingProgress progress_from_json(const json& st) {
-    TrainingProgress p;
+// `p` holds what a checkpoint from before a field was added keeps (the entropy coefficient from the manifest).
+TrainingProgress progress_from_json(const json& st, TrainingProgress p) {
     p.global_step = st.at("global_step");
     p.micro_step = st.at("micro_step");
     p.generation_index = st.at("generation_index");
@@ -85,6 +93,9 @@ TrainingProgress progress_from_json(const json& st) {
     p.sampler.replay_position = st.value("replay_position", size_t(0));
     p.num_tokens = st.at("num_tokens");
     p.generation_tokens = st.value("generation_tokens", 0.0);
+    p.entropy.coef = st.value("entropy_coef", p.entropy.coef);
+    if (st.contains("last_world_entropy") && !st["last_world_entropy"].is_null())
+        p.entropy.last_entropy = st["last_world_entropy"].get<double>();
     return p;
 }
 }  // namespace
@@ -179,11 +190,12 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     if (!in) throw Error(ErrorKind::input, dir + ": not a checkpoint (no trainer_state.json)");
     json st = json::parse(in, nullptr, false);
     TrainingProgress progress;
+    progress.entropy.coef = state.progress.entropy.coef;
     int64_t optimizer_steps = 0;
     int saved_world = 1;
     try {
         if (st.is_discarded() || !st.is_object()) throw Error(ErrorKind::input, state_file.string() + ": not a JSON object");
-        progress = progress_from_json(st);
+        progress = progress_from_json(st, progress);
         optimizer_steps = st.at("optimizer_steps");
         saved_world = st.value("world_size", 1);
     } catch (const json::exception& e) {

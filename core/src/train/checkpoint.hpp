@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "grove/policy_loss.hpp"
 #include "train/micro_batches.hpp"
 #include "train/rollout.hpp"
 
@@ -27,6 +28,7 @@ struct TrainingProgress {
     int64_t global_step = 0, micro_step = 0, generation_index = 0, num_tokens = 0;
     PromptSource::Position sampler;
     double generation_tokens = 0;  // the current generation batch's loss tokens, all ranks
+    EntropyControl entropy;        // the entropy bonus's coefficient (adaptive: it moves)
 };
 
 // What a checkpoint saves and restores, by reference to the trainer's own.

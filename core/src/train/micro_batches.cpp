@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "grove/distributed.hpp"
+#include "grove/error.hpp"
+#include "grove/policy_loss.hpp"
 #include "grove/model.hpp"
 
 namespace grove {
@@ -30,6 +32,11 @@ MicroBatch pad_rollout(const Rollout& rollout, const std::vector<float>& advanta
     if (mask_truncated_completions) b.completion_mask.mul_(c.truncated.logical_not().to(at::kLong).unsqueeze(1));
     b.loss_mask = model_tokens(rollout) * b.completion_mask;
     b.advantages = at::tensor(advantages, at::kFloat);
+    if (!c.sampled_logprobs.defined()) return b;
+    b.sampling_logps = c.sampled_logprobs.to(at::kCPU, at::kFloat, false, true);
+    for (size_t i = 0; i < rollout.rows.size(); ++i)  // unknown, as TRL's NaN: no correction, no KL evidence
+        if (rollout.rows[i].replay && rollout.rows[i].replay->sampling_logprobs.empty())
+            b.sampling_logps->select(0, int64_t(i)).fill_(NAN);
     return b;
 }
 
@@ -40,10 +47,11 @@ std::vector<MicroBatch> split_micro_batches(const MicroBatch& whole, int64_t cou
     std::vector<MicroBatch> out;
     for (int64_t s = 0; s < count; ++s) {
         at::Tensor index = order.narrow(0, s * rows, rows);
-        out.push_back({whole.prompt_ids.index_select(0, index), whole.prompt_mask.index_select(0, index),
-                       whole.completion_ids.index_select(0, index), whole.completion_mask.index_select(0, index),
-                       whole.loss_mask.index_select(0, index), whole.advantages.index_select(0, index), std::nullopt,
-                       std::nullopt});
+        MicroBatch b{whole.prompt_ids.index_select(0, index),     whole.prompt_mask.index_select(0, index),
+                     whole.completion_ids.index_select(0, index), whole.completion_mask.index_select(0, index),
+                     whole.loss_mask.index_select(0, index),      whole.advantages.index_select(0, index)};
+        if (whole.sampling_logps) b.sampling_logps = whole.sampling_logps->index_select(0, index);
+        out.push_back(std::move(b));
     }
     return out;
 }
@@ -65,6 +73,29 @@ void add_old_and_reference_logprobs(std::vector<MicroBatch>& batches, const Logp
             s.policy->set_adapters_enabled(true);
         }
     }
+}
+
+std::map<std::string, double> add_sampling_ratios(std::vector<MicroBatch>& batches, SamplingCorrection mode,
+                                                  std::optional<double> clip_min, std::optional<double> clip_max,
+                                                  ProcessGroup* group) {
+    if (mode == SamplingCorrection::none) return {};
+    std::vector<at::Tensor> ratios, masks;
+    for (MicroBatch& b : batches) {
+        if (!b.old_logps || !b.sampling_logps)
+            throw Error(ErrorKind::runtime, "importance-sampling correction needs the old and the sampler's log-probs");
+        b.sampling_ratio = importance_sampling_ratio(*b.old_logps, *b.sampling_logps, b.loss_mask, mode, clip_min, clip_max);
+        ratios.push_back(*b.sampling_ratio);
+        masks.push_back(b.loss_mask);
+    }
+    SamplingRatioStats s = sampling_ratio_stats(at::cat(ratios), at::cat(masks));
+    if (group) {  // TRL: the least and greatest over ranks, the mean of the ranks' means
+        s.min = -group->max(-s.min);
+        s.max = group->max(s.max);
+        s.mean = group->sum(s.mean) / double(group->world_size());
+    }
+    return {{"sampling/importance_sampling_ratio/min", s.min},
+            {"sampling/importance_sampling_ratio/mean", s.mean},
+            {"sampling/importance_sampling_ratio/max", s.max}};
 }
 
 std::optional<SamplingDifference> sampling_logprob_difference(const Rollout& rollout, const MicroBatch& whole,

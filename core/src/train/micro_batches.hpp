@@ -6,9 +6,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "grove/run_config.hpp"
 #include "train/rollout.hpp"
 
 namespace grove {
@@ -17,11 +20,14 @@ class Model;
 class ProcessGroup;
 
 struct MicroBatch {
-    at::Tensor prompt_ids, prompt_mask;              // [B, P] left-padded
-    at::Tensor completion_ids, completion_mask;      // [B, C] right-padded; the mask: the tokens the model reads
-    at::Tensor loss_mask;                            // [B, C] the completion tokens the loss counts (the model's)
-    at::Tensor advantages;                           // [B]
-    std::optional<at::Tensor> old_logps, ref_logps;  // [B, C] on the CPU, when needed
+    at::Tensor prompt_ids, prompt_mask;          // [B, P] left-padded
+    at::Tensor completion_ids, completion_mask;  // [B, C] right-padded; the mask: the tokens the model reads
+    at::Tensor loss_mask;                        // [B, C] the completion tokens the loss counts (the model's)
+    at::Tensor advantages;                       // [B]
+    std::optional<at::Tensor> old_logps = std::nullopt, ref_logps = std::nullopt;  // [B, C] on the CPU, when needed
+    // the sampler's log-probabilities ([B, C], NaN where a replayed row brought none) and, with
+    // loss.importance_sampling_correction, the correction's ratio ([B, C] or [B, 1])
+    std::optional<at::Tensor> sampling_logps = std::nullopt, sampling_ratio = std::nullopt;
 };
 
 // This rank's whole rollout as one batch. The loss counts the model's tokens (an environment's are
@@ -44,6 +50,12 @@ struct LogprobSources {
     double temperature = 1.0;
 };
 void add_old_and_reference_logprobs(std::vector<MicroBatch>& batches, const LogprobSources& sources);
+
+// With a correction mode, each micro-batch's sampling_ratio from its old and sampling log-probs,
+// and TRL's sampling/importance_sampling_ratio/{min,mean,max} over every rank's.
+std::map<std::string, double> add_sampling_ratios(std::vector<MicroBatch>& batches, SamplingCorrection mode,
+                                                  std::optional<double> clip_min, std::optional<double> clip_max,
+                                                  ProcessGroup* group);
 
 // sampling/sampling_logp_difference/{mean,max}: how far the sampler's log-probabilities (replayed
 // rows that bring them, on every rank) are from the trainer's (docs/grpo.md#sampler-mismatch);

@@ -65,33 +65,41 @@ std::map<std::string, double> StepMetrics::finish(ProcessGroup* group) const {
     return out;
 }
 
-MicroStepResult train_micro_batch(Model& policy, const MicroBatch& b, const PluginInstance& reduction,
-                                  const ReductionCounts& counts, const PluginInstance& objective,
-                                  const PolicyLossOptions& options, double temperature,
-                                  std::optional<at::DeviceType> autocast) {
+MicroStepResult train_micro_batch(Model& policy, const MicroBatch& b, const MicroStepContext& c) {
     at::Tensor entropy, logp;
     {
-        AutocastScope bf16(autocast);  // the forward only; backward follows the recorded dtypes
-        logp = completion_logprobs(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature,
-                                   &entropy);
+        AutocastScope bf16(c.autocast);  // the forward only; backward follows the recorded dtypes
+        logp = completion_logprobs(policy, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, c.temperature,
+                                   &entropy, c.loss.entropy_bonus);
     }
     const at::Tensor mask = b.loss_mask.to(at::kFloat).contiguous();
-    const double entropy_sum = (entropy * mask.to(entropy.device())).sum().item<double>();
+    const double entropy_sum = (entropy.detach() * mask.to(entropy.device())).sum().item<double>();
     std::vector<float> weights;
-    reduction.weights(reduction_context(mask.data_ptr<float>(), uint32_t(mask.size(0)), uint32_t(mask.size(1)), counts),
-                      weights);
+    c.reduction.weights(reduction_context(mask.data_ptr<float>(), uint32_t(mask.size(0)), uint32_t(mask.size(1)), c.counts),
+                        weights);
     const at::Device device = logp.device();
-    at::Tensor w = at::from_blob(weights.data(), {mask.size(0), mask.size(1)}, at::kFloat).clone().to(device);
     auto on_device = [&](const std::optional<at::Tensor>& t) {
         return t ? std::optional<at::Tensor>(t->to(device)) : std::nullopt;
     };
-    PolicyLossResult loss = policy_loss(objective, logp, on_device(b.old_logps), on_device(b.ref_logps),
-                                        b.advantages.to(device), mask.to(device), w, options);
+    PolicyLossInputs in;
+    in.logp = logp;
+    in.entropy = entropy;
+    in.old_logp = on_device(b.old_logps);
+    in.ref_logp = on_device(b.ref_logps);
+    in.sampling_logp = b.sampling_logps;  // read on the host
+    in.sampling_ratio = b.sampling_ratio;
+    in.advantages = b.advantages.to(device);
+    in.mask = mask.to(device);
+    in.weights = at::from_blob(weights.data(), {mask.size(0), mask.size(1)}, at::kFloat).clone().to(device);
+    in.group = c.group;
+    PolicyLossResult loss = policy_loss(c.objective, in, c.loss);
     MicroStepResult out;
     out.loss = loss.value;
     if (!std::isfinite(out.loss)) return out;  // the caller reports it once every rank knows
     loss.loss.backward();
     out.metrics = {std::move(loss.metrics), entropy_sum, mask.sum().item<double>()};
+    out.trained_entropy_sum = loss.trained_entropy_sum;
+    out.trained_token_count = loss.trained_token_count;
     return out;
 }
 

@@ -44,12 +44,20 @@ private:
 struct MicroStepResult {
     double loss = 0;  // the value back-propagated (not back-propagated when not finite)
     MicroBatchMetrics metrics;
+    double trained_entropy_sum = 0, trained_token_count = 0;  // adaptive entropy's measurement (policy_loss)
 };
 
 // The policy's forward on the micro-batch (under bf16 autocast on `autocast`, when set), the
 // reduction plugin's weights, the objective plugin's loss and its backward.
-MicroStepResult train_micro_batch(Model& policy, const MicroBatch& batch, const PluginInstance& reduction,
-                                  const ReductionCounts& counts, const PluginInstance& objective, const PolicyLossOptions& loss,
-                                  double temperature, std::optional<at::DeviceType> autocast);
+struct MicroStepContext {
+    const PluginInstance& reduction;
+    const ReductionCounts& counts;
+    const PluginInstance& objective;
+    const PolicyLossOptions& loss;
+    double temperature = 1.0;
+    std::optional<at::DeviceType> autocast;
+    ProcessGroup* group = nullptr;
+};
+MicroStepResult train_micro_batch(Model& policy, const MicroBatch& batch, const MicroStepContext& context);
 
 }  // namespace grove

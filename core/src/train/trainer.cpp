@@ -123,6 +123,7 @@ struct Trainer::State {
     ReductionCounts reduction_counts(int64_t micro_batch) const;
     void warn_when_the_tool_is_never_called(double call_frequency);
     void export_model(const std::string& folder) const;
+    PolicyLossOptions loss_options() const;
     bool inside_generation_batch() const {
         return progress.micro_step % (config.train.steps_per_generation * config.loss.num_iterations) != 0;
     }
@@ -188,6 +189,7 @@ void Trainer::State::load() {
         options.group->broadcast(shared);
     }
 
+    progress.entropy.coef = c.loss.entropy_coef;  // a resumed run's checkpoint replaces it
     sampling = sampling_options(c);
     set_stop_tokens(sampling, *model, tokenizer->config());
     prompts = load_prompts_or_rollouts();
@@ -277,9 +279,15 @@ void Trainer::State::make_generation_batch() {
     }
     const int64_t S = c.train.steps_per_generation;
     buffer = split_micro_batches(whole, S, uint64_t(c.train.seed) * 104729ull + uint64_t(progress.generation_index));
-    LogprobSources sources{model.get(), reference.get(), c.train.gradient_accumulation_steps % (S * c.loss.num_iterations) != 0,
+    // the correction compares the sampler with the trainer at generation: it always needs old log-probs (TRL)
+    const bool correcting = c.loss.sampling_correction != SamplingCorrection::none;
+    LogprobSources sources{model.get(), reference.get(),
+                           correcting || c.train.gradient_accumulation_steps % (S * c.loss.num_iterations) != 0,
                            c.loss.beta != 0.0, c.generation.temperature};
     add_old_and_reference_logprobs(buffer, sources);
+    for (const auto& [k, v] :
+         add_sampling_ratios(buffer, c.loss.sampling_correction, c.loss.sampling_clip_min, c.loss.sampling_clip_max, group))
+        metrics[k] = v;
     memory.close("logprobs", model->device());
     generations_this_step.push_back(std::move(metrics));
     ++progress.generation_index;
@@ -324,6 +332,24 @@ ReductionCounts Trainer::State::reduction_counts(int64_t index) const {
     counts.generation_batch_sequences = double(config.train.generation_batch_size);
     counts.optimizer_window_tokens = window;
     return counts;
+}
+
+// What the objective and the host's loss options need for this step's micro-batches.
+PolicyLossOptions Trainer::State::loss_options() const {
+    const LossSection& l = config.loss;
+    PolicyLossOptions o;
+    o.beta = l.beta;
+    o.epsilon = l.epsilon;
+    o.epsilon_high = l.epsilon_high;
+    o.delta = l.delta;
+    o.importance_sampling_level = l.importance_sampling_level;
+    o.use_bias_correction_kl = l.use_bias_correction_kl;
+    o.top_entropy_quantile = l.top_entropy_quantile;
+    o.off_policy_mask_threshold = l.off_policy_mask_threshold;
+    o.entropy_bonus = l.entropy_coef != 0.0 || l.use_adaptive_entropy;
+    o.entropy_coef = progress.entropy.applied(l);
+    o.gradient_accumulation_steps = config.train.gradient_accumulation_steps;
+    return o;
 }
 
 // The model as users load it: a Hugging Face folder (full) or an adapter folder (PEFT's layout).
@@ -377,14 +403,10 @@ std::map<std::string, double> Trainer::step() {
     s.generate_seconds = s.reward_seconds = 0;
     s.generations_this_step.clear();
     s.memory.start_step();
-    const PolicyLossOptions loss_options{c.loss.beta,
-                                         c.loss.epsilon,
-                                         c.loss.epsilon_high,
-                                         c.loss.delta,
-                                         c.loss.importance_sampling_level,
-                                         c.loss.use_bias_correction_kl};
+    const PolicyLossOptions loss_options = s.loss_options();
     const int64_t S = c.train.steps_per_generation;
-    double train_seconds = 0, loss_sum = 0, bad_loss = 0.0;  // bad_loss: a non-finite micro-batch loss, if any
+    double train_seconds = 0, loss_sum = 0, bad_loss = 0.0;   // bad_loss: a non-finite micro-batch loss, if any
+    double trained_entropy_sum = 0, trained_token_count = 0;  // adaptive entropy's window
     int64_t bad_micro_step = -1;
     StepMetrics step_metrics;
     for (int64_t a = 0; a < c.train.gradient_accumulation_steps; ++a) {
@@ -397,8 +419,10 @@ std::map<std::string, double> Trainer::step() {
         s.adapter_host->set_training(true);
         MicroStepResult r;
         try {
-            r = train_micro_batch(*s.model, s.buffer[size_t(index)], *s.reduction, s.reduction_counts(index), *s.objective,
-                                  loss_options, c.generation.temperature, s.autocast_device);
+            const ReductionCounts counts = s.reduction_counts(index);
+            r = train_micro_batch(
+                *s.model, s.buffer[size_t(index)],
+                {*s.reduction, counts, *s.objective, loss_options, c.generation.temperature, s.autocast_device, group});
         } catch (const Error& e) {  // which update failed; the last checkpoint on disk is untouched
             throw Error(e.kind(), "optimizer step " + std::to_string(p.global_step + 1) + ", micro-batch " +
                                       std::to_string(a + 1) + " of " + std::to_string(c.train.gradient_accumulation_steps) +
@@ -409,6 +433,8 @@ std::map<std::string, double> Trainer::step() {
         } else {
             loss_sum += r.loss;
             step_metrics.add(r.metrics);
+            trained_entropy_sum += r.trained_entropy_sum;
+            trained_token_count += r.trained_token_count;
         }
         ++p.micro_step;
         train_seconds += seconds_since(t1);
@@ -446,12 +472,17 @@ std::map<std::string, double> Trainer::step() {
     s.optimizer->step(lr);
     s.optimizer->zero_grad();
     ++p.global_step;
+    if (c.loss.use_adaptive_entropy) {  // the window's entropy over every rank decides the next step's coefficient
+        if (group) trained_entropy_sum = group->sum(trained_entropy_sum), trained_token_count = group->sum(trained_token_count);
+        p.entropy.finish_step(trained_entropy_sum / std::max(trained_token_count, 1.0), c.loss);
+    }
     train_seconds += seconds_since(t2);
 
     // generation-side metrics only on steps that generated (TRL logs what was appended since the last log)
     std::map<std::string, double> metrics = mean_per_key(s.generations_this_step);
     for (const auto& [k, v] : step_metrics.finish(group)) metrics[k] = v;
     metrics["loss"] = loss_sum;
+    if (loss_options.entropy_bonus) metrics["entropy_coef"] = p.entropy.coef;  // as TRL: after the update
     metrics["grad_norm"] = grad_norm;
     metrics["learning_rate"] = lr;
     metrics["num_tokens"] = double(p.num_tokens);

@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.5.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.6.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 5
+#define GROVE_ABI_MINOR 6
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -621,10 +621,18 @@ struct grove_environment_api {
  *
  * The host keeps what is not the objective's: the reduction (`weights`, section 7: the loss you
  * return should be sum_{b,t} weights[b,t] * your per-token loss, so every normalisation works with
- * every objective), the entropy metric, and the options of the manifest's [training] table, which
+ * every objective), the entropy metric, and the options of the manifest's [loss] table, which
  * arrive in the batch (epsilon, beta, ...). The default objective "clipped" is GRPO's (and, with
  * importance_sampling_level = sequence, GSPO's); its source, plugins/objectives/, is a worked example.
  * Positions where mask is 0 carry weight 0; their grad must be 0.
+ *
+ * Since ABI 1.6 the host's options may also shape the POLICY term (not the KL term): policy_mask
+ * (the highest-entropy tokens, off-policy rows dropped) and sampling_ratio (the correction between
+ * the sampler's and the trainer's log-probabilities). Both are constants, so per token
+ *     loss  = sum w * (policy_mask * sampling_ratio * P + beta * kl)
+ * and the gradient scales the same way. An objective built against 1.5 cannot see them: the host
+ * refuses to run it with those options rather than silently ignore them. vespo in
+ * plugins/objectives/ shows an objective that uses sampling_ratio inside its own weight instead.
  *
  * Metrics: name them in the descriptor's metric_names and say in metric_aggregation how the host
  * combines a micro-batch's (sum, count) over processes: GROVE_METRIC_MEAN logs
@@ -655,12 +663,18 @@ typedef struct grove_objective_batch {
     const float* mask;       /* 1 = a token of the loss */
     const float* weights;    /* the reduction plugin's (section 7) */
     const float* advantages; /* [B] */
-    /* the manifest's [training] options (TRL's names) */
+    /* the manifest's [loss] options (TRL's names) */
     double beta;                     /* KL coefficient */
     double epsilon, epsilon_high;    /* the clip range [1 - epsilon, 1 + epsilon_high] */
     double delta;                    /* upper cap of the ratio (two-sided clipping), NaN = none */
     uint32_t importance_level;       /* grove_importance_level */
     uint32_t use_bias_correction_kl; /* 1: the KL term is multiplied by the importance ratio */
+    /* ABI 1.6: the host's masks and weights on the policy term (the KL term never gets them) */
+    const float* policy_mask;    /* [B*T] 0/1, or NULL (all 1): top_entropy_quantile's and
+                                    off_policy_mask_threshold's masks; multiply your policy term by it */
+    const float* sampling_ratio; /* [B*T], or NULL: the importance-sampling correction pi_old / pi_sampler
+                                    (truncated or masked, per token or per row broadcast over it);
+                                    multiply your policy term by it, or use it inside your own weight */
 } grove_objective_batch;
 
 typedef struct grove_objective_output {

@@ -265,3 +265,32 @@ TEST(Manifest, HugeCountsAreRefusedAtOnce) {
     EXPECT_CONTAINS(groups, "cannot hold whole groups of num_generations = 3");
     EXPECT_CONTAINS(groups, "use num_generations in {2, 4, 8, 16");
 }
+
+// TRL's rules for loss types and options, as errors that name the keys and the valid combination.
+TEST(Manifest, IncompatibleLossOptionsNameTheValidCombination) {
+    auto message =
+        manifest_error(kMinimal + "\n[objective]\nplugin = \"vespo\"\n[loss]\nimportance_sampling_level = \"sequence\"\n");
+    EXPECT_CONTAINS(message, "grove.toml:14:");  // the key's line
+    EXPECT_CONTAINS(message, "objective vespo");
+    EXPECT_CONTAINS(message, "loss.importance_sampling_level = \"token\"");
+    message = manifest_error(kMinimal +
+                             "\n[objective]\nplugin = \"vespo\"\n[loss]\nimportance_sampling_correction = \"sequence_mask\"\n");
+    EXPECT_CONTAINS(message, "\"token_truncate\" or \"token_mask\", not \"sequence_mask\"");
+    message = manifest_error(kMinimal + "\n[reduction]\nplugin = \"luspo\"\n");
+    EXPECT_CONTAINS(message, "reduction luspo");
+    EXPECT_CONTAINS(message, "loss.importance_sampling_level = \"sequence\"");
+    message = manifest_error(kMinimal + "\n[loss]\nimportance_sampling_clip_min = 3.0\n");
+    EXPECT_CONTAINS(message, "loss.importance_sampling_clip_min must be below loss.importance_sampling_clip_max (3)");
+    message = manifest_error(kMinimal + "\n[loss]\nentropy_coef_min = 0.5\nentropy_coef_max = 0.1\n");
+    EXPECT_CONTAINS(message, "loss.entropy_coef_min must be <= loss.entropy_coef_max");
+    // the valid forms parse
+    auto ok = grove::RunConfig::from(grove::Manifest::parse(
+        kMinimal + "\n[objective]\nplugin = \"vespo\"\n[loss]\nimportance_sampling_correction = \"token_mask\"\n",
+        "grove.toml"));
+    EXPECT_EQ(ok.loss.sampling_correction, grove::SamplingCorrection::token_mask);
+    EXPECT_EQ(ok.loss.sampling_clip_max, 3.0);  // TRL's default
+    EXPECT_FALSE(ok.loss.sampling_clip_min);
+    ok = grove::RunConfig::from(grove::Manifest::parse(
+        kMinimal + "\n[reduction]\nplugin = \"luspo\"\n[loss]\nimportance_sampling_level = \"sequence\"\n", "grove.toml"));
+    EXPECT_EQ(ok.reduction.plugin, "luspo");
+}

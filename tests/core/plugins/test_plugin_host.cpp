@@ -228,6 +228,32 @@ TEST(PluginHost, AnObjectivesNonFiniteGradientIsRefusedByName) {
     EXPECT_EQ(objective.objective_loss(batch).grad, std::vector<float>(4, 0.0f));
 }
 
+// A 1.5 objective would ignore the 1.6 policy mask and sampling ratio: the host refuses it with them,
+// naming the plugin, its ABI and the options, and runs it without them.
+TEST(PluginHost, AnObjectiveOlderThanThePolicyMasksIsRefusedWhenTheyAreOn) {
+    grove::PluginHost host({});
+    auto info = host.find(kFixtures + "/objective_1_5/libobjective_1_5.so", GROVE_PLUGIN_KIND_OBJECTIVE);
+    grove::PluginInstance objective(info, grove::PluginConfig::from_toml_text(info, "", "test"));
+    const std::vector<float> zeros(4, 0.0f), ones(4, 1.0f), advantages(1, 1.0f);
+    grove_objective_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.rows = 1;
+    batch.columns = 4;
+    batch.logp = batch.weights = zeros.data();
+    batch.mask = ones.data();
+    batch.advantages = advantages.data();
+    EXPECT_EQ(objective.objective_loss(batch).loss, 0.0);
+    for (const float** field : {&batch.policy_mask, &batch.sampling_ratio}) {
+        *field = ones.data();
+        auto message = error_of([&] { objective.objective_loss(batch); });
+        EXPECT_CONTAINS(message, "objective_1_5");
+        EXPECT_CONTAINS(message, "ABI 1.5");
+        EXPECT_CONTAINS(message, "loss.importance_sampling_correction");
+        EXPECT_CONTAINS(message, "rebuild it");
+        *field = nullptr;
+    }
+}
+
 TEST(PluginHost, AnUnknownPluginNamesTheManifestLineThatAsksForIt) {
     grove::PluginHost host({GROVE_TEST_PLUGIN_DIR});
     grove::PluginUse use;

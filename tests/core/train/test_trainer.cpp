@@ -230,6 +230,53 @@ TEST(Trainer, ResumeContinuesExactly) {
     EXPECT_EQ(fs::read_symlink(fs::path(saved).parent_path() / "latest"), fs::path("checkpoint-6")) << "moved on";
 }
 
+// The host's loss options on a real run: the sampler-mismatch correction measures Grove's own
+// sampler against the trainer (equal on the CPU up to float rounding), adaptive entropy raises its
+// coefficient each step below the target, and a resume inside a generation batch (its sampling
+// ratios and the coefficient in the checkpoint) continues exactly.
+TEST(Trainer, TheHostsLossOptionsRunAndResumeExactly) {
+    std::vector<std::string> settings{"train.max_steps=4",
+                                      "train.per_device_train_batch_size=4",
+                                      "train.steps_per_generation=2",
+                                      "loss.importance_sampling_correction=\"token_truncate\"",
+                                      "loss.importance_sampling_clip_min=0.5",
+                                      "loss.top_entropy_quantile=0.5",
+                                      "loss.off_policy_mask_threshold=0.5",
+                                      "loss.entropy_coef=0.01",
+                                      "loss.use_adaptive_entropy=true",
+                                      "loss.entropy_target=100.0"};
+    grove::Trainer straight(manifest("host_options_straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_NEAR(expected[size_t(i)]["entropy_coef"], 0.01 + 0.005 * (i + 1), 1e-12) << "step " << i;
+        EXPECT_GT(expected[size_t(i)]["grad_norm"], 0.0) << "step " << i;
+    }
+    for (int i : {0, 2}) {  // the steps that generated
+        const auto& m = expected[size_t(i)];
+        ASSERT_TRUE(m.count("sampling/importance_sampling_ratio/mean")) << "step " << i;
+        EXPECT_NEAR(m.at("sampling/importance_sampling_ratio/mean"), 1.0, 1e-3) << "step " << i;
+        EXPECT_LE(m.at("sampling/importance_sampling_ratio/min"), m.at("sampling/importance_sampling_ratio/mean"));
+        EXPECT_GE(m.at("sampling/importance_sampling_ratio/max"), m.at("sampling/importance_sampling_ratio/mean"));
+    }
+
+    auto m = manifest("host_options_resumed", settings);
+    {
+        grove::Trainer first(m, fresh());
+        first.step();
+        first.save_checkpoint();  // inside the generation batch: its second micro-batch is saved
+    }
+    grove::TrainerOptions resume;
+    resume.resume = "latest";
+    grove::Trainer second(m, resume);
+    for (int i = 1; i < 4; ++i) {
+        auto got = second.step();
+        for (const char* key : {"loss", "grad_norm", "entropy_coef"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
+}
+
 TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {
     std::string reward = "[[rewards]]\nplugin = \"" + kLowIds + "\"\nconfig = { below = 64 }\n";
     grove::Trainer t(manifest("learn",
@@ -499,8 +546,14 @@ TEST(Trainer, FullyMaskedBatchGivesZeroLossAndZeroGradient) {
     grove::PluginHost host({grove::test::build_plugin_dir()});
     auto info = host.find("clipped", GROVE_PLUGIN_KIND_OBJECTIVE);
     grove::PluginInstance objective(info, grove::PluginConfig::from_toml_text(info, "", "test"));
-    auto r = grove::policy_loss(objective, logp, std::nullopt, logp.detach() + 0.5, at::tensor({1.0f, -1.0f, 0.5f}), mask,
-                                at::zeros({3, 4}), o);
+    grove::PolicyLossInputs in;
+    in.logp = logp;
+    in.entropy = at::ones({3, 4});
+    in.ref_logp = logp.detach() + 0.5;
+    in.advantages = at::tensor({1.0f, -1.0f, 0.5f});
+    in.mask = mask;
+    in.weights = at::zeros({3, 4});
+    auto r = grove::policy_loss(objective, in, o);
     r.loss.backward();
     EXPECT_EQ(r.value, 0.0);
     EXPECT_EQ(r.loss.item<double>(), 0.0);

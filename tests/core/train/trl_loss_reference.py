@@ -6,10 +6,13 @@ Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/rollouts.safetensors (prompt
 masks, advantages, old and reference log-probs) and OUT_DIR/cases.json (one entry per configuration
 with TRL's loss and grad_norm). Everything numeric here is computed by TRL and transformers.
 """
+import inspect
 import json
+import math
 import os
 import sys
 import tempfile
+import textwrap
 import warnings
 
 import torch
@@ -59,10 +62,48 @@ CASES = [
     dict(name="sapo", loss_type="sapo", reduction="grpo", objective="sapo", off_policy=True),
     dict(name="sapo_beta_sequence", loss_type="sapo", reduction="grpo", objective="sapo", off_policy=True, beta=0.1,
          with_ref=True, importance_sampling_level="sequence"),
+    # vespo = dapo's normaliser with the vespo objective
+    dict(name="vespo", loss_type="vespo", reduction="dapo", objective="vespo", off_policy=True),
+    dict(name="vespo_beta", loss_type="vespo", reduction="dapo", objective="vespo", off_policy=True, beta=0.1,
+         with_ref=True),
+    # the sampler-mismatch correction, every mode, bounds that clip or mask some ratios (one sampling log-prob is NaN)
+    dict(name="grpo_token_truncate", loss_type="grpo", off_policy=True, sampling="token_truncate", clip_min=0.8,
+         clip_max=1.25),
+    dict(name="grpo_token_mask", loss_type="grpo", off_policy=True, sampling="token_mask", clip_min=0.8, clip_max=1.25),
+    dict(name="dapo_sequence_truncate", loss_type="dapo", off_policy=True, sampling="sequence_truncate", clip_min=0.75,
+         clip_max=1.0, beta=0.1, with_ref=True),
+    dict(name="grpo_sequence_mask", loss_type="grpo", off_policy=True, sampling="sequence_mask", clip_min=0.75,
+         clip_max=1.0),
+    dict(name="vespo_token_mask", loss_type="vespo", reduction="dapo", objective="vespo", off_policy=True,
+         sampling="token_mask", clip_min=0.8, clip_max=1.25),
+    # the host's masks and the entropy bonus
+    dict(name="grpo_top_entropy", loss_type="grpo", off_policy=True, top_entropy_quantile=0.5),
+    dict(name="grpo_off_policy_mask", loss_type="grpo", off_policy=True, with_sampling=True,
+         off_policy_mask_threshold=0.0),
+    dict(name="dapo_entropy_coef", loss_type="dapo", off_policy=True, entropy_coef=0.05),
+    dict(name="grpo_entropy_coef_top_entropy", loss_type="grpo", off_policy=True, entropy_coef=0.05,
+         top_entropy_quantile=0.3, beta=0.1, with_ref=True),
+    # adaptive: the first call applies no bonus (no entropy measured yet) and raises the coefficient; the
+    # second applies it (entropy_target is above this model's entropy)
+    dict(name="grpo_adaptive_entropy", loss_type="grpo", off_policy=True, entropy_coef=0.02, use_adaptive_entropy=True,
+         entropy_target=100.0, calls=2),
 ]
 # what TRL's _compute_loss appends to its logged metrics for one micro-batch
 LOGGED = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
-          "clip_ratio/region_mean", "cispo_clip_ratio"]
+          "clip_ratio/region_mean", "cispo_clip_ratio", "vespo/phi_seq_mean"]
+
+
+def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, completion_mask):
+    """TRL's own importance-sampling block of _generate_and_score_completions, run as written."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    start = source.index("            if self.use_vllm and self.vllm_importance_sampling_correction:\n"
+                         "                mask = completion_mask")
+    end = source.index("# Compute the per-token log probabilities for the reference model", start)
+    block = textwrap.dedent(source[start:end])
+    scope = dict(self=trainer, torch=torch, math=math, old_per_token_logps=old_per_token_logps,
+                 sampling_per_token_logps=sampling_per_token_logps, completion_mask=completion_mask, tool_mask=None)
+    exec(block, scope)
+    return scope["vllm_importance_sampling_ratio"]
 
 
 def main():
@@ -94,6 +135,8 @@ def main():
     # old and reference log-probs: the model's own, shifted per token, so ratios leave [1-eps, 1+eps]
     noise_old = (torch.rand(B, C, generator=g) - 0.5) * 0.6
     noise_ref = (torch.rand(B, C, generator=g) - 0.5) * 0.8
+    noise_sampling = (torch.rand(B, C, generator=g) - 0.5) * 0.8
+    noise_sampling[0, 1] = float("nan")  # a token the sampler could not score
 
     results = []
     for case in CASES:
@@ -104,7 +147,15 @@ def main():
                           num_iterations=case.get("num_iterations", 1),
                           # TRL's default before 1.10 (later TRL defaults to True)
                           use_bias_correction_kl=case.get("use_bias_correction_kl", False), report_to="none", use_cpu=True, bf16=False,
-                          gradient_checkpointing=False, logging_steps=1)
+                          gradient_checkpointing=False, logging_steps=1,
+                          top_entropy_quantile=case.get("top_entropy_quantile", 1.0),
+                          off_policy_mask_threshold=case.get("off_policy_mask_threshold"),
+                          entropy_coef=case.get("entropy_coef", 0.0),
+                          use_adaptive_entropy=case.get("use_adaptive_entropy", False),
+                          entropy_target=case.get("entropy_target", 0.2),
+                          vllm_importance_sampling_mode=case.get("sampling", "sequence_mask"),
+                          vllm_importance_sampling_clip_min=case.get("clip_min"),
+                          vllm_importance_sampling_clip_max=case.get("clip_max", 3.0))
         trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(folder), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                               args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}))
         trainer.current_gradient_accumulation_steps = 1
@@ -126,15 +177,34 @@ def main():
             inputs["old_per_token_logps"] = logps + noise_old
         if case.get("with_ref"):
             inputs["ref_per_token_logps"] = logps + noise_ref
-        trainer.model.zero_grad()
-        loss = trainer._compute_loss(trainer.model, inputs)
-        loss.backward()
+        if case.get("with_sampling") or case.get("sampling"):
+            inputs["sampling_per_token_logps"] = logps + noise_sampling
+        if case.get("sampling"):  # as TRL with vLLM: the sampler's log-probs against the trainer's old ones
+            trainer.use_vllm = trainer.vllm_importance_sampling_correction = True
+            ratio = trl_sampling_ratio(trainer, inputs["old_per_token_logps"], inputs["sampling_per_token_logps"], case_mask)
+            inputs["importance_sampling_ratio"] = ratio
+            clipped = (ratio == 0).any() if "mask" in case["sampling"] else ((ratio == case["clip_min"]) | (ratio == case["clip_max"])).any()
+            assert clipped, f"{case['name']}: no ratio reaches the clip bounds, the test would not test them"
+        if "off_policy_mask_threshold" in case:
+            kept = GRPOTrainer.get_off_policy_mask(advantages.unsqueeze(1), logps, inputs["sampling_per_token_logps"],
+                                                   case_mask, case["off_policy_mask_threshold"])
+            assert 0 < kept.sum() < B, f"{case['name']}: the off-policy mask keeps {kept.sum()} of {B} rows"
+        for call in range(case.get("calls", 1)):
+            trainer.model.zero_grad()
+            loss = trainer._compute_loss(trainer.model, inputs)
+            loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None]).item()
         logged = {k: trainer._metrics["train"][k][-1] for k in LOGGED if trainer._metrics["train"].get(k)}
-        results.append({**case, "loss": loss.item(), "grad_norm": grad_norm, "logged": logged})
+        extra = {}
+        if case.get("entropy_coef"):  # the coefficient after the (last) call, and the entropy the controller saw
+            extra["entropy_coef_after"] = trainer._metrics["train"]["entropy_coef"][-1]
+        if case.get("sampling"):
+            extra["sampling_ratio"] = inputs["importance_sampling_ratio"].tolist()
+        results.append({**case, "loss": loss.item(), "grad_norm": grad_norm, "logged": logged, **extra})
     save_file({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask, "advantages": advantages, "env_mask": env_mask,
                "old_logps": (logps + noise_old).contiguous(), "ref_logps": (logps + noise_ref).contiguous(),
+               "sampling_logps": (logps + noise_sampling).contiguous(),
                "trl_logps": logps.contiguous()},
               os.path.join(OUT, "rollouts.safetensors"))
     with open(os.path.join(OUT, "cases.json"), "w") as f:
