@@ -37,6 +37,8 @@ struct GenerationSection {
     int64_t num_generations = 8, max_completion_length = 512, top_k = 0;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
     bool cuda_graphs = true;
+    bool dynamic_sampling = false;  // DAPO's filter groups
+    int64_t dynamic_sampling_max_rounds = 10;
 };
 
 struct LossSection {

@@ -394,6 +394,10 @@ void check_loss_combinations(const Manifest& m, const toml::table& root, Validat
         throw manifest_error(at("loss.importance_sampling_level"),
                              "reduction luspo is the sequence-level objective of the LUSPO paper: set "
                              "loss.importance_sampling_level = \"sequence\"");
+    if (m.boolean("generation.dynamic_sampling") && m.world_size() > 1)
+        throw manifest_error(at("generation.dynamic_sampling"),
+                             "generation.dynamic_sampling runs on one process for now (this run has " +
+                                 std::to_string(m.world_size()) + "): unset it or train with one process");
     if (m.number("loss.entropy_coef_min") > m.number("loss.entropy_coef_max"))
         throw manifest_error(at("loss.entropy_coef_min"), "loss.entropy_coef_min must be <= loss.entropy_coef_max");
     const auto clip_min = m.optional_number("loss.importance_sampling_clip_min");

@@ -90,6 +90,13 @@ const std::vector<KeySpec>& manifest_schema() {
         key("generation", "cuda_graphs", T::boolean, "true",
             "on CUDA, generate with the static-shape engine: bf16 generation weights under bf16 autocast, the decode "
             "step replayed as a CUDA graph; false = the eager decode loop (multi-turn episodes always use it)"),
+        key("generation", "dynamic_sampling", T::boolean, "false",
+            "DAPO's filter groups: drop groups whose rewards all agree (zero advantage, no signal) and generate for "
+            "more prompts until the generation batch is full of groups that disagree (one process)"),
+        range(key("generation", "dynamic_sampling_max_rounds", T::integer, "10",
+                  "generation rounds per batch at most, the first included (verl's max_num_gen_batches); still short "
+                  "after them, the newest agreeing groups fill the batch"),
+              1, kMaxCount),
 
         required(key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library")),
         trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),

@@ -74,6 +74,8 @@ RunConfig RunConfig::from(const Manifest& m) {
     g.min_p = m.number("generation.min_p");
     g.repetition_penalty = m.number("generation.repetition_penalty");
     g.cuda_graphs = m.boolean("generation.cuda_graphs");
+    g.dynamic_sampling = m.boolean("generation.dynamic_sampling");
+    g.dynamic_sampling_max_rounds = m.integer("generation.dynamic_sampling_max_rounds");
 
     LossSection& l = c.loss;
     l.beta = m.number("loss.beta");

@@ -104,7 +104,12 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     const size_t K = scores.values.size(), M = scores.metrics.size();
     out.reward_names = scores.names;
     for (size_t k = 0; k < K; ++k) out.rewards.emplace_back(all[k].begin(), all[k].end());
-    for (size_t m = 0; m < M; ++m) out.plugin_metrics[scores.metric_names[m]] = nanmean(all[K + m]);
+    out.weights = weights;
+    out.plugin_metric_names = scores.metric_names;
+    for (size_t m = 0; m < M; ++m) {
+        out.plugin_metrics[scores.metric_names[m]] = nanmean(all[K + m]);
+        out.plugin_metric_rows.push_back(all[K + m]);
+    }
     for (double v : all[K + M]) out.completion_lengths.push_back(int64_t(v));
     for (double v : all[K + M + 1]) out.truncated.push_back(uint8_t(v != 0.0));
     for (double v : all[K + M + 2]) out.prompt_lengths.push_back(int64_t(v));

@@ -27,7 +27,10 @@ struct ScoredBatch {
     std::vector<int64_t> completion_lengths, prompt_lengths;  // [N] tokens (completions include EOS)
     std::vector<uint8_t> truncated;                           // [N] 1 when no EOS within the budget
     AdvantageResult statistics;                               // reward, reward_std, ... (TRL's metrics)
+    std::vector<double> weights;                              // [K] each column's weight in the sum
     std::map<std::string, double> plugin_metrics;             // "rewards/<name>/<metric>": mean over rows
+    std::vector<std::string> plugin_metric_names;             // [M] the same metrics' names
+    std::vector<std::vector<double>> plugin_metric_rows;      // [M][N] their per-row values
     std::vector<std::string> local_completions;               // [local_rows] decoded, special tokens removed
     int64_t first_local_row = 0, local_rows = 0;
 

@@ -28,6 +28,7 @@
 #include "model/autocast.hpp"
 #include "grove/environment_host.hpp"
 #include "train/checkpoint.hpp"
+#include "train/dynamic_sampling.hpp"
 #include "train/episodes.hpp"
 #include "train/micro_batches.hpp"
 #include "train/policy_step.hpp"
@@ -120,6 +121,8 @@ struct Trainer::State {
     void load();
     std::unique_ptr<PromptSource> load_prompts_or_rollouts() const;
     void make_generation_batch();
+    ScoredRollout generate_and_score(int64_t round);
+    AdvantageOptions advantage_options() const;
     ReductionCounts reduction_counts(int64_t micro_batch) const;
     void warn_when_the_tool_is_never_called(double call_frequency);
     void export_model(const std::string& folder) const;
@@ -225,16 +228,15 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
 }
 
 // One generation batch: rollout -> scoring -> logs -> micro-batches with old/reference log-probs.
-void Trainer::State::make_generation_batch() {
+// Stages 1 and 2 for the next prompts: a rollout and its scores. Round r > 0 of dynamic sampling
+// draws new prompts and samples with a stream of its own.
+ScoredRollout Trainer::State::generate_and_score(int64_t round) {
     const RunConfig& c = config;
-    ProcessGroup* group = options.group;
     auto t0 = Clock::now();
-    AutocastScope autocast(autocast_device);  // sampling and old/reference log-probs, as TRL's accelerate wraps forward
-    adapter_host->set_training(false);        // no adapter dropout while sampling or computing old/reference log-probs
     SamplingOptions o = sampling;
     // each rank samples its own slice with its own stream (rank 0 keeps the single-process seed)
-    o.seed =
-        uint64_t(c.train.seed) * 7919ull + uint64_t(progress.generation_index) + uint64_t(options.rank) * 0x9E3779B97F4A7C15ull;
+    o.seed = uint64_t(c.train.seed) * 7919ull + uint64_t(progress.generation_index) +
+             uint64_t(options.rank) * 0x9E3779B97F4A7C15ull + uint64_t(round) * 0xD1B54A32D192ED03ull;
     std::vector<BatchRow> rows =
         shard_rows(prompts->next_batch(c.train.generation_batch_size), options.rank, options.world_size);
     progress.sampler = prompts->position();
@@ -250,17 +252,44 @@ void Trainer::State::make_generation_batch() {
     memory.close("generate", model->device());
 
     auto t1 = Clock::now();
-    AdvantageOptions advantage_options{int(c.generation.num_generations), c.loss.scale_rewards, c.loss.aggregation};
     const PluginUse* environment_reward = c.environment.reward && !replay ? &*c.environment.reward : nullptr;
-    ScoredBatch scored = score_rollout(rollout, *rewards, *tokenizer, advantage_options,
-                                       {progress.global_step, options.rank, options.world_size, group, environment_reward});
+    ScoredBatch scored =
+        score_rollout(rollout, *rewards, *tokenizer, advantage_options(),
+                      {progress.global_step, options.rank, options.world_size, options.group, environment_reward});
+    reward_seconds += seconds_since(t1);
+    return {std::move(rollout), std::move(scored)};
+}
+
+AdvantageOptions Trainer::State::advantage_options() const {
+    return {int(config.generation.num_generations), config.loss.scale_rewards, config.loss.aggregation};
+}
+
+// One generation batch: rollout -> scoring (-> dynamic sampling) -> logs -> micro-batches with
+// old/reference log-probs.
+void Trainer::State::make_generation_batch() {
+    const RunConfig& c = config;
+    ProcessGroup* group = options.group;
+    AutocastScope autocast(autocast_device);  // sampling and old/reference log-probs, as TRL's accelerate wraps forward
+    adapter_host->set_training(false);        // no adapter dropout while sampling or computing old/reference log-probs
+    ScoredRollout batch;
+    std::map<std::string, double> filtering;
+    if (c.generation.dynamic_sampling) {
+        std::tie(batch, filtering) =
+            fill_with_informative_groups([&](int64_t round) { return generate_and_score(round); },
+                                         c.train.generation_batch_size / c.generation.num_generations,
+                                         c.generation.dynamic_sampling_max_rounds, advantage_options(), sampling.pad_token_id);
+    } else {
+        batch = generate_and_score(0);
+    }
+    Rollout& rollout = batch.rollout;
+    ScoredBatch& scored = batch.scored;
     log->write_rollouts(rollout, scored);
     if (scored.statistics.unscorable_rows && options.log && options.rank == 0)
         *options.log << "grove: warning: " << scored.statistics.unscorable_rows
                      << " completions got NaN from every reward; their advantage is 0\n";
-    reward_seconds += seconds_since(t1);
 
     std::map<std::string, double> metrics = scored_batch_metrics(scored);
+    metrics.insert(filtering.begin(), filtering.end());
     if (environment) {
         for (const auto& [k, v] : episode_metrics(rollout, group)) metrics[k] = v;
         warn_when_the_tool_is_never_called(metrics["tools/call_frequency"]);
@@ -270,7 +299,8 @@ void Trainer::State::make_generation_batch() {
     if (c.logging.log_completions)
         log->write_completions(progress.global_step, rollout, scored, c.logging.num_completions_to_print);
 
-    MicroBatch whole = pad_rollout(rollout, scored.local_advantages(), c.loss.mask_truncated_completions, o.pad_token_id);
+    MicroBatch whole =
+        pad_rollout(rollout, scored.local_advantages(), c.loss.mask_truncated_completions, sampling.pad_token_id);
     progress.generation_tokens = whole.loss_mask.sum().item<double>();
     if (group) progress.generation_tokens = group->sum(progress.generation_tokens);  // every rank's (dapo's normaliser)
     if (auto d = sampling_logprob_difference(rollout, whole, *model, c.generation.temperature, group)) {

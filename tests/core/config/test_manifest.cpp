@@ -294,3 +294,15 @@ TEST(Manifest, IncompatibleLossOptionsNameTheValidCombination) {
         kMinimal + "\n[reduction]\nplugin = \"luspo\"\n[loss]\nimportance_sampling_level = \"sequence\"\n", "grove.toml"));
     EXPECT_EQ(ok.reduction.plugin, "luspo");
 }
+
+TEST(Manifest, DynamicSamplingIsOneProcessForNow) {
+    try {
+        grove::Manifest::parse(kMinimal + "\n[generation]\ndynamic_sampling = true\n", "/runs/exp/grove.toml", {}, 2);
+        FAIL() << "accepted dynamic sampling on two processes";
+    } catch (const grove::Error& e) {
+        EXPECT_CONTAINS(std::string(e.what()), "generation.dynamic_sampling runs on one process for now (this run has 2)");
+    }
+    EXPECT_TRUE(
+        grove::RunConfig::from(grove::Manifest::parse(kMinimal + "\n[generation]\ndynamic_sampling = true\n", "grove.toml"))
+            .generation.dynamic_sampling);
+}

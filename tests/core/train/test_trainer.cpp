@@ -277,6 +277,59 @@ TEST(Trainer, TheHostsLossOptionsRunAndResumeExactly) {
     EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
 }
 
+// DAPO's dynamic sampling: with two generations per prompt and a reward half the completions get,
+// many groups agree. Filtering them leaves a batch in which every group disagrees; its first round
+// is the batch a run without filtering trains on; with one round allowed, agreeing groups fill the
+// batch; and a resume continues exactly (the extra prompts drawn are in the sampler's position).
+TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
+    std::vector<std::string> base{"train.max_steps=3", "train.per_device_train_batch_size=8"};
+    auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), base.begin(), base.end());
+        return extra;
+    };
+    grove::Trainer plain(manifest("dynamic_off", base), fresh());
+    const auto plain_first = plain.step();
+    ASSERT_GT(plain_first.at("frac_reward_zero_std"), 0.0) << "no agreeing group: the test proves nothing";
+
+    const auto settings = with({"generation.dynamic_sampling=true"});
+    grove::Trainer filtered(manifest("dynamic_on", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 3; ++i) expected.push_back(filtered.step());
+    EXPECT_EQ(expected[0].at("dynamic_sampling/first_round_frac_reward_zero_std"), plain_first.at("frac_reward_zero_std"));
+    double filtered_groups = 0;
+    for (const auto& m : expected) {
+        EXPECT_EQ(m.at("frac_reward_zero_std"), 0.0) << "every group of the batch disagrees";
+        EXPECT_EQ(m.at("dynamic_sampling/groups_filled_agreeing"), 0.0);
+        EXPECT_GE(m.at("dynamic_sampling/rounds"), 1.0);
+        filtered_groups += m.at("dynamic_sampling/filtered_groups");
+        EXPECT_GT(m.at("grad_norm"), 0.0);
+    }
+    EXPECT_GT(filtered_groups, 0.0);
+
+    grove::Trainer one_round(
+        manifest("dynamic_one_round", with({"generation.dynamic_sampling=true", "generation.dynamic_sampling_max_rounds=1"})),
+        fresh());
+    const auto short_batch = one_round.step();
+    EXPECT_EQ(short_batch.at("dynamic_sampling/groups_filled_agreeing"), short_batch.at("dynamic_sampling/filtered_groups"));
+    EXPECT_EQ(short_batch.at("frac_reward_zero_std"), plain_first.at("frac_reward_zero_std")) << "the same batch, reordered";
+
+    auto m = manifest("dynamic_resumed", settings);
+    {
+        grove::Trainer first(m, fresh());
+        first.step();
+        first.save_checkpoint();
+    }
+    grove::TrainerOptions resume;
+    resume.resume = "latest";
+    grove::Trainer second(m, resume);
+    for (int i = 1; i < 3; ++i) {
+        auto got = second.step();
+        for (const char* key : {"loss", "reward", "grad_norm", "dynamic_sampling/rounds"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(filtered.model())), 0.0);
+}
+
 TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {
     std::string reward = "[[rewards]]\nplugin = \"" + kLowIds + "\"\nconfig = { below = 64 }\n";
     grove::Trainer t(manifest("learn",
