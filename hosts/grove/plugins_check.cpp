@@ -11,6 +11,7 @@
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
+#include "grove/model_config.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/run_config.hpp"
 
@@ -198,8 +199,18 @@ int check(const std::vector<std::string>& args) {
 
     grove::PluginHost host(grove::plugin_search_path(manifest.strings("plugin_dirs")));
     std::vector<grove::PluginInstance> instances;
-    for (const auto& reward : manifest.rewards())
-        instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
+    std::vector<std::string> reward_models;  // checked by their config.json; grove train loads them
+    for (const auto& reward : manifest.rewards()) {
+        if (reward.model.empty()) {
+            instances.push_back(grove::create_plugin(host, reward, GROVE_PLUGIN_KIND_REWARD));
+            continue;
+        }
+        const grove::ModelConfig model = grove::load_model_config(reward.model);
+        if (!model.sequence_classifier)
+            throw grove::Error(grove::ErrorKind::input, reward.origin + ": " + reward.model + " is a " + model.architecture +
+                                                            ", not a reward model (a ...ForSequenceClassification)");
+        reward_models.push_back(reward.name + " " + model.architecture + "  " + reward.model);
+    }
     instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
     instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
@@ -216,6 +227,7 @@ int check(const std::vector<std::string>& args) {
     };
     for (const auto& instance : instances) list(instance.info());
     if (environment) list(environment->instance().info());
+    for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;
 }

@@ -39,7 +39,8 @@ const std::vector<KeySpec>& manifest_schema();
 
 // One plugin use: a reward, the adapter, the reduction, the objective, or the environment.
 struct PluginUse {
-    std::string plugin;  // name or path (paths already resolved)
+    std::string plugin;  // name or path (paths already resolved); empty for a reward model
+    std::string model;   // rewards: a Hugging Face sequence-classification folder (resolved), or empty
     std::string name;    // rewards: the metric name (defaults to the plugin name)
     double weight = 1.0;
     std::string role;  // rewards: "accuracy" | "format_rate" | "none" for `grove eval`; "" = the plugin's own

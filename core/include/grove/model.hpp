@@ -14,47 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "grove/model_config.hpp"
+
 namespace grove {
 
 class AdapterHost;
 class AdaptedLinear;
-
-struct RopeScaling {
-    std::string type;  // "" (none) or "llama3"
-    double factor = 1.0;
-    double low_freq_factor = 1.0;
-    double high_freq_factor = 4.0;
-    int64_t original_max_position_embeddings = 8192;
-};
-
-struct ModelConfig {
-    std::string model_type;    // llama, qwen2, mistral
-    std::string architecture;  // LlamaForCausalLM, ...
-    int64_t vocab_size = 0;
-    int64_t hidden_size = 0;
-    int64_t intermediate_size = 0;
-    int64_t num_hidden_layers = 0;
-    int64_t num_attention_heads = 0;
-    int64_t num_key_value_heads = 0;
-    int64_t head_dim = 0;
-    int64_t max_position_embeddings = 0;
-    double rms_norm_eps = 1e-6;
-    double rope_theta = 10000.0;
-    RopeScaling rope_scaling;
-    bool tie_word_embeddings = false;
-    bool attention_bias = false;  // q/k/v (and o for llama's attention_bias) projections have biases
-    bool o_proj_bias = false;
-    bool mlp_bias = false;
-    std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
-    std::optional<int64_t> bos_token_id;
-    std::optional<int64_t> pad_token_id;
-    std::string config_json;             // the original config.json, written back on save
-    std::string generation_config_json;  // "" when the folder has none
-};
-
-// Reads config.json (+ generation_config.json). Unsupported architectures are refused with the list
-// of supported ones; missing or ill-typed keys name the file and the key.
-ModelConfig load_model_config(const std::string& folder);
 
 // Preallocated keys/values for incremental decoding: [layers][B, kv_heads, capacity, head_dim].
 struct KVCache {
@@ -127,6 +92,8 @@ public:
         return logits(hidden_states(input_ids, attention_mask, position_ids, cache));
     }
     const at::Tensor& lm_head_weight() const;
+    // A sequence classifier's head (score.weight, [num_labels, hidden]); undefined for a causal LM.
+    const at::Tensor& score_weight() const { return score_; }
 
     KVCache make_cache(int64_t batch, int64_t capacity) const;
     // One decode step on static shapes (the graph decode engine, static_decode.hpp): token and
@@ -189,7 +156,8 @@ private:
     at::Tensor embed_tokens_;
     std::vector<std::unique_ptr<Layer>> layers_;
     at::Tensor norm_;
-    std::optional<at::Tensor> lm_head_;  // absent when tied
+    std::optional<at::Tensor> lm_head_;  // absent when tied, or for a sequence classifier
+    at::Tensor score_;                   // a sequence classifier's head
     at::Tensor inv_freq_;                // [head_dim / 2], float32
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;

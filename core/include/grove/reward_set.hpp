@@ -3,6 +3,7 @@
 // and `grove plugins score`. No libtorch.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,10 +28,16 @@ struct RewardScores {
 // _FORMAT_RATE); the manifest's [[rewards]] role overrides it.
 enum class RewardRole { none, accuracy, format_rate };
 
+// A reward the host computes itself rather than a plugin: a reward model (grove/reward_model.hpp,
+// which needs libtorch). It fills scores[i] for every row of the batch.
+using HostReward = std::function<void(const grove_reward_batch& batch, std::vector<float>& scores)>;
+using HostRewardFactory = std::function<HostReward(const PluginUse& use)>;
+
 class RewardSet {
 public:
-    // Finds and configures every use (manifest errors name the use's origin).
-    RewardSet(PluginHost& host, const std::vector<PluginUse>& uses);
+    // Finds and configures every use (manifest errors name the use's origin); uses with a model go to
+    // `models`, and without one such a use is an error.
+    RewardSet(PluginHost& host, const std::vector<PluginUse>& uses, const HostRewardFactory& models = {});
 
     size_t size() const { return instances_.size(); }
     const std::vector<std::string>& names() const { return names_; }
@@ -44,7 +51,8 @@ public:
     std::optional<size_t> find_role(RewardRole role) const;
 
 private:
-    std::vector<PluginInstance> instances_;
+    std::vector<std::optional<PluginInstance>> instances_;  // nullopt: host_rewards_ has it
+    std::vector<HostReward> host_rewards_;
     std::vector<std::string> names_;
     std::vector<double> weights_;
     std::vector<RewardRole> roles_;

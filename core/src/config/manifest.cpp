@@ -303,10 +303,21 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
         toml::table out;
         v.section("rewards[]", node.as_table(), out, prefix, at);
         PluginUse use;
-        use.plugin = *out["plugin"].value<std::string>();
-        if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(directory, use.plugin);
-        use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;
-        if (looks_like_plugin_path(use.name)) use.name = fs::path(use.name).stem().string();
+        if (out.contains("plugin") == out.contains("model"))
+            throw manifest_error(at, "[[rewards]] #" + std::to_string(i + 1) +
+                                         " needs exactly one of plugin = \"NAME\" (a reward plugin) and model = \"DIR\" "
+                                         "(a reward model's folder)");
+        if (out.contains("model")) {  // TRL names a reward model by its folder's last part
+            use.model = resolve_path(directory, *out["model"].value<std::string>());
+            use.name = out.contains("name") ? *out["name"].value<std::string>()
+                                            : fs::path(use.model).lexically_normal().filename().string();
+            if (use.name.empty()) use.name = fs::path(use.model).lexically_normal().parent_path().filename().string();
+        } else {
+            use.plugin = *out["plugin"].value<std::string>();
+            if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(directory, use.plugin);
+            use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;
+            if (looks_like_plugin_path(use.name)) use.name = fs::path(use.name).stem().string();
+        }
         use.weight = *out["weight"].value<double>();
         if (out.contains("role")) use.role = *out["role"].value<std::string>();
         use.config = std::make_shared<toml::table>(*out["config"].as_table());

@@ -98,7 +98,10 @@ const std::vector<KeySpec>& manifest_schema() {
                   "after them, the newest agreeing groups fill the batch"),
               1, kMaxCount),
 
-        required(key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library")),
+        key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library (or set model)"),
+        key("rewards[]", "model", T::string, nullptr,
+            "a reward model instead: a Hugging Face sequence-classification folder (Llama, Qwen2 or Mistral "
+            "ForSequenceClassification), relative to the manifest; its score of prompt + completion is the reward"),
         trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),
         key("rewards[]", "name", T::string, nullptr, "name in metrics (rewards/<name>/mean); defaults to the plugin name"),
         pick(key("rewards[]", "role", T::string, nullptr,

@@ -3,6 +3,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "grove/error.hpp"
+
 namespace grove {
 
 std::vector<float> RewardScores::row_major() const {
@@ -28,13 +30,24 @@ RewardRole declared_role(const PluginInfo& info) {
 }
 }  // namespace
 
-RewardSet::RewardSet(PluginHost& host, const std::vector<PluginUse>& uses) {
+RewardSet::RewardSet(PluginHost& host, const std::vector<PluginUse>& uses, const HostRewardFactory& models) {
     for (const auto& use : uses) {
-        auto info = host.find(use.plugin, GROVE_PLUGIN_KIND_REWARD, use.origin);
-        roles_.push_back(use.role.empty() ? declared_role(info) : reward_role_from_name(use.role));
-        instances_.emplace_back(info, PluginConfig(info, use.config.get(), use.origin + " config"));
         names_.push_back(use.name);
         weights_.push_back(use.weight);
+        if (!use.model.empty()) {
+            if (!models)
+                throw Error(ErrorKind::usage, use.origin +
+                                                  ": a reward model is scored by grove train and grove eval; this "
+                                                  "command scores reward plugins only");
+            roles_.push_back(use.role.empty() ? RewardRole::none : reward_role_from_name(use.role));
+            instances_.emplace_back(std::nullopt);
+            host_rewards_.push_back(models(use));
+            continue;
+        }
+        auto info = host.find(use.plugin, GROVE_PLUGIN_KIND_REWARD, use.origin);
+        roles_.push_back(use.role.empty() ? declared_role(info) : reward_role_from_name(use.role));
+        instances_.emplace_back(PluginInstance(info, PluginConfig(info, use.config.get(), use.origin + " config")));
+        host_rewards_.emplace_back();
     }
 }
 
@@ -44,9 +57,15 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
     const size_t N = batch.count;
     for (size_t k = 0; k < instances_.size(); ++k) {
         std::vector<float> scores(N, std::numeric_limits<float>::quiet_NaN()), metrics;
-        if (k >= skip.size() || !skip[k]) instances_[k].score(batch, scores, metrics);
+        const bool wanted = k >= skip.size() || !skip[k];
+        if (!instances_[k]) {
+            if (wanted) host_rewards_[k](batch, scores);
+            out.values.push_back(std::move(scores));
+            continue;
+        }
+        if (wanted) instances_[k]->score(batch, scores, metrics);
         out.values.push_back(std::move(scores));
-        const auto& metric_names = instances_[k].info().metric_names;
+        const auto& metric_names = instances_[k]->info().metric_names;
         for (size_t m = 0; m < metric_names.size() && !metrics.empty(); ++m) {
             out.metric_names.push_back("rewards/" + names_[k] + "/" + metric_names[m]);
             out.metrics.emplace_back(metrics.begin() + long(m * N), metrics.begin() + long((m + 1) * N));

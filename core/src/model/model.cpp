@@ -117,7 +117,12 @@ json read_json(const fs::path& path) {
 }
 
 const std::map<std::string, std::string> kSupported = {
-    {"LlamaForCausalLM", "llama"}, {"Qwen2ForCausalLM", "qwen2"}, {"MistralForCausalLM", "mistral"}};
+    {"LlamaForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"MistralForCausalLM", "mistral"},
+    {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
+    {"Qwen2ForSequenceClassification", "qwen2"},
+    {"MistralForSequenceClassification", "mistral"}};
 
 std::string supported_list() {
     std::vector<std::string> names;
@@ -165,6 +170,10 @@ ModelConfig load_model_config(const std::string& folder) {
     if (!known_arch || !known_type)
         throw Error(ErrorKind::input, file + ": unsupported model (architectures: \"" + c.architecture + "\", model_type: \"" +
                                           c.model_type + "\"); Grove supports " + supported_list());
+    c.sequence_classifier = c.architecture.find("ForSequenceClassification") != std::string::npos;
+    if (c.sequence_classifier)  // transformers: num_labels is the size of id2label, 2 by default
+        c.num_labels = j.contains("id2label") && j["id2label"].is_object() ? int64_t(j["id2label"].size())
+                                                                           : get_or<int64_t>(j, "num_labels", 2, file);
     c.vocab_size = get<int64_t>(j, "vocab_size", file);
     c.hidden_size = get<int64_t>(j, "hidden_size", file);
     c.intermediate_size = get<int64_t>(j, "intermediate_size", file);
@@ -422,7 +431,10 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         m->layers_.push_back(std::move(layer));
     }
     m->norm_ = place(weights.take("model.norm.weight", {c.hidden_size}));
-    if (!c.tie_word_embeddings) m->lm_head_ = place(weights.take("lm_head.weight", {c.vocab_size, c.hidden_size}));
+    if (c.sequence_classifier)
+        m->score_ = place(weights.take("score.weight", {c.num_labels, c.hidden_size}));
+    else if (!c.tie_word_embeddings)
+        m->lm_head_ = place(weights.take("lm_head.weight", {c.vocab_size, c.hidden_size}));
     at::Tensor inv_freq =
         1.0 / at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / double(c.head_dim));
     if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);

@@ -14,6 +14,7 @@
 #include "grove/plugin_host.hpp"
 #include "grove/tokenizer.hpp"
 #include "grove/adapter_checkpoint.hpp"
+#include "grove/reward_model.hpp"
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 
@@ -44,7 +45,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     auto tokenizer = Tokenizer::load(q.model_dir);
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer->config());
     PluginHost host(plugin_search_path(q.plugin_dirs));
-    const RewardSet rewards(host, q.rewards);
+    const RewardSet rewards(host, q.rewards, reward_model_factory(model->device().str()));
     std::unique_ptr<Environment> environment;
     // the reward columns: the plugins', then the environment's own score of each episode when asked
     std::vector<PluginUse> uses = q.rewards;

@@ -22,6 +22,7 @@
 #include "grove/error.hpp"
 #include "grove/model.hpp"
 #include "grove/optimizer.hpp"
+#include "grove/reward_model.hpp"
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 #include "grove/tokenizer.hpp"
@@ -151,6 +152,10 @@ void Trainer::State::load() {
                                              ") must divide one another, so optimizer steps line up with generation batches");
 
     model = Model::load(c.model.path, c.model.device, c.model.dtype);
+    if (model->config().sequence_classifier)
+        throw Error(ErrorKind::input, c.model.path + " is a " + model->config().architecture +
+                                          " (a reward model), not a policy to train: load it with [[rewards]] model = \"" +
+                                          c.model.path + "\" and give [model] path a causal LM");
     model->set_gradient_checkpointing(c.model.gradient_checkpointing);  // the training forward only
     if (c.train.mixed_precision == MixedPrecision::bf16 ||
         (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
@@ -158,7 +163,7 @@ void Trainer::State::load() {
     tokenizer = Tokenizer::load(c.model.path);
 
     host = std::make_unique<PluginHost>(plugin_search_path(c.plugin_dirs));
-    rewards = std::make_unique<RewardSet>(*host, c.rewards);
+    rewards = std::make_unique<RewardSet>(*host, c.rewards, reward_model_factory(model->device().str()));
     adapter = std::make_unique<PluginInstance>(create_plugin(*host, c.adapter, GROVE_PLUGIN_KIND_ADAPTER));
     reduction = std::make_unique<PluginInstance>(create_plugin(*host, c.reduction, GROVE_PLUGIN_KIND_REDUCTION));
     objective = std::make_unique<PluginInstance>(create_plugin(*host, c.objective, GROVE_PLUGIN_KIND_OBJECTIVE));
@@ -215,7 +220,13 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
                                                             model->config().vocab_size, rewards->names()),
                                               c.generation.num_generations);
     std::vector<BatchRow> rows;
+    const auto reward_model =
+        std::find_if(c.rewards.begin(), c.rewards.end(), [](const PluginUse& u) { return !u.model.empty(); });
     for (const PromptRow& row : load_prompts(*c.data.source, c.data.prompt_column)) {
+        if (reward_model != c.rewards.end() && !row.messages.empty())
+            throw Error(ErrorKind::input, row.origin + ": the prompt is a conversation, and " + reward_model->origin +
+                                              " scores text (TRL's standard form) only for now: give text prompts, or "
+                                              "score with a reward plugin");
         BatchRow r;
         r.prompt_text = prompt_text(row, chat, tokenizer->config());
         r.prompt_ids = tokenizer->encode(r.prompt_text, false);  // as TRL: templates carry their own specials

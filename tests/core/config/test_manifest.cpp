@@ -306,3 +306,16 @@ TEST(Manifest, DynamicSamplingIsOneProcessForNow) {
         grove::RunConfig::from(grove::Manifest::parse(kMinimal + "\n[generation]\ndynamic_sampling = true\n", "grove.toml"))
             .generation.dynamic_sampling);
 }
+
+TEST(Manifest, ARewardIsAPluginOrAModelNotBoth) {
+    auto message = manifest_error(kMinimal + "\n[[rewards]]\nplugin = \"format\"\nmodel = \"rm\"\n");
+    EXPECT_CONTAINS(message, "[[rewards]] #2 needs exactly one of plugin = \"NAME\" (a reward plugin) and model = \"DIR\"");
+    message = manifest_error(kMinimal + "\n[[rewards]]\nweight = 2.0\n");
+    EXPECT_CONTAINS(message, "[[rewards]] #2 needs exactly one of");
+    auto ok =
+        grove::Manifest::parse(kMinimal + "\n[[rewards]]\nmodel = \"models/my-rm/\"\nweight = 0.5\n", "/runs/exp/grove.toml");
+    ASSERT_EQ(ok.rewards().size(), 2u);
+    EXPECT_EQ(ok.rewards()[1].model, "/runs/exp/models/my-rm/");
+    EXPECT_EQ(ok.rewards()[1].name, "my-rm");  // as TRL names a reward model: its folder's last part
+    EXPECT_TRUE(ok.rewards()[1].plugin.empty());
+}

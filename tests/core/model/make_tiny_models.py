@@ -11,7 +11,8 @@ import sys
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig,
+                          MistralConfig, Qwen2Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -81,6 +82,37 @@ def cli_reference(folder, model):
     return out
 
 
+# reward models: one score (num_labels = 1) from the last real token, as TRL's reward_funcs use them
+REWARD_CONFIGS = {
+    "llama_reward": LlamaConfig(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
+                                **COMMON),
+    "qwen2_reward": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
+                                tie_word_embeddings=True, use_sliding_window=False, **COMMON),
+}
+REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),
+               ("What is 2 + 2?", " 5"), ("", "Hello"), ("Hello world", "")]
+
+
+def save_reward_model(name, config):
+    """A tiny sequence classifier with the tiny tokenizer, and its scores of REWARD_ROWS as TRL computes
+    them: prompt + completion, tokenized without special tokens, right-padded, logits[:, 0]."""
+    folder = os.path.join(OUT, name)
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.08)
+    model.save_pretrained(folder, safe_serialization=True)
+    save_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    texts = [p + c for p, c in REWARD_ROWS]
+    inputs = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    with torch.no_grad():
+        scores = model(**inputs).logits[:, 0]
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump({"prompts": [p for p, _ in REWARD_ROWS], "completions": [c for _, c in REWARD_ROWS],
+                   "scores": scores.tolist()}, f)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(1234)
@@ -115,6 +147,8 @@ def main():
             extra = cli_reference(folder, model)
         with open(os.path.join(folder, "reference.json"), "w") as f:
             json.dump({"temperature": temperature, **extra}, f)
+    for name, config in REWARD_CONFIGS.items():
+        save_reward_model(name, config)
     print(f"tiny models written to {OUT}")
 
 

@@ -25,6 +25,7 @@
 #include "grove/trainer.hpp"
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/plugin_host.hpp"
+#include "grove/reward_model.hpp"
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -328,6 +329,58 @@ TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
             EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
     }
     EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(filtered.model())), 0.0);
+}
+
+// A reward model's scores equal transformers' sequence-classification logits as TRL computes them
+// (prompt + completion without special tokens, right-padded, the last real token's first logit), on
+// the tiny Llama and Qwen2 classifiers make_tiny_models.py writes, texts of unequal lengths included.
+TEST(RewardModel, ScoresEqualTransformersSequenceClassification) {
+    for (const char* name : {"llama_reward", "qwen2_reward"}) {
+        const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
+        std::ifstream in(folder + "/reference.json");
+        const auto reference = nlohmann::json::parse(in);
+        std::vector<std::string> texts;
+        for (size_t i = 0; i < reference["prompts"].size(); ++i)
+            texts.push_back(reference["prompts"][i].get<std::string>() + reference["completions"][i].get<std::string>());
+        const grove::RewardModel model(folder, "cpu", "test");
+        const std::vector<float> scores = model.score(texts);
+        ASSERT_EQ(scores.size(), texts.size()) << name;
+        for (size_t i = 0; i < texts.size(); ++i)
+            EXPECT_NEAR(scores[i], reference["scores"][i].get<double>(), 1e-4) << name << " row " << i;
+    }
+}
+
+// Reward models in a run: one trains a step (its column is logged like a plugin's); a causal LM is
+// refused as a reward model with the supported architectures, and a reward model as the policy.
+TEST(RewardModel, ScoresARunAndWrongFoldersAreRefusedByName) {
+    const std::string reward = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_reward";
+    grove::Trainer t(manifest("reward_model", {"train.max_steps=1", "train.per_device_train_batch_size=4"},
+                              "[[rewards]]\nmodel = \"" + reward + "\"\n"),
+                     fresh());
+    const auto m = t.step();
+    ASSERT_TRUE(m.count("rewards/llama_reward/mean"));
+    EXPECT_TRUE(std::isfinite(m.at("rewards/llama_reward/mean")));
+    EXPECT_GT(m.at("rewards/llama_reward/std"), 0.0) << "the reward model scores completions differently";
+    EXPECT_GT(m.at("grad_norm"), 0.0);
+
+    auto error_of = [](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    std::string message = error_of([&] {
+        grove::Trainer wrong(
+            manifest("reward_model_causal", {"train.max_steps=1"}, "[[rewards]]\nmodel = \"" + kModel + "\"\n"), fresh());
+    });
+    EXPECT_NE(message.find("[[rewards]] #1"), std::string::npos) << message;
+    EXPECT_NE(message.find("is a LlamaForCausalLM, not a reward model"), std::string::npos) << message;
+    EXPECT_NE(message.find("Qwen2ForSequenceClassification"), std::string::npos) << message;
+    message =
+        error_of([&] { grove::Trainer wrong(manifest("reward_model_policy", {"model.path=\"" + reward + "\""}), fresh()); });
+    EXPECT_NE(message.find("(a reward model), not a policy to train"), std::string::npos) << message;
 }
 
 TEST(Trainer, ARewardTheModelCanLearnRisesWithin30Steps) {

@@ -1,0 +1,52 @@
+// A Hugging Face model folder's config.json as Grove reads it: the architecture (causal LMs and
+// sequence classifiers of the Llama family) and its sizes. No libtorch, so hosts can check a folder
+// without loading the model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace grove {
+
+struct RopeScaling {
+    std::string type;  // "" (none) or "llama3"
+    double factor = 1.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+    std::string model_type;            // llama, qwen2, mistral
+    std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
+    bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
+    int64_t num_labels = 0;
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t num_attention_heads = 0;
+    int64_t num_key_value_heads = 0;
+    int64_t head_dim = 0;
+    int64_t max_position_embeddings = 0;
+    double rms_norm_eps = 1e-6;
+    double rope_theta = 10000.0;
+    RopeScaling rope_scaling;
+    bool tie_word_embeddings = false;
+    bool attention_bias = false;  // q/k/v (and o for llama's attention_bias) projections have biases
+    bool o_proj_bias = false;
+    bool mlp_bias = false;
+    std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
+    std::optional<int64_t> bos_token_id;
+    std::optional<int64_t> pad_token_id;
+    std::string config_json;             // the original config.json, written back on save
+    std::string generation_config_json;  // "" when the folder has none
+};
+
+// Reads config.json (+ generation_config.json). Unsupported architectures are refused with the list
+// of supported ones; missing or ill-typed keys name the file and the key.
+ModelConfig load_model_config(const std::string& folder);
+
+}  // namespace grove

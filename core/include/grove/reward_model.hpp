@@ -1,0 +1,35 @@
+// A Hugging Face sequence-classification checkpoint as a reward (TRL's reward_funcs given as a
+// model; [[rewards]] model = "DIR"): each row's prompt + completion text is tokenized with the reward
+// model's own tokenizer without special tokens, right-padded, and scored by the first label's logit at
+// the last token that is not padding, as transformers pools it. Batched, without gradients.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grove/reward_set.hpp"
+
+namespace grove {
+
+class Model;
+class Tokenizer;
+
+class RewardModel {
+public:
+    // `origin` (the manifest's [[rewards]] entry) prefixes errors: a folder that is not a supported
+    // sequence classifier is refused with the supported architectures.
+    RewardModel(const std::string& folder, const std::string& device, const std::string& origin);
+    ~RewardModel();
+    std::vector<float> score(const std::vector<std::string>& texts) const;
+
+private:
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    int64_t pad_token_id_ = 0;
+};
+
+// What grove train and grove eval give RewardSet for its model rewards (on `device`).
+HostRewardFactory reward_model_factory(const std::string& device);
+
+}  // namespace grove
