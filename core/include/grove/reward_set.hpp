@@ -10,6 +10,7 @@
 
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
+#include "grove/tokenizer.hpp"
 
 namespace grove {
 
@@ -28,9 +29,14 @@ struct RewardScores {
 // _FORMAT_RATE); the manifest's [[rewards]] role overrides it.
 enum class RewardRole { none, accuracy, format_rate };
 
+// Each row's prompt as chat messages, or an empty list for a text prompt (a reward model renders a
+// conversation with its own chat template, as TRL does).
+using PromptMessages = std::vector<std::vector<ChatMessage>>;
+
 // A reward the host computes itself rather than a plugin: a reward model (grove/reward_model.hpp,
-// which needs libtorch). It fills scores[i] for every row of the batch.
-using HostReward = std::function<void(const grove_reward_batch& batch, std::vector<float>& scores)>;
+// which needs libtorch). It fills scores[i] for every row of the batch; `messages` may be null.
+using HostReward =
+    std::function<void(const grove_reward_batch& batch, const PromptMessages* messages, std::vector<float>& scores)>;
 using HostRewardFactory = std::function<HostReward(const PluginUse& use)>;
 
 class RewardSet {
@@ -45,7 +51,9 @@ public:
 
     // Calls every function once on the batch. `skip[k]` leaves function k uncalled, its values NaN
     // (replayed rows that bring their own values).
-    RewardScores score(const grove_reward_batch& batch, const std::vector<bool>& skip = {}) const;
+    // `messages` ([N] or null): the rows' prompts as conversations, for reward models.
+    RewardScores score(const grove_reward_batch& batch, const std::vector<bool>& skip = {},
+                       const PromptMessages* messages = nullptr) const;
 
     // The first function with this role, if any.
     std::optional<size_t> find_role(RewardRole role) const;

@@ -51,7 +51,8 @@ RewardSet::RewardSet(PluginHost& host, const std::vector<PluginUse>& uses, const
     }
 }
 
-RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector<bool>& skip) const {
+RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector<bool>& skip,
+                              const PromptMessages* messages) const {
     RewardScores out;
     out.names = names_;
     const size_t N = batch.count;
@@ -59,7 +60,7 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
         std::vector<float> scores(N, std::numeric_limits<float>::quiet_NaN()), metrics;
         const bool wanted = k >= skip.size() || !skip[k];
         if (!instances_[k]) {
-            if (wanted) host_rewards_[k](batch, scores);
+            if (wanted) host_rewards_[k](batch, messages, scores);
             out.values.push_back(std::move(scores));
             continue;
         }

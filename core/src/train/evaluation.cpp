@@ -66,12 +66,14 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         size_t end = std::min(rows.size(), start + size_t(prompts_per_batch));
         std::vector<std::vector<int64_t>> prompts;
         std::vector<std::string> texts, json_rows;
+        PromptMessages messages;  // conversational prompts, for reward models
         for (size_t i = start; i < end; ++i) {
             std::string text = prompt_text(rows[i], family, tokenizer->config());
             for (int64_t k = 0; k < q.samples; ++k) {
                 prompts.push_back(tokenizer->encode(text, false));
                 texts.push_back(text);
                 json_rows.push_back(rows[i].columns_json);
+                messages.push_back(rows[i].messages);
             }
         }
         o.seed = q.sampling.seed + start;
@@ -124,7 +126,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         size_t first = result.rows.size() - prompts.size();
         std::vector<double> sums(prompts.size(), 0.0);
         std::vector<bool> scored(prompts.size(), false);
-        RewardScores scores_of_batch = rewards.score(batch.view());
+        RewardScores scores_of_batch = rewards.score(batch.view(), {}, &messages);
         if (scores_environment) scores_of_batch.values.push_back(environment_scores);
         for (size_t k = 0; k < uses.size(); ++k) {
             const std::vector<float>& scores = scores_of_batch.values[k];

@@ -37,6 +37,13 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
                                           "'s tokenizer has neither a pad nor an EOS token, so the last real token of "
                                           "a padded row cannot be found; set pad_token in its tokenizer_config.json");
     pad_token_id_ = *pad;
+    chat_template_ = chat_template_from_name("auto", t);
+}
+
+std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
+    std::vector<ChatMessage> messages = prompt;
+    messages.push_back({"assistant", completion});
+    return render_chat(chat_template_, messages, false, tokenizer_->config());
 }
 
 RewardModel::~RewardModel() = default;
@@ -75,10 +82,15 @@ std::vector<float> RewardModel::score(const std::vector<std::string>& texts) con
 HostRewardFactory reward_model_factory(const std::string& device) {
     return [device](const PluginUse& use) -> HostReward {
         auto model = std::make_shared<const RewardModel>(use.model, device, use.origin);
-        return [model](const grove_reward_batch& batch, std::vector<float>& scores) {
-            std::vector<std::string> texts;  // TRL's standard form: prompt + completion
-            for (uint32_t i = 0; i < batch.count; ++i)
-                texts.push_back(text_of(batch.prompts[i]) + text_of(batch.completions[i]));
+        return [model](const grove_reward_batch& batch, const PromptMessages* messages, std::vector<float>& scores) {
+            std::vector<std::string> texts;
+            for (uint32_t i = 0; i < batch.count; ++i) {
+                const std::string completion = text_of(batch.completions[i]);
+                if (messages && !(*messages)[i].empty())  // TRL's conversational form
+                    texts.push_back(model->conversation_text((*messages)[i], completion));
+                else  // its standard form
+                    texts.push_back(text_of(batch.prompts[i]) + completion);
+            }
             scores = model->score(texts);
         };
     };

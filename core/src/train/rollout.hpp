@@ -32,8 +32,9 @@ struct ReplayRow {
 // One row of a generation batch before it has a completion.
 struct BatchRow {
     std::vector<int64_t> prompt_ids;
-    std::string prompt_text, columns_json;  // columns_json: the dataset row's other columns
-    const ReplayRow* replay = nullptr;      // set when the completion is replayed
+    std::string prompt_text, columns_json;          // columns_json: the dataset row's other columns
+    const ReplayRow* replay = nullptr;              // set when the completion is replayed
+    std::vector<ChatMessage> prompt_messages = {};  // the prompt as chat messages; empty for a text prompt
 };
 
 // The prompts a run samples from, and the sampler's position in them: a seeded permutation per

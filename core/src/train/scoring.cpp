@@ -80,7 +80,9 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
                   std::vector<int32_t>(completion.begin(), completion.end()), c.truncated[i].item<bool>(),
                   rollout.rows[size_t(i)].columns_json, model_tokens);
     }
-    RewardScores scores = rewards.score(batch.view(), rewards_given_by_every_row(rewards.names(), rollout.rows));
+    PromptMessages messages;
+    for (const BatchRow& row : rollout.rows) messages.push_back(row.prompt_messages);
+    RewardScores scores = rewards.score(batch.view(), rewards_given_by_every_row(rewards.names(), rollout.rows), &messages);
     std::vector<double> weights = rewards.weights();
     if (context.environment_reward) {
         scores.names.push_back(context.environment_reward->name);

@@ -220,14 +220,9 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
                                                             model->config().vocab_size, rewards->names()),
                                               c.generation.num_generations);
     std::vector<BatchRow> rows;
-    const auto reward_model =
-        std::find_if(c.rewards.begin(), c.rewards.end(), [](const PluginUse& u) { return !u.model.empty(); });
     for (const PromptRow& row : load_prompts(*c.data.source, c.data.prompt_column)) {
-        if (reward_model != c.rewards.end() && !row.messages.empty())
-            throw Error(ErrorKind::input, row.origin + ": the prompt is a conversation, and " + reward_model->origin +
-                                              " scores text (TRL's standard form) only for now: give text prompts, or "
-                                              "score with a reward plugin");
         BatchRow r;
+        r.prompt_messages = row.messages;
         r.prompt_text = prompt_text(row, chat, tokenizer->config());
         r.prompt_ids = tokenizer->encode(r.prompt_text, false);  // as TRL: templates carry their own specials
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");

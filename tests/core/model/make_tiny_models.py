@@ -11,6 +11,7 @@ import sys
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig,
                           MistralConfig, Qwen2Config)
 
@@ -91,6 +92,10 @@ REWARD_CONFIGS = {
 }
 REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),
                ("What is 2 + 2?", " 5"), ("", "Hello"), ("Hello world", "")]
+# conversational rows: TRL renders prompt + completion messages with the reward model's chat template
+REWARD_CONVERSATIONS = [([{"role": "user", "content": "What is 2 + 2?"}], "The answer is 4."),
+                        ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
+                         "Hello world, hello there.")]
 
 
 def save_reward_model(name, config):
@@ -108,9 +113,18 @@ def save_reward_model(name, config):
     inputs = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
     with torch.no_grad():
         scores = model(**inputs).logits[:, 0]
+    conversations = [apply_chat_template({"messages": p + [{"role": "assistant", "content": c}]}, tokenizer)["text"]
+                     for p, c in REWARD_CONVERSATIONS]
+    inputs = tokenizer(text=conversations, return_tensors="pt", padding=True, padding_side="right",
+                       add_special_tokens=False)
+    with torch.no_grad():
+        conversation_scores = model(**inputs).logits[:, 0]
     with open(os.path.join(folder, "reference.json"), "w") as f:
         json.dump({"prompts": [p for p, _ in REWARD_ROWS], "completions": [c for _, c in REWARD_ROWS],
-                   "scores": scores.tolist()}, f)
+                   "scores": scores.tolist(),
+                   "conversations": [{"prompt": p, "completion": c, "text": t}
+                                     for (p, c), t in zip(REWARD_CONVERSATIONS, conversations)],
+                   "conversation_scores": conversation_scores.tolist()}, f)
 
 
 def main():

@@ -26,6 +26,7 @@
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/reward_model.hpp"
+#include "grove/tokenizer.hpp"
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -347,6 +348,18 @@ TEST(RewardModel, ScoresEqualTransformersSequenceClassification) {
         ASSERT_EQ(scores.size(), texts.size()) << name;
         for (size_t i = 0; i < texts.size(); ++i)
             EXPECT_NEAR(scores[i], reference["scores"][i].get<double>(), 1e-4) << name << " row " << i;
+        // conversational rows: rendered with the reward model's chat template as TRL renders them
+        std::vector<std::string> conversations;
+        for (const auto& row : reference["conversations"]) {
+            std::vector<grove::ChatMessage> prompt;
+            for (const auto& m : row["prompt"])
+                prompt.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+            conversations.push_back(model.conversation_text(prompt, row["completion"].get<std::string>()));
+            EXPECT_EQ(conversations.back(), row["text"].get<std::string>()) << name;
+        }
+        const std::vector<float> conversation_scores = model.score(conversations);
+        for (size_t i = 0; i < conversations.size(); ++i)
+            EXPECT_NEAR(conversation_scores[i], reference["conversation_scores"][i].get<double>(), 1e-4) << name << " " << i;
     }
 }
 
@@ -362,6 +375,34 @@ TEST(RewardModel, ScoresARunAndWrongFoldersAreRefusedByName) {
     EXPECT_TRUE(std::isfinite(m.at("rewards/llama_reward/mean")));
     EXPECT_GT(m.at("rewards/llama_reward/std"), 0.0) << "the reward model scores completions differently";
     EXPECT_GT(m.at("grad_norm"), 0.0);
+
+    // chat prompts: each row's reward is the model's score of the conversation rendered with its template
+    auto chat = manifest("reward_model_chat",
+                         {"train.max_steps=1", "train.per_device_train_batch_size=4", "logging.save_rollouts=true"},
+                         "[[rewards]]\nmodel = \"" + reward + "\"\n");
+    {
+        std::ofstream prompts(fs::path(chat.path()).parent_path() / "prompts.jsonl");
+        for (int i = 0; i < 12; ++i)
+            prompts << nlohmann::json({{"prompt", {{{"role", "user"}, {"content", "What is " + std::to_string(i) + " + 2?"}}}}})
+                           .dump()
+                    << "\n";
+    }
+    grove::Trainer chat_run(chat, fresh());
+    chat_run.step();
+    const grove::RewardModel scorer(reward, "cpu", "test");
+    auto tokenizer = grove::Tokenizer::load(kModel);
+    std::ifstream rollouts(fs::path(chat.path()).parent_path() / "out" / "rollouts.jsonl");
+    int rows = 0;
+    for (std::string line; std::getline(rollouts, line); ++rows) {
+        const auto row = nlohmann::json::parse(line);
+        const std::string prompt = tokenizer->decode(row["prompt_ids"].get<std::vector<int64_t>>(), true);
+        const std::string number =
+            prompt.substr(prompt.find("What is ") + 8, prompt.find(" + 2?") - prompt.find("What is ") - 8);
+        const std::string completion = tokenizer->decode(row["completion_ids"].get<std::vector<int64_t>>(), true);
+        const std::string text = scorer.conversation_text({{"user", "What is " + number + " + 2?"}}, completion);
+        EXPECT_NEAR(row["rewards"]["llama_reward"].get<double>(), scorer.score({text})[0], 1e-6) << line;
+    }
+    EXPECT_EQ(rows, 4);
 
     auto error_of = [](const std::function<void()>& f) {
         try {
