@@ -64,6 +64,9 @@ static grove_status loss(void* instance, const grove_objective_batch* in, grove_
     if (in->importance_level != GROVE_IMPORTANCE_TOKEN)
         return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, NULL,
                           "dual_clip is token-level: set importance_sampling_level = \"token\"");
+    if (!isnan(in->delta) || in->use_bias_correction_kl) /* refuse what this objective does not implement */
+        return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, NULL,
+                          "dual_clip implements neither loss.delta nor loss.use_bias_correction_kl: unset them");
     if (in->beta != 0.0 && !in->ref_logp)
         return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, NULL, "beta != 0 needs the reference log-probabilities");
     /* the host's policy mask and sampling ratio: read only from a host that sends them */

@@ -110,6 +110,28 @@ TEST(CustomObjectiveExample, GradientEqualsAutogradThroughTheHost) {
     EXPECT_LT((in.logp.grad() - autograd_logp.grad()).abs().max().item<double>(), 1e-6);
 }
 
+TEST(CustomObjectiveExample, RefusesOptionsItDoesNotImplement) {
+    const grove::PluginInstance objective = example("");
+    const std::vector<float> zeros(4, 0.0f), ones(4, 1.0f), advantages(1, 1.0f);
+    grove_objective_batch batch{};
+    batch.struct_size = sizeof(batch);
+    batch.rows = 1;
+    batch.columns = 4;
+    batch.logp = batch.weights = zeros.data();
+    batch.mask = ones.data();
+    batch.advantages = advantages.data();
+    batch.delta = NAN;
+    EXPECT_EQ(objective.objective_loss(batch).loss, 0.0);
+    batch.use_bias_correction_kl = 1;
+    try {
+        objective.objective_loss(batch);
+        FAIL() << "accepted use_bias_correction_kl";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("neither loss.delta nor loss.use_bias_correction_kl"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(CustomObjectiveExample, RefusesAClipRatioThatCapsNothing) {
     try {
         example("clip_ratio_c = 1.0");

@@ -30,6 +30,7 @@ public:
 private:
     std::unique_ptr<Model> model_;
     std::unique_ptr<Tokenizer> tokenizer_;
+    std::string folder_;
     int64_t pad_token_id_ = 0;
     ChatTemplate chat_template_ = ChatTemplate::plain;
 };

@@ -28,7 +28,9 @@ Rollout select_rollout(const std::vector<ScoredRollout>& parts, const std::vecto
     int64_t width = 0;
     for (const Pick& p : picks) width = std::max(width, parts[p.part].rollout.completions.completion_ids.size(1));
     const int64_t N = int64_t(picks.size()) * G;
-    const bool multi_turn = parts[0].rollout.model_token_mask.defined();
+    // replayed rounds may differ: a single-turn row's model tokens are its completion's
+    const bool multi_turn =
+        std::any_of(parts.begin(), parts.end(), [](const ScoredRollout& p) { return p.rollout.model_token_mask.defined(); });
     Rollout out;
     out.seed = parts[0].rollout.seed;
     GenerationResult& c = out.completions;
@@ -49,7 +51,9 @@ Rollout select_rollout(const std::vector<ScoredRollout>& parts, const std::vecto
             c.sampled_logprobs[row].narrow(0, 0, w).copy_(f.sampled_logprobs[j].cpu());
             c.truncated[row] = f.truncated[j];
             c.lengths.push_back(f.lengths[size_t(j)]);
-            if (multi_turn) out.model_token_mask[row].narrow(0, 0, w).copy_(from.model_token_mask[j]);
+            if (multi_turn)
+                out.model_token_mask[row].narrow(0, 0, w).copy_(from.model_token_mask.defined() ? from.model_token_mask[j]
+                                                                                                : f.completion_mask[j]);
             if (!from.episodes.empty()) out.episodes.push_back(from.episodes[size_t(j)]);
         }
     }
@@ -106,7 +110,8 @@ std::pair<ScoredRollout, std::map<std::string, double>> fill_with_informative_gr
         for (int64_t g = 0; g < int64_t(s.completion_lengths.size()) / G; ++g)
             (group_disagrees(s, g, G) ? kept : agreeing).push_back({parts.size() - 1, g});
     }
-    const int64_t filtered = int64_t(agreeing.size()), short_by = std::max<int64_t>(0, groups - int64_t(kept.size()));
+    const int64_t short_by = std::max<int64_t>(0, groups - int64_t(kept.size()));
+    const int64_t filtered = int64_t(agreeing.size()) - short_by;  // dropped for good
     kept.resize(std::min<size_t>(kept.size(), size_t(groups)));
     kept.insert(kept.end(), agreeing.end() - short_by, agreeing.end());  // the newest agreeing groups fill a shortfall
     ScoredRollout out{select_rollout(parts, kept, G, pad_token_id), select_scores(parts, kept, G, options)};

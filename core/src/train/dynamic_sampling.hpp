@@ -22,6 +22,7 @@ struct ScoredRollout {
 };
 
 // Whether group g's rows' weighted rewards differ (TRL's frac_reward_zero_std counts the others).
+// With aggregation = normalize_then_sum too, agreement is of these raw weighted sums.
 bool group_disagrees(const ScoredBatch& batch, int64_t group, int64_t num_generations);
 
 // Rounds of `generate_round(round)` (round 0 first) until `groups` disagreeing groups are found or

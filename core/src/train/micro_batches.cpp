@@ -32,11 +32,12 @@ MicroBatch pad_rollout(const Rollout& rollout, const std::vector<float>& advanta
     if (mask_truncated_completions) b.completion_mask.mul_(c.truncated.logical_not().to(at::kLong).unsqueeze(1));
     b.loss_mask = model_tokens(rollout) * b.completion_mask;
     b.advantages = at::tensor(advantages, at::kFloat);
-    if (!c.sampled_logprobs.defined()) return b;
+    auto brings_none = [](const BatchRow& row) { return row.replay && row.replay->sampling_logprobs.empty(); };
+    // none at all (a rollouts file without them): the off-policy mask compares with old, as TRL without vLLM
+    if (!c.sampled_logprobs.defined() || std::all_of(rollout.rows.begin(), rollout.rows.end(), brings_none)) return b;
     b.sampling_logps = c.sampled_logprobs.to(at::kCPU, at::kFloat, false, true);
     for (size_t i = 0; i < rollout.rows.size(); ++i)  // unknown, as TRL's NaN: no correction, no KL evidence
-        if (rollout.rows[i].replay && rollout.rows[i].replay->sampling_logprobs.empty())
-            b.sampling_logps->select(0, int64_t(i)).fill_(NAN);
+        if (brings_none(rollout.rows[i])) b.sampling_logps->select(0, int64_t(i)).fill_(NAN);
     return b;
 }
 
@@ -81,8 +82,12 @@ std::map<std::string, double> add_sampling_ratios(std::vector<MicroBatch>& batch
     if (mode == SamplingCorrection::none) return {};
     std::vector<at::Tensor> ratios, masks;
     for (MicroBatch& b : batches) {
-        if (!b.old_logps || !b.sampling_logps)
-            throw Error(ErrorKind::runtime, "importance-sampling correction needs the old and the sampler's log-probs");
+        if (!b.sampling_logps)
+            throw Error(ErrorKind::input,
+                        "loss.importance_sampling_correction needs the sampler's log-probabilities, and "
+                        "these replayed rollouts bring no sampling_logprobs: add them to the file or set "
+                        "loss.importance_sampling_correction = \"none\"");
+        if (!b.old_logps) throw Error(ErrorKind::runtime, "importance-sampling correction needs the old log-probs");
         b.sampling_ratio = importance_sampling_ratio(*b.old_logps, *b.sampling_logps, b.loss_mask, mode, clip_min, clip_max);
         ratios.push_back(*b.sampling_ratio);
         masks.push_back(b.loss_mask);

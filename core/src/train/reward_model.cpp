@@ -24,6 +24,7 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
             throw Error(ErrorKind::input, folder + " is a " + config.architecture +
                                               ", not a reward model: [[rewards]] model = needs LlamaForSequenceClassification, "
                                               "Qwen2ForSequenceClassification or MistralForSequenceClassification");
+        folder_ = folder;
         model_ = Model::load(folder, device, "float32");
         tokenizer_ = Tokenizer::load(folder);
     } catch (const Error& e) {
@@ -41,6 +42,11 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
 }
 
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
+    if (chat_template_ == ChatTemplate::plain)  // TRL renders the checkpoint's own Jinja template; we cannot
+        throw Error(ErrorKind::input, folder_ +
+                                          ": the prompts are conversations, and this reward model's chat template "
+                                          "is none of the families Grove renders (ChatML, Llama 3, Llama 2), so its "
+                                          "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});
     return render_chat(chat_template_, messages, false, tokenizer_->config());

@@ -418,6 +418,8 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer};
         s.checkpoints->restore(*options.resume, state);
         s.prompts->restore(s.progress.sampler);
+        // only adaptive control carries its coefficient across a resume (TRL); a static one is the manifest's
+        if (!s.config.loss.use_adaptive_entropy) s.progress.entropy = EntropyControl{s.config.loss.entropy_coef};
     }
     s.log = std::make_unique<RunLog>(output, options.rank == 0,
                                      options.resume ? std::optional<int64_t>(s.progress.global_step) : std::nullopt,
