@@ -111,16 +111,8 @@ std::optional<SamplingDifference> sampling_logprob_difference(const Rollout& rol
     if (group) all_given = group->max(all_given ? 0.0 : 1.0) == 0.0;  // every rank's rows
     if (!all_given) return std::nullopt;
     const GenerationResult& c = rollout.completions;
-    at::Tensor sampling = at::zeros(c.completion_ids.sizes(), at::kFloat);
-    for (size_t i = 0; i < rollout.rows.size(); ++i) {
-        const int64_t length = c.lengths[i];
-        const std::vector<float>& given = rollout.rows[i].replay->sampling_logprobs;
-        if (length > 0)
-            sampling[int64_t(i)]
-                .narrow(0, 0, length)
-                .copy_(at::tensor(std::vector<float>(given.begin(), given.begin() + length)));
-    }
-    MicroBatch all_tokens = whole;  // truncated rows too: the difference is about sampling, not the loss
+    const at::Tensor& sampling = *whole.sampling_logps;  // every row brought them (pad_rollout)
+    MicroBatch all_tokens = whole;                       // truncated rows too: the difference is about sampling, not the loss
     all_tokens.completion_mask = c.completion_mask;
     at::Tensor trainer = logprobs_no_grad(model, all_tokens, temperature).cpu();
     at::Tensor mask = model_tokens(rollout).to(at::kFloat);  // as TRL: the model's tokens only

@@ -29,8 +29,9 @@ at::Tensor gather_values(const at::Tensor& local, ProcessGroup* group) {
 
 // TRL's get_high_entropy_mask: the loss's tokens whose entropy reaches the (1 - quantile) quantile
 // of every process's loss tokens.
+// `mask`: on the host.
 at::Tensor top_entropy_mask(const at::Tensor& entropy, const at::Tensor& mask, double quantile, ProcessGroup* group) {
-    const at::Tensor values = host_floats(entropy), loss_tokens = host_floats(mask).to(at::kBool);
+    const at::Tensor values = host_floats(entropy), loss_tokens = mask.to(at::kBool);
     const at::Tensor all = gather_values(values.masked_select(loss_tokens), group);
     if (all.numel() == 0) return at::zeros_like(values);
     const at::Tensor threshold = at::quantile(all, 1.0 - quantile);
@@ -39,14 +40,16 @@ at::Tensor top_entropy_mask(const at::Tensor& entropy, const at::Tensor& mask, d
 
 // TRL's get_off_policy_mask (DeepSeek-V3.2): [B, 1], 0 for a row with a negative advantage whose
 // mean KL(sampler || policy) over its loss tokens exceeds the threshold.
-at::Tensor off_policy_mask(const PolicyLossInputs& in, double threshold) {
-    const at::Tensor logp = host_floats(in.logp), mask = host_floats(in.mask);
-    const at::Tensor sampling = in.sampling_logp ? host_floats(*in.sampling_logp)
-                                : in.old_logp    ? host_floats(*in.old_logp)
-                                                 : logp;
-    const at::Tensor kl = at::nan_to_num(sampling - logp, 0.0);  // unknown sampling log-probs give no evidence
-    const at::Tensor mean_kl = (kl * mask).sum(1, true) / mask.sum(1, true).clamp_min(1.0);
-    return (host_floats(in.advantages).unsqueeze(1) >= 0).logical_or(mean_kl <= threshold).to(at::kFloat);
+// The values the objective reads, on the host, also what the host's masks are computed from.
+struct HostValues {
+    at::Tensor logp, mask, advantages, old;  // old: undefined when absent
+};
+
+at::Tensor off_policy_mask(const PolicyLossInputs& in, const HostValues& v, double threshold) {
+    const at::Tensor sampling = in.sampling_logp ? host_floats(*in.sampling_logp) : v.old.defined() ? v.old : v.logp;
+    const at::Tensor kl = at::nan_to_num(sampling - v.logp, 0.0);  // unknown sampling log-probs give no evidence
+    const at::Tensor mean_kl = (kl * v.mask).sum(1, true) / v.mask.sum(1, true).clamp_min(1.0);
+    return (v.advantages.unsqueeze(1) >= 0).logical_or(mean_kl <= threshold).to(at::kFloat);
 }
 
 // The masks on the policy term ([B, T] float on the host; undefined when off): the top-entropy
@@ -54,12 +57,12 @@ at::Tensor off_policy_mask(const PolicyLossInputs& in, double threshold) {
 struct PolicyMasks {
     at::Tensor top_entropy, policy;
 };
-PolicyMasks policy_masks(const PolicyLossInputs& in, const PolicyLossOptions& o) {
+PolicyMasks policy_masks(const PolicyLossInputs& in, const HostValues& v, const PolicyLossOptions& o) {
     PolicyMasks m;
     if (o.top_entropy_quantile < 1.0)
-        m.policy = m.top_entropy = top_entropy_mask(in.entropy, in.mask, o.top_entropy_quantile, in.group);
+        m.policy = m.top_entropy = top_entropy_mask(in.entropy, v.mask, o.top_entropy_quantile, in.group);
     if (o.off_policy_mask_threshold) {
-        const at::Tensor rows = off_policy_mask(in, *o.off_policy_mask_threshold).expand({in.mask.size(0), in.mask.size(1)});
+        const at::Tensor rows = off_policy_mask(in, v, *o.off_policy_mask_threshold).expand({v.mask.size(0), v.mask.size(1)});
         m.policy = m.policy.defined() ? m.policy * rows : rows.contiguous();
     }
     return m;
@@ -80,23 +83,23 @@ at::Tensor entropy_bonus(const PolicyLossInputs& in, const at::Tensor& trained, 
 PolicyLossResult policy_loss(const PluginInstance& objective, const PolicyLossInputs& in, const PolicyLossOptions& o) {
     if (o.beta != 0.0 && !in.ref_logp) throw Error(ErrorKind::runtime, "policy_loss: beta != 0 needs reference log-probs");
     const int64_t B = in.logp.size(0), T = in.logp.size(1);
-    const at::Tensor logp_values = host_floats(in.logp), mask_values = host_floats(in.mask),
-                     weight_values = host_floats(in.weights), advantage_values = host_floats(in.advantages);
-    const at::Tensor old_values = in.old_logp ? host_floats(*in.old_logp) : at::Tensor(),
+    const HostValues v{host_floats(in.logp), host_floats(in.mask), host_floats(in.advantages),
+                       in.old_logp ? host_floats(*in.old_logp) : at::Tensor()};
+    const at::Tensor weight_values = host_floats(in.weights),
                      ref_values = in.ref_logp ? host_floats(*in.ref_logp) : at::Tensor();
-    const PolicyMasks masks = policy_masks(in, o);
+    const PolicyMasks masks = policy_masks(in, v, o);
     const at::Tensor ratio_values =
         in.sampling_ratio ? host_floats(*in.sampling_ratio).expand({B, T}).contiguous() : at::Tensor();
     grove_objective_batch batch{};
     batch.struct_size = sizeof(batch);
     batch.rows = uint32_t(B);
     batch.columns = uint32_t(T);
-    batch.logp = logp_values.data_ptr<float>();
-    batch.old_logp = in.old_logp ? old_values.data_ptr<float>() : nullptr;
+    batch.logp = v.logp.data_ptr<float>();
+    batch.old_logp = v.old.defined() ? v.old.data_ptr<float>() : nullptr;
     batch.ref_logp = in.ref_logp ? ref_values.data_ptr<float>() : nullptr;
-    batch.mask = mask_values.data_ptr<float>();
+    batch.mask = v.mask.data_ptr<float>();
     batch.weights = weight_values.data_ptr<float>();
-    batch.advantages = advantage_values.data_ptr<float>();
+    batch.advantages = v.advantages.data_ptr<float>();
     batch.beta = o.beta;
     batch.epsilon = o.epsilon;
     batch.epsilon_high = o.epsilon_high;
@@ -116,7 +119,7 @@ PolicyLossResult policy_loss(const PluginInstance& objective, const PolicyLossIn
     out.loss = surrogate - surrogate.detach() + r.loss;
     if (o.entropy_bonus) {
         // the tokens the policy term trains; the off-policy mask is not among them (TRL)
-        const at::Tensor trained = masks.top_entropy.defined() ? mask_values * masks.top_entropy : mask_values;
+        const at::Tensor trained = masks.top_entropy.defined() ? v.mask * masks.top_entropy : v.mask;
         const at::Tensor bonus = entropy_bonus(in, trained, o, out);
         out.loss = out.loss - bonus;
         out.value -= bonus.item<double>();
