@@ -41,6 +41,17 @@ if [ ! -e .venv ]; then
   fi
   ln -s "$VENV" .venv
 fi
+# the python plugin embeds this environment's interpreter: it needs Python.h and a shared libpython
+if ! .venv/bin/python -c 'import sysconfig as s, os, sys
+sys.exit(not (os.path.exists(os.path.join(s.get_path("include"), "Python.h")) and s.get_config_var("Py_ENABLE_SHARED")))'; then
+  base=$(.venv/bin/python -c 'import sys; print(sys.base_prefix)')
+  if [ "$base" = /usr ]; then
+    echo "deps: installing python3-dev (the python plugin embeds Python)"
+    $([ "$(id -u)" = 0 ] || echo sudo) apt-get install -y -qq python3-dev >/dev/null || echo "deps: warning: apt-get install python3-dev failed; the python plugin will not be built" >&2
+  else
+    echo "deps: warning: the Python at $base has no Python.h or shared libpython; the python plugin will not be built (use a Python built with --enable-shared, or GROVE_VENV pointing at one)" >&2
+  fi
+fi
 have=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
 if [ "$have" != "$TORCH_VERSION" ]; then
   echo "deps: installing torch==$TORCH_VERSION into .venv (a large download the first time)"

@@ -48,6 +48,8 @@ const char* value_type_text(uint32_t type) {
             return "integer array";
         case GROVE_VALUE_FLOAT_ARRAY:
             return "number array";
+        case GROVE_VALUE_TABLE:
+            return "table";
         default:
             return "?";
     }
@@ -115,13 +117,46 @@ int plugins_info(const std::vector<std::string>& args) {
     return 0;
 }
 
+namespace {
+// A row's completion: text, or TRL's conversational form, one assistant message.
+std::string completion_text(const nlohmann::json& completion, const std::string& where) {
+    if (completion.is_string()) return completion;
+    const bool one_assistant_message = completion.is_array() && completion.size() == 1 && completion[0].is_object() &&
+                                       completion[0].value("role", "") == "assistant" && completion[0].contains("content") &&
+                                       completion[0]["content"].is_string();
+    if (!one_assistant_message)
+        throw Error(ErrorKind::input, where +
+                                          ": \"completion\" must be text or one assistant message, e.g. "
+                                          "[{\"role\": \"assistant\", \"content\": \"...\"}] (TRL's conversational form)");
+    return completion[0]["content"];
+}
+
+// A row's prompt as C plugins see it without a chat template: text as is, a conversation's message
+// contents one per line (reward_batch.prompt_json keeps the messages themselves).
+std::string prompt_as_text(const nlohmann::json& prompt, const std::string& where) {
+    if (prompt.is_string()) return prompt;
+    std::string text;
+    if (prompt.is_array())
+        for (const auto& m : prompt) {
+            if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+                !m["content"].is_string())
+                break;
+            text += (text.empty() ? "" : "\n") + m["content"].get<std::string>();
+            if (&m == &prompt.back()) return text;
+        }
+    throw Error(ErrorKind::input,
+                where + ": \"prompt\" must be text or a list of {\"role\": ..., \"content\": ...} messages (strings)");
+}
+}  // namespace
+
 // Scores fixed completions with one reward plugin: the way to test a reward without a model.
 int plugins_score(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("plugin", po::value<std::string>()->required(), "reward plugin name or library path")(
         "input", po::value<std::string>()->required(),
-        "JSONL rows: \"completion\" (text), optional \"prompt\", \"truncated\", \"completion_ids\", other columns")(
-        "config", po::value<std::string>()->default_value(""), "the plugin's config as TOML, e.g. 'min_steps = 2'")(
+        "JSONL rows: \"completion\" (text, or [one assistant message]), optional \"prompt\" (text, or chat messages), "
+        "\"truncated\", \"completion_ids\", other columns")("config", po::value<std::string>()->default_value(""),
+                                                            "the plugin's config as TOML, e.g. 'min_steps = 2'")(
         "num-generations", po::value<uint32_t>()->default_value(1), "rows per group (G), as in training")(
         "seed", po::value<uint64_t>()->default_value(0), "the batch seed the plugin sees");
     po::positional_options_description positional;
@@ -140,9 +175,11 @@ int plugins_score(const std::vector<std::string>& args) {
     if (rows.num_generations == 0) throw Error(ErrorKind::usage, "--num-generations must be at least 1");
     grove::for_each_jsonl(
         input, "the rows to score (JSONL with a \"completion\" column)", [&](nlohmann::json& row, const std::string& where) {
-            if (!row.is_object() || !row.contains("completion") || !row["completion"].is_string())
-                throw Error(ErrorKind::input, where + ": the row needs a text \"completion\"");
-            std::string completion = row["completion"], prompt = row.value("prompt", std::string());
+            if (!row.is_object() || !row.contains("completion"))
+                throw Error(ErrorKind::input, where + ": the row needs a \"completion\"");
+            std::string completion = completion_text(row["completion"], where);
+            std::string prompt_as_json = row.contains("prompt") ? row["prompt"].dump() : nlohmann::json("").dump();
+            std::string prompt = prompt_as_text(row.value("prompt", nlohmann::json("")), where);
             bool truncated = row.value("truncated", false);
             // without a tokenizer the token ids are the completion's UTF-8 bytes unless the row gives them
             std::vector<int32_t> ids;
@@ -168,6 +205,7 @@ int plugins_score(const std::vector<std::string>& args) {
             }
             for (const char* column : {"completion", "prompt", "truncated", "completion_ids", "env_mask"}) row.erase(column);
             rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump(), model_tokens);
+            rows.prompt_json.push_back(std::move(prompt_as_json));
         });
     if (rows.size() == 0) throw Error(ErrorKind::input, input + ": no rows to score");
     if (rows.size() % rows.num_generations != 0)
@@ -175,13 +213,19 @@ int plugins_score(const std::vector<std::string>& args) {
                                           std::to_string(rows.num_generations) + " (--num-generations)");
 
     std::vector<float> scores, metrics;
-    instance.score(rows.view(), scores, metrics);
+    std::vector<std::pair<std::string, double>> logged;
+    instance.score(rows.view(), scores, metrics, &logged);
     const auto& metric_names = instance.info().metric_names;
     auto number = [](float v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
     for (size_t i = 0; i < rows.size(); ++i) {
         nlohmann::json out{{"row", i}, {"score", number(scores[i])}};  // null = not applicable (NaN)
         for (size_t m = 0; m < metric_names.size(); ++m) out["metrics"][metric_names[m]] = number(metrics[m * rows.size() + i]);
         std::cout << out.dump() << "\n";
+    }
+    if (!logged.empty()) {  // what the reward logged by name for the batch (TRL's log_metric): one more line
+        nlohmann::json batch_metrics;
+        for (const auto& [name, value] : logged) batch_metrics["logged"][name].push_back(value);
+        std::cout << batch_metrics.dump() << "\n";
     }
     return 0;
 }

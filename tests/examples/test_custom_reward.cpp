@@ -133,7 +133,7 @@ TEST(CustomRewardExample, PluginsScoreCommandErrorsNameTheProblem) {
     std::string rows = write_rows("score_bad.jsonl", "{\"completion\": \"a\"}\n{\"text\": \"b\"}\n");
     auto missing = grove::test::run_grove("plugins score " + kCppPlugin + " --input " + rows);
     EXPECT_EQ(missing.exit_code, 5) << missing.out;
-    EXPECT_NE(missing.out.find("score_bad.jsonl:2: the row needs a text \"completion\""), std::string::npos) << missing.out;
+    EXPECT_NE(missing.out.find("score_bad.jsonl:2: the row needs a \"completion\""), std::string::npos) << missing.out;
 
     std::string three =
         write_rows("score_three.jsonl", "{\"completion\": \"a\"}\n{\"completion\": \"b\"}\n{\"completion\": \"c\"}\n");

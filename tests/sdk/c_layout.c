@@ -38,7 +38,8 @@ PIN(grove_config, count, 4);
 PIN(grove_config, values, 8);
 PIN(grove_config, raw_toml, 16);
 PIN(grove_config, source_name, 24);
-PIN_SIZE(grove_config, 32);
+PIN(grove_config, base_dir, 32); /* ABI 1.7 */
+PIN_SIZE(grove_config, 40);
 
 PIN(grove_plugin_descriptor, struct_size, 0);
 PIN(grove_plugin_descriptor, kind, 4);
@@ -92,13 +93,17 @@ PIN(grove_reward_batch, rank, 80);
 PIN(grove_reward_batch, world_size, 84);
 PIN(grove_reward_batch, global_row_offset, 88);
 PIN(grove_reward_batch, model_token_mask, 96);
-PIN_SIZE(grove_reward_batch, 104);
+PIN(grove_reward_batch, prompt_json, 104); /* ABI 1.7 */
+PIN(grove_reward_batch, max_steps, 112);
+PIN_SIZE(grove_reward_batch, 120);
 
 PIN(grove_reward_output, struct_size, 0);
 PIN(grove_reward_output, scores, 8);
 PIN(grove_reward_output, metric_count, 16);
 PIN(grove_reward_output, metrics, 24);
-PIN_SIZE(grove_reward_output, 32);
+PIN(grove_reward_output, host_data, 32); /* ABI 1.7 */
+PIN(grove_reward_output, log_metric, 40);
+PIN_SIZE(grove_reward_output, 48);
 
 PIN(grove_reward_api, struct_size, 0);
 PIN(grove_reward_api, score, 8);
@@ -172,6 +177,7 @@ double grove_c_config_probe(void) {
     config.values = values;
     config.raw_toml = "";
     config.source_name = "c";
+    config.base_dir = "/";
     /* 2.5 + 16 + 7 (fallback for a missing key) + 0 (prefix "al" must not match "alpha") */
     return grove_config_float(&config, "alpha", -1.0) + (double)grove_config_int(&config, "r", -1) +
            grove_config_float(&config, "missing", 7.0) + (grove_config_find(&config, "al") ? 100.0 : 0.0);

@@ -22,6 +22,10 @@ struct PromptRow {
 // added), or the text prompt as is.
 std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config);
 
+// The prompt as the dataset gave it, as JSON: a string, or a list of {"role", "content"} messages.
+// Reward plugins see it (grove_reward_batch.prompt_json): TRL's reward functions take this form.
+std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages);
+
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");

@@ -46,6 +46,7 @@ struct PluginUse {
     std::string role;  // rewards: "accuracy" | "format_rate" | "none" for `grove eval`; "" = the plugin's own
     std::shared_ptr<toml::table> config;  // the plugin's own table (never null)
     std::string origin;                   // "grove.toml:12:1 [[rewards]] #1" — where the use is declared
+    std::string base_dir;                 // the manifest's folder: the plugin resolves relative paths against it
 };
 
 class Manifest {

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace toml {
@@ -75,10 +76,13 @@ class PluginConfig {
 public:
     // Checks `table` against the plugin's declared keys: unknown keys (with a suggestion), wrong
     // types, missing required keys. `origin` names the table in messages when a key has no source
-    // position (e.g. it came from --set). Throws grove::Error(manifest).
-    PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin);
+    // position (e.g. it came from --set). `base_dir`: the folder the table's relative paths are
+    // relative to (the manifest's; empty = the current folder). Throws grove::Error(manifest).
+    PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin,
+                 const std::string& base_dir = "");
     // From TOML text (tests, `grove plugins info`).
-    static PluginConfig from_toml_text(const PluginInfo& plugin, const std::string& toml_text, const std::string& origin);
+    static PluginConfig from_toml_text(const PluginInfo& plugin, const std::string& toml_text, const std::string& origin,
+                                       const std::string& base_dir = "");
     PluginConfig(PluginConfig&&) noexcept;
     ~PluginConfig();
 
@@ -114,8 +118,10 @@ public:
     const PluginInfo& info() const { return plugin_; }
     void* handle() const { return instance_; }
 
-    // Reward call. scores/metrics are resized and NaN-filled by the host before the call.
-    void score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics) const;
+    // Reward call. scores/metrics are resized and NaN-filled by the host before the call; `logged`
+    // receives what the plugin logs by name (grove_reward_output.log_metric), in order.
+    void score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics,
+               std::vector<std::pair<std::string, double>>* logged = nullptr) const;
     // Reduction call. weight is resized to rows*columns.
     void weights(const grove_reduction_context& context, std::vector<float>& weight) const;
     // Objective call: the loss and its gradient; a non-finite gradient is an error naming the plugin
@@ -139,6 +145,7 @@ std::vector<grove_text> text_views(const std::vector<std::string>& strings);
 // points into them (valid while this object lives and is not modified).
 struct RewardRows {
     std::vector<std::string> prompts, completions, row_json;  // row_json: each row's other columns
+    std::vector<std::string> prompt_json;                     // each row's dataset prompt as JSON, or empty when there is none
     std::vector<int64_t> token_offsets{0};                    // CSR over tokens
     std::vector<int32_t> tokens;
     std::vector<uint8_t> model_token_mask;  // aligned with tokens: 1 = the model wrote it, 0 = an environment
@@ -148,6 +155,7 @@ struct RewardRows {
     uint64_t seed = 0;
     uint32_t rank = 0, world_size = 1;
     uint64_t global_row_offset = 0;  // index of row 0 in the whole generation batch (rank * rows)
+    int64_t max_steps = 0;           // the run's optimizer steps in all; 0 = unknown
 
     // `model_tokens` (aligned with completion_tokens) is empty for a completion the model wrote whole
     void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens, bool is_truncated,
@@ -156,7 +164,7 @@ struct RewardRows {
     const grove_reward_batch& view();
 
 private:
-    std::vector<grove_text> prompt_views_, completion_views_, json_views_;
+    std::vector<grove_text> prompt_views_, completion_views_, json_views_, prompt_json_views_;
     grove_reward_batch batch_{};
 };
 

@@ -16,10 +16,12 @@ namespace grove {
 
 // Every reward function's score of every row of one batch (rows group-major, as the batch's).
 struct RewardScores {
-    std::vector<std::string> names;           // [K] metric names of the functions
-    std::vector<std::vector<float>> values;   // [K][N]; NaN where a function does not apply
-    std::vector<std::string> metric_names;    // [M] "rewards/<reward>/<metric>"
-    std::vector<std::vector<float>> metrics;  // [M][N] per-row metrics the plugins report
+    std::vector<std::string> names;          // [K] metric names of the functions
+    std::vector<std::vector<float>> values;  // [K][N]; NaN where a function does not apply
+    // [M] "rewards/<reward>/<metric>" for the plugins' per-row metrics, then the names the plugins
+    // logged by name (TRL's log_metric), as given
+    std::vector<std::string> metric_names;
+    std::vector<std::vector<float>> metrics;  // [M][N]; a logged name's values fill its first rows, NaN after
     size_t rows() const { return values.empty() ? 0 : values[0].size(); }
     // row-major [N * K], as compute_advantages takes it
     std::vector<float> row_major() const;

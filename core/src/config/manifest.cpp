@@ -321,7 +321,11 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
         use.weight = *out["weight"].value<double>();
         if (out.contains("role")) use.role = *out["role"].value<std::string>();
         use.config = std::make_shared<toml::table>(*out["config"].as_table());
+        // a Python reward is named by its function, as TRL names reward_funcs by __name__
+        if (use.plugin == "python" && !out.contains("name"))
+            if (auto function = (*use.config)["function"].value<std::string>()) use.name = *function;
         use.origin = at + " [[rewards]] #" + std::to_string(i + 1);
+        use.base_dir = directory;
         if (!reward_names.insert(use.name).second)
             throw manifest_error(
                 at, "two rewards are named '" + use.name + "'; metric names must be unique: give one of them name = \"...\"");
@@ -485,6 +489,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         use->config = std::make_shared<toml::table>(*t["config"].as_table());
         const toml::node* declared = root.get(section);
         use->origin = (declared ? v.where(*declared, section) : source_name) + " [" + section + "]";
+        use->base_dir = m.directory_;
     }
 
     {
@@ -500,6 +505,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
             use.name = use.plugin;
             use.config = std::make_shared<toml::table>(*t["config"].as_table());
             use.origin = (declared ? v.where(*declared, "environment") : source_name) + " [environment]";
+            use.base_dir = m.directory_;
             m.environment_ = std::move(use);
         }
     }

@@ -1,6 +1,9 @@
 #include "grove/reward_set.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "grove/error.hpp"
@@ -46,14 +49,37 @@ RewardSet::RewardSet(PluginHost& host, const std::vector<PluginUse>& uses, const
         }
         auto info = host.find(use.plugin, GROVE_PLUGIN_KIND_REWARD, use.origin);
         roles_.push_back(use.role.empty() ? declared_role(info) : reward_role_from_name(use.role));
-        instances_.emplace_back(PluginInstance(info, PluginConfig(info, use.config.get(), use.origin + " config")));
+        instances_.emplace_back(
+            PluginInstance(info, PluginConfig(info, use.config.get(), use.origin + " config", use.base_dir)));
         host_rewards_.emplace_back();
     }
 }
 
+namespace {
+// Values logged by name become metric columns whose mean over the gathered rows is TRL's
+// sum(values) / count(values): value j of a name sits in row j, NaN elsewhere.
+void add_logged_metrics(const std::vector<std::pair<std::string, double>>& logged, size_t rows, RewardScores& out) {
+    std::map<std::string, size_t> column_of;
+    for (const auto& [name, value] : logged) {
+        auto [it, added] = column_of.try_emplace(name, out.metrics.size());
+        if (added) {
+            out.metric_names.push_back(name);
+            out.metrics.emplace_back(rows, std::numeric_limits<float>::quiet_NaN());
+        }
+        std::vector<float>& column = out.metrics[it->second];
+        auto slot = std::find_if(column.begin(), column.end(), [](float v) { return std::isnan(v); });
+        if (slot == column.end())
+            throw Error(ErrorKind::plugin, "a reward logged '" + name + "' more than " + std::to_string(rows) +
+                                               " times (the batch's rows) in one batch; log it once per batch");
+        *slot = float(value);
+    }
+}
+}  // namespace
+
 RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector<bool>& skip,
                               const PromptMessages* messages) const {
     RewardScores out;
+    std::vector<std::pair<std::string, double>> logged;
     out.names = names_;
     const size_t N = batch.count;
     for (size_t k = 0; k < instances_.size(); ++k) {
@@ -64,7 +90,7 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             out.values.push_back(std::move(scores));
             continue;
         }
-        if (wanted) instances_[k]->score(batch, scores, metrics);
+        if (wanted) instances_[k]->score(batch, scores, metrics, &logged);
         out.values.push_back(std::move(scores));
         const auto& metric_names = instances_[k]->info().metric_names;
         for (size_t m = 0; m < metric_names.size() && !metrics.empty(); ++m) {
@@ -72,6 +98,7 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             out.metrics.emplace_back(metrics.begin() + long(m * N), metrics.begin() + long((m + 1) * N));
         }
     }
+    add_logged_metrics(logged, N, out);
     return out;
 }
 

@@ -227,6 +227,13 @@ std::string prompt_text(const PromptRow& row, ChatTemplate family, const Tokeniz
     return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config);
 }
 
+std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages) {
+    if (messages.empty()) return nlohmann::json(text).dump();
+    nlohmann::json list = nlohmann::json::array();
+    for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+    return list.dump();
+}
+
 std::vector<std::string> builtin_sources() {
     return {"arithmetic", "arithmetic-test", "multiplication", "multiplication-test"};
 }

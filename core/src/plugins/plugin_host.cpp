@@ -307,6 +307,8 @@ const char* value_type_name(uint32_t type) {
             return "an array of strings";
         case GROVE_VALUE_INT_ARRAY:
             return "an array of integers";
+        case GROVE_VALUE_TABLE:
+            return "a table, e.g. { key = 1 }";
         case GROVE_VALUE_FLOAT_ARRAY:
             return "an array of numbers";
         default:
@@ -330,10 +332,12 @@ struct PluginConfig::Storage {
     std::map<std::string, std::string> locations;
     std::string raw_toml;
     std::string source_name;
+    std::string base_dir;
     std::shared_ptr<toml::table> owned_table;  // for from_toml_text
 };
 
-PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin)
+PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, const std::string& origin,
+                           const std::string& base_dir)
         : storage_(std::make_unique<Storage>()), origin_(origin) {
     Storage& s = *storage_;
     std::vector<std::string> accepted;
@@ -378,6 +382,14 @@ PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, c
                     if (!node.is_boolean()) throw wrong();
                     v.bool_value = *node.value<bool>() ? 1 : 0;
                     break;
+                case GROVE_VALUE_TABLE: {
+                    if (!node.is_table()) throw wrong();
+                    std::ostringstream json;
+                    json << toml::json_formatter(*node.as_table());
+                    s.strings.push_back(json.str());
+                    v.string_value = s.strings.back().c_str();
+                    break;
+                }
                 case GROVE_VALUE_STRING_ARRAY:
                 case GROVE_VALUE_INT_ARRAY:
                 case GROVE_VALUE_FLOAT_ARRAY: {
@@ -428,21 +440,24 @@ PluginConfig::PluginConfig(const PluginInfo& plugin, const toml::table* table, c
         s.raw_toml = raw.str();
     }
     s.source_name = origin;
+    s.base_dir = fs::absolute(base_dir.empty() ? fs::path(".") : fs::path(base_dir)).lexically_normal().string();
     config_.struct_size = sizeof(grove_config);
     config_.count = static_cast<uint32_t>(s.values.size());
     config_.values = s.values.data();
     config_.raw_toml = s.raw_toml.c_str();
     config_.source_name = s.source_name.c_str();
+    config_.base_dir = s.base_dir.c_str();
 }
 
-PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::string& toml_text, const std::string& origin) {
+PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::string& toml_text, const std::string& origin,
+                                          const std::string& base_dir) {
     auto table = std::make_shared<toml::table>();
     try {
         *table = toml::parse(std::string_view(toml_text), std::string_view(origin));
     } catch (const toml::parse_error& e) {
         throw Error(ErrorKind::manifest, origin + ": error: " + std::string(e.description()));
     }
-    PluginConfig config(plugin, table.get(), origin);
+    PluginConfig config(plugin, table.get(), origin, base_dir);
     config.storage_->owned_table = table;
     return config;
 }
@@ -527,6 +542,7 @@ const grove_reward_batch& RewardRows::view() {
     prompt_views_ = text_views(prompts);
     completion_views_ = text_views(completions);
     json_views_ = text_views(row_json);
+    prompt_json_views_ = text_views(prompt_json);
     batch_ = grove_reward_batch{};
     batch_.struct_size = sizeof(grove_reward_batch);
     batch_.count = uint32_t(prompts.size());
@@ -543,16 +559,32 @@ const grove_reward_batch& RewardRows::view() {
     batch_.seed = seed;
     batch_.rank = rank;
     batch_.world_size = world_size;
+    batch_.prompt_json = prompt_json.size() == prompts.size() && !prompts.empty() ? prompt_json_views_.data() : nullptr;
+    batch_.max_steps = max_steps;
     return batch_;
 }
 
-void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics) const {
+namespace {
+// grove_reward_output.log_metric: called by plugins, so nothing may escape it
+void log_reward_metric(grove_reward_output* out, const char* name, double value) noexcept {
+    if (!out || !name) return;
+    try {
+        static_cast<std::vector<std::pair<std::string, double>>*>(out->host_data)->emplace_back(name, value);
+    } catch (...) {  // out of memory: the value is lost, the run goes on
+    }
+}
+}  // namespace
+
+void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics,
+                           std::vector<std::pair<std::string, double>>* logged) const {
     if (plugin_.kind != GROVE_PLUGIN_KIND_REWARD) throw plugin_error("plugin " + plugin_.display() + " is not a reward");
     const float nan = std::nanf("");
     scores.assign(batch.count, nan);
     metrics.assign(size_t(batch.count) * plugin_.metric_names.size(), nan);
-    grove_reward_output out{sizeof(grove_reward_output), scores.data(), static_cast<uint32_t>(plugin_.metric_names.size()),
-                            metrics.data()};
+    std::vector<std::pair<std::string, double>> ignored;
+    grove_reward_output out{
+        sizeof(grove_reward_output), scores.data(),     static_cast<uint32_t>(plugin_.metric_names.size()), metrics.data(),
+        logged ? logged : &ignored,  &log_reward_metric};
     ErrorCapture capture;
     check(plugin_.descriptor->reward->score(instance_, &batch, &out, &capture.sink), "score", capture);
     for (uint32_t i = 0; i < batch.count; ++i)
@@ -638,7 +670,7 @@ grove_reduction_context reduction_context(const float* mask, uint32_t rows, uint
 
 PluginInstance create_plugin(PluginHost& host, const PluginUse& use, uint32_t kind) {
     PluginInfo info = host.find(use.plugin, kind, use.origin);
-    PluginConfig config(info, use.config.get(), use.origin + " config");
+    PluginConfig config(info, use.config.get(), use.origin + " config", use.base_dir);
     return PluginInstance(std::move(info), std::move(config));
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "grove/advantages.hpp"
 
@@ -72,10 +73,19 @@ ScoredBatch select_scores(const std::vector<ScoredRollout>& parts, const std::ve
     out.plugin_metric_rows.resize(first.plugin_metric_rows.size());
     for (const Pick& p : picks) {
         const ScoredBatch& s = parts[p.part].scored;
+        // a metric a reward logged by name may be missing from a round: matched by name, NaN there
+        std::vector<const std::vector<double>*> metric_rows;
+        for (const std::string& name : out.plugin_metric_names) {
+            auto at = std::find(s.plugin_metric_names.begin(), s.plugin_metric_names.end(), name);
+            metric_rows.push_back(at == s.plugin_metric_names.end()
+                                      ? nullptr
+                                      : &s.plugin_metric_rows[size_t(at - s.plugin_metric_names.begin())]);
+        }
         for (int64_t j = p.group * G; j < (p.group + 1) * G; ++j) {
             for (size_t k = 0; k < s.rewards.size(); ++k) out.rewards[k].push_back(s.rewards[k][size_t(j)]);
-            for (size_t m = 0; m < s.plugin_metric_rows.size(); ++m)
-                out.plugin_metric_rows[m].push_back(s.plugin_metric_rows[m][size_t(j)]);
+            for (size_t m = 0; m < metric_rows.size(); ++m)
+                out.plugin_metric_rows[m].push_back(metric_rows[m] ? (*metric_rows[m])[size_t(j)]
+                                                                   : std::numeric_limits<double>::quiet_NaN());
             out.completion_lengths.push_back(s.completion_lengths[size_t(j)]);
             out.prompt_lengths.push_back(s.prompt_lengths[size_t(j)]);
             out.truncated.push_back(s.truncated[size_t(j)]);

@@ -86,6 +86,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
             row.completion = tokenizer->decode(ids, true);
             batch.add(row.prompt, row.completion, std::vector<int32_t>(ids.begin(), ids.end()), row.truncated, json_rows[i],
                       std::vector<uint8_t>(model_tokens.begin(), model_tokens.end()));
+            batch.prompt_json.push_back(prompt_json(texts[i], messages[i]));
             result.rows.push_back(std::move(row));
         };
         if (environment) {

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
+#include "grove/dataset.hpp"
 #include "grove/distributed.hpp"
+#include "grove/error.hpp"
 #include "grove/tokenizer.hpp"
 
 namespace grove {
@@ -48,6 +51,18 @@ std::vector<std::vector<double>> gather_columns(const std::vector<std::vector<do
         for (int64_t i = 0; i < all.size(0); ++i) out[c][size_t(i)] = all_cell[i][int64_t(c)];
     return out;
 }
+// The gather needs the same metric columns on every process; a reward that logs a metric by name on
+// some processes only would misalign them.
+void require_same_metric_names(const std::vector<std::string>& names, ProcessGroup& group) {
+    std::string joined;
+    for (const std::string& name : names) joined += name + '\n';
+    const double fingerprint = double(std::hash<std::string>{}(joined) >> 12);  // exact in a double
+    if (group.max(fingerprint) != fingerprint || group.max(-fingerprint) != -fingerprint)
+        throw Error(ErrorKind::plugin,
+                    "the processes' reward metrics differ in this batch (a reward logs a metric by name on some processes "
+                    "only); log the same names on every process");
+}
+
 template <typename T>
 std::vector<double> as_doubles(const std::vector<T>& v) {
     return std::vector<double>(v.begin(), v.end());
@@ -66,6 +81,7 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     batch.rank = uint32_t(context.rank);
     batch.world_size = uint32_t(context.world_size);
     batch.global_row_offset = uint64_t(rollout.first_row);
+    batch.max_steps = context.max_steps;
     // episodes: which tokens the model wrote (rewards see the whole episode, observations included)
     const at::Tensor model_mask =
         rollout.model_token_mask.defined() ? rollout.model_token_mask.to(at::kByte).contiguous() : at::Tensor();
@@ -79,6 +95,7 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
         batch.add(rollout.rows[size_t(i)].prompt_text, tokenizer.decode(completion, true),
                   std::vector<int32_t>(completion.begin(), completion.end()), c.truncated[i].item<bool>(),
                   rollout.rows[size_t(i)].columns_json, model_tokens);
+        batch.prompt_json.push_back(prompt_json(rollout.rows[size_t(i)].prompt_text, rollout.rows[size_t(i)].prompt_messages));
     }
     PromptMessages messages;
     for (const BatchRow& row : rollout.rows) messages.push_back(row.prompt_messages);
@@ -93,6 +110,7 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     apply_given_rewards(scores, rollout.rows);
 
     // every rank's rows: rewards, the plugins' metrics, lengths, flags
+    if (context.group) require_same_metric_names(scores.metric_names, *context.group);
     std::vector<std::vector<double>> local;
     for (const auto& values : scores.values) local.push_back(as_doubles(values));
     for (const auto& values : scores.metrics) local.push_back(as_doubles(values));

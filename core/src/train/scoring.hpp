@@ -50,6 +50,7 @@ struct ScoringContext {
     // [environment] reward_weight: the episodes' environment_reward is one more reward column, with
     // this use's name and weight, after the plugins'
     const PluginUse* environment_reward = nullptr;
+    int64_t max_steps = 0;  // the run's optimizer steps in all (rewards see it as TRL's trainer_state.max_steps)
 };
 
 ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, const Tokenizer& tokenizer,

@@ -261,7 +261,7 @@ ScoredRollout Trainer::State::generate_and_score(int64_t round) {
     const PluginUse* environment_reward = c.environment.reward && !replay ? &*c.environment.reward : nullptr;
     ScoredBatch scored =
         score_rollout(rollout, *rewards, *tokenizer, advantage_options(),
-                      {progress.global_step, options.rank, options.world_size, options.group, environment_reward});
+                      {progress.global_step, options.rank, options.world_size, options.group, environment_reward, total});
     reward_seconds += seconds_since(t1);
     return {std::move(rollout), std::move(scored)};
 }

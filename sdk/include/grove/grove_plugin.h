@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.6.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.7.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 6
+#define GROVE_ABI_MINOR 7
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -136,8 +136,12 @@ static inline grove_status grove_fail(grove_error_sink* sink, grove_status statu
  * the table before create(): unknown keys (with a "did you mean"), wrong types and missing required
  * keys are reported at the manifest's file:line, and integers are widened to floats where a float is
  * declared. create() receives only declared keys, each with its declared type; absent keys are
- * simply not in the list, so the plugin applies its own documented default. Nested tables and
- * anything else unusual arrive untouched in `raw_toml` (the whole table as TOML text).
+ * simply not in the list, so the plugin applies its own documented default. A key declared as
+ * GROVE_VALUE_TABLE (ABI 1.7) takes a nested table, e.g. `kwargs = { n = 2 }`, which arrives as a
+ * JSON object in string_value. The whole table is also in `raw_toml`, as TOML text.
+ *
+ * Paths in a configuration are the user's, written relative to the manifest: resolve a relative
+ * path against `base_dir` (ABI 1.7), the manifest's folder, not against the current folder.
  */
 typedef enum grove_value_type {
     GROVE_VALUE_STRING = 1,
@@ -146,7 +150,8 @@ typedef enum grove_value_type {
     GROVE_VALUE_BOOL = 4,
     GROVE_VALUE_STRING_ARRAY = 5,
     GROVE_VALUE_INT_ARRAY = 6,
-    GROVE_VALUE_FLOAT_ARRAY = 7
+    GROVE_VALUE_FLOAT_ARRAY = 7,
+    GROVE_VALUE_TABLE = 8 /* ABI 1.7: a nested table, as a JSON object in string_value */
 } grove_value_type;
 
 typedef struct grove_config_key {
@@ -162,7 +167,7 @@ typedef struct grove_config_value {
     uint32_t struct_size;
     const char* key;                 /* NUL-terminated */
     uint32_t type;                   /* grove_value_type, always the declared one */
-    const char* string_value;        /* NUL-terminated; GROVE_VALUE_STRING */
+    const char* string_value;        /* NUL-terminated; GROVE_VALUE_STRING, and GROVE_VALUE_TABLE's JSON */
     int64_t int_value;               /* GROVE_VALUE_INT */
     double float_value;              /* GROVE_VALUE_FLOAT */
     int32_t bool_value;              /* GROVE_VALUE_BOOL: 0 or 1 */
@@ -178,6 +183,9 @@ typedef struct grove_config {
     const grove_config_value* values;
     const char* raw_toml;    /* NUL-terminated: the instance's whole table as TOML */
     const char* source_name; /* NUL-terminated, e.g. "grove.toml:14 [[rewards]] #2"; for messages */
+    /* ABI 1.7: NUL-terminated absolute folder that relative paths in this table are relative to (the
+     * manifest's); read it with GROVE_HAS_FIELD, and use the current folder when it is absent */
+    const char* base_dir;
 } grove_config;
 
 /* Find a key; NULL if the manifest did not set it. */
@@ -339,14 +347,27 @@ typedef struct grove_reward_batch {
      * TRL's env_mask). All 1 for single-turn completions. A plugin built for 1.4 that may run under
      * an older host reads it only if GROVE_HAS_FIELD(batch, grove_reward_batch, model_token_mask). */
     const uint8_t* model_token_mask;
+    /* ABI 1.7: each row's prompt as the dataset gave it, as JSON: a string for a text prompt, or a
+     * list of {"role", "content"} messages for a conversation (which `prompts` holds rendered with
+     * the chat template). NULL when the rows come from no dataset prompt. TRL's reward functions
+     * see this form: a list of messages makes the batch "conversational". */
+    const grove_text* prompt_json;
+    int64_t max_steps; /* ABI 1.7: the run's optimizer steps in all (TRL's trainer_state.max_steps); 0 = unknown */
 } grove_reward_batch;
 
-typedef struct grove_reward_output {
+typedef struct grove_reward_output grove_reward_output;
+struct grove_reward_output {
     uint32_t struct_size;
     float* scores;         /* [n], host-owned, pre-filled with NaN */
     uint32_t metric_count; /* = the descriptor's metric_count */
     float* metrics;        /* [metric_count * n]: metric m of row i at metrics[m*n + i]; NaN-filled */
-} grove_reward_output;
+    /* ABI 1.7: log one scalar for this batch under a name of your choosing (TRL's log_metric), for
+     * metrics not known when the descriptor is written. metrics.jsonl shows `name` as the mean of
+     * the values logged in the step, over every process; every process must log the same names, and
+     * at most n values per name and batch. Call it as out->log_metric(out, "name", value). */
+    void* host_data; /* the host's; do not touch */
+    void (*log_metric)(grove_reward_output* out, const char* name, double value);
+};
 
 struct grove_reward_api {
     uint32_t struct_size;

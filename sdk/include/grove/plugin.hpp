@@ -89,6 +89,10 @@ public:
         return std::vector<std::string>(v->string_array, v->string_array + v->array_length);
     }
     const char* raw_toml() const { return config_ && config_->raw_toml ? config_->raw_toml : ""; }
+    // The folder relative paths are relative to: the manifest's (ABI 1.7), else the current one.
+    std::string base_dir() const {
+        return config_ && GROVE_HAS_FIELD(config_, grove_config, base_dir) && config_->base_dir ? config_->base_dir : ".";
+    }
 
 private:
     const grove_config* config_;
