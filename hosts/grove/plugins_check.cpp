@@ -1,8 +1,11 @@
 // grove plugins list|info, grove check: everything that needs the plugin host and the manifest
 // but no libtorch.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -158,7 +161,9 @@ int plugins_score(const std::vector<std::string>& args) {
         "\"truncated\", \"completion_ids\", other columns")("config", po::value<std::string>()->default_value(""),
                                                             "the plugin's config as TOML, e.g. 'min_steps = 2'")(
         "num-generations", po::value<uint32_t>()->default_value(1), "rows per group (G), as in training")(
-        "seed", po::value<uint64_t>()->default_value(0), "the batch seed the plugin sees");
+        "seed", po::value<uint64_t>()->default_value(0), "the batch seed the plugin sees")(
+        "repeat", po::value<uint32_t>()->default_value(1),
+        "score the rows this many times and print the time per call to stderr (the first call apart)");
     po::positional_options_description positional;
     positional.add("plugin", 1);
     auto vm =
@@ -214,7 +219,19 @@ int plugins_score(const std::vector<std::string>& args) {
 
     std::vector<float> scores, metrics;
     std::vector<std::pair<std::string, double>> logged;
-    instance.score(rows.view(), scores, metrics, &logged);
+    const uint32_t repeat = std::max(vm["repeat"].as<uint32_t>(), 1u);
+    std::vector<double> seconds;
+    for (uint32_t call = 0; call < repeat; ++call) {
+        logged.clear();
+        const auto start = std::chrono::steady_clock::now();
+        instance.score(rows.view(), scores, metrics, &logged);
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (repeat > 1) {  // the first call may import or compile what the plugin needs: reported apart
+        const double rest = std::accumulate(seconds.begin() + 1, seconds.end(), 0.0) / double(repeat - 1);
+        std::cerr << "grove: score of " << rows.size() << " rows: first call " << seconds[0] * 1e3 << " ms, then "
+                  << rest * 1e3 << " ms per call (mean of " << repeat - 1 << ")\n";
+    }
     const auto& metric_names = instance.info().metric_names;
     auto number = [](float v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
     for (size_t i = 0; i < rows.size(); ++i) {
