@@ -50,7 +50,10 @@ int print_episodes(const po::variables_map& vm, const Model& model, const Tokeni
     const int64_t max_turns = vm["max-turns"].as<int64_t>();
     if (max_turns < 1) throw Error(ErrorKind::usage, "grove generate: --max-turns must be >= 1");
     std::vector<EpisodeStart> starts;
-    for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], rows[i / size_t(n)].columns_json});
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const PromptRow& row = rows[i / size_t(n)];
+        starts.push_back({prompts[i], texts[i], row.columns_json, prompt_json(row.text, row.messages)});
+    }
     const auto episodes = run_episodes(model, tokenizer, environment, starts, options, {max_turns, options.max_new_tokens, 0});
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];

@@ -78,10 +78,12 @@ int plugins_list(const std::vector<std::string>& args) {
                            {"description", p.description}});
         std::cout << out.dump(2) << "\n";
     } else {
-        std::cout << std::left << std::setw(18) << "NAME" << std::setw(11) << "KIND" << std::setw(9) << "VERSION"
+        int name_width = 18;  // the longest name and a space
+        for (const auto& p : plugins) name_width = std::max(name_width, int(p.name.size()) + 1);
+        std::cout << std::left << std::setw(name_width) << "NAME" << std::setw(12) << "KIND" << std::setw(9) << "VERSION"
                   << std::setw(6) << "ABI" << "FILE\n";
         for (const auto& p : plugins)
-            std::cout << std::setw(18) << p.name << std::setw(11) << grove::plugin_kind_name(p.kind) << std::setw(9)
+            std::cout << std::setw(name_width) << p.name << std::setw(12) << grove::plugin_kind_name(p.kind) << std::setw(9)
                       << p.version << std::setw(6) << (std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor))
                       << p.file << "\n";
         if (plugins.empty()) {
@@ -229,8 +231,8 @@ int plugins_score(const std::vector<std::string>& args) {
     }
     if (repeat > 1) {  // the first call may import or compile what the plugin needs: reported apart
         const double rest = std::accumulate(seconds.begin() + 1, seconds.end(), 0.0) / double(repeat - 1);
-        std::cerr << "grove: score of " << rows.size() << " rows: first call " << seconds[0] * 1e3 << " ms, then "
-                  << rest * 1e3 << " ms per call (mean of " << repeat - 1 << ")\n";
+        std::cerr << "grove: score of " << rows.size() << " rows: first call " << seconds[0] * 1e3 << " ms, then " << rest * 1e3
+                  << " ms per call (mean of " << repeat - 1 << ")\n";
     }
     const auto& metric_names = instance.info().metric_names;
     auto number = [](float v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };

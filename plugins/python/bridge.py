@@ -1,4 +1,6 @@
-"""The Python side of Grove's `python` plugin: reward functions called exactly as TRL calls them.
+"""The Python side of Grove's python plugins: reward functions called exactly as TRL calls them
+(`python`), and environments (`python_environment`): TRL's environment_factory classes or Grove's
+own environment contract.
 
 python_plugin.cpp embeds this file as the module `grove_python_bridge`. For each batch it hands over
 Grove's reward batch as plain lists; `Reward.score` turns them into TRL's arguments (GRPOTrainer.
@@ -14,6 +16,7 @@ import inspect
 import json
 import math
 import os
+import re
 import sys
 import traceback
 import types
@@ -66,11 +69,11 @@ def _load_module(spec, base_dir):
         raise
 
 
-def _find_function(module, name, factory_args):
+def _find_function(module, name, factory_args, key="function"):
     function = getattr(module, name, None)
     if function is None or not callable(function):
         callables = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None)))
-        raise ConfigError("function", f"module '{module.__name__}' has no function '{name}'; it has: {', '.join(callables)}")
+        raise ConfigError(key, f"module '{module.__name__}' has no {key} '{name}'; it has: {', '.join(callables)}")
     if factory_args is not None:  # e.g. get_soft_overlong_punishment(max_completion_len=..., ...)
         function = function(**factory_args)
         if not callable(function):
@@ -131,3 +134,146 @@ class Reward:
             except (TypeError, ValueError):
                 raise TypeError(f"row {i}: the reward {value!r} ({type(value).__name__}) is not a number or None") from None
         return scores
+
+
+# ---- environments ---------------------------------------------------------------------------------
+
+
+class Turn:
+    """One episode waiting on the environment: what a Grove-contract environment's step() gets."""
+
+    __slots__ = ("episode", "turn", "text", "token_ids", "ended_with_eos", "prompt", "row")
+
+    def __init__(self, episode, turn, text, token_ids, ended_with_eos, prompt, row):
+        self.episode, self.turn, self.text, self.token_ids = episode, turn, text, token_ids
+        self.ended_with_eos, self.prompt, self.row = ended_with_eos, prompt, row
+
+    def __repr__(self):
+        return f"Turn(episode={self.episode}, turn={self.turn}, text={self.text!r})"
+
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def _public_methods(instance):
+    """TRL's tools of an environment: its public functions other than reset and get_reward."""
+    return {
+        name: getattr(instance, name)
+        for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+        if not name.startswith("_") and name not in ("reset", "get_reward")
+    }
+
+
+class Environment:
+    """A Python environment behind Grove's environment ABI.
+
+    A class with step() follows Grove's contract (SDK section 9) in Python; a class with reset() is
+    a TRL environment_factory class: one instance per episode, reset with the dataset row, its
+    public methods called as tools from Hermes-format tool calls (<tool_call>{"name": ...,
+    "arguments": {...}}</tool_call>), answered in <tool_response> blocks of a ChatML user turn,
+    and get_reward() scoring the whole episode."""
+
+    def __init__(self, module, name, kwargs_json, base_dir):
+        kwargs = json.loads(kwargs_json) if kwargs_json else {}
+        factory = _find_function(_load_module(module, base_dir), name, None, key="class")
+        self.make = lambda: factory(**kwargs)
+        probe = self.make()
+        self.environment_class = type(probe)
+        self.loop = None
+        if callable(getattr(probe, "step", None)):
+            self.grove = probe
+        elif callable(getattr(type(probe), "reset", None)):
+            self.grove = None
+            self.idle = [probe]  # instances are made once and reset often, as TRL pools them
+            self.live = {}  # episode -> (batch key, instance)
+            if not _public_methods(probe):
+                raise ConfigError("class", f"'{name}' defines reset() but no public method to call as a tool")
+        else:
+            raise ConfigError("class", f"'{name}' has neither step() (Grove's environment contract) nor reset() "
+                                       "(TRL's environment_factory)")
+
+    def stop_strings(self):
+        if self.grove is None:
+            return []  # TRL reads the tool calls of a whole turn, which ends at EOS
+        strings = getattr(self.grove, "stop_strings", ())
+        return [str(s) for s in (strings() if callable(strings) else strings)]
+
+    def _await(self, value):
+        if inspect.isawaitable(value):
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+            return self.loop.run_until_complete(value)
+        return value
+
+    def _turns(self, rows):
+        return [Turn(e, t, text, ids, bool(eos), json.loads(p) if p is not None else prompt, json.loads(r) if r else {})
+                for e, t, text, ids, eos, prompt, r, p in rows]
+
+    def _instance(self, turn, batch_key):
+        """The episode's TRL environment, reset with its dataset row on first use in this batch."""
+        held = self.live.get(turn.episode)
+        if held is not None and held[0] == batch_key:
+            return held[1]
+        if held is not None:
+            self.idle.append(held[1])
+        instance = self.idle.pop() if self.idle else self.make()
+        prompt_note = self._await(instance.reset(prompt=turn.prompt, **turn.row))
+        if prompt_note is not None:
+            raise ValueError("reset() returned text to add to the prompt, which Grove cannot do yet: put that text "
+                             "in the dataset's prompt and return None")
+        self.live[turn.episode] = (batch_key, instance)
+        return instance
+
+    def step(self, rows, step, seed):
+        """[(observation, done, tool_calls, tool_failures)] for each waiting episode."""
+        turns = self._turns(rows)
+        if self.grove is not None:
+            return [self._grove_answer(a) for a in self._await(self.grove.step(turns))]
+        return [self._tool_answer(self._instance(t, (step, seed)), t) for t in turns]
+
+    @staticmethod
+    def _grove_answer(answer):
+        if answer is None or answer == "":
+            return ("", True, 0, 0)
+        if isinstance(answer, str):
+            return (answer, False, 0, 0)
+        return (str(answer.get("observation") or ""), bool(answer.get("done", False)),
+                int(answer.get("tool_calls", 0)), int(answer.get("tool_failures", 0)))
+
+    def _tool_answer(self, instance, turn):
+        calls = _TOOL_CALL.findall(turn.text)
+        if not calls:
+            return ("", True, 0, 0)
+        tools = _public_methods(instance)
+        responses, failures = [], 0
+        for call in calls:
+            try:
+                parsed = json.loads(call)
+                name, arguments = parsed["name"], parsed.get("arguments", {})
+                if isinstance(arguments, str):
+                    arguments = json.loads(arguments)
+                if name not in tools:
+                    raise ValueError(f"Tool {name} not found.")
+                result = self._await(tools[name](**arguments))
+            except Exception as error:  # the model's bad call: an answer it can learn from, counted
+                failures += 1
+                result = {"error": str(error)}
+            responses.append(f"\n<tool_response>\n{result}\n</tool_response>")
+        # the rest of ChatML's tool turn, as Qwen2.5's and Hermes' templates render tool messages
+        observation = "\n<|im_start|>user" + "".join(responses) + "<|im_end|>\n<|im_start|>assistant\n"
+        return (observation, False, len(calls), failures)
+
+    def score(self, rows, step, seed):
+        """Each whole episode's score: the Grove contract's score_episodes, or TRL's get_reward()."""
+        turns = self._turns(rows)
+        if self.grove is not None:
+            if not callable(getattr(self.grove, "score_episodes", None)):
+                raise TypeError("the environment has no score_episodes(); remove [environment] reward_weight")
+            scores = self._await(self.grove.score_episodes(turns))
+        else:
+            if not callable(getattr(self.environment_class, "get_reward", None)):
+                raise TypeError("the environment has no get_reward(); remove [environment] reward_weight")
+            scores = [self._await(self._instance(t, (step, seed)).get_reward()) for t in turns]
+        if len(scores) != len(turns):
+            raise ValueError(f"returned {len(scores)} scores for {len(turns)} episodes")
+        return [math.nan if v is None else float(v) for v in scores]

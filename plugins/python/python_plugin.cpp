@@ -209,6 +209,100 @@ private:
     PyObject* reward_ = nullptr;  // a bridge.Reward
 };
 
+// One tuple per episode: (episode, turn, text, token ids, ended with EOS, prompt, row JSON, prompt JSON or None)
+PyObject* episode_rows(const grove_environment_batch& b) {
+    const bool has_prompt_json = GROVE_HAS_FIELD(&b, grove_environment_batch, prompt_json) && b.prompt_json;
+    Ref texts(text_list(b.turn_texts, b.count)), prompts(text_list(b.prompts, b.count)), rows(text_list(b.row_json, b.count));
+    Ref prompt_json(has_prompt_json ? text_list(b.prompt_json, b.count) : nullptr);
+    if (!texts || !prompts || !rows || (has_prompt_json && !prompt_json)) return nullptr;
+    Ref list(PyList_New(b.count));
+    for (uint32_t i = 0; list && i < b.count; ++i) {
+        const int64_t begin = b.turn_token_offsets[i], end = b.turn_token_offsets[i + 1];
+        Ref ids(PyList_New(end - begin));
+        if (!ids) return nullptr;
+        for (int64_t t = begin; t < end; ++t) PyList_SET_ITEM(ids.get(), t - begin, PyLong_FromLong(b.turn_tokens[t]));
+        PyObject* row = Py_BuildValue("(KIOOOOOO)", (unsigned long long)b.episodes[i], (unsigned)b.turns[i],
+                                      PyList_GET_ITEM(texts.get(), i), ids.get(), b.turn_ended_with_eos[i] ? Py_True : Py_False,
+                                      PyList_GET_ITEM(prompts.get(), i), PyList_GET_ITEM(rows.get(), i),
+                                      prompt_json ? PyList_GET_ITEM(prompt_json.get(), i) : Py_None);
+        if (!row) return nullptr;
+        PyList_SET_ITEM(list.get(), i, row);
+    }
+    return list.release();
+}
+
+// An environment written in Python (bridge.Environment): TRL's environment_factory classes, or
+// Grove's environment contract in Python.
+class PythonEnvironment {
+public:
+    explicit PythonEnvironment(const grove::sdk::Config& config)
+            : module_(config.get_string("module", "")), class_(config.get_string("class", "")) {
+        start_interpreter();
+        HoldInterpreterLock lock;
+        environment_ = PyObject_CallMethod(bridge_module(), "Environment", "ssss", module_.c_str(), class_.c_str(),
+                                           config.get_string("kwargs", "").c_str(), config.base_dir().c_str());
+        Ref strings(environment_ ? PyObject_CallMethod(environment_, "stop_strings", nullptr) : nullptr);
+        if (!strings) {
+            std::string key;
+            std::string message = take_python_error(&key);
+            throw Error(GROVE_ERROR_CONFIG, "loading " + class_ + " from " + module_ + ": " + message, key);
+        }
+        for (Py_ssize_t i = 0; i < PyList_Size(strings.get()); ++i)
+            stop_strings_.emplace_back(PyUnicode_AsUTF8(PyList_GetItem(strings.get(), i)));
+        for (const std::string& s : stop_strings_) stop_pointers_.push_back(s.c_str());
+        stop_pointers_.push_back(nullptr);
+    }
+    ~PythonEnvironment() {
+        HoldInterpreterLock lock;
+        Py_XDECREF(environment_);
+    }
+
+    const char* const* stop_strings() const { return stop_pointers_.data(); }
+
+    void step(const grove_environment_batch& b, grove_environment_output& out) {
+        HoldInterpreterLock lock;
+        Ref answers(call("step", b));
+        for (uint32_t i = 0; i < b.count; ++i) {
+            // (observation, done, tool_calls, tool_failures), as bridge.Environment.step returns
+            PyObject* a = PyList_GetItem(answers.get(), i);
+            Py_ssize_t size = 0;
+            const char* text = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(a, 0), &size);
+            if (text && size > 0) out.observations[i]->append(out.observations[i], text, size_t(size));
+            out.done[i] = PyObject_IsTrue(PyTuple_GetItem(a, 1)) ? 1 : 0;
+            out.tool_calls[i] = uint32_t(PyLong_AsUnsignedLong(PyTuple_GetItem(a, 2)));
+            out.tool_failures[i] = uint32_t(PyLong_AsUnsignedLong(PyTuple_GetItem(a, 3)));
+        }
+        if (PyErr_Occurred()) fail("step", b, take_python_error());
+    }
+
+    void score_episodes(const grove_environment_batch& b, float* rewards) {
+        HoldInterpreterLock lock;
+        Ref scores(call("score", b));
+        for (uint32_t i = 0; i < b.count; ++i) rewards[i] = float(PyFloat_AsDouble(PyList_GetItem(scores.get(), i)));
+        if (PyErr_Occurred()) fail("score_episodes", b, take_python_error());
+    }
+
+private:
+    PyObject* call(const char* method, const grove_environment_batch& b) const {
+        Ref rows(episode_rows(b));
+        PyObject* result =
+            rows ? PyObject_CallMethod(environment_, method, "OLK", rows.get(), (long long)b.step, (unsigned long long)b.seed)
+                 : nullptr;
+        if (!result) fail(method, b, take_python_error());
+        return result;
+    }
+    [[noreturn]] void fail(const char* call, const grove_environment_batch& b, const std::string& message) const {
+        throw Error(GROVE_ERROR_INVALID_ARGUMENT, "environment " + class_ + " (" + module_ + ") failed in " + call + "() on " +
+                                                      std::to_string(b.count) + " episodes of step " + std::to_string(b.step) +
+                                                      ": " + message);
+    }
+
+    std::string module_, class_;
+    PyObject* environment_ = nullptr;  // a bridge.Environment
+    std::vector<std::string> stop_strings_;
+    std::vector<const char*> stop_pointers_;
+};
+
 constexpr grove_config_key kKeys[] = {
     grove::sdk::required_key("module", GROVE_VALUE_STRING,
                              "a .py file (relative to the manifest) or an importable module, e.g. \"trl.rewards\""),
@@ -223,6 +317,18 @@ constexpr grove_config_key kKeys[] = {
 constexpr auto kPythonReward = grove::sdk::reward_descriptor<PythonReward>(
     "python", "1.0.0", "a reward function written in Python, called as TRL calls it", 0, kKeys);
 
+constexpr grove_config_key kEnvironmentKeys[] = {
+    grove::sdk::required_key("module", GROVE_VALUE_STRING, "a .py file (relative to the manifest) or an importable module"),
+    grove::sdk::required_key("class", GROVE_VALUE_STRING,
+                             "TRL's environment_factory (a class with reset() and tool methods), or a class with "
+                             "step() (Grove's environment contract)"),
+    grove::sdk::key("kwargs", GROVE_VALUE_TABLE, "{}", "keyword arguments of the class (or factory) call"),
+};
+
+constexpr auto kPythonEnvironment = grove::sdk::environment_descriptor<PythonEnvironment>(
+    "python_environment", "1.0.0", "an environment written in Python: TRL's environment_factory classes or Grove's contract", 0,
+    kEnvironmentKeys);
+
 }  // namespace
 
-GROVE_PLUGIN_LIBRARY(&kPythonReward)
+GROVE_PLUGIN_LIBRARY(&kPythonReward, &kPythonEnvironment)

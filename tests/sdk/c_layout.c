@@ -198,7 +198,8 @@ PIN(grove_environment_batch, prompts, 56);
 PIN(grove_environment_batch, row_json, 64);
 PIN(grove_environment_batch, step, 72);
 PIN(grove_environment_batch, seed, 80);
-PIN_SIZE(grove_environment_batch, 88);
+PIN(grove_environment_batch, prompt_json, 88); /* ABI 1.7 */
+PIN_SIZE(grove_environment_batch, 96);
 
 PIN(grove_environment_output, struct_size, 0);
 PIN(grove_environment_output, observations, 8);

@@ -19,6 +19,7 @@ struct EnvironmentTurns {
     std::vector<uint64_t> episodes;
     std::vector<uint32_t> turns;
     std::vector<std::string> turn_texts, prompts, row_json;
+    std::vector<std::string> prompt_json;   // the dataset's prompts as JSON; left empty when unknown
     std::vector<int64_t> token_offsets{0};  // CSR over tokens
     std::vector<int32_t> tokens;
     std::vector<uint8_t> ended_with_eos;
@@ -26,12 +27,12 @@ struct EnvironmentTurns {
     uint64_t seed = 0;
 
     void add(uint64_t episode, uint32_t turn, std::string text, const std::vector<int64_t>& turn_tokens, bool eos,
-             std::string prompt, std::string columns_json);
+             std::string prompt, std::string columns_json, std::string prompt_as_json = "");
     size_t size() const { return episodes.size(); }
     const grove_environment_batch& view();
 
 private:
-    std::vector<grove_text> turn_text_views_, prompt_views_, json_views_;
+    std::vector<grove_text> turn_text_views_, prompt_views_, json_views_, prompt_json_views_;
     grove_environment_batch batch_{};
 };
 

@@ -35,6 +35,7 @@ struct EpisodeStats {
 struct EpisodeStart {
     std::vector<int64_t> prompt_ids;
     std::string prompt_text, columns_json = "{}";
+    std::string prompt_json = "";  // the dataset's prompt as JSON (environments see it), or empty
 };
 
 struct Episode {

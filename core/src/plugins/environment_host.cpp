@@ -9,12 +9,13 @@
 namespace grove {
 
 void EnvironmentTurns::add(uint64_t episode, uint32_t turn, std::string text, const std::vector<int64_t>& turn_tokens, bool eos,
-                           std::string prompt, std::string columns_json) {
+                           std::string prompt, std::string columns_json, std::string prompt_as_json) {
     episodes.push_back(episode);
     turns.push_back(turn);
     turn_texts.push_back(std::move(text));
     prompts.push_back(std::move(prompt));
     row_json.push_back(std::move(columns_json));
+    if (!prompt_as_json.empty()) prompt_json.push_back(std::move(prompt_as_json));
     for (int64_t id : turn_tokens) tokens.push_back(int32_t(id));
     token_offsets.push_back(int64_t(tokens.size()));
     ended_with_eos.push_back(eos ? 1 : 0);
@@ -24,6 +25,7 @@ const grove_environment_batch& EnvironmentTurns::view() {
     turn_text_views_ = text_views(turn_texts);
     prompt_views_ = text_views(prompts);
     json_views_ = text_views(row_json);
+    prompt_json_views_ = text_views(prompt_json);
     batch_ = grove_environment_batch{};
     batch_.struct_size = sizeof(grove_environment_batch);
     batch_.count = uint32_t(episodes.size());
@@ -37,6 +39,7 @@ const grove_environment_batch& EnvironmentTurns::view() {
     batch_.row_json = json_views_.data();
     batch_.step = step;
     batch_.seed = seed;
+    batch_.prompt_json = !prompt_json.empty() && prompt_json.size() == episodes.size() ? prompt_json_views_.data() : nullptr;
     return batch_;
 }
 

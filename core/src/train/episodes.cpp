@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "grove/dataset.hpp"
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
 #include "grove/environment_host.hpp"
@@ -156,7 +157,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                 continue;
             }
             waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
-                        starts[i].prompt_text, starts[i].columns_json);
+                        starts[i].prompt_text, starts[i].columns_json, starts[i].prompt_json);
             waiting_episodes.push_back(i);
             kept.push_back(int64_t(ids.size()));
         }
@@ -213,7 +214,7 @@ void score_whole_episodes(const Environment& environment, const Tokenizer& token
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];
         whole.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(e.ids, false), e.ids,
-                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json);
+                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json, starts[i].prompt_json);
     }
     const std::vector<float> scores = environment.score_episodes(whole);
     for (size_t i = 0; i < episodes.size(); ++i) episodes[i].stats.environment_reward = scores[i];
@@ -223,7 +224,9 @@ Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const 
                           std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
                           int64_t first_row, bool score_episodes) {
     std::vector<EpisodeStart> starts;
-    for (const BatchRow& row : rows) starts.push_back({row.prompt_ids, row.prompt_text, row.columns_json});
+    for (const BatchRow& row : rows)
+        starts.push_back(
+            {row.prompt_ids, row.prompt_text, row.columns_json, prompt_json(row.prompt_text, row.prompt_messages)});
     auto episodes = run_episodes(model, tokenizer, environment, starts, options, limits, first_row);
     if (score_episodes) score_whole_episodes(environment, tokenizer, starts, episodes, limits.step, options.seed, first_row);
     return to_rollout(episodes, std::move(rows), options, first_row);

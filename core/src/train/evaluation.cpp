@@ -91,7 +91,8 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         };
         if (environment) {
             std::vector<EpisodeStart> starts;
-            for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i]});
+            for (size_t i = 0; i < prompts.size(); ++i)
+                starts.push_back({prompts[i], texts[i], json_rows[i], prompt_json(texts[i], messages[i])});
             // episode numbers run on across batches, so an environment keying state on them never mixes two
             const int64_t first_row = int64_t(result.rows.size());
             auto episodes =

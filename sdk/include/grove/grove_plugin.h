@@ -552,6 +552,9 @@ typedef struct grove_environment_batch {
     const grove_text* row_json;         /* [n] the dataset row's other columns as a JSON object */
     int64_t step;                       /* optimizer step that generates this batch */
     uint64_t seed;                      /* derived from the run seed and step */
+    /* ABI 1.7: [n] the dataset's prompt as JSON (a string, or a list of messages), as in the reward
+     * batch; NULL when there is none. TRL's environments are reset with it (reset(prompt=..., ...)). */
+    const grove_text* prompt_json;
 } grove_environment_batch;
 
 typedef struct grove_environment_output {

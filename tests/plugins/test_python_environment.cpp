@@ -1,0 +1,138 @@
+// Environments written in Python through the real plugin host (the python_environment plugin):
+// TRL's environment_factory classes (tools from Hermes tool calls, state per episode, reset with the
+// dataset row, get_reward) and Grove's own contract in Python; their errors name the class.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include "grove/environment_host.hpp"
+#include "grove/error.hpp"
+#include "plugin_test_support.hpp"
+
+namespace {
+
+const std::string kModule = std::string(GROVE_TEST_SOURCE_DIR) + "/tests/plugins/python/environments.py";
+
+grove::Environment python_environment(const std::string& class_name, const std::string& extra = "") {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    auto info = host.find("python_environment", GROVE_PLUGIN_KIND_ENVIRONMENT);
+    const std::string config = "module = \"" + kModule + "\"\nclass = \"" + class_name + "\"\n" + extra;
+    return grove::Environment(grove::PluginInstance(info, grove::PluginConfig::from_toml_text(info, config, "test")));
+}
+
+std::string call(const std::string& name, const std::string& arguments) {
+    return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + arguments + "}\n</tool_call>";
+}
+
+std::string tool_turn(const std::vector<std::string>& responses) {  // ChatML's tool turn, as Qwen2.5 renders it
+    std::string out = "\n<|im_start|>user";
+    for (const auto& r : responses) out += "\n<tool_response>\n" + r + "\n</tool_response>";
+    return out + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+// one step() over these turns (episode i = i), every row asking for `target`
+grove::EnvironmentTurns turns(const std::vector<std::string>& texts, uint32_t turn, uint64_t seed, int target = 7) {
+    grove::EnvironmentTurns waiting;
+    waiting.seed = seed;
+    for (size_t i = 0; i < texts.size(); ++i)
+        waiting.add(i, turn, texts[i], {5, 6}, true, "<|im_start|>user\nCount to 7<|im_end|>\n",
+                    "{\"target\": " + std::to_string(target) + "}", "[{\"role\": \"user\", \"content\": \"Count to 7\"}]");
+    return waiting;
+}
+
+}  // namespace
+
+TEST(PythonEnvironment, TrlToolsAnswerHermesCallsAndKeepStatePerEpisode) {
+    auto env = python_environment("Counter");
+    EXPECT_TRUE(env.stop_strings().empty()) << "TRL reads a whole turn's tool calls, at EOS";
+    auto first = turns(
+        {"Let me add. " + call("add", "{\"amount\": 2}") + "<|im_end|>",
+         call("add", "{\"amount\": 3}") + call("subtract", "{\"amount\": 1}") + "<|im_end|>", "It is 7.<|im_end|>",
+         call("add", "{\"amount\": -1}") + call("add", "{not json") + "<|im_end|>", call("echo_prompt", "{}") + "<|im_end|>"},
+        1, 11);
+    auto a = env.step(first);
+    EXPECT_EQ(a.observations[0], tool_turn({"2"}));
+    EXPECT_EQ(a.observations[1], tool_turn({"3", "{'error': 'Tool subtract not found.'}"}));
+    EXPECT_EQ(a.observations[2], "") << "no tool call ends the episode";
+    EXPECT_EQ(a.observations[3], tool_turn({"{'error': 'amount must be >= 0'}",
+                                            "{'error': 'Expecting property name enclosed "
+                                            "in double quotes: line 1 column 31 (char 30)'}"}));
+    EXPECT_EQ(a.observations[4], tool_turn({"Count to 7"})) << "reset got the prompt as messages; async tools are awaited";
+    EXPECT_EQ(a.done, (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+    EXPECT_EQ(a.tool_calls, (std::vector<uint32_t>{1, 2, 0, 2, 1}));
+    EXPECT_EQ(a.tool_failures, (std::vector<uint32_t>{0, 1, 0, 2, 0}));
+
+    // turn 2 of the same batch: each episode's instance kept its total
+    auto second = turns({call("add", "{\"amount\": 5}") + "<|im_end|>", call("add", "{\"amount\": 4}") + "<|im_end|>"}, 2, 11);
+    a = env.step(second);
+    EXPECT_EQ(a.observations, (std::vector<std::string>{tool_turn({"7"}), tool_turn({"7"})}));
+    // get_reward on the whole episodes: 1 where the total reached the row's target
+    auto whole = turns({"", "", "", "", ""}, 2, 11);
+    EXPECT_EQ(env.score_episodes(whole), (std::vector<float>{1.0f, 1.0f, 0.0f, 0.0f, 0.0f}));
+
+    // the next generation batch resets every episode it reaches
+    a = env.step(*std::make_unique<grove::EnvironmentTurns>(turns({call("add", "{\"amount\": 1}") + "<|im_end|>"}, 1, 12)));
+    EXPECT_EQ(a.observations[0], tool_turn({"1"}));
+}
+
+TEST(PythonEnvironment, ClassKeywordArgumentsReachTheFactory) {
+    auto env = python_environment("Counter", "kwargs = { start = 100 }");
+    auto batch = turns({call("add", "{\"amount\": 1}") + "<|im_end|>"}, 1, 3);
+    EXPECT_EQ(env.step(batch).observations[0], tool_turn({"101"}));
+}
+
+TEST(PythonEnvironment, GroveContractInPython) {
+    auto env = python_environment("Echo");
+    EXPECT_EQ(env.stop_strings(), (std::vector<std::string>{"</say>"}));
+    auto batch = turns({"<say>hello</say>", "<say></say>", "nothing to say"}, 1, 1);
+    auto a = env.step(batch);
+    EXPECT_EQ(a.observations, (std::vector<std::string>{"<heard>hello</heard>", "<heard></heard>", ""}));
+    EXPECT_EQ(a.done, (std::vector<uint8_t>{0, 0, 1}));
+    EXPECT_EQ(a.tool_calls, (std::vector<uint32_t>{1, 1, 0}));
+    EXPECT_EQ(a.tool_failures, (std::vector<uint32_t>{0, 1, 0}));
+    auto whole = turns({"<say>a</say><heard>a</heard><say>b</say><heard>b</heard>", "no"}, 2, 1);
+    EXPECT_EQ(env.score_episodes(whole), (std::vector<float>{2.0f, 0.0f}));
+}
+
+TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
+    auto message = [](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const grove::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(no error)");
+    };
+    std::string neither = message([] { python_environment("Nothing"); });
+    EXPECT_NE(neither.find("has neither step() (Grove's environment contract) nor reset() (TRL's environment_factory)"),
+              std::string::npos)
+        << neither;
+    std::string missing = message([] { python_environment("Missing"); });
+    EXPECT_NE(missing.find("has no class 'Missing'; it has: Chatty, Counter, Echo, Narrator, Nothing"), std::string::npos)
+        << missing;
+
+    auto chatty = python_environment("Chatty");
+    auto batch = turns({call("add", "{\"amount\": 1}")}, 1, 1);
+    std::string prompt_text = message([&] { chatty.step(batch); });
+    EXPECT_NE(prompt_text.find("environment Chatty"), std::string::npos) << prompt_text;
+    EXPECT_NE(prompt_text.find("reset() returned text to add to the prompt"), std::string::npos) << prompt_text;
+}
+
+TEST(PythonEnvironment, EpisodesThroughTheHostSeeTheDatasetPromptAsMessages) {
+    const std::string rows = std::string(GROVE_TEST_BINARY_DIR) + "/python_environment_prompt.jsonl";
+    {
+        std::ofstream out(rows);
+        out << "{\"prompt\": [{\"role\": \"user\", \"content\": \"Say something\"}]}\n";
+    }
+    auto r = grove::test::run_grove("generate --model " + std::string(GROVE_TEST_BINARY_DIR) +
+                                    "/models/tiny/llama_gqa --input " + rows +
+                                    " --chat-template chatml --max-new-tokens 60 --max-turns 3 --json --seed 1 "
+                                    "--environment python_environment --environment-config 'module = \"" +
+                                    kModule + "\"\nclass = \"Narrator\"'");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    // the observation is context: its tokens are env_mask 0, and it quotes the prompt's first message
+    EXPECT_NE(r.out.find("{\"role\":\"environment\",\"text\":\"[turn 1: Say something]\"}"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(",0,0,0,"), std::string::npos) << r.out;
+}
