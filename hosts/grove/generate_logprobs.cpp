@@ -39,7 +39,7 @@ std::vector<int64_t> to_vector(const at::Tensor& t) {
 // marked (text), or with their turns and env_mask (--json).
 int print_episodes(const po::variables_map& vm, const Model& model, const Tokenizer& tokenizer,
                    const std::vector<PromptRow>& rows, const std::vector<std::vector<int64_t>>& prompts,
-                   const std::vector<std::string>& texts, int64_t n, const SamplingOptions& options) {
+                   const std::vector<std::string>& texts, int64_t n, const SamplingOptions& options, ChatTemplate family) {
     std::vector<std::string> dirs;
     if (vm.count("plugin-dir")) dirs = vm["plugin-dir"].as<std::vector<std::string>>();
     PluginHost host(plugin_search_path(dirs));
@@ -52,9 +52,10 @@ int print_episodes(const po::variables_map& vm, const Model& model, const Tokeni
     std::vector<EpisodeStart> starts;
     for (size_t i = 0; i < prompts.size(); ++i) {
         const PromptRow& row = rows[i / size_t(n)];
-        starts.push_back({prompts[i], texts[i], row.columns_json, prompt_json(row.text, row.messages)});
+        starts.push_back({prompts[i], texts[i], row.columns_json, row.messages});
     }
-    const auto episodes = run_episodes(model, tokenizer, environment, starts, options, {max_turns, options.max_new_tokens, 0});
+    const auto episodes =
+        run_episodes(model, tokenizer, environment, starts, options, {max_turns, options.max_new_tokens, 0, family});
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];
         json turns = json::array();
@@ -62,7 +63,7 @@ int print_episodes(const po::variables_map& vm, const Model& model, const Tokeni
             turns.push_back({{"role", turn.from_model ? "model" : "environment"}, {"text", turn.text}});
         if (vm.count("json")) {
             json out = {
-                {"prompt_index", i / size_t(n)}, {"sample", i % size_t(n)},          {"prompt", texts[i]},
+                {"prompt_index", i / size_t(n)}, {"sample", i % size_t(n)},          {"prompt", starts[i].prompt_text},
                 {"completion_ids", e.ids},       {"env_mask", e.model_tokens},       {"turns", turns},
                 {"model_turns", e.stats.turns},  {"tool_calls", e.stats.tool_calls}, {"tool_failures", e.stats.tool_failures}};
             std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -140,7 +141,7 @@ int generate(const std::vector<std::string>& args) {
     o.seed = vm["seed"].as<uint64_t>();
     o.cuda_graphs = vm.count("no-cuda-graphs") == 0;
     set_stop_tokens(o, *model, tokenizer->config());
-    if (vm.count("environment")) return print_episodes(vm, *model, *tokenizer, rows, prompts, texts, n, o);
+    if (vm.count("environment")) return print_episodes(vm, *model, *tokenizer, rows, prompts, texts, n, o, family);
     auto result = grove::generate(*model, prompts, o);
 
     for (size_t i = 0; i < prompts.size(); ++i) {

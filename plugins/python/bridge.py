@@ -209,20 +209,37 @@ class Environment:
         return [Turn(e, t, text, ids, bool(eos), json.loads(p) if p is not None else prompt, json.loads(r) if r else {})
                 for e, t, text, ids, eos, prompt, r, p in rows]
 
-    def _instance(self, turn, batch_key):
-        """The episode's TRL environment, reset with its dataset row on first use in this batch."""
-        held = self.live.get(turn.episode)
-        if held is not None and held[0] == batch_key:
-            return held[1]
+    def _reset(self, turn, batch_key):
+        """A pooled instance for the episode, reset with its dataset row as TRL resets it: the prompt
+        and every other column as keyword arguments. Returns reset()'s text for the prompt, or None."""
+        held = self.live.pop(turn.episode, None)
         if held is not None:
             self.idle.append(held[1])
         instance = self.idle.pop() if self.idle else self.make()
-        prompt_note = self._await(instance.reset(prompt=turn.prompt, **turn.row))
-        if prompt_note is not None:
-            raise ValueError("reset() returned text to add to the prompt, which Grove cannot do yet: put that text "
-                             "in the dataset's prompt and return None")
         self.live[turn.episode] = (batch_key, instance)
-        return instance
+        return self._await(instance.reset(prompt=turn.prompt, **turn.row))
+
+    def _instance(self, turn, batch_key):
+        """The episode's TRL environment in this batch (reset now if begin() did not reach it)."""
+        held = self.live.get(turn.episode)
+        if held is None or held[0] != batch_key:
+            self._reset(turn, batch_key)
+        return self.live[turn.episode][1]
+
+    def begin(self, rows, step, seed):
+        """Before generation: each episode's text for its prompt (TRL's reset() observation)."""
+        turns = self._turns(rows)
+        if self.grove is not None:
+            begin = getattr(self.grove, "begin_episodes", None)
+            texts = self._await(begin(turns)) if callable(begin) else [None] * len(turns)
+        else:
+            texts = [self._reset(t, (step, seed)) for t in turns]
+        if len(texts) != len(turns):
+            raise ValueError(f"returned {len(texts)} texts for {len(turns)} episodes")
+        for text in texts:
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"the text for a prompt must be a string or None, not {type(text).__name__}")
+        return ["" if text is None else text for text in texts]
 
     def step(self, rows, step, seed):
         """[(observation, done, tool_calls, tool_failures)] for each waiting episode."""

@@ -275,6 +275,17 @@ public:
         if (PyErr_Occurred()) fail("step", b, take_python_error());
     }
 
+    void begin_episodes(const grove_environment_batch& b, grove_environment_output& out) {
+        HoldInterpreterLock lock;
+        Ref texts(call("begin", b));
+        for (uint32_t i = 0; i < b.count; ++i) {
+            Py_ssize_t size = 0;
+            const char* text = PyUnicode_AsUTF8AndSize(PyList_GetItem(texts.get(), i), &size);
+            if (text && size > 0) out.observations[i]->append(out.observations[i], text, size_t(size));
+        }
+        if (PyErr_Occurred()) fail("begin_episodes", b, take_python_error());
+    }
+
     void score_episodes(const grove_environment_batch& b, float* rewards) {
         HoldInterpreterLock lock;
         Ref scores(call("score", b));

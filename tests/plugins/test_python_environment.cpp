@@ -3,6 +3,7 @@
 // dataset row, get_reward) and Grove's own contract in Python; their errors name the class.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -113,11 +114,42 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
     EXPECT_NE(missing.find("has no class 'Missing'; it has: Chatty, Counter, Echo, Narrator, Nothing"), std::string::npos)
         << missing;
 
-    auto chatty = python_environment("Chatty");
-    auto batch = turns({call("add", "{\"amount\": 1}")}, 1, 1);
-    std::string prompt_text = message([&] { chatty.step(batch); });
-    EXPECT_NE(prompt_text.find("environment Chatty"), std::string::npos) << prompt_text;
-    EXPECT_NE(prompt_text.find("reset() returned text to add to the prompt"), std::string::npos) << prompt_text;
+    std::string bad_kwargs = message([] { python_environment("Echo", "kwargs = { unknown = 1 }"); });
+    EXPECT_NE(bad_kwargs.find("loading Echo from " + kModule + ": TypeError: Echo() takes no arguments"), std::string::npos)
+        << bad_kwargs;
+
+    auto echo = python_environment("Echo");
+    auto batch = turns({"<say>x</say>"}, 1, 1, 7);
+    batch.row_json[0] = "{\"scored\": false}";
+    EXPECT_TRUE(std::isnan(echo.score_episodes(batch)[0])) << "None is NaN: no score";
+}
+
+TEST(PythonEnvironment, ResetsBeforeGenerationAndItsTextJoinsThePrompt) {
+    auto env = python_environment("Chatty");
+    ASSERT_TRUE(env.begins_episodes());
+    auto start = turns({"", ""}, 0, 21);
+    EXPECT_EQ(env.begin_episodes(start), (std::vector<std::string>{"Your total starts at 0.", "Your total starts at 0."}));
+    // the instances begin_episodes reset are the ones the episodes' tool calls reach
+    auto first = turns({call("add", "{\"amount\": 7}") + "<|im_end|>", call("echo_prompt", "{}") + "<|im_end|>"}, 1, 21);
+    EXPECT_EQ(env.step(first).observations, (std::vector<std::string>{tool_turn({"7"}), tool_turn({"Count to 7"})}));
+    auto whole = turns({"", ""}, 1, 21);
+    EXPECT_EQ(env.score_episodes(whole), (std::vector<float>{1.0f, 0.0f}));
+
+    // through the host: the text joins the last user message, rendered again with the chat template
+    const std::string rows = std::string(GROVE_TEST_BINARY_DIR) + "/python_environment_reset.jsonl";
+    {
+        std::ofstream out(rows);
+        out << "{\"prompt\": [{\"role\": \"user\", \"content\": \"Count to 3. \"}], \"target\": 3}\n";
+    }
+    auto r = grove::test::run_grove(
+        "generate --model " + std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa --input " + rows +
+        " --chat-template chatml --max-new-tokens 8 --max-turns 2 --json --seed 1 " +
+        "--environment python_environment --environment-config 'module = \"" + kModule + "\"\nclass = \"Chatty\"'");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(
+                  "\"prompt\":\"<|im_start|>user\\nCount to 3. Your total starts at 0.<|im_end|>\\n<|im_start|>assistant\\n\""),
+              std::string::npos)
+        << r.out;
 }
 
 TEST(PythonEnvironment, EpisodesThroughTheHostSeeTheDatasetPromptAsMessages) {

@@ -212,7 +212,8 @@ PIN(grove_environment_api, struct_size, 0);
 PIN(grove_environment_api, stop_strings, 8);
 PIN(grove_environment_api, step, 16);
 PIN(grove_environment_api, score_episodes, 24); /* ABI 1.3, appended */
-PIN_SIZE(grove_environment_api, 32);
+PIN(grove_environment_api, begin_episodes, 32); /* ABI 1.7 */
+PIN_SIZE(grove_environment_api, 40);
 
 /* ABI 1.5: objectives */
 PIN(grove_objective_batch, struct_size, 0);

@@ -54,9 +54,16 @@ public:
     // given whole (NaN: no score).
     bool scores_episodes() const;
     std::vector<float> score_episodes(EnvironmentTurns& episodes) const;
+    // Whether it prepares episodes before generation (SDK 1.7 begin_episodes), and the text it adds
+    // to each episode's prompt (empty: none).
+    bool begins_episodes() const;
+    std::vector<std::string> begin_episodes(EnvironmentTurns& episodes) const;
     const PluginInstance& instance() const { return instance_; }
 
 private:
+    using AnswerCall = grove_status (*)(void*, const grove_environment_batch*, grove_environment_output*, grove_error_sink*);
+    EnvironmentAnswers answer(EnvironmentTurns& turns, AnswerCall call, const char* name) const;
+
     PluginInstance instance_;
     std::vector<std::string> stop_strings_;
 };

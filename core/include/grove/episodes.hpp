@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grove/generation.hpp"
+#include "grove/tokenizer.hpp"
 
 namespace grove {
 
@@ -20,6 +21,8 @@ struct EpisodeLimits {
     int64_t max_turns = 4;              // model turns per episode
     int64_t max_completion_length = 0;  // every token of the episode, observations included (as TRL)
     int64_t step = 0;                   // optimizer step, for the environment's batch
+    // how a conversation's prompt is rendered again when the environment adds to it (begin_episodes)
+    ChatTemplate chat_template = ChatTemplate::plain;
 };
 
 // One episode's counts, for the environment metrics.
@@ -31,11 +34,12 @@ struct EpisodeStats {
     float environment_reward = std::numeric_limits<float>::quiet_NaN();  // its score_episodes() score, if asked
 };
 
-// Where an episode starts: its prompt as ids and text, and the dataset row's other columns (JSON).
+// Where an episode starts: its prompt as ids and text, the dataset row's other columns (JSON), and
+// the prompt as chat messages (empty for a text prompt), which environments see as the dataset's.
 struct EpisodeStart {
     std::vector<int64_t> prompt_ids;
     std::string prompt_text, columns_json = "{}";
-    std::string prompt_json = "";  // the dataset's prompt as JSON (environments see it), or empty
+    std::vector<ChatMessage> messages = {};
 };
 
 struct Episode {
@@ -50,9 +54,10 @@ struct Episode {
 // budget; then the environment answers all waiting episodes in one call, and the episodes that go
 // on continue from their KV cache: only the observation's tokens are prefilled, and nothing is
 // re-tokenized. `first_row` is the index of starts[0] in the generation batch (the environment's
-// episode numbers).
+// episode numbers). First the environment may add to each prompt (begin_episodes): `starts` then
+// holds the prompts the model saw.
 std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
-                                  const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
+                                  std::vector<EpisodeStart>& starts, const SamplingOptions& options,
                                   const EpisodeLimits& limits, int64_t first_row = 0);
 
 // An episode's turns in order: each run of tokens of one author (the model, or the environment),

@@ -90,7 +90,21 @@ std::vector<float> Environment::score_episodes(EnvironmentTurns& episodes) const
     return rewards;
 }
 
+bool Environment::begins_episodes() const {
+    const grove_environment_api* api = instance_.info().descriptor->environment;
+    return GROVE_HAS_FIELD(api, grove_environment_api, begin_episodes) && api->begin_episodes != nullptr;
+}
+
+std::vector<std::string> Environment::begin_episodes(EnvironmentTurns& episodes) const {
+    if (!begins_episodes()) return std::vector<std::string>(episodes.size());
+    return answer(episodes, instance_.info().descriptor->environment->begin_episodes, "begin_episodes").observations;
+}
+
 EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
+    return answer(turns, instance_.info().descriptor->environment->step, "step");
+}
+
+EnvironmentAnswers Environment::answer(EnvironmentTurns& turns, AnswerCall call, const char* name) const {
     const size_t n = turns.size();
     EnvironmentAnswers answers;
     answers.observations.assign(n, std::string());
@@ -109,9 +123,8 @@ EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
     grove_environment_output out{sizeof(grove_environment_output), sink_pointers.data(), answers.done.data(),
                                  answers.tool_calls.data(), answers.tool_failures.data()};
     ErrorCapture capture;
-    const grove_status status =
-        instance_.info().descriptor->environment->step(instance_.handle(), &turns.view(), &out, &capture.sink);
-    check_call(instance_, status, "step", capture, turns);
+    const grove_status status = call(instance_.handle(), &turns.view(), &out, &capture.sink);
+    check_call(instance_, status, name, capture, turns);
     return answers;
 }
 

@@ -98,6 +98,31 @@ bool append_observation(Episode& e, const std::vector<int64_t>& observation, int
     return n < int64_t(observation.size()) || n == room;  // the budget is spent: the episode ends
 }
 
+// The environment's text for each prompt (SDK begin_episodes), added as TRL adds reset()'s: to the
+// end of the last message of a conversation, rendered again, or to the end of a text prompt.
+void begin_episodes(const Environment& environment, const Tokenizer& tokenizer, std::vector<EpisodeStart>& starts,
+                    uint64_t seed, const EpisodeLimits& limits, int64_t first_row) {
+    if (!environment.begins_episodes()) return;
+    EnvironmentTurns episodes;
+    episodes.step = limits.step;
+    episodes.seed = seed;
+    for (size_t i = 0; i < starts.size(); ++i)
+        episodes.add(uint64_t(first_row) + i, 0, "", {}, false, starts[i].prompt_text, starts[i].columns_json,
+                     prompt_json(starts[i].prompt_text, starts[i].messages));
+    const std::vector<std::string> additions = environment.begin_episodes(episodes);
+    for (size_t i = 0; i < starts.size(); ++i) {
+        if (additions[i].empty()) continue;
+        EpisodeStart& s = starts[i];
+        if (s.messages.empty()) {
+            s.prompt_text += additions[i];
+        } else {
+            s.messages.back().content += additions[i];
+            s.prompt_text = render_chat(limits.chat_template, s.messages, true, tokenizer.config());
+        }
+        s.prompt_ids = tokenizer.encode(s.prompt_text, false);
+    }
+}
+
 Rollout to_rollout(const std::vector<Episode>& episodes, std::vector<BatchRow> rows, const SamplingOptions& options,
                    int64_t first_row) {
     std::vector<std::vector<int64_t>> ids, model_tokens;
@@ -120,11 +145,12 @@ Rollout to_rollout(const std::vector<Episode>& episodes, std::vector<BatchRow> r
 }  // namespace
 
 std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer, const Environment& environment,
-                                  const std::vector<EpisodeStart>& starts, const SamplingOptions& options,
+                                  std::vector<EpisodeStart>& starts, const SamplingOptions& options,
                                   const EpisodeLimits& limits, int64_t first_row) {
     const int64_t budget = limits.max_completion_length;
     if (budget < 1) throw Error(ErrorKind::usage, "episodes: max_completion_length must be >= 1");
     if (starts.empty()) return {};
+    begin_episodes(environment, tokenizer, starts, options.seed, limits, first_row);
     const std::vector<std::string>& stops = environment.stop_strings();
     std::vector<std::vector<int64_t>> prompts;
     for (const EpisodeStart& s : starts) prompts.push_back(s.prompt_ids);
@@ -157,7 +183,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                 continue;
             }
             waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
-                        starts[i].prompt_text, starts[i].columns_json, starts[i].prompt_json);
+                        starts[i].prompt_text, starts[i].columns_json, prompt_json(starts[i].prompt_text, starts[i].messages));
             waiting_episodes.push_back(i);
             kept.push_back(int64_t(ids.size()));
         }
@@ -214,7 +240,8 @@ void score_whole_episodes(const Environment& environment, const Tokenizer& token
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];
         whole.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(e.ids, false), e.ids,
-                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json, starts[i].prompt_json);
+                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json,
+                  prompt_json(starts[i].prompt_text, starts[i].messages));
     }
     const std::vector<float> scores = environment.score_episodes(whole);
     for (size_t i = 0; i < episodes.size(); ++i) episodes[i].stats.environment_reward = scores[i];
@@ -224,10 +251,13 @@ Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const 
                           std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
                           int64_t first_row, bool score_episodes) {
     std::vector<EpisodeStart> starts;
-    for (const BatchRow& row : rows)
-        starts.push_back(
-            {row.prompt_ids, row.prompt_text, row.columns_json, prompt_json(row.prompt_text, row.prompt_messages)});
+    for (const BatchRow& row : rows) starts.push_back({row.prompt_ids, row.prompt_text, row.columns_json, row.prompt_messages});
     auto episodes = run_episodes(model, tokenizer, environment, starts, options, limits, first_row);
+    for (size_t i = 0; i < rows.size(); ++i) {  // the prompts the model saw, which begin_episodes may have extended
+        rows[i].prompt_ids = starts[i].prompt_ids;
+        rows[i].prompt_text = starts[i].prompt_text;
+        rows[i].prompt_messages = starts[i].messages;
+    }
     if (score_episodes) score_whole_episodes(environment, tokenizer, starts, episodes, limits.step, options.seed, first_row);
     return to_rollout(episodes, std::move(rows), options, first_row);
 }

@@ -91,12 +91,15 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         };
         if (environment) {
             std::vector<EpisodeStart> starts;
-            for (size_t i = 0; i < prompts.size(); ++i)
-                starts.push_back({prompts[i], texts[i], json_rows[i], prompt_json(texts[i], messages[i])});
+            for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i], messages[i]});
             // episode numbers run on across batches, so an environment keying state on them never mixes two
             const int64_t first_row = int64_t(result.rows.size());
-            auto episodes =
-                run_episodes(*model, *tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0}, first_row);
+            auto episodes = run_episodes(*model, *tokenizer, *environment, starts, o,
+                                         {q.max_turns, o.max_new_tokens, 0, family}, first_row);
+            for (size_t i = 0; i < starts.size(); ++i) {  // the prompts the model saw (begin_episodes may add to them)
+                texts[i] = starts[i].prompt_text;
+                messages[i] = starts[i].messages;
+            }
             if (scores_environment) {
                 score_whole_episodes(*environment, *tokenizer, starts, episodes, 0, o.seed, first_row);
                 environment_scores.clear();

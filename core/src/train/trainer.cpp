@@ -251,7 +251,8 @@ ScoredRollout Trainer::State::generate_and_score(int64_t round) {
     Rollout rollout =
         replay        ? replay_rollout(std::move(rows), o, first_row)
         : environment ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
-                                          {c.environment.max_turns, c.generation.max_completion_length, progress.global_step},
+                                          {c.environment.max_turns, c.generation.max_completion_length, progress.global_step,
+                                           chat_template_from_name(c.model.chat_template, tokenizer->config())},
                                           first_row, c.environment.reward.has_value())
                       : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);

@@ -501,7 +501,7 @@ struct grove_adapter_api {
 };
 
 /* ============================================================================================
- * 9. Environment plugins (ABI 1.2; score_episodes 1.3): multi-turn episodes and tools
+ * 9. Environment plugins (ABI 1.2; score_episodes 1.3; begin_episodes 1.7): multi-turn episodes and tools
  * ============================================================================================
  * An episode starts from a dataset row's prompt. The model writes a turn, which ends at EOS, at one
  * of the environment's stop strings (say "</calc>"), or when the episode's token budget
@@ -538,6 +538,10 @@ struct grove_adapter_api {
  * rewards[i] (host-filled NaN: no score). The manifest's [environment] reward_weight makes it a
  * reward column, named by reward_name, weighted like any [[rewards]] entry. Plugins built for 1.2
  * end their api struct before score_episodes; the host reads it only when struct_size covers it.
+ *
+ * An environment may also prepare each episode before the model's first turn (ABI 1.7, optional):
+ * begin_episodes() gets every episode of the generation batch once, before generation, and may add
+ * text to each episode's prompt (say, the board of a game reset for this episode).
  */
 typedef struct grove_environment_batch {
     uint32_t struct_size;
@@ -575,6 +579,13 @@ struct grove_environment_api {
                          grove_error_sink* err);
     /* ABI 1.3, may be NULL: rewards[i] = your score of whole episode i (see above) */
     grove_status (*score_episodes)(void* instance, const grove_environment_batch* episodes, float* rewards,
+                                   grove_error_sink* err);
+    /* ABI 1.7, may be NULL: called once per generation batch before the model writes, with every
+     * episode (turns 0, no turn text): set up each episode's state and append to observations[i]
+     * any text for episode i's prompt (TRL's reset() observation). The host adds it to the end of
+     * the prompt's last message (re-rendered with the chat template), or of a text prompt; the
+     * model, the rewards and training then see that prompt. done and the tool counts are ignored. */
+    grove_status (*begin_episodes)(void* instance, const grove_environment_batch* episodes, grove_environment_output* out,
                                    grove_error_sink* err);
 };
 

@@ -19,7 +19,7 @@
 // Reductions implement `void weights(const grove_reduction_context&, float* weight)`; adapters
 // implement attach/forward/merged_delta (see AdapterPlugin below); environments implement
 // `const char* const* stop_strings() const` and `void step(const grove_environment_batch&,
-// grove_environment_output&)` (see EnvironmentPlugin).
+// grove_environment_output&)`, and optionally score_episodes and begin_episodes (see EnvironmentPlugin).
 #ifndef GROVE_PLUGIN_HPP
 #define GROVE_PLUGIN_HPP
 
@@ -250,6 +250,12 @@ void answer_tool_calls(const grove_environment_batch& batch, grove_environment_o
 
 namespace detail {
 template <class T, class = void>
+struct begins_episodes : std::false_type {};
+template <class T>
+struct begins_episodes<T, std::void_t<decltype(std::declval<T&>().begin_episodes(std::declval<const grove_environment_batch&>(),
+                                                                                 std::declval<grove_environment_output&>()))>>
+        : std::true_type {};
+template <class T, class = void>
 struct scores_episodes : std::false_type {};
 template <class T>
 struct scores_episodes<T, std::void_t<decltype(std::declval<T&>().score_episodes(std::declval<const grove_environment_batch&>(),
@@ -271,8 +277,15 @@ struct EnvironmentPlugin : Lifecycle<T> {
             if constexpr (detail::scores_episodes<T>::value) static_cast<T*>(instance)->score_episodes(*episodes, rewards);
         });
     }
+    static grove_status begin_episodes(void* instance, const grove_environment_batch* episodes, grove_environment_output* out,
+                                       grove_error_sink* err) noexcept {
+        return guard(err, [&] {
+            if constexpr (detail::begins_episodes<T>::value) static_cast<T*>(instance)->begin_episodes(*episodes, *out);
+        });
+    }
     static constexpr grove_environment_api api{sizeof(grove_environment_api), &stop_strings, &step,
-                                               detail::scores_episodes<T>::value ? &score_episodes : nullptr};
+                                               detail::scores_episodes<T>::value ? &score_episodes : nullptr,
+                                               detail::begins_episodes<T>::value ? &begin_episodes : nullptr};
 };
 
 // ---- descriptors -----------------------------------------------------------------------------
