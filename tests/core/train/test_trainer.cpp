@@ -25,6 +25,7 @@
 #include "grove/trainer.hpp"
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/plugin_host.hpp"
+#include "grove/tokenizer.hpp"
 #include "grove/reward_model.hpp"
 #include "grove/tokenizer.hpp"
 #include "plugin_test_support.hpp"
@@ -546,9 +547,11 @@ TEST(Trainer, ReplayedMultiTurnRowsKeepTheirEnvironmentMask) {
 
 // Multi-turn episodes with an environment plugin: tool metrics are logged, the saved rollouts carry
 // env_mask, and replaying them (no environment) gives the same update, bit for bit.
+// The environment also adds to every prompt before generation (begin_episodes): the saved rollouts
+// hold the extended prompts, and replaying them gives the same update, so training used them too.
 TEST(Trainer, EnvironmentEpisodesTrainAndReplayToTheSameUpdate) {
     const std::string environment = std::string("[environment]\nplugin = \"") + GROVE_TEST_SCRIPTED_ENV_PLUGIN +
-                                    "\"\nconfig = { stop = \"e\", turns = 3 }\nmax_turns = 3\n";
+                                    "\"\nconfig = { stop = \"e\", turns = 3, prompt_note = \" (note)\" }\nmax_turns = 3\n";
     std::vector<std::string> settings{"train.max_steps=2", "train.per_device_train_batch_size=4",
                                       "generation.max_completion_length=24"};
     auto generated_settings = settings;
@@ -564,10 +567,17 @@ TEST(Trainer, EnvironmentEpisodesTrainAndReplayToTheSameUpdate) {
     std::string rollouts = generated_manifest.string("output.dir") + "/rollouts.jsonl";
     std::ifstream saved(rollouts);
     std::string line;
-    int64_t environment_tokens = 0;
-    while (std::getline(saved, line))
-        for (int64_t v : nlohmann::json::parse(line).at("env_mask").get<std::vector<int64_t>>()) environment_tokens += v == 0;
+    int64_t environment_tokens = 0, noted_prompts = 0, rows = 0;
+    const auto tokenizer = grove::Tokenizer::load(kModel);
+    while (std::getline(saved, line)) {
+        const nlohmann::json row = nlohmann::json::parse(line);
+        for (int64_t v : row.at("env_mask").get<std::vector<int64_t>>()) environment_tokens += v == 0;
+        const std::string prompt = tokenizer->decode(row.at("prompt_ids").get<std::vector<int64_t>>(), false);
+        noted_prompts += prompt.size() > 7 && prompt.compare(prompt.size() - 7, 7, " (note)") == 0;
+        ++rows;
+    }
     EXPECT_GT(environment_tokens, 0);
+    EXPECT_EQ(noted_prompts, rows) << "every saved prompt carries the environment's note";
 
     auto replay_settings = settings;
     replay_settings.push_back("rollouts.path=\"" + rollouts + "\"");

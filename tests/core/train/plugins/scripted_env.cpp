@@ -1,7 +1,8 @@
 // Test environment: answers every model turn with the same `observation` until the episode has
 // `turns` model turns, then says done; scores a whole episode by how often the observation
 // occurs in it. `stop` (optional) ends model turns early; `fail_at_turn`
-// returns an error status at that turn, to test how the host reports a broken environment.
+// returns an error status at that turn, to test how the host reports a broken environment;
+// `prompt_note` (optional) is added to every episode's prompt before generation (begin_episodes).
 #include <grove/plugin.hpp>
 
 #include <string>
@@ -12,10 +13,14 @@ struct Scripted {
             : observation(c.get_string("observation", " ok")),
               stop(c.get_string("stop", "")),
               turns(c.get_int("turns", 2)),
-              fail_at_turn(c.get_int("fail_at_turn", 0)) {
+              fail_at_turn(c.get_int("fail_at_turn", 0)),
+              prompt_note(c.get_string("prompt_note", "")) {
         stops[0] = stop.empty() ? nullptr : stop.c_str();
     }
     const char* const* stop_strings() const { return stops; }
+    void begin_episodes(const grove_environment_batch& b, grove_environment_output& out) const {
+        for (uint32_t i = 0; i < b.count && !prompt_note.empty(); ++i) grove::sdk::observe(out, i, prompt_note);
+    }
     void step(const grove_environment_batch& b, grove_environment_output& out) const {
         for (uint32_t i = 0; i < b.count; ++i) {
             if (int64_t(b.turns[i]) == fail_at_turn)
@@ -39,6 +44,7 @@ struct Scripted {
     }
     std::string observation, stop;
     int64_t turns, fail_at_turn;
+    std::string prompt_note;
     const char* stops[2] = {nullptr, nullptr};
 };
 const grove_config_key kKeys[] = {
@@ -46,6 +52,7 @@ const grove_config_key kKeys[] = {
     grove::sdk::key("stop", GROVE_VALUE_STRING, "\"\"", "a stop string; empty: none"),
     grove::sdk::key("turns", GROVE_VALUE_INT, "2", "model turns before done"),
     grove::sdk::key("fail_at_turn", GROVE_VALUE_INT, "0", "return an error at this turn; 0: never"),
+    grove::sdk::key("prompt_note", GROVE_VALUE_STRING, "\"\"", "text added to every prompt before generation"),
 };
 constexpr auto kScripted =
     grove::sdk::environment_descriptor<Scripted>("scripted_env", "1.0.0", "answers every turn the same", 0, kKeys);
