@@ -656,6 +656,20 @@ TEST(Trainer, AnEnvironmentsScoreOfWholeEpisodesIsARewardColumn) {
     const std::string taken = error_of("environment_reward_name_taken", environment,
                                        "[[rewards]]\nplugin = \"format\"\nname = \"answered\"\nconfig = { pattern = \"a\" }\n");
     EXPECT_NE(taken.find("reward_name \"answered\" is also the name of the reward at"), std::string::npos) << taken;
+
+    // with no [[rewards]], the environment's judgement alone is the reward (TRL: an environment with
+    // get_reward() needs no reward_funcs); without reward_weight that manifest is refused
+    grove::Trainer alone(
+        manifest("environment_reward_alone",
+                 {"train.max_steps=1", "train.per_device_train_batch_size=8", "generation.max_completion_length=24"}, "\n",
+                 environment),
+        fresh());
+    auto only = alone.step();
+    ASSERT_TRUE(only.count("rewards/answered/mean"));
+    EXPECT_FALSE(only.count("rewards/format/mean"));
+    EXPECT_NEAR(only["reward"], 0.5 * only["rewards/answered/mean"], 1e-6);
+    const std::string no_reward = error_of("no_reward_at_all", "", "\n");
+    EXPECT_NE(no_reward.find("no reward: add at least one [[rewards]] table"), std::string::npos) << no_reward;
 }
 
 TEST(Trainer, AnEnvironmentMustBeAnEnvironmentPlugin) {
