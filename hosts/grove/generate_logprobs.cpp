@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iomanip>
+#include <memory>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -37,16 +38,21 @@ std::vector<int64_t> to_vector(const at::Tensor& t) {
 
 // `grove generate --environment`: whole episodes, printed turn by turn with the environment's parts
 // marked (text), or with their turns and env_mask (--json).
-int print_episodes(const po::variables_map& vm, const Model& model, const Tokenizer& tokenizer,
-                   const std::vector<PromptRow>& rows, const std::vector<std::vector<int64_t>>& prompts,
-                   const std::vector<std::string>& texts, int64_t n, const SamplingOptions& options, ChatTemplate family) {
+// --environment with its --environment-config, or null without one
+std::unique_ptr<Environment> environment_option(const po::variables_map& vm) {
+    if (!vm.count("environment")) return nullptr;
     std::vector<std::string> dirs;
     if (vm.count("plugin-dir")) dirs = vm["plugin-dir"].as<std::vector<std::string>>();
     PluginHost host(plugin_search_path(dirs));
     PluginInfo info = host.find(vm["environment"].as<std::string>(), GROVE_PLUGIN_KIND_ENVIRONMENT, "--environment");
     PluginConfig config =
         PluginConfig::from_toml_text(info, vm["environment-config"].as<std::string>(), "--environment-config");
-    Environment environment(PluginInstance(info, std::move(config)));
+    return std::make_unique<Environment>(PluginInstance(info, std::move(config)));
+}
+
+int print_episodes(const po::variables_map& vm, const Model& model, const Tokenizer& tokenizer, const Environment& environment,
+                   const std::vector<PromptRow>& rows, const std::vector<std::vector<int64_t>>& prompts,
+                   const std::vector<std::string>& texts, int64_t n, const SamplingOptions& options, ChatTemplate family) {
     const int64_t max_turns = vm["max-turns"].as<int64_t>();
     if (max_turns < 1) throw Error(ErrorKind::usage, "grove generate: --max-turns must be >= 1");
     std::vector<EpisodeStart> starts;
@@ -116,13 +122,14 @@ int generate(const std::vector<std::string>& args) {
     else
         rows = load_prompts(vm["input"].as<std::string>());
     ChatTemplate family = chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config());
+    const std::unique_ptr<Environment> environment = environment_option(vm);  // its tools join the prompts
 
     std::vector<std::vector<int64_t>> prompts;
     std::vector<std::string> texts;
     for (auto& row : rows) {
         bool chat = !row.messages.empty() || vm.count("chat");
         if (row.messages.empty() && chat) row.messages.push_back({"user", row.text});
-        std::string text = prompt_text(row, family, tokenizer->config());
+        std::string text = prompt_text(row, family, tokenizer->config(), environment ? environment->tools_json() : "");
         // a rendered template already holds its special tokens (as apply_chat_template does)
         std::vector<int64_t> ids = tokenizer->encode(text, !chat);
         for (int64_t i = 0; i < n; ++i) {
@@ -141,7 +148,7 @@ int generate(const std::vector<std::string>& args) {
     o.seed = vm["seed"].as<uint64_t>();
     o.cuda_graphs = vm.count("no-cuda-graphs") == 0;
     set_stop_tokens(o, *model, tokenizer->config());
-    if (vm.count("environment")) return print_episodes(vm, *model, *tokenizer, rows, prompts, texts, n, o, family);
+    if (environment) return print_episodes(vm, *model, *tokenizer, *environment, rows, prompts, texts, n, o, family);
     auto result = grove::generate(*model, prompts, o);
 
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -178,6 +178,7 @@ class Environment:
         factory = _find_function(_load_module(module, base_dir), name, None, key="class")
         self.make = lambda: factory(**kwargs)
         probe = self.make()
+        self.probe = probe  # describes the tools
         self.environment_class = type(probe)
         self.loop = None
         if callable(getattr(probe, "step", None)):
@@ -191,6 +192,24 @@ class Environment:
         else:
             raise ConfigError("class", f"'{name}' has neither step() (Grove's environment contract) nor reset() "
                                        "(TRL's environment_factory)")
+
+    def tools_json(self):
+        """The tools' JSON schemas for the prompt: for TRL's classes, what transformers' get_json_schema
+        makes of each tool method (as apply_chat_template(tools=...) does); for Grove's contract, the
+        class's own `tools` list. "" for none."""
+        if self.grove is not None:
+            tools = getattr(self.grove, "tools", None)
+            tools = tools() if callable(tools) else tools
+            return json.dumps(list(tools)) if tools else ""
+        from transformers.utils import get_json_schema
+
+        schemas = []
+        for name, method in _public_methods(self.probe).items():
+            try:
+                schemas.append(get_json_schema(method))
+            except Exception as error:  # TRL refuses such a tool too: it needs type hints and a docstring
+                raise ConfigError("class", f"tool '{name}' cannot be described to the model: {error}") from None
+        return json.dumps(schemas)
 
     def stop_strings(self):
         if self.grove is None:

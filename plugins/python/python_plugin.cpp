@@ -1,345 +1,148 @@
-// The `python` reward plugin: reward functions written in Python, called with TRL's arguments.
-//
-//   [[rewards]]
-//   plugin = "python"
-//   config = { module = "trl.rewards", function = "accuracy_reward" }
-//
-// It embeds CPython, the interpreter of the virtual environment Grove was built with (or the one
-// $GROVE_PYTHON names), started once per process by the first instance and never finalized
-// (extension modules such as torch's do not survive Py_Finalize). The interpreter's lock is held
-// only inside calls. The TRL calling convention lives in bridge.py (embedded at build time); this
-// file moves the batch across and turns Python exceptions into Grove errors. Nothing in Grove's
-// core links Python: runs that do not use this plugin never load it.
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+// The python plugins as Grove lists them: `python` (reward functions written for TRL) and
+// `python_environment` (environments in Python). Grove reads every library in its plugin folders to
+// find a plugin by name, so this one links no Python: its descriptors are plain data, and the first
+// instance loads libgrove_python_embed.so (../python/ from this file, in the build tree and when
+// installed), which embeds the interpreter (python_embed.cpp). Every call is forwarded there, so a
+// run that uses no Python plugin never loads libpython.
 #include <dlfcn.h>
 
-#include <cmath>
+#include <filesystem>
 #include <grove/plugin.hpp>
 #include <mutex>
 #include <string>
 
-extern "C" const char grove_python_bridge_source[];  // bridge.py, generated into bridge_source.cpp by CMake
+#include "python_plugins.hpp"
 
 namespace {
 
-using grove::sdk::Error;
+using namespace grove::python;
 
-// An owned reference; releases it when it goes out of scope (the interpreter lock must be held).
-class Ref {
-public:
-    explicit Ref(PyObject* object = nullptr) : object_(object) {}
-    Ref(const Ref&) = delete;
-    Ref& operator=(const Ref&) = delete;
-    ~Ref() { Py_XDECREF(object_); }
-    PyObject* get() const { return object_; }
-    PyObject* release() {
-        PyObject* o = object_;
-        object_ = nullptr;
-        return o;
-    }
-    explicit operator bool() const { return object_ != nullptr; }
+const grove_host_api* g_host = nullptr;  // given to the embedded library's entry point
 
-private:
-    PyObject* object_;
-};
-
-class HoldInterpreterLock {
-public:
-    HoldInterpreterLock() : state_(PyGILState_Ensure()) {}
-    ~HoldInterpreterLock() { PyGILState_Release(state_); }
-
-private:
-    PyGILState_STATE state_;
-};
-
-PyObject* bridge_module();  // below
-
-// The pending Python exception as text (its type, message and last frames), then cleared.
-// `config_key` receives the key a bridge.ConfigError names.
-std::string take_python_error(std::string* config_key = nullptr) {
-    PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
-    PyErr_Fetch(&type, &value, &traceback);
-    if (!type) return "unknown Python error";
-    PyErr_NormalizeException(&type, &value, &traceback);
-    if (traceback && value) PyException_SetTraceback(value, traceback);
-    Ref owned_type(type), owned(value), owned_traceback(traceback);
-    PyObject* error = value ? value : type;
-    if (config_key) {
-        Ref key(PyObject_GetAttrString(error, "key"));
-        if (key && PyUnicode_Check(key.get())) *config_key = PyUnicode_AsUTF8(key.get());
-        PyErr_Clear();
-    }
-    Ref text(PyObject_CallMethod(bridge_module(), "describe_exception", "O", error));
-    if (!text || !PyUnicode_Check(text.get())) {
-        PyErr_Clear();
-        Ref plain(PyObject_Str(error));
-        return plain ? PyUnicode_AsUTF8(plain.get()) : "unprintable Python error";
-    }
-    return PyUnicode_AsUTF8(text.get());
-}
-
-std::string python_executable() {
-    if (const char* chosen = std::getenv("GROVE_PYTHON"); chosen && *chosen) return chosen;
-    return GROVE_DEFAULT_PYTHON;  // the build's virtual environment
-}
-
-// Starts the interpreter once; throws with what to do when it cannot.
-void start_interpreter() {
+// The embedded library's plugin list, loaded once; null with the reason in `failure`.
+const grove_plugin_list* embedded_plugins(std::string& failure) {
     static std::once_flag once;
-    static std::string failure;
+    static const grove_plugin_list* plugins = nullptr;
+    static std::string why;
     std::call_once(once, [] {
-        // Extension modules (json, numpy, torch) expect libpython's symbols to be global; the host
-        // loaded this plugin, and libpython with it, privately.
-        Dl_info info{};
-        if (dladdr(reinterpret_cast<void*>(&Py_InitializeFromConfig), &info) && info.dli_fname)
-            dlopen(info.dli_fname, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
-        if (!Py_IsInitialized()) {  // else: loaded into a Python process, whose interpreter serves
-            const std::string executable = python_executable();
-            PyConfig config;
-            PyConfig_InitPythonConfig(&config);
-            config.install_signal_handlers = 0;  // SIGINT and SIGTERM stay Grove's (a checkpoint, then exit)
-            config.parse_argv = 0;
-            PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, executable.c_str());
-            if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
-            PyConfig_Clear(&config);
-            if (PyStatus_Exception(status)) {
-                failure = "the Python interpreter at " + executable +
-                          " did not start: " + (status.err_msg ? status.err_msg : "unknown reason") +
-                          "; set GROVE_PYTHON to a Python 3.11 executable (that of the build's .venv)";
-                return;
-            }
-            PyEval_SaveThread();  // release the lock: calls take it when they need it
+        Dl_info self{};
+        dladdr(reinterpret_cast<void*>(&embedded_plugins), &self);
+        const std::filesystem::path path = std::filesystem::path(self.dli_fname ? self.dli_fname : ".").parent_path() / ".." /
+                                           "python" / "libgrove_python_embed.so";
+        void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!library) {
+            const char* error = dlerror();
+            why = "the python plugins' interpreter library did not load (" + std::string(error ? error : path.string()) +
+                  "); it links the libpython of the Python Grove was built with: rebuild Grove, or install that Python";
+            return;
         }
-        HoldInterpreterLock lock;
-        Ref code(Py_CompileString(grove_python_bridge_source, "grove_python_bridge.py", Py_file_input));
-        Ref module(code ? PyImport_ExecCodeModule("grove_python_bridge", code.get()) : nullptr);
-        if (!module) {
-            PyErr_Print();
-            failure = "the python plugin's bridge module did not load (a bug: report it)";
-        }
+        auto entry = reinterpret_cast<grove_plugin_entry_fn>(dlsym(library, GROVE_PLUGIN_ENTRY_SYMBOL));
+        plugins = entry ? entry(g_host) : nullptr;
+        if (!plugins) why = path.string() + " is not the python plugins' interpreter library";
     });
-    if (!failure.empty()) throw Error(GROVE_ERROR_CONFIG, failure);
+    failure = why;
+    return plugins;
 }
 
-PyObject* bridge_module() {
-    static PyObject* module = PyImport_AddModule("grove_python_bridge");  // borrowed, lives forever
-    return module;
-}
-
-PyObject* text_list(const grove_text* texts, uint32_t n) {
-    Ref list(PyList_New(n));
-    for (uint32_t i = 0; list && i < n; ++i) {
-        // invalid UTF-8 (a token cut mid-character) becomes U+FFFD, as tokenizers' decode does
-        PyObject* s = PyUnicode_DecodeUTF8(texts[i].data, Py_ssize_t(texts[i].size), "replace");
-        if (!s) return nullptr;
-        PyList_SET_ITEM(list.get(), i, s);
-    }
-    return list.release();
-}
-
-PyObject* token_lists(const grove_reward_batch& b) {
-    Ref list(PyList_New(b.count));
-    for (uint32_t i = 0; list && i < b.count; ++i) {
-        const int64_t begin = b.completion_token_offsets[i], end = b.completion_token_offsets[i + 1];
-        Ref ids(PyList_New(end - begin));
-        if (!ids) return nullptr;
-        for (int64_t t = begin; t < end; ++t) {
-            PyObject* id = PyLong_FromLong(b.completion_tokens[t]);
-            if (!id) return nullptr;
-            PyList_SET_ITEM(ids.get(), t - begin, id);
-        }
-        PyList_SET_ITEM(list.get(), i, ids.release());
-    }
-    return list.release();
-}
-
-class PythonReward {
-public:
-    explicit PythonReward(const grove::sdk::Config& config)
-            : module_(config.get_string("module", "")), function_(config.get_string("function", "")) {
-        start_interpreter();
-        HoldInterpreterLock lock;
-        reward_ = PyObject_CallMethod(bridge_module(), "Reward", "sssss", module_.c_str(), function_.c_str(),
-                                      config.get_string("kwargs", "").c_str(), config.get_string("factory_args", "").c_str(),
-                                      config.base_dir().c_str());
-        if (!reward_) {
-            std::string key;
-            std::string message = take_python_error(&key);
-            throw Error(GROVE_ERROR_CONFIG, "loading " + function_ + " from " + module_ + ": " + message, key);
-        }
-    }
-    ~PythonReward() {
-        HoldInterpreterLock lock;
-        Py_XDECREF(reward_);
-    }
-
-    void score(const grove_reward_batch& b, grove_reward_output& out) {
-        HoldInterpreterLock lock;
-        const bool has_prompt_json = GROVE_HAS_FIELD(&b, grove_reward_batch, prompt_json) && b.prompt_json;
-        const int64_t max_steps = GROVE_HAS_FIELD(&b, grove_reward_batch, max_steps) ? b.max_steps : 0;
-        Ref prompts(text_list(b.prompts, b.count)), completions(text_list(b.completions, b.count));
-        Ref ids(token_lists(b)), rows(text_list(b.row_json, b.count));
-        Ref prompt_json(has_prompt_json ? text_list(b.prompt_json, b.count) : Py_NewRef(Py_None));
-        Ref result(prompts && completions && ids && rows && prompt_json
-                       ? PyObject_CallMethod(reward_, "score", "OOOOOLL", prompts.get(), completions.get(), ids.get(),
-                                             rows.get(), prompt_json.get(), (long long)b.step, (long long)max_steps)
-                       : nullptr);
-        if (!result) fail(b, take_python_error());
-        // (scores: list of floats, logged: list of (name, value)), as bridge.Reward.score returns
-        PyObject* scores = PyTuple_GetItem(result.get(), 0);
-        PyObject* logged = PyTuple_GetItem(result.get(), 1);
-        for (uint32_t i = 0; i < b.count; ++i) out.scores[i] = float(PyFloat_AsDouble(PyList_GetItem(scores, i)));
-        const bool can_log = GROVE_HAS_FIELD(&out, grove_reward_output, log_metric) && out.log_metric;
-        for (Py_ssize_t k = 0; can_log && k < PyList_Size(logged); ++k) {
-            PyObject* entry = PyList_GetItem(logged, k);
-            out.log_metric(&out, PyUnicode_AsUTF8(PyTuple_GetItem(entry, 0)), PyFloat_AsDouble(PyTuple_GetItem(entry, 1)));
-        }
-        if (PyErr_Occurred()) fail(b, take_python_error());
-    }
-
-private:
-    [[noreturn]] void fail(const grove_reward_batch& b, const std::string& message) const {
-        throw Error(GROVE_ERROR_INVALID_ARGUMENT, "reward function " + function_ + " (" + module_ +
-                                                      ") failed on the batch of step " + std::to_string(b.step) + " (" +
-                                                      std::to_string(b.count) + " rows): " + message);
-    }
-
-    std::string module_, function_;
-    PyObject* reward_ = nullptr;  // a bridge.Reward
+// An instance: the embedded plugin's descriptor and its own instance.
+struct Forwarded {
+    const grove_plugin_descriptor* plugin;
+    void* instance;
 };
 
-// One tuple per episode: (episode, turn, text, token ids, ended with EOS, prompt, row JSON, prompt JSON or None)
-PyObject* episode_rows(const grove_environment_batch& b) {
-    const bool has_prompt_json = GROVE_HAS_FIELD(&b, grove_environment_batch, prompt_json) && b.prompt_json;
-    Ref texts(text_list(b.turn_texts, b.count)), prompts(text_list(b.prompts, b.count)), rows(text_list(b.row_json, b.count));
-    Ref prompt_json(has_prompt_json ? text_list(b.prompt_json, b.count) : nullptr);
-    if (!texts || !prompts || !rows || (has_prompt_json && !prompt_json)) return nullptr;
-    Ref list(PyList_New(b.count));
-    for (uint32_t i = 0; list && i < b.count; ++i) {
-        const int64_t begin = b.turn_token_offsets[i], end = b.turn_token_offsets[i + 1];
-        Ref ids(PyList_New(end - begin));
-        if (!ids) return nullptr;
-        for (int64_t t = begin; t < end; ++t) PyList_SET_ITEM(ids.get(), t - begin, PyLong_FromLong(b.turn_tokens[t]));
-        PyObject* row = Py_BuildValue("(KIOOOOOO)", (unsigned long long)b.episodes[i], (unsigned)b.turns[i],
-                                      PyList_GET_ITEM(texts.get(), i), ids.get(), b.turn_ended_with_eos[i] ? Py_True : Py_False,
-                                      PyList_GET_ITEM(prompts.get(), i), PyList_GET_ITEM(rows.get(), i),
-                                      prompt_json ? PyList_GET_ITEM(prompt_json.get(), i) : Py_None);
-        if (!row) return nullptr;
-        PyList_SET_ITEM(list.get(), i, row);
-    }
-    return list.release();
+template <const char* const& Name>
+grove_status create(const grove_config* config, void** instance, grove_error_sink* err) {
+    grove_status status = GROVE_OK;
+    const grove_status guarded = grove::sdk::guard(err, [&] {
+        std::string failure;
+        const grove_plugin_list* plugins = embedded_plugins(failure);
+        if (!plugins) throw grove::sdk::Error(GROVE_ERROR_CONFIG, failure);
+        for (uint32_t i = 0; i < plugins->count; ++i) {
+            const grove_plugin_descriptor* plugin = plugins->plugins[i];
+            if (std::string(plugin->name) != Name) continue;
+            void* inner = nullptr;
+            status = plugin->create(config, &inner, err);  // on failure it has reported why
+            if (status == GROVE_OK) *instance = new Forwarded{plugin, inner};
+            return;
+        }
+        throw grove::sdk::Error(GROVE_ERROR_INTERNAL, "the interpreter library has no plugin '" + std::string(Name) + "'");
+    });
+    return guarded != GROVE_OK ? guarded : status;
 }
 
-// An environment written in Python (bridge.Environment): TRL's environment_factory classes, or
-// Grove's environment contract in Python.
-class PythonEnvironment {
-public:
-    explicit PythonEnvironment(const grove::sdk::Config& config)
-            : module_(config.get_string("module", "")), class_(config.get_string("class", "")) {
-        start_interpreter();
-        HoldInterpreterLock lock;
-        environment_ = PyObject_CallMethod(bridge_module(), "Environment", "ssss", module_.c_str(), class_.c_str(),
-                                           config.get_string("kwargs", "").c_str(), config.base_dir().c_str());
-        Ref strings(environment_ ? PyObject_CallMethod(environment_, "stop_strings", nullptr) : nullptr);
-        if (!strings) {
-            std::string key;
-            std::string message = take_python_error(&key);
-            throw Error(GROVE_ERROR_CONFIG, "loading " + class_ + " from " + module_ + ": " + message, key);
-        }
-        for (Py_ssize_t i = 0; i < PyList_Size(strings.get()); ++i)
-            stop_strings_.emplace_back(PyUnicode_AsUTF8(PyList_GetItem(strings.get(), i)));
-        for (const std::string& s : stop_strings_) stop_pointers_.push_back(s.c_str());
-        stop_pointers_.push_back(nullptr);
-    }
-    ~PythonEnvironment() {
-        HoldInterpreterLock lock;
-        Py_XDECREF(environment_);
-    }
+void destroy(void* instance) {
+    auto* f = static_cast<Forwarded*>(instance);
+    if (!f) return;
+    if (f->plugin->destroy) f->plugin->destroy(f->instance);
+    delete f;
+}
 
-    const char* const* stop_strings() const { return stop_pointers_.data(); }
+Forwarded& forwarded(void* instance) { return *static_cast<Forwarded*>(instance); }
 
-    void step(const grove_environment_batch& b, grove_environment_output& out) {
-        HoldInterpreterLock lock;
-        Ref answers(call("step", b));
-        for (uint32_t i = 0; i < b.count; ++i) {
-            // (observation, done, tool_calls, tool_failures), as bridge.Environment.step returns
-            PyObject* a = PyList_GetItem(answers.get(), i);
-            Py_ssize_t size = 0;
-            const char* text = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(a, 0), &size);
-            if (text && size > 0) out.observations[i]->append(out.observations[i], text, size_t(size));
-            out.done[i] = PyObject_IsTrue(PyTuple_GetItem(a, 1)) ? 1 : 0;
-            out.tool_calls[i] = uint32_t(PyLong_AsUnsignedLong(PyTuple_GetItem(a, 2)));
-            out.tool_failures[i] = uint32_t(PyLong_AsUnsignedLong(PyTuple_GetItem(a, 3)));
-        }
-        if (PyErr_Occurred()) fail("step", b, take_python_error());
-    }
+grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out, grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->reward->score(f.instance, batch, out, err);
+}
 
-    void begin_episodes(const grove_environment_batch& b, grove_environment_output& out) {
-        HoldInterpreterLock lock;
-        Ref texts(call("begin", b));
-        for (uint32_t i = 0; i < b.count; ++i) {
-            Py_ssize_t size = 0;
-            const char* text = PyUnicode_AsUTF8AndSize(PyList_GetItem(texts.get(), i), &size);
-            if (text && size > 0) out.observations[i]->append(out.observations[i], text, size_t(size));
-        }
-        if (PyErr_Occurred()) fail("begin_episodes", b, take_python_error());
-    }
+grove_status stop_strings(void* instance, const char* const** strings, grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->environment->stop_strings(f.instance, strings, err);
+}
+grove_status step(void* instance, const grove_environment_batch* batch, grove_environment_output* out, grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->environment->step(f.instance, batch, out, err);
+}
+grove_status score_episodes(void* instance, const grove_environment_batch* episodes, float* rewards, grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->environment->score_episodes(f.instance, episodes, rewards, err);
+}
+grove_status begin_episodes(void* instance, const grove_environment_batch* episodes, grove_environment_output* out,
+                            grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->environment->begin_episodes(f.instance, episodes, out, err);
+}
+grove_status tools_json(void* instance, grove_text_sink* out, grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->environment->tools_json(f.instance, out, err);
+}
 
-    void score_episodes(const grove_environment_batch& b, float* rewards) {
-        HoldInterpreterLock lock;
-        Ref scores(call("score", b));
-        for (uint32_t i = 0; i < b.count; ++i) rewards[i] = float(PyFloat_AsDouble(PyList_GetItem(scores.get(), i)));
-        if (PyErr_Occurred()) fail("score_episodes", b, take_python_error());
-    }
+constexpr grove_reward_api kRewardApi{sizeof(grove_reward_api), &score};
+constexpr grove_environment_api kEnvironmentApi{
+    sizeof(grove_environment_api), &stop_strings, &step, &score_episodes, &begin_episodes, &tools_json};
 
-private:
-    PyObject* call(const char* method, const grove_environment_batch& b) const {
-        Ref rows(episode_rows(b));
-        PyObject* result =
-            rows ? PyObject_CallMethod(environment_, method, "OLK", rows.get(), (long long)b.step, (unsigned long long)b.seed)
-                 : nullptr;
-        if (!result) fail(method, b, take_python_error());
-        return result;
-    }
-    [[noreturn]] void fail(const char* call, const grove_environment_batch& b, const std::string& message) const {
-        throw Error(GROVE_ERROR_INVALID_ARGUMENT, "environment " + class_ + " (" + module_ + ") failed in " + call + "() on " +
-                                                      std::to_string(b.count) + " episodes of step " + std::to_string(b.step) +
-                                                      ": " + message);
-    }
+template <std::size_t N>
+constexpr grove_plugin_descriptor descriptor(uint32_t kind, const char* name, const char* description,
+                                             const grove_config_key (&keys)[N],
+                                             grove_status (*make)(const grove_config*, void**, grove_error_sink*)) {
+    return grove_plugin_descriptor{sizeof(grove_plugin_descriptor),
+                                   kind,
+                                   name,
+                                   kVersion,
+                                   description,
+                                   0,
+                                   keys,
+                                   uint32_t(N),
+                                   nullptr,
+                                   0,
+                                   make,
+                                   &destroy,
+                                   kind == GROVE_PLUGIN_KIND_REWARD ? &kRewardApi : nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   kind == GROVE_PLUGIN_KIND_ENVIRONMENT ? &kEnvironmentApi : nullptr,
+                                   nullptr};
+}
 
-    std::string module_, class_;
-    PyObject* environment_ = nullptr;  // a bridge.Environment
-    std::vector<std::string> stop_strings_;
-    std::vector<const char*> stop_pointers_;
-};
-
-constexpr grove_config_key kKeys[] = {
-    grove::sdk::required_key("module", GROVE_VALUE_STRING,
-                             "a .py file (relative to the manifest) or an importable module, e.g. \"trl.rewards\""),
-    grove::sdk::required_key("function", GROVE_VALUE_STRING,
-                             "the reward function in the module (TRL's signature), or a factory with factory_args"),
-    grove::sdk::key("kwargs", GROVE_VALUE_TABLE, "{}", "keyword arguments added to every call"),
-    grove::sdk::key("factory_args", GROVE_VALUE_TABLE, "-",
-                    "call `function` once with these arguments and score with the function it returns "
-                    "(e.g. get_soft_overlong_punishment)"),
-};
-
-constexpr auto kPythonReward = grove::sdk::reward_descriptor<PythonReward>(
-    "python", "1.0.0", "a reward function written in Python, called as TRL calls it", 0, kKeys);
-
-constexpr grove_config_key kEnvironmentKeys[] = {
-    grove::sdk::required_key("module", GROVE_VALUE_STRING, "a .py file (relative to the manifest) or an importable module"),
-    grove::sdk::required_key("class", GROVE_VALUE_STRING,
-                             "TRL's environment_factory (a class with reset() and tool methods), or a class with "
-                             "step() (Grove's environment contract)"),
-    grove::sdk::key("kwargs", GROVE_VALUE_TABLE, "{}", "keyword arguments of the class (or factory) call"),
-};
-
-constexpr auto kPythonEnvironment = grove::sdk::environment_descriptor<PythonEnvironment>(
-    "python_environment", "1.0.0", "an environment written in Python: TRL's environment_factory classes or Grove's contract", 0,
-    kEnvironmentKeys);
+constexpr grove_plugin_descriptor kReward =
+    descriptor(GROVE_PLUGIN_KIND_REWARD, kRewardName, kRewardDescription, kRewardKeys, &create<kRewardName>);
+constexpr grove_plugin_descriptor kEnvironment = descriptor(
+    GROVE_PLUGIN_KIND_ENVIRONMENT, kEnvironmentName, kEnvironmentDescription, kEnvironmentKeys, &create<kEnvironmentName>);
+const grove_plugin_descriptor* const kAll[] = {&kReward, &kEnvironment};
+const grove_plugin_list kList{sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 2, kAll};
 
 }  // namespace
 
-GROVE_PLUGIN_LIBRARY(&kPythonReward, &kPythonEnvironment)
+extern "C" GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {
+    g_host = host;
+    return &kList;
+}

@@ -146,8 +146,9 @@ TEST(PythonEnvironment, ResetsBeforeGenerationAndItsTextJoinsThePrompt) {
         " --chat-template chatml --max-new-tokens 8 --max-turns 2 --json --seed 1 " +
         "--environment python_environment --environment-config 'module = \"" + kModule + "\"\nclass = \"Chatty\"'");
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    EXPECT_NE(r.out.find(
-                  "\"prompt\":\"<|im_start|>user\\nCount to 3. Your total starts at 0.<|im_end|>\\n<|im_start|>assistant\\n\""),
+    // after the system turn that describes its tools (tests/plugins/python/check_qwen2_5_tools.py)
+    EXPECT_NE(r.out.find("</tool_call><|im_end|>\\n<|im_start|>user\\nCount to 3. Your total starts at 0.<|im_end|>\\n"
+                         "<|im_start|>assistant\\n\""),
               std::string::npos)
         << r.out;
 }
@@ -167,4 +168,43 @@ TEST(PythonEnvironment, EpisodesThroughTheHostSeeTheDatasetPromptAsMessages) {
     // the observation is context: its tokens are env_mask 0, and it quotes the prompt's first message
     EXPECT_NE(r.out.find("{\"role\":\"environment\",\"text\":\"[turn 1: Say something]\"}"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(",0,0,0,"), std::string::npos) << r.out;
+}
+
+TEST(PythonEnvironment, ToolsNeedAChatTemplateThatCanShowThem) {
+    const std::string rows = std::string(GROVE_TEST_BINARY_DIR) + "/python_environment_plain.jsonl";
+    {
+        std::ofstream out(rows);
+        out << "{\"prompt\": [{\"role\": \"user\", \"content\": \"Count to 3.\"}], \"target\": 3}\n";
+    }
+    auto r =
+        grove::test::run_grove("generate --model " + std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa --input " +
+                               rows + " --chat-template plain --max-new-tokens 4 --json --environment python_environment " +
+                               "--environment-config 'module = \"" + kModule + "\"\nclass = \"Counter\"'");
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("the environment has tools, which Grove renders only with the chatml chat template"),
+              std::string::npos)
+        << r.out;
+}
+
+namespace {
+bool python_is_loaded() {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+        if (line.find("libpython") != std::string::npos) return true;
+    return false;
+}
+}  // namespace
+
+// Grove loads every library in its plugin folders to find a plugin by name; the python plugins'
+// library links no Python, so only a run that uses one loads libpython.
+TEST(PythonEnvironment, ListingPluginsLoadsNoPythonUsingOneDoes) {
+    ASSERT_FALSE(python_is_loaded()) << "this test process loaded Python before the test";
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    size_t python_plugins = 0;
+    for (const auto& plugin : host.list()) python_plugins += plugin.name == "python" || plugin.name == "python_environment";
+    EXPECT_EQ(python_plugins, 2u);
+    EXPECT_FALSE(python_is_loaded()) << "listing the plugins loaded libpython";
+    auto env = python_environment("Echo");
+    EXPECT_TRUE(python_is_loaded());
 }

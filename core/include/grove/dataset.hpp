@@ -20,7 +20,8 @@ struct PromptRow {
 
 // The text the model sees: a conversation rendered with the chat template (generation prompt
 // added), or the text prompt as is.
-std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config);
+std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config,
+                        const std::string& tools_json = "");
 
 // The prompt as the dataset gave it, as JSON: a string, or a list of {"role", "content"} messages.
 // Reward plugins see it (grove_reward_batch.prompt_json): TRL's reward functions take this form.

@@ -49,6 +49,8 @@ class Environment {
 public:
     explicit Environment(PluginInstance instance);
     const std::vector<std::string>& stop_strings() const { return stop_strings_; }
+    // Its tools as a JSON array of function schemas (SDK 1.7 tools_json), or empty: none to render.
+    const std::string& tools_json() const { return tools_json_; }
     EnvironmentAnswers step(EnvironmentTurns& turns) const;
     // Whether it judges whole episodes (SDK 1.3 score_episodes), and its scores of `episodes`, each
     // given whole (NaN: no score).
@@ -66,6 +68,7 @@ private:
 
     PluginInstance instance_;
     std::vector<std::string> stop_strings_;
+    std::string tools_json_;
 };
 
 // The [environment] plugin, created; `as_reward` (reward_weight set) requires that it judges whole

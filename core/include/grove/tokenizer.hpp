@@ -68,7 +68,9 @@ struct ChatMessage {
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, Llama 3 header
 // ids, [INST]); "none"/"plain" joins contents. Unknown names are refused with the list.
 ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config);
+// `tools_json` (an environment's tool schemas, a JSON array; empty: none) is rendered as the model's
+// template renders apply_chat_template(tools=...): for chatml, Qwen2.5's "# Tools" system turn.
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        const TokenizerConfig& config);
+                        const TokenizerConfig& config, const std::string& tools_json = "");
 
 }  // namespace grove

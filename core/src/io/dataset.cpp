@@ -223,15 +223,20 @@ std::vector<PromptRow> multiplication(const std::string& source, bool test_split
 
 }  // namespace
 
-std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config) {
-    return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config);
+std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config,
+                        const std::string& tools_json) {
+    return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config, tools_json);
 }
 
 std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages) {
-    if (messages.empty()) return nlohmann::json(text).dump();
-    nlohmann::json list = nlohmann::json::array();
+    // a prompt need not be valid UTF-8 (rollouts replayed from token ids): such bytes become U+FFFD
+    auto dump = [](const nlohmann::ordered_json& j) {
+        return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    };
+    if (messages.empty()) return dump(text);
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
-    return list.dump();
+    return dump(list);
 }
 
 std::vector<std::string> builtin_sources() {

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 
@@ -55,6 +57,19 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
                         capture);
         for (; stops && *stops; ++stops)
             if (**stops) stop_strings_.emplace_back(*stops);
+    }
+    const grove_environment_api* api = info.descriptor->environment;
+    if (GROVE_HAS_FIELD(api, grove_environment_api, tools_json) && api->tools_json) {
+        grove_text_sink sink{sizeof(grove_text_sink), &tools_json_, [](grove_text_sink* s, const char* data, size_t size) {
+                                 static_cast<std::string*>(s->host_data)->append(data, size);
+                             }};
+        ErrorCapture capture;
+        instance_.check(api->tools_json(instance_.handle(), &sink, &capture.sink), "tools_json", capture);
+        const auto tools = nlohmann::json::parse(tools_json_, nullptr, false);
+        if (tools_json_.empty()) return;
+        if (tools.is_discarded() || !tools.is_array())
+            throw Error(ErrorKind::plugin, "plugin " + info.display() + ": tools_json() gave no JSON array of tool schemas: " +
+                                               tools_json_.substr(0, 200));
     }
 }
 

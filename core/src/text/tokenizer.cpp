@@ -642,6 +642,43 @@ std::string trim(const std::string& s) {
     size_t b = s.find_first_not_of(" \t\n\r"), e = s.find_last_not_of(" \t\n\r");
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
+
+// JSON as the chat templates' `tojson` writes it (Python's json.dumps): ", " and ": " between
+// items, keys in their given order, non-ASCII kept.
+std::string python_json(const nlohmann::ordered_json& value) {
+    std::string out;
+    if (value.is_object()) {
+        for (auto it = value.begin(); it != value.end(); ++it)
+            out += (out.empty() ? "" : ", ") + nlohmann::json(it.key()).dump() + ": " + python_json(it.value());
+        return "{" + out + "}";
+    }
+    if (value.is_array()) {
+        for (const auto& item : value) out += (out.empty() ? "" : ", ") + python_json(item);
+        return "[" + out + "]";
+    }
+    return value.dump();
+}
+
+// The system turn of a ChatML conversation with tools, as Qwen2.5's template writes it (the Hermes
+// tool format): the system prompt (or Qwen's default), then every tool's schema, then the call format.
+std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const std::string& tools_json) {
+    const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+    if (tools.is_discarded() || !tools.is_array())
+        throw Error(ErrorKind::input, "the environment's tools are not a JSON array of function schemas");
+    std::string out = "<|im_start|>system\n";
+    out += !messages.empty() && messages[0].role == "system"
+               ? messages[0].content
+               : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    out +=
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+        "function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const auto& tool : tools) out += "\n" + python_json(tool);
+    out +=
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call><|im_end|>\n";
+    return out;
+}
 }  // namespace
 
 ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config) {
@@ -662,12 +699,19 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 }
 
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        const TokenizerConfig& config) {
+                        const TokenizerConfig& config, const std::string& tools_json) {
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
+    if (!tools_json.empty() && family != ChatTemplate::chatml)
+        throw Error(ErrorKind::input,
+                    "the environment has tools, which Grove renders only with the chatml chat template (the Qwen2.5 / "
+                    "Hermes tool format); set model.chat_template = \"chatml\" for a ChatML model, or describe the tools "
+                    "in the dataset's system prompt");
     switch (family) {
         case ChatTemplate::chatml:
-            for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+            if (!tools_json.empty()) out = chatml_tools_turn(messages, tools_json);
+            for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size(); ++i)
+                out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
             if (add_generation_prompt) out += "<|im_start|>assistant\n";
             return out;
         case ChatTemplate::llama3:

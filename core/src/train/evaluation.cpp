@@ -68,7 +68,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
         std::vector<std::string> texts, json_rows;
         PromptMessages messages;  // conversational prompts, for reward models
         for (size_t i = start; i < end; ++i) {
-            std::string text = prompt_text(rows[i], family, tokenizer->config());
+            std::string text = prompt_text(rows[i], family, tokenizer->config(), environment ? environment->tools_json() : "");
             for (int64_t k = 0; k < q.samples; ++k) {
                 prompts.push_back(tokenizer->encode(text, false));
                 texts.push_back(text);

@@ -223,7 +223,7 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     for (const PromptRow& row : load_prompts(*c.data.source, c.data.prompt_column)) {
         BatchRow r;
         r.prompt_messages = row.messages;
-        r.prompt_text = prompt_text(row, chat, tokenizer->config());
+        r.prompt_text = prompt_text(row, chat, tokenizer->config(), environment ? environment->tools_json() : "");
         r.prompt_ids = tokenizer->encode(r.prompt_text, false);  // as TRL: templates carry their own specials
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
         r.columns_json = row.columns_json;

@@ -541,7 +541,10 @@ struct grove_adapter_api {
  *
  * An environment may also prepare each episode before the model's first turn (ABI 1.7, optional):
  * begin_episodes() gets every episode of the generation batch once, before generation, and may add
- * text to each episode's prompt (say, the board of a game reset for this episode).
+ * text to each episode's prompt (say, the board of a game reset for this episode). And it may
+ * describe its tools (ABI 1.7, optional): tools_json() gives their schemas, which the host writes
+ * into the system prompt as the model's chat template does (ChatML models: the Qwen2.5 / Hermes
+ * "# Tools" block, whose calls look like <tool_call>{"name": ..., "arguments": {...}}</tool_call>).
  */
 typedef struct grove_environment_batch {
     uint32_t struct_size;
@@ -587,6 +590,12 @@ struct grove_environment_api {
      * model, the rewards and training then see that prompt. done and the tool counts are ignored. */
     grove_status (*begin_episodes)(void* instance, const grove_environment_batch* episodes, grove_environment_output* out,
                                    grove_error_sink* err);
+    /* ABI 1.7, may be NULL: append to `out` the environment's tools as a JSON array of function
+     * schemas, [{"type": "function", "function": {"name", "description", "parameters"}}, ...] (what
+     * transformers' get_json_schema makes of a documented Python function). The host renders them
+     * into every conversation's system prompt with the chat template, as apply_chat_template(tools=)
+     * does; called once, after create(). */
+    grove_status (*tools_json)(void* instance, grove_text_sink* out, grove_error_sink* err);
 };
 
 /* ============================================================================================

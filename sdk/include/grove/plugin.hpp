@@ -19,7 +19,8 @@
 // Reductions implement `void weights(const grove_reduction_context&, float* weight)`; adapters
 // implement attach/forward/merged_delta (see AdapterPlugin below); environments implement
 // `const char* const* stop_strings() const` and `void step(const grove_environment_batch&,
-// grove_environment_output&)`, and optionally score_episodes and begin_episodes (see EnvironmentPlugin).
+// grove_environment_output&)`, and optionally score_episodes, begin_episodes and `std::string
+// tools_json() const` (see EnvironmentPlugin).
 #ifndef GROVE_PLUGIN_HPP
 #define GROVE_PLUGIN_HPP
 
@@ -256,6 +257,10 @@ struct begins_episodes<T, std::void_t<decltype(std::declval<T&>().begin_episodes
                                                                                  std::declval<grove_environment_output&>()))>>
         : std::true_type {};
 template <class T, class = void>
+struct has_tools_json : std::false_type {};
+template <class T>
+struct has_tools_json<T, std::void_t<decltype(std::string(std::declval<const T&>().tools_json()))>> : std::true_type {};
+template <class T, class = void>
 struct scores_episodes : std::false_type {};
 template <class T>
 struct scores_episodes<T, std::void_t<decltype(std::declval<T&>().score_episodes(std::declval<const grove_environment_batch&>(),
@@ -283,9 +288,20 @@ struct EnvironmentPlugin : Lifecycle<T> {
             if constexpr (detail::begins_episodes<T>::value) static_cast<T*>(instance)->begin_episodes(*episodes, *out);
         });
     }
-    static constexpr grove_environment_api api{sizeof(grove_environment_api), &stop_strings, &step,
+    static grove_status tools_json(void* instance, grove_text_sink* out, grove_error_sink* err) noexcept {
+        return guard(err, [&] {
+            if constexpr (detail::has_tools_json<T>::value) {
+                const std::string json = static_cast<const T*>(instance)->tools_json();
+                out->append(out, json.data(), json.size());
+            }
+        });
+    }
+    static constexpr grove_environment_api api{sizeof(grove_environment_api),
+                                               &stop_strings,
+                                               &step,
                                                detail::scores_episodes<T>::value ? &score_episodes : nullptr,
-                                               detail::begins_episodes<T>::value ? &begin_episodes : nullptr};
+                                               detail::begins_episodes<T>::value ? &begin_episodes : nullptr,
+                                               detail::has_tools_json<T>::value ? &tools_json : nullptr};
 };
 
 // ---- descriptors -----------------------------------------------------------------------------

@@ -199,3 +199,17 @@ TEST(Multiplication, EpisodesAreRightAndTheSplitsDisjoint) {
             << e.what();
     }
 }
+
+// The prompt as rewards and environments see it (grove_reward_batch.prompt_json): a string or the
+// messages, as JSON; bytes that are not UTF-8 (a prompt decoded from token ids) become U+FFFD.
+TEST(Dataset, PromptAsJsonIsTheDatasetsForm) {
+    EXPECT_EQ(grove::prompt_json("What is 2 + 2?", {}), "\"What is 2 + 2?\"");
+    EXPECT_EQ(grove::prompt_json("ignored", {{"system", "Be brief."}, {"user", "Hi"}}),
+              "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}]");
+    EXPECT_EQ(grove::prompt_json("a\xff"
+                                 "b",
+                                 {}),
+              "\"a\xef\xbf\xbd"
+              "b\"");
+    EXPECT_EQ(nlohmann::json::parse(grove::prompt_json("é 中", {})).get<std::string>(), "é 中");
+}
