@@ -140,17 +140,16 @@ std::string completion_text(const nlohmann::json& completion, const std::string&
 // contents one per line (reward_batch.prompt_json keeps the messages themselves).
 std::string prompt_as_text(const nlohmann::json& prompt, const std::string& where) {
     if (prompt.is_string()) return prompt;
+    auto is_message = [](const nlohmann::json& m) {
+        return m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+               m["content"].is_string();
+    };
+    if (!prompt.is_array() || prompt.empty() || !std::all_of(prompt.begin(), prompt.end(), is_message))
+        throw Error(ErrorKind::input,
+                    where + ": \"prompt\" must be text or a list of {\"role\": ..., \"content\": ...} messages (strings)");
     std::string text;
-    if (prompt.is_array())
-        for (const auto& m : prompt) {
-            if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-                !m["content"].is_string())
-                break;
-            text += (text.empty() ? "" : "\n") + m["content"].get<std::string>();
-            if (&m == &prompt.back()) return text;
-        }
-    throw Error(ErrorKind::input,
-                where + ": \"prompt\" must be text or a list of {\"role\": ..., \"content\": ...} messages (strings)");
+    for (const auto& m : prompt) text += (text.empty() ? "" : "\n") + m["content"].get<std::string>();
+    return text;
 }
 }  // namespace
 

@@ -93,7 +93,6 @@ class Reward:
         self.kwargs = json.loads(kwargs_json) if kwargs_json else {}
         factory_args = json.loads(factory_args_json) if factory_args_json else None
         self.function = _find_function(_load_module(module, base_dir), function, factory_args)
-        self.name = f"{module}:{function}"
         self.loop = None  # an event loop for async reward functions, made on first use
 
     def score(self, prompts, completions, completion_ids, row_json, prompt_json, step, max_steps):

@@ -86,6 +86,13 @@ std::string take_python_error(std::string* config_key = nullptr) {
     return utf8(text.get());
 }
 
+// The pending Python exception as a configuration error, naming the key a bridge.ConfigError names.
+[[noreturn]] void throw_config_error(const std::string& doing) {
+    std::string key;
+    std::string message = take_python_error(&key);
+    throw Error(GROVE_ERROR_CONFIG, doing + ": " + message, key);
+}
+
 std::string python_executable() {
     if (const char* chosen = std::getenv("GROVE_PYTHON"); chosen && *chosen) return chosen;
     return GROVE_DEFAULT_PYTHON;  // the build's virtual environment
@@ -170,11 +177,7 @@ public:
         reward_ = PyObject_CallMethod(bridge_module(), "Reward", "sssss", module_.c_str(), function_.c_str(),
                                       config.get_string("kwargs", "").c_str(), config.get_string("factory_args", "").c_str(),
                                       config.base_dir().c_str());
-        if (!reward_) {
-            std::string key;
-            std::string message = take_python_error(&key);
-            throw Error(GROVE_ERROR_CONFIG, "loading " + function_ + " from " + module_ + ": " + message, key);
-        }
+        if (!reward_) throw_config_error("loading " + function_ + " from " + module_);
     }
     ~PythonReward() {
         HoldInterpreterLock lock;
@@ -249,11 +252,7 @@ public:
         environment_ = PyObject_CallMethod(bridge_module(), "Environment", "ssss", module_.c_str(), class_.c_str(),
                                            config.get_string("kwargs", "").c_str(), config.base_dir().c_str());
         Ref strings(environment_ ? PyObject_CallMethod(environment_, "stop_strings", nullptr) : nullptr);
-        if (!strings) {
-            std::string key;
-            std::string message = take_python_error(&key);
-            throw Error(GROVE_ERROR_CONFIG, "loading " + class_ + " from " + module_ + ": " + message, key);
-        }
+        if (!strings) throw_config_error("loading " + class_ + " from " + module_);
         for (Py_ssize_t i = 0; i < PyList_Size(strings.get()); ++i)
             stop_strings_.push_back(utf8(PyList_GetItem(strings.get(), i)));
         for (const std::string& s : stop_strings_) stop_pointers_.push_back(s.c_str());
@@ -269,11 +268,7 @@ public:
     std::string tools_json() const {
         HoldInterpreterLock lock;
         Ref json(PyObject_CallMethod(environment_, "tools_json", nullptr));
-        if (!json) {
-            std::string key;
-            std::string message = take_python_error(&key);
-            throw Error(GROVE_ERROR_CONFIG, "describing the tools of " + class_ + ": " + message, key);
-        }
+        if (!json) throw_config_error("describing the tools of " + class_);
         return utf8(json.get());
     }
 

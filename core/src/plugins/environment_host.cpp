@@ -65,8 +65,8 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
                              }};
         ErrorCapture capture;
         instance_.check(api->tools_json(instance_.handle(), &sink, &capture.sink), "tools_json", capture);
-        const auto tools = nlohmann::json::parse(tools_json_, nullptr, false);
         if (tools_json_.empty()) return;
+        const auto tools = nlohmann::json::parse(tools_json_, nullptr, false);
         if (tools.is_discarded() || !tools.is_array())
             throw Error(ErrorKind::plugin, "plugin " + info.display() + ": tools_json() gave no JSON array of tool schemas: " +
                                                tools_json_.substr(0, 200));
