@@ -3,6 +3,7 @@
 #   make test         deps + build + every test (ctest)
 #   make install PREFIX=/opt/grove
 #   make device-bundle  build/device-bundle: what a GPU machine needs to run tools/device/run.sh
+#   make fuzz [FUZZ_SECONDS=480]  every parser's fuzz target for FUZZ_SECONDS each (tools/fuzz.sh)
 BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= 2
@@ -12,7 +13,9 @@ export CCACHE_DIR ?= $(HOME)/.cache/grove-ccache
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 
-.PHONY: all deps configure build test quickstart install device-bundle clean
+FUZZ_SECONDS ?= 480
+
+.PHONY: all deps configure build test quickstart install device-bundle fuzz-build fuzz clean
 
 all: build
 
@@ -27,8 +30,16 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# the fuzz targets are built too: ctest runs each for a short smoke on its committed inputs
+test: build fuzz-build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+fuzz-build:
+	@bash .ci/deps.sh fuzz
+	JOBS=$(JOBS) bash tools/fuzz.sh build
+
+fuzz: fuzz-build
+	bash tools/fuzz.sh run $(FUZZ_SECONDS)
 
 quickstart: build
 	GROVE=$(BUILD)/bin/grove bash examples/arithmetic/quickstart.sh

@@ -2,13 +2,16 @@
 # Installs what Grove needs and is missing; safe to run again (it only prints what it installs).
 #   Debian packages: compilers' libraries Grove builds against (needs root, or sudo)
 #   .venv:           the pinned torch wheel (its libtorch is what Grove links) + test-only packages
+# `deps.sh fuzz` installs what the fuzz targets need instead (tools/fuzz.sh): the Debian packages
+# plus clang and its sanitizer runtime; no virtual environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build ccache pkg-config g++ python3-venv
   libboost-dev libboost-program-options-dev libtomlplusplus-dev libsentencepiece-dev sentencepiece
   nlohmann-json3-dev libpcre2-dev libicu-dev libgtest-dev gnuplot-nox libgloo-dev
-  patchelf xz-utils)
+  patchelf xz-utils libxxhash-dev)
+[ "${1:-}" = fuzz ] && APT_PACKAGES+=(clang libclang-rt-14-dev)
 TORCH_VERSION=2.11.0
 PYTHON=${PYTHON:-python3}
 
@@ -29,6 +32,7 @@ if ((${#missing[@]})); then
     exit 1
   fi
 fi
+[ "${1:-}" = fuzz ] && { echo "deps: ok (fuzz)"; exit 0; }
 
 # The environment is several GB (torch + CUDA wheels), so it lives once per machine, shared by every
 # clone (CI starts from a clean clone): .venv is a link to it. GROVE_VENV chooses another place.

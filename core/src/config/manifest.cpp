@@ -11,6 +11,7 @@
 
 #include <toml++/toml.h>
 
+#include "config/toml_input.hpp"
 #include "grove/error.hpp"
 #include "text/text_util.hpp"
 
@@ -87,7 +88,7 @@ std::vector<std::string> keys_of(const std::string& section) {
 // Parses the value part of --set: any TOML value; anything that is not valid TOML is a string.
 toml::table parse_override_value(const std::string& value) {
     try {
-        return toml::parse("value = " + value, std::string_view("--set"));
+        return parse_toml("value = " + value, std::string_view("--set"));
     } catch (const toml::parse_error&) {
         toml::table t;
         t.insert("value", value);
@@ -441,7 +442,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
 
     toml::table root;
     try {
-        root = toml::parse(std::string_view(text), std::string_view(source_name));
+        root = parse_toml(std::string_view(text), std::string_view(source_name));
     } catch (const toml::parse_error& e) {
         const auto& where = e.source();
         throw manifest_error(source_name + ":" + std::to_string(where.begin.line) + ":" + std::to_string(where.begin.column),

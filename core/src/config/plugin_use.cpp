@@ -4,6 +4,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "config/toml_input.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 
@@ -24,7 +25,7 @@ PluginUse plugin_use_from_toml(const std::string& plugin, const std::string& con
     use.name = plugin;
     use.origin = origin;
     try {
-        use.config = std::make_shared<toml::table>(toml::parse(std::string_view(config_toml), std::string_view(origin)));
+        use.config = std::make_shared<toml::table>(parse_toml(std::string_view(config_toml), std::string_view(origin)));
     } catch (const toml::parse_error& e) {
         throw Error(ErrorKind::input, origin + ": the recorded configuration is not TOML: " + std::string(e.description()));
     }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
+#include "io/json_values.hpp"
 #include "io/mapped_file.hpp"
 #include "grove/safetensors.hpp"
 
@@ -190,8 +191,11 @@ GgufFile::GgufFile(const std::string& path)
             t.offset = r.read<uint64_t>(t.name.c_str());
             tensors_.push_back(std::move(t));
         }
-        uint64_t alignment = metadata_->value("general.alignment", uint64_t(32));
-        if (alignment == 0 || (alignment & (alignment - 1))) throw corrupt(path, "general.alignment must be a power of two");
+        const uint64_t alignment =
+            metadata_->contains("general.alignment")
+                ? uint64_t(json_integer((*metadata_)["general.alignment"], path + ": general.alignment", 1, int64_t(1) << 30))
+                : 32;
+        if (alignment & (alignment - 1)) throw corrupt(path, "general.alignment must be a power of two");
         uint64_t data_start = (r.pos() + alignment - 1) / alignment * alignment;
         if (data_start > size_) throw corrupt(path, "the data section starts past the end of the file");
         for (auto& t : tensors_) {
@@ -199,10 +203,14 @@ GgufFile::GgufFile(const std::string& path)
             if (!type_layout(t.type, block, block_bytes))
                 throw corrupt(path, "tensor '" + t.name + "' has ggml type " + std::to_string(t.type) +
                                         ", which Grove cannot read (F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
-            uint64_t n = t.elements();
+            uint64_t n = 1;
+            for (uint64_t d : t.dims)
+                if (__builtin_mul_overflow(n, d, &n))
+                    throw corrupt(path, "tensor '" + t.name + "': the product of its dimensions overflows 64 bits");
             if (t.dims[0] % block)
                 throw corrupt(path, "tensor '" + t.name + "': row length is not a multiple of the block size");
-            t.bytes = n / block * block_bytes;
+            if (__builtin_mul_overflow(n / block, block_bytes, &t.bytes))
+                throw corrupt(path, "tensor '" + t.name + "': its size in bytes overflows 64 bits");
             if (t.offset > size_ - data_start || t.bytes > size_ - data_start - t.offset)
                 throw corrupt(path, "tensor '" + t.name + "' lies outside the file");
             t.data = bytes + data_start + t.offset;
@@ -290,14 +298,27 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path) {
                                       "\" is not supported (supported: smollm, llama-bpe, qwen2, gpt-2, default)");
 }
 
-template <class T>
-T meta(const json& m, const std::string& key, const std::string& path) {
+std::string meta_string(const json& m, const std::string& key, const std::string& path) {
     if (!m.contains(key)) throw Error(ErrorKind::input, path + ": missing GGUF key \"" + key + "\"");
-    try {
-        return m[key].get<T>();
-    } catch (const json::exception&) {
-        throw Error(ErrorKind::input, path + ": GGUF key \"" + key + "\" has an unexpected type");
+    if (!m[key].is_string()) throw Error(ErrorKind::input, path + ": GGUF key \"" + key + "\" is not a string");
+    return m[key].get<std::string>();
+}
+
+// An integer key in [min, max]; `fallback` when the key is absent (required when there is none).
+int64_t meta_integer(const json& m, const std::string& key, const std::string& path, int64_t min, int64_t max,
+                     std::optional<int64_t> fallback = std::nullopt) {
+    if (!m.contains(key)) {
+        if (fallback) return *fallback;
+        throw Error(ErrorKind::input, path + ": missing GGUF key \"" + key + "\"");
     }
+    return json_integer(m[key], path + ": GGUF key \"" + key + "\"", min, max);
+}
+
+double meta_number(const json& m, const std::string& key, const std::string& path, double fallback) {
+    if (!m.contains(key)) return fallback;
+    const double v = json_number(m[key], path + ": GGUF key \"" + key + "\"");
+    if (!std::isfinite(v) || v <= 0) throw Error(ErrorKind::input, path + ": GGUF key \"" + key + "\" must be positive");
+    return v;
 }
 
 // llama.cpp stores Q and K with rows permuted for its rotary kernel: per head, the two halves of
@@ -324,8 +345,15 @@ struct SpecialTokens {
 
 // tokenizer.json and tokenizer_config.json from the GGUF vocabulary (byte-level BPE only).
 void write_tokenizer_files(const json& m, const std::string& gguf_path, const std::string& out_dir,
-                           const SpecialTokens& special, int64_t max_positions) {
+                           const SpecialTokens& special, int64_t max_positions, int64_t vocab) {
     if (m.contains("tokenizer.ggml.tokens")) {
+        const json& token_list = m["tokenizer.ggml.tokens"];
+        if (!token_list.is_array() || int64_t(token_list.size()) != vocab)
+            throw Error(ErrorKind::input, gguf_path + ": tokenizer.ggml.tokens must list " + std::to_string(vocab) +
+                                              " tokens, one per row of token_embd.weight");
+        for (const json& token : token_list)
+            if (!token.is_string())
+                throw Error(ErrorKind::input, gguf_path + ": tokenizer.ggml.tokens holds " + token.dump() + ", not a string");
         std::string model = m.value("tokenizer.ggml.model", std::string());
         if (model != "gpt2")
             throw Error(ErrorKind::input, gguf_path + ": tokenizer.ggml.model \"" + model +
@@ -335,7 +363,7 @@ void write_tokenizer_files(const json& m, const std::string& gguf_path, const st
         json vocab_map = json::object(), added = json::array();
         for (size_t i = 0; i < tokens.size(); ++i) {
             vocab_map[tokens[i].get<std::string>()] = i;
-            int type = i < types.size() ? types[i].get<int>() : 1;
+            const int64_t type = i < types.size() ? json_integer(types[i], gguf_path + ": tokenizer.ggml.token_type") : 1;
             if (type == 3 || type == 4)  // CONTROL or USER_DEFINED
                 added.push_back({{"id", i},
                                  {"content", tokens[i]},
@@ -385,77 +413,137 @@ void write_tokenizer_files(const json& m, const std::string& gguf_path, const st
         if (special.pad) tokenizer_config["pad_token"] = name_of(special.pad);
         if (special.unk) tokenizer_config["unk_token"] = name_of(special.unk);
         if (m.contains("tokenizer.chat_template")) tokenizer_config["chat_template"] = m["tokenizer.chat_template"];
-        write_file_atomically((fs::path(out_dir) / "tokenizer_config.json").string(), tokenizer_config.dump(2) + "\n");
+        write_file_atomically((fs::path(out_dir) / "tokenizer_config.json").string(),
+                              tokenizer_config.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
     }
+}
+}  // namespace
+
+namespace {
+// A Llama's dimensions from the metadata, each within a range and consistent with the others, so
+// that every tensor's expected shape below is well defined.
+struct LlamaShape {
+    int64_t hidden, layers, heads, kv_heads, ffn, head_dim, vocab, context;
+};
+
+LlamaShape llama_shape(const GgufFile& file) {
+    const json& m = file.metadata();
+    const std::string& path = file.path();
+    LlamaShape s{};
+    s.hidden = meta_integer(m, "llama.embedding_length", path, 1, int64_t(1) << 17);
+    s.layers = meta_integer(m, "llama.block_count", path, 1, 1024);
+    s.heads = meta_integer(m, "llama.attention.head_count", path, 1, s.hidden);
+    s.kv_heads = meta_integer(m, "llama.attention.head_count_kv", path, 1, s.heads, s.heads);
+    if (s.heads % s.kv_heads)
+        throw Error(ErrorKind::input, path + ": llama.attention.head_count (" + std::to_string(s.heads) +
+                                          ") is not a multiple of head_count_kv (" + std::to_string(s.kv_heads) + ")");
+    s.ffn = meta_integer(m, "llama.feed_forward_length", path, 1, int64_t(1) << 20);
+    if (!m.contains("llama.rope.dimension_count") && s.hidden % s.heads)
+        throw Error(ErrorKind::input, path + ": llama.embedding_length (" + std::to_string(s.hidden) +
+                                          ") is not a multiple of llama.attention.head_count (" + std::to_string(s.heads) +
+                                          ")");
+    s.head_dim = meta_integer(m, "llama.rope.dimension_count", path, 2, 4096, s.hidden / s.heads);
+    if (s.head_dim % 2) throw Error(ErrorKind::input, path + ": the head dimension " + std::to_string(s.head_dim) + " is odd");
+    s.context = meta_integer(m, "llama.context_length", path, 1, int64_t(1) << 24, 2048);
+    const GgufTensor* embedding = file.find("token_embd.weight");
+    if (!embedding) throw Error(ErrorKind::input, path + ": missing tensor \"token_embd.weight\"");
+    if (embedding->dims.size() != 2 || embedding->dims[0] != uint64_t(s.hidden) || embedding->dims[1] == 0 ||
+        embedding->dims[1] > (uint64_t(1) << 22))
+        throw Error(ErrorKind::input, path + ": tensor \"token_embd.weight\" must be [vocabulary, " + std::to_string(s.hidden) +
+                                          "] with a vocabulary of at most 4194304");
+    s.vocab = int64_t(embedding->dims[1]);
+    return s;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string text = "[";
+    for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+    return text + "]";
+}
+
+// A special token id from the metadata, which must name one of the vocabulary's tokens.
+std::optional<int64_t> special_token(const json& m, const std::string& key, const std::string& path, int64_t vocab) {
+    if (!m.contains(key)) return std::nullopt;
+    return json_integer(m[key], path + ": GGUF key \"" + key + "\" (a token id)", 0, vocab - 1);
 }
 }  // namespace
 
 void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir) {
     GgufFile file(gguf_path);
     const json& m = file.metadata();
-    std::string arch = meta<std::string>(m, "general.architecture", gguf_path);
+    std::string arch = meta_string(m, "general.architecture", gguf_path);
     if (arch != "llama")
         throw Error(ErrorKind::input,
                     gguf_path + ": general.architecture \"" + arch + "\" is not supported (supported: llama)");
-    int64_t hidden = meta<int64_t>(m, "llama.embedding_length", gguf_path);
-    int64_t layers = meta<int64_t>(m, "llama.block_count", gguf_path);
-    int64_t heads = meta<int64_t>(m, "llama.attention.head_count", gguf_path);
-    int64_t kv_heads = m.value("llama.attention.head_count_kv", heads);
-    int64_t ffn = meta<int64_t>(m, "llama.feed_forward_length", gguf_path);
-    const GgufTensor* embedding = file.find("token_embd.weight");
-    if (!embedding) throw Error(ErrorKind::input, gguf_path + ": missing tensor \"token_embd.weight\"");
-    int64_t vocab = int64_t(embedding->dims.size() == 2 ? embedding->dims[1] : 0);
+    const LlamaShape shape = llama_shape(file);
+    const int64_t hidden = shape.hidden, q_rows = shape.heads * shape.head_dim, kv_rows = shape.kv_heads * shape.head_dim;
     bool tied = file.find("output.weight") == nullptr;
 
-    // weights, renamed to Hugging Face's names, shapes reversed to PyTorch order
-    std::map<std::string, std::string> names = {{"token_embd.weight", "model.embed_tokens.weight"},
-                                                {"output_norm.weight", "model.norm.weight"},
-                                                {"output.weight", "lm_head.weight"}};
-    const std::map<std::string, std::string> block_names = {
-        {"attn_norm.weight", "input_layernorm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
-        {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
-        {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
-        {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
-        {"ffn_down.weight", "mlp.down_proj.weight"}};
-    for (int64_t l = 0; l < layers; ++l)
-        for (const auto& [g, h] : block_names)
-            names["blk." + std::to_string(l) + "." + g] = "model.layers." + std::to_string(l) + "." + h;
+    // weights, renamed to Hugging Face's names, shapes reversed to PyTorch order and checked
+    struct Target {
+        std::string name;
+        std::vector<int64_t> shape;
+    };
+    std::map<std::string, Target> targets = {{"token_embd.weight", {"model.embed_tokens.weight", {shape.vocab, hidden}}},
+                                             {"output_norm.weight", {"model.norm.weight", {hidden}}},
+                                             {"output.weight", {"lm_head.weight", {shape.vocab, hidden}}}};
+    const std::map<std::string, Target> block_targets = {{"attn_norm.weight", {"input_layernorm.weight", {hidden}}},
+                                                         {"ffn_norm.weight", {"post_attention_layernorm.weight", {hidden}}},
+                                                         {"attn_q.weight", {"self_attn.q_proj.weight", {q_rows, hidden}}},
+                                                         {"attn_k.weight", {"self_attn.k_proj.weight", {kv_rows, hidden}}},
+                                                         {"attn_v.weight", {"self_attn.v_proj.weight", {kv_rows, hidden}}},
+                                                         {"attn_output.weight", {"self_attn.o_proj.weight", {hidden, q_rows}}},
+                                                         {"ffn_gate.weight", {"mlp.gate_proj.weight", {shape.ffn, hidden}}},
+                                                         {"ffn_up.weight", {"mlp.up_proj.weight", {shape.ffn, hidden}}},
+                                                         {"ffn_down.weight", {"mlp.down_proj.weight", {hidden, shape.ffn}}}};
+    for (int64_t l = 0; l < shape.layers; ++l)
+        for (const auto& [g, h] : block_targets)
+            targets["blk." + std::to_string(l) + "." + g] = {"model.layers." + std::to_string(l) + "." + h.name, h.shape};
+    for (const auto& [name, target] : targets)
+        if (name != "output.weight" && !file.find(name))
+            throw Error(ErrorKind::input, gguf_path + ": missing tensor \"" + name + "\" of a " + std::to_string(shape.layers) +
+                                              "-layer llama model");
     std::vector<std::vector<float>> buffers;
     std::vector<TensorBytes> tensors;
     buffers.reserve(file.tensors().size());
     for (const auto& t : file.tensors()) {
-        auto it = names.find(t.name);
-        if (it == names.end()) {
+        auto it = targets.find(t.name);
+        if (it == targets.end()) {
             if (t.name == "rope_freqs.weight") continue;  // llama3 rope factors: recomputed from config
             throw Error(ErrorKind::input, gguf_path + ": unexpected tensor \"" + t.name + "\" for a llama model");
         }
-        std::vector<int64_t> shape(t.dims.rbegin(), t.dims.rend());
+        std::vector<int64_t> torch_shape(t.dims.rbegin(), t.dims.rend());
+        if (torch_shape != it->second.shape)
+            throw Error(ErrorKind::input, gguf_path + ": tensor \"" + t.name + "\" has shape " + shape_text(torch_shape) +
+                                              "; the metadata's dimensions need " + shape_text(it->second.shape));
         std::vector<float> values = dequantize(t, gguf_path);
         bool q = t.name.find("attn_q.weight") != std::string::npos, k = t.name.find("attn_k.weight") != std::string::npos;
-        if (q || k) values = unpermute_rows(values, uint64_t(shape[0]), uint64_t(shape[1]), uint64_t(q ? heads : kv_heads));
+        if (q || k)
+            values = unpermute_rows(values, uint64_t(torch_shape[0]), uint64_t(torch_shape[1]),
+                                    uint64_t(q ? shape.heads : shape.kv_heads));
         buffers.push_back(std::move(values));
-        tensors.push_back({it->second, DType::f32, shape, buffers.back().data(), buffers.back().size() * sizeof(float)});
+        tensors.push_back(
+            {it->second.name, DType::f32, torch_shape, buffers.back().data(), buffers.back().size() * sizeof(float)});
     }
 
     fs::create_directories(out_dir);
     std::optional<int64_t> bos, eos, pad, unk;
-    if (m.contains("tokenizer.ggml.bos_token_id")) bos = m["tokenizer.ggml.bos_token_id"].get<int64_t>();
-    if (m.contains("tokenizer.ggml.eos_token_id")) eos = m["tokenizer.ggml.eos_token_id"].get<int64_t>();
-    if (m.contains("tokenizer.ggml.padding_token_id")) pad = m["tokenizer.ggml.padding_token_id"].get<int64_t>();
-    if (m.contains("tokenizer.ggml.unknown_token_id")) unk = m["tokenizer.ggml.unknown_token_id"].get<int64_t>();
-    int64_t head_dim = m.value("llama.rope.dimension_count", hidden / heads);
+    bos = special_token(m, "tokenizer.ggml.bos_token_id", gguf_path, shape.vocab);
+    eos = special_token(m, "tokenizer.ggml.eos_token_id", gguf_path, shape.vocab);
+    pad = special_token(m, "tokenizer.ggml.padding_token_id", gguf_path, shape.vocab);
+    unk = special_token(m, "tokenizer.ggml.unknown_token_id", gguf_path, shape.vocab);
     json config = {{"architectures", {"LlamaForCausalLM"}},
                    {"model_type", "llama"},
-                   {"vocab_size", vocab},
+                   {"vocab_size", shape.vocab},
                    {"hidden_size", hidden},
-                   {"intermediate_size", ffn},
-                   {"num_hidden_layers", layers},
-                   {"num_attention_heads", heads},
-                   {"num_key_value_heads", kv_heads},
-                   {"head_dim", head_dim},
-                   {"max_position_embeddings", m.value("llama.context_length", int64_t(2048))},
-                   {"rms_norm_eps", m.value("llama.attention.layer_norm_rms_epsilon", 1e-5)},
-                   {"rope_theta", m.value("llama.rope.freq_base", 10000.0)},
+                   {"intermediate_size", shape.ffn},
+                   {"num_hidden_layers", shape.layers},
+                   {"num_attention_heads", shape.heads},
+                   {"num_key_value_heads", shape.kv_heads},
+                   {"head_dim", shape.head_dim},
+                   {"max_position_embeddings", shape.context},
+                   {"rms_norm_eps", meta_number(m, "llama.attention.layer_norm_rms_epsilon", gguf_path, 1e-5)},
+                   {"rope_theta", meta_number(m, "llama.rope.freq_base", gguf_path, 10000.0)},
                    {"tie_word_embeddings", tied},
                    {"hidden_act", "silu"},
                    {"attention_bias", false},
@@ -469,7 +557,11 @@ void convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir
     write_file_atomically((fs::path(out_dir) / "generation_config.json").string(), generation.dump(2) + "\n");
     write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 
-    write_tokenizer_files(m, gguf_path, out_dir, {bos, eos, pad, unk}, config["max_position_embeddings"].get<int64_t>());
+    try {
+        write_tokenizer_files(m, gguf_path, out_dir, {bos, eos, pad, unk}, shape.context, shape.vocab);
+    } catch (const json::exception& e) {  // a metadata value of another type than the format's
+        throw Error(ErrorKind::input, gguf_path + ": unexpected tokenizer metadata: " + e.what());
+    }
 }
 
 }  // namespace grove

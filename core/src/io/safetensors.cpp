@@ -85,7 +85,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(s
                 }
                 continue;
             }
-            auto where = [&](const std::string& what) { return corrupt(path, "tensor '" + name + "': " + what); };
+            const std::string tensor = name;  // a lambda may not capture a structured binding in C++17
+            auto where = [&](const std::string& what) { return corrupt(path, "tensor '" + tensor + "': " + what); };
             if (!entry.is_object()) throw where("entry is not an object");
             for (const char* key : {"dtype", "shape", "data_offsets"})
                 if (!entry.contains(key)) throw where(std::string("missing \"") + key + "\"");
@@ -113,9 +114,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path), file_(s
             if (t.begin > t.end || t.end > data_size)
                 throw where("data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
                             "] lie outside the data section of " + std::to_string(data_size) + " bytes");
-            if (t.end - t.begin != numel * dtype_size(t.dtype))
-                throw where("shape x dtype size = " + std::to_string(numel * dtype_size(t.dtype)) +
-                            " bytes, but data_offsets span " + std::to_string(t.end - t.begin));
+            uint64_t bytes = 0;
+            if (__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &bytes)) throw where("shape overflows");
+            if (t.end - t.begin != bytes)
+                throw where("shape x dtype size = " + std::to_string(bytes) + " bytes, but data_offsets span " +
+                            std::to_string(t.end - t.begin));
             t.data = data + t.begin;
             tensors_.push_back(std::move(t));
         }

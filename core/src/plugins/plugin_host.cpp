@@ -16,6 +16,7 @@
 #include <boost/dll/shared_library.hpp>
 #include <toml++/toml.h>
 
+#include "config/toml_input.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "text/text_util.hpp"
@@ -453,7 +454,7 @@ PluginConfig PluginConfig::from_toml_text(const PluginInfo& plugin, const std::s
                                           const std::string& base_dir) {
     auto table = std::make_shared<toml::table>();
     try {
-        *table = toml::parse(std::string_view(toml_text), std::string_view(origin));
+        *table = parse_toml(std::string_view(toml_text), std::string_view(origin));
     } catch (const toml::parse_error& e) {
         throw Error(ErrorKind::manifest, origin + ": error: " + std::string(e.description()));
     }

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "grove/error.hpp"
+#include "io/json_values.hpp"
 #include "text/text_util.hpp"
 
 namespace fs = std::filesystem;
@@ -25,6 +26,11 @@ namespace grove {
 namespace {
 
 Error bad_tokenizer(const std::string& file, const std::string& what) { return Error(ErrorKind::input, file + ": " + what); }
+
+// The largest vocabularies in use hold about 262k tokens; a larger id is a damaged file, and would
+// make the id-to-token table take the machine's memory.
+constexpr int64_t kMaxTokenId = (int64_t(1) << 22) - 1;
+int64_t token_id(const json& value, const std::string& where) { return json_integer(value, where, 0, kMaxTokenId); }
 
 json read_json_file(const fs::path& path) {
     std::ifstream in(path);
@@ -197,10 +203,11 @@ public:
         const json& model = j.at("model");
         std::string type = model.value("type", "");
         if (type != "BPE") throw bad_tokenizer(file, "model type \"" + type + "\" is not supported (supported: BPE)");
-        for (const auto& [token, id] : model.at("vocab").items()) {
-            vocab_[token] = id.get<int64_t>();
-            if (id.get<int64_t>() >= int64_t(id_to_token_.size())) id_to_token_.resize(id.get<int64_t>() + 1);
-            id_to_token_[id.get<int64_t>()] = token;
+        for (const auto& [token, id_value] : model.at("vocab").items()) {
+            const int64_t id = token_id(id_value, file + ": model.vocab[\"" + token + "\"]");
+            vocab_[token] = id;
+            if (id >= int64_t(id_to_token_.size())) id_to_token_.resize(size_t(id) + 1);
+            id_to_token_[size_t(id)] = token;
         }
         int rank = 0;
         for (const auto& merge : model.at("merges")) {
@@ -227,8 +234,11 @@ public:
 
         if (j.contains("added_tokens"))
             for (const auto& t : j["added_tokens"]) {
-                AddedToken a{t.at("content").get<std::string>(), t.at("id").get<int64_t>(), t.value("special", false),
-                             t.value("lstrip", false), t.value("rstrip", false)};
+                AddedToken a{t.at("content").get<std::string>(),
+                             token_id(t.at("id"), file + ": added_tokens[" + std::to_string(added_.size()) + "].id"),
+                             t.value("special", false), t.value("lstrip", false), t.value("rstrip", false)};
+                if (a.content.empty())
+                    throw bad_tokenizer(file, "added_tokens[" + std::to_string(added_.size()) + "] is empty");
                 added_.push_back(a);
                 vocab_.emplace(a.content, a.id);
                 if (a.id >= int64_t(id_to_token_.size())) id_to_token_.resize(a.id + 1);
@@ -388,7 +398,9 @@ private:
                 } else if (piece.contains("SpecialToken")) {
                     std::string name = piece["SpecialToken"].at("id").get<std::string>();
                     const json& special = p.at("special_tokens").at(name);
-                    for (const auto& id : special.at("ids")) (after ? suffix_ids_ : prefix_ids_).push_back(id.get<int64_t>());
+                    for (const auto& id : special.at("ids"))
+                        (after ? suffix_ids_ : prefix_ids_)
+                            .push_back(token_id(id, file + ": post_processor.special_tokens." + name));
                 }
             }
         } else {
@@ -557,20 +569,25 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
         throw Error(ErrorKind::input, folder + ": no tokenizer.json or tokenizer.model");
     }
     TokenizerConfig c;
-    c.bos_token = token_text(config, "bos_token");
-    c.eos_token = token_text(config, "eos_token");
-    c.pad_token = token_text(config, "pad_token");
-    c.unk_token = token_text(config, "unk_token");
-    // sentencepiece Llama tokenizers add BOS by default (LlamaTokenizer's add_bos_token=True)
-    c.add_bos_token = config.value("add_bos_token", sentencepiece);
-    c.add_eos_token = config.value("add_eos_token", false);
-    if (config.contains("chat_template")) {
-        const json& t = config["chat_template"];
-        if (t.is_string())
-            c.chat_template = t.get<std::string>();
-        else if (t.is_array())
-            for (const auto& entry : t)
-                if (entry.value("name", "") == "default") c.chat_template = entry.value("template", "");
+    try {
+        if (!config.is_object()) throw bad_tokenizer(config_file.string(), "not a JSON object");
+        c.bos_token = token_text(config, "bos_token");
+        c.eos_token = token_text(config, "eos_token");
+        c.pad_token = token_text(config, "pad_token");
+        c.unk_token = token_text(config, "unk_token");
+        // sentencepiece Llama tokenizers add BOS by default (LlamaTokenizer's add_bos_token=True)
+        c.add_bos_token = config.value("add_bos_token", sentencepiece);
+        c.add_eos_token = config.value("add_eos_token", false);
+        if (config.contains("chat_template")) {
+            const json& t = config["chat_template"];
+            if (t.is_string())
+                c.chat_template = t.get<std::string>();
+            else if (t.is_array())
+                for (const auto& entry : t)
+                    if (entry.value("name", "") == "default") c.chat_template = entry.value("template", "");
+        }
+    } catch (const json::exception& e) {
+        throw bad_tokenizer(config_file.string(), std::string("unexpected structure: ") + e.what());
     }
     auto resolve = [&](const std::optional<std::string>& token, const char* key) -> std::optional<int64_t> {
         if (!token) return std::nullopt;

@@ -14,20 +14,12 @@
 #include "grove/dataset.hpp"
 #include "grove/episodes.hpp"
 #include "grove/generation.hpp"
+#include "grove/rollouts_file.hpp"
 
 namespace grove {
 
 class Model;
 class Tokenizer;
-
-// One row given by a rollouts file: what it was generated from and, optionally, how it was scored.
-struct ReplayRow {
-    std::vector<int64_t> prompt_ids, completion_ids;
-    std::vector<float> sampling_logprobs;   // empty when not given
-    std::vector<int64_t> env_mask;          // multi-turn, TRL's field: 1 = the model's token, 0 = the environment's
-    std::map<std::string, double> rewards;  // given values (NaN for null) replace the plugins' scores
-    std::string prompt_text, columns_json;
-};
 
 // One row of a generation batch before it has a completion.
 struct BatchRow {
@@ -71,10 +63,6 @@ private:
     std::vector<int64_t> permutation_;
     Position at_;
 };
-
-// Reads a rollouts JSONL file (docs/training.md#replaying-rollouts); every error names file:line.
-std::vector<ReplayRow> read_rollouts(const std::string& path, int64_t num_generations, const Tokenizer& tokenizer,
-                                     int64_t vocab_size, const std::vector<std::string>& reward_names);
 
 // This rank's slice [rank * n, (rank + 1) * n) of a generation batch, as accelerate shards TRL's
 // (groups may span ranks).

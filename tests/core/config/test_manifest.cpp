@@ -194,6 +194,21 @@ TEST(Manifest, InvalidTomlReportsPosition) {
     EXPECT_CONTAINS(message, "invalid TOML");
 }
 
+// Debian's toml++ reaches undefined behaviour on a non-ASCII character outside strings; Grove refuses
+// it before parsing (config/toml_input.hpp), while strings and comments keep any UTF-8.
+TEST(Manifest, NonAsciiOutsideStringsIsRefusedWithItsPosition) {
+    for (const std::string& text :
+         {std::string("[model]\npath = \"m\"\n\xc3\xa9t\xc3\xa9 = 1\n"), std::string("[\xc3\xa9]\n")}) {
+        auto message = manifest_error(text);
+        EXPECT_CONTAINS(message, "invalid TOML: a non-ASCII character outside a string");
+        EXPECT_CONTAINS(message, text[0] == '[' && text[1] != 'm' ? "grove.toml:1:2" : "grove.toml:3:1");
+    }
+    std::string text = "# caf\xc3\xa9 \xe6\x9d\xb1\n" + kMinimal;
+    text.replace(text.find("prompts.jsonl"), 13, "donn\xc3\xa9es.jsonl");
+    auto m = grove::Manifest::parse(text, "/runs/exp/grove.toml");
+    EXPECT_NE(m.string("data.source").find("donn\xc3\xa9es.jsonl"), std::string::npos);
+}
+
 TEST(Manifest, ResolvedTomlRoundTrips) {
     auto m = grove::Manifest::parse(kMinimal + "\n[loss]\ndelta = 3.0\n[train]\ngradient_accumulation_steps = 2\n",
                                     "/runs/exp/grove.toml");
