@@ -7,12 +7,17 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <csignal>
+#include <cstdlib>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
 #include "grove/optimizer.hpp"
 #include "grove/safetensors.hpp"
+#include "io/file_checksum.hpp"
+#include "io/json_values.hpp"
 #include "model/tensor_io.hpp"
 
 namespace fs = std::filesystem;
@@ -84,19 +89,33 @@ json progress_json(const TrainingProgress& p) {
 }
 
 // `p` holds what a checkpoint from before a field was added keeps (the entropy coefficient from the manifest).
-TrainingProgress progress_from_json(const json& st, TrainingProgress p) {
-    p.global_step = st.at("global_step");
-    p.micro_step = st.at("micro_step");
-    p.generation_index = st.at("generation_index");
-    p.sampler.epoch = st.at("epoch");
-    p.sampler.position = st.at("position");
-    p.sampler.replay_position = st.value("replay_position", size_t(0));
-    p.num_tokens = st.at("num_tokens");
-    p.generation_tokens = st.value("generation_tokens", 0.0);
-    p.entropy.coef = st.value("entropy_coef", p.entropy.coef);
+TrainingProgress progress_from_json(const json& st, TrainingProgress p, const std::string& file) {
+    auto count = [&](const char* key) { return json_integer(st.at(key), file + ": " + key, 0); };
+    p.global_step = count("global_step");
+    p.micro_step = count("micro_step");
+    p.generation_index = count("generation_index");
+    p.sampler.epoch = count("epoch");
+    p.sampler.position = count("position");
+    p.sampler.replay_position = st.contains("replay_position") ? size_t(count("replay_position")) : 0;
+    p.num_tokens = count("num_tokens");
+    p.generation_tokens =
+        st.contains("generation_tokens") ? json_number(st["generation_tokens"], file + ": generation_tokens") : 0.0;
+    if (st.contains("entropy_coef")) p.entropy.coef = json_number(st["entropy_coef"], file + ": entropy_coef");
     if (st.contains("last_world_entropy") && !st["last_world_entropy"].is_null())
-        p.entropy.last_entropy = st["last_world_entropy"].get<double>();
+        p.entropy.last_entropy = json_number(st["last_world_entropy"], file + ": last_world_entropy");
     return p;
+}
+
+// Every file of a checkpoint folder but trainer_state.json (which records them), with its size and
+// checksum, by path relative to the folder.
+json checksum_files(const fs::path& folder) {
+    json files = json::object();
+    for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+        if (!entry.is_regular_file() || entry.path().filename() == "trainer_state.json") continue;
+        const FileChecksum sum = file_checksum(entry.path().string());
+        files[fs::relative(entry.path(), folder).generic_string()] = {{"bytes", sum.bytes}, {"xxh3", sum.xxh3}};
+    }
+    return files;
 }
 }  // namespace
 
@@ -133,8 +152,42 @@ bool holds_run(const std::string& output) {
            !checkpoint_steps(output).empty();
 }
 
+void test_kill_point(const char* point, int64_t step) {
+    static const char* wanted = std::getenv("GROVE_TEST_KILL_AT");
+    if (wanted && std::string(wanted) == std::string(point) + ":" + std::to_string(step)) ::kill(::getpid(), SIGKILL);
+}
+
+std::string Checkpoints::resume_advice(const std::string& damaged) const {
+    std::optional<int64_t> damaged_step = checkpoint_step(fs::path(damaged).filename().string());
+    std::optional<int64_t> previous;
+    for (int64_t step : checkpoint_steps(output_))
+        if (!damaged_step || step < *damaged_step) previous = step;
+    if (previous)
+        return "resume from the previous checkpoint: --resume " + (fs::path(output_) / checkpoint_name(*previous)).string();
+    return "no earlier checkpoint is left; start again with --overwrite";
+}
+
 std::string Checkpoints::save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
                               const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last) {
+    const std::string name = checkpoint_name(state.progress.global_step);
+    try {
+        return write(state, inside_generation_batch, manifest_path, export_model, keep_last);
+    } catch (const std::exception& e) {  // a full disk, a folder made read-only: the earlier checkpoints are whole
+        std::error_code ignored;
+        fs::remove_all(fs::path(output_) / (".tmp-" + name), ignored);
+        auto latest = latest_checkpoint(output_);
+        throw Error(ErrorKind::runtime,
+                    "could not write " + (fs::path(output_) / name).string() + ": " + e.what() + ". " +
+                        (latest ? "The last checkpoint, " + *latest +
+                                      ", is whole: free space or fix the folder, then "
+                                      "resume with --resume"
+                                : std::string("No checkpoint was written yet: free space or fix the folder, then start "
+                                              "again with --overwrite")));
+    }
+}
+
+std::string Checkpoints::write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
+                               const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last) {
     const TrainingProgress& progress = state.progress;
     const std::string name = checkpoint_name(progress.global_step);
     const fs::path final_dir = fs::path(output_) / name, tmp = fs::path(output_) / (".tmp-" + name);
@@ -155,11 +208,13 @@ std::string Checkpoints::save(const CheckpointedState& state, bool inside_genera
     std::vector<std::pair<std::string, at::Tensor>> trainable;
     for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
+    test_kill_point("save", progress.global_step);
     save_tensors((tmp / "optimizer.safetensors").string(), state.optimizer.state());
     json st = progress_json(progress);
     st["optimizer_steps"] = state.optimizer.steps();
     st["world_size"] = world_size_;
     st["manifest"] = manifest_path;
+    st["files"] = checksum_files(tmp);  // written last: a checkpoint is whole when its state names every file
     write_file_atomically((tmp / "trainer_state.json").string(), st.dump(2) + "\n");
     fs::remove_all(final_dir);
     fs::rename(tmp, final_dir);  // atomic: a crash leaves the previous checkpoints and a .tmp folder
@@ -178,6 +233,21 @@ std::string Checkpoints::save(const CheckpointedState& state, bool inside_genera
     return final_dir.string();
 }
 
+void Checkpoints::verify_files(const std::string& dir, const json& files) const {
+    if (!files.is_object()) throw Error(ErrorKind::input, dir + "/trainer_state.json: \"files\" is not an object");
+    for (const auto& [name, expected] : files.items()) {
+        const fs::path file = fs::path(dir) / name;
+        if (!fs::is_regular_file(file))
+            throw Error(ErrorKind::input, file.string() + " is missing: the checkpoint is incomplete");
+        const FileChecksum sum = file_checksum(file.string());
+        if (json_integer(expected.at("bytes"), dir + "/trainer_state.json: files." + name + ".bytes", 0) != int64_t(sum.bytes))
+            throw Error(ErrorKind::input, file.string() + " has " + std::to_string(sum.bytes) + " bytes where " +
+                                              expected.at("bytes").dump() + " were written: the file is truncated or damaged");
+        if (expected.at("xxh3") != sum.xxh3)
+            throw Error(ErrorKind::input, file.string() + " does not match the checksum written with it: the file is damaged");
+    }
+}
+
 void Checkpoints::restore(const std::string& folder, CheckpointedState& state) const {
     std::string dir = folder;
     if (dir == "latest") {
@@ -187,20 +257,25 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     }
     const fs::path state_file = fs::path(dir) / "trainer_state.json";
     std::ifstream in(state_file);
-    if (!in) throw Error(ErrorKind::input, dir + ": not a checkpoint (no trainer_state.json)");
+    if (!in)
+        throw Error(ErrorKind::input, dir + ": not a checkpoint, or one whose writing was cut short (no trainer_state.json); " +
+                                          resume_advice(dir));
     json st = json::parse(in, nullptr, false);
     TrainingProgress progress;
     progress.entropy.coef = state.progress.entropy.coef;
     int64_t optimizer_steps = 0;
-    int saved_world = 1;
+    int64_t saved_world = 1;
     try {
-        if (st.is_discarded() || !st.is_object()) throw Error(ErrorKind::input, state_file.string() + ": not a JSON object");
-        progress = progress_from_json(st, progress);
-        optimizer_steps = st.at("optimizer_steps");
-        saved_world = st.value("world_size", 1);
+        if (st.is_discarded()) throw Error(ErrorKind::input, state_file.string() + " is not valid JSON (cut short or damaged)");
+        if (!st.is_object()) throw Error(ErrorKind::input, state_file.string() + ": not a JSON object");
+        progress = progress_from_json(st, progress, state_file.string());
+        optimizer_steps = json_integer(st.at("optimizer_steps"), state_file.string() + ": optimizer_steps", 0);
+        if (st.contains("world_size")) saved_world = json_integer(st["world_size"], state_file.string() + ": world_size", 1);
+        if (st.contains("files")) verify_files(dir, st["files"]);
     } catch (const json::exception& e) {
-        throw Error(ErrorKind::input,
-                    state_file.string() + ": " + e.what() + " (the file is damaged; resume from another checkpoint)");
+        throw Error(ErrorKind::input, state_file.string() + ": " + e.what() + " (the file is damaged); " + resume_advice(dir));
+    } catch (const Error& e) {
+        throw Error(e.kind(), std::string(e.what()) + "; " + resume_advice(dir));
     }
     if (saved_world != world_size_)
         throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +

@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -47,19 +49,33 @@ std::optional<std::string> latest_checkpoint(const std::string& output_dir);
 // True when the folder holds a run's files (metrics, state or checkpoints).
 bool holds_run(const std::string& output_dir);
 
+// For the kill-and-resume tests: when the environment's GROVE_TEST_KILL_AT is "<point>:<step>", the
+// process kills itself with SIGKILL here (points: startup, step, save; docs/reliability.md).
+void test_kill_point(const char* point, int64_t step);
+
 class Checkpoints {
 public:
     Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group)
             : output_(std::move(output_dir)), rank_(rank), world_size_(world_size), group_(group) {}
 
-    // Writes checkpoint-<global_step> (every rank calls it). `export_model(folder)` writes the model
+    // Writes checkpoint-<global_step> (every rank calls it): files under .tmp-checkpoint-<step>, their
+    // checksums into trainer_state.json last, then a rename. A failure (a full disk, a read-only
+    // folder) removes the partial folder and throws an error naming the last whole checkpoint. `export_model(folder)` writes the model
     // files users load (rank 0 only). Keeps only the newest `keep_last` checkpoints when set.
     std::string save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
                      const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
-    // `folder` is a checkpoint folder or "latest". Errors name the folder and what is missing.
+    // `folder` is a checkpoint folder or "latest". Every file is checked against the sizes and
+    // checksums written with it; errors name the file and the checkpoint to resume from instead.
     void restore(const std::string& folder, CheckpointedState& state) const;
 
 private:
+    std::string write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
+                      const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
+    // Every file trainer_state.json lists exists with its size and checksum; throws naming the file.
+    void verify_files(const std::string& dir, const nlohmann::json& files) const;
+    // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.
+    std::string resume_advice(const std::string& damaged) const;
+
     std::string output_;
     int rank_, world_size_;
     ProcessGroup* group_;

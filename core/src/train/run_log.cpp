@@ -2,11 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+
+#include "grove/error.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -15,7 +19,7 @@ namespace grove {
 
 namespace {
 // Keeps the lines of a JSONL log whose "step" passes `keep` (rewritten through a temporary file and a
-// rename, so a crash leaves the old file); lines without a step are kept.
+// rename, so a crash leaves the old file); lines without a step are kept, lines cut short dropped.
 void keep_lines(const fs::path& path, const std::function<bool(int64_t)>& keep) {
     std::ifstream in(path);
     if (!in) return;
@@ -24,6 +28,7 @@ void keep_lines(const fs::path& path, const std::function<bool(int64_t)>& keep) 
         std::ofstream out(temporary, std::ios::trunc);
         for (std::string line; std::getline(in, line);) {
             const json row = json::parse(line, nullptr, false);
+            if (row.is_discarded()) continue;  // a line cut short by a kill
             if (row.is_object() && row.contains("step") && row["step"].is_number_integer() && !keep(row["step"].get<int64_t>()))
                 continue;
             out << line << "\n";
@@ -42,17 +47,32 @@ RunLog::RunLog(const std::string& output_dir, bool open, std::optional<int64_t> 
         keep_lines(fs::path(output_dir) / "completions.jsonl", [&](int64_t s) { return s < step; });  // during step s+1
     }
     const std::ios::openmode mode = std::ios::out | (append ? std::ios::app : std::ios::trunc);
-    metrics_.open(fs::path(output_dir) / "metrics.jsonl", mode);
-    completions_.open(fs::path(output_dir) / "completions.jsonl", mode);
-    if (save_rollouts) rollouts_.open(fs::path(output_dir) / "rollouts.jsonl", mode);
+    auto open_log = [&](std::ofstream& stream, const char* name) {
+        const fs::path path = fs::path(output_dir) / name;
+        stream.open(path, mode);
+        if (!stream) throw Error(ErrorKind::runtime, path.string() + ": cannot open for writing: " + std::strerror(errno));
+    };
+    open_log(metrics_, "metrics.jsonl");
+    open_log(completions_, "completions.jsonl");
+    if (save_rollouts) open_log(rollouts_, "rollouts.jsonl");
 }
+
+namespace {
+// A log line that did not reach the disk (a full disk, a removed folder) stops the run: the
+// metrics would otherwise end silently while training goes on.
+void require_written(std::ofstream& stream, const char* name) {
+    if (!stream.flush())
+        throw Error(ErrorKind::runtime, std::string(name) + ": write failed (" + std::strerror(errno) +
+                                            "); free space in output.dir, then resume with --resume");
+}
+}  // namespace
 
 void RunLog::write_metrics(int64_t step, const std::map<std::string, double>& metrics) {
     if (!metrics_.is_open()) return;
     json line = {{"step", step}};
     for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? json(v) : json(nullptr);
     metrics_ << line.dump() << "\n";
-    metrics_.flush();
+    require_written(metrics_, "metrics.jsonl");
 }
 
 void RunLog::write_completions(int64_t step, const Rollout& rollout, const ScoredBatch& scored, std::optional<int64_t> limit) {
@@ -68,7 +88,7 @@ void RunLog::write_completions(int64_t step, const Rollout& rollout, const Score
             line["rewards"][scored.reward_names[k]] = scored.local_reward(k, i);
         completions_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
-    completions_.flush();
+    require_written(completions_, "completions.jsonl");
 }
 
 void RunLog::write_rollouts(const Rollout& rollout, const ScoredBatch& scored) {
@@ -92,7 +112,7 @@ void RunLog::write_rollouts(const Rollout& rollout, const ScoredBatch& scored) {
         }
         rollouts_ << line.dump() << "\n";
     }
-    rollouts_.flush();
+    require_written(rollouts_, "rollouts.jsonl");
 }
 
 }  // namespace grove

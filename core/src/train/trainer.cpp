@@ -25,6 +25,7 @@
 #include "grove/reward_model.hpp"
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
+#include "grove/safetensors.hpp"
 #include "grove/tokenizer.hpp"
 #include "model/autocast.hpp"
 #include "grove/environment_host.hpp"
@@ -118,6 +119,8 @@ struct Trainer::State {
     std::unique_ptr<Checkpoints> checkpoints;
     std::unique_ptr<RunLog> log;
     int stop_signal = 0;  // the signal that stopped the last run(), 0 if none
+    void (*previous_sigint)(int) = SIG_DFL;
+    void (*previous_sigterm)(int) = SIG_DFL;
 
     void load();
     std::unique_ptr<PromptSource> load_prompts_or_rollouts() const;
@@ -399,35 +402,66 @@ void Trainer::State::export_model(const std::string& folder) const {
 }
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+// Rank 0 makes the output folder and proves it can write there before the model loads, so a
+// read-only or missing folder costs seconds, not the steps before the first checkpoint.
+void prepare_output_folder(const std::string& output, bool clear) {
+    try {
+        if (clear) fs::remove_all(output);
+        fs::create_directories(output);
+        const std::string probe = (fs::path(output) / ".grove-write-check").string();
+        write_file_atomically(probe, "grove checks that it can write here\n");
+        fs::remove(probe);
+    } catch (const std::exception& e) {
+        throw Error(ErrorKind::runtime, "output.dir " + output + " is not writable (" + e.what() +
+                                            "): fix its permissions or free space, or set output.dir to another folder");
+    }
+}
+}  // namespace
+
 Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(new State(manifest, options)) {
+    // from here on SIGINT/SIGTERM ask for a stop (a checkpoint after the step in flight) instead of
+    // killing the process mid-load; the destructor restores the previous handlers
+    g_stop_requested = 0;
+    s_->previous_sigint = std::signal(SIGINT, request_stop);
+    s_->previous_sigterm = std::signal(SIGTERM, request_stop);
     const std::string& output = s_->config.output.dir;
     const bool has_run = holds_run(output);
     if (has_run && !options.resume && !options.overwrite)
         throw Error(ErrorKind::usage, output +
                                           " already holds a run: pass --resume to continue it, --overwrite to "
                                           "replace it, or set output.dir to another folder");
-    if (options.group) options.group->barrier();  // every rank has looked before rank 0 clears anything
-    if (options.rank == 0) {
-        if (has_run && options.overwrite && !options.resume) fs::remove_all(output);
-        fs::create_directories(output);
+    std::optional<std::string> resume_from = options.resume;
+    if (resume_from == std::string("latest") && !latest_checkpoint(output)) {
+        // killed before its first checkpoint: the run resumes from its beginning
+        if (options.log && options.rank == 0)
+            *options.log << "grove: " << output << " has no checkpoint yet; starting from step 0\n";
+        resume_from.reset();
     }
+    if (options.group) options.group->barrier();  // every rank has looked before rank 0 clears anything
+    if (options.rank == 0) prepare_output_folder(output, has_run && options.overwrite && !options.resume);
     if (options.group) options.group->barrier();
     State& s = *s_;
     s.load();
     s.checkpoints = std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group);
-    if (options.resume) {
+    if (resume_from) {
         CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer};
-        s.checkpoints->restore(*options.resume, state);
+        s.checkpoints->restore(*resume_from, state);
         s.prompts->restore(s.progress.sampler);
         // only adaptive control carries its coefficient across a resume (TRL); a static one is the manifest's
         if (!s.config.loss.use_adaptive_entropy) s.progress.entropy = EntropyControl{s.config.loss.entropy_coef};
     }
+    // a resume drops what the logs hold after its step (all of it when it starts from step 0)
     s.log = std::make_unique<RunLog>(output, options.rank == 0,
                                      options.resume ? std::optional<int64_t>(s.progress.global_step) : std::nullopt,
                                      s.config.logging.save_rollouts);
+    test_kill_point("startup", s.progress.global_step);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+    std::signal(SIGINT, s_->previous_sigint);
+    std::signal(SIGTERM, s_->previous_sigterm);
+}
 int64_t Trainer::global_step() const { return s_->progress.global_step; }
 int64_t Trainer::total_steps() const { return s_->total; }
 bool Trainer::has_reference_model() const { return s_->reference != nullptr; }
@@ -478,6 +512,7 @@ std::map<std::string, double> Trainer::step() {
         ++p.micro_step;
         train_seconds += seconds_since(t1);
     }
+    test_kill_point("step", p.global_step + 1);  // gradients accumulated, no update applied yet
     auto t2 = Clock::now();
     double any_bad = std::isfinite(bad_loss) ? 0.0 : 1.0;
     if (group) any_bad = group->max(any_bad);
@@ -546,13 +581,13 @@ std::string Trainer::save_checkpoint() {
 int64_t Trainer::run() {
     State& s = *s_;
     const RunConfig& c = s.config;
-    g_stop_requested = 0;
-    auto previous_int = std::signal(SIGINT, request_stop);
-    auto previous_term = std::signal(SIGTERM, request_stop);
     int64_t ran = 0;
     std::optional<double> first_reward, last_reward;
     auto start = Clock::now();
     while (s.progress.global_step < s.total) {
+        // a signal before this run's first step leaves nothing new to save (one process; ranks
+        // agree on stopping after a step, below)
+        if (g_stop_requested && !s.options.group && ran == 0) break;
         auto metrics = step();
         ++ran;
         s.log->write_metrics(s.progress.global_step, metrics);
@@ -571,8 +606,6 @@ int64_t Trainer::run() {
         }
         if (stop) break;
     }
-    std::signal(SIGINT, previous_int);
-    std::signal(SIGTERM, previous_term);
     s.stop_signal = int(g_stop_requested);
     if (s.options.log && ran > 0 && s.options.rank == 0) {
         if (s.options.progress_bar && s.progress.global_step != s.total) *s.options.log << "\n";
