@@ -8,6 +8,8 @@ set(GROVE_CORE_SOURCES
   src/config/toml_input.cpp
   src/plugins/plugin_host.cpp
   src/plugins/environment_host.cpp
+  src/plugins/worker_protocol.cpp
+  src/plugins/isolated_reward.cpp
   src/io/mapped_file.cpp
   src/io/safetensors.cpp
   src/io/gguf.cpp

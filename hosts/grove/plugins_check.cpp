@@ -5,7 +5,9 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <numeric>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,7 @@
 #include "grove/dataset.hpp"
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
+#include "grove/isolated_reward.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model_config.hpp"
 #include "grove/plugin_host.hpp"
@@ -164,7 +167,9 @@ int plugins_score(const std::vector<std::string>& args) {
         "num-generations", po::value<uint32_t>()->default_value(1), "rows per group (G), as in training")(
         "seed", po::value<uint64_t>()->default_value(0), "the batch seed the plugin sees")(
         "repeat", po::value<uint32_t>()->default_value(1),
-        "score the rows this many times and print the time per call to stderr (the first call apart)");
+        "score the rows this many times and print the time per call to stderr (the first call apart)")(
+        "isolation", po::value<std::string>()->default_value("none"),
+        "process: score in a worker process, as [[rewards]] isolation = \"process\" does");
     po::positional_options_description positional;
     positional.add("plugin", 1);
     auto vm =
@@ -172,8 +177,18 @@ int plugins_score(const std::vector<std::string>& args) {
     const std::string input = vm["input"].as<std::string>();
     grove::PluginHost host(grove::plugin_search_path({}));
     grove::PluginInfo info = host.find(vm["plugin"].as<std::string>(), GROVE_PLUGIN_KIND_REWARD);
-    grove::PluginConfig config = grove::PluginConfig::from_toml_text(info, vm["config"].as<std::string>(), "--config");
-    grove::PluginInstance instance(info, std::move(config));
+    const std::string isolation = vm["isolation"].as<std::string>();
+    if (isolation != "none" && isolation != "process")
+        throw Error(ErrorKind::usage, "--isolation is none or process, not '" + isolation + "'");
+    std::unique_ptr<grove::IsolatedReward> isolated;
+    std::optional<grove::PluginInstance> instance;
+    if (isolation == "process") {
+        grove::PluginUse use = grove::plugin_use_from_toml(info.file, vm["config"].as<std::string>(), "--config");
+        use.isolation.process = true;
+        isolated = std::make_unique<grove::IsolatedReward>(info, use);
+    } else {
+        instance.emplace(info, grove::PluginConfig::from_toml_text(info, vm["config"].as<std::string>(), "--config"));
+    }
 
     grove::RewardRows rows;
     rows.num_generations = vm["num-generations"].as<uint32_t>();
@@ -225,7 +240,10 @@ int plugins_score(const std::vector<std::string>& args) {
     for (uint32_t call = 0; call < repeat; ++call) {
         logged.clear();
         const auto start = std::chrono::steady_clock::now();
-        instance.score(rows.view(), scores, metrics, &logged);
+        if (isolated)
+            isolated->score(rows.view(), scores, metrics, &logged);
+        else
+            instance->score(rows.view(), scores, metrics, &logged);
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     if (repeat > 1) {  // the first call may import or compile what the plugin needs: reported apart
@@ -233,7 +251,7 @@ int plugins_score(const std::vector<std::string>& args) {
         std::cerr << "grove: score of " << rows.size() << " rows: first call " << seconds[0] * 1e3 << " ms, then " << rest * 1e3
                   << " ms per call (mean of " << repeat - 1 << ")\n";
     }
-    const auto& metric_names = instance.info().metric_names;
+    const auto& metric_names = info.metric_names;
     auto number = [](float v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
     for (size_t i = 0; i < rows.size(); ++i) {
         nlohmann::json out{{"row", i}, {"score", number(scores[i])}};  // null = not applicable (NaN)

@@ -43,36 +43,53 @@ def safetensors_seeds():
     write("safetensors", "empty_tensor", save({"e": np.zeros((0, 4), np.float16), "s": np.ones((), np.uint8)}))
 
 
-def gguf_seeds():
-    # a Llama of width 32 (a Q8_0 row is 32 values): every metadata key and tensor the converter reads
+def write_tiny_llama_gguf(path, metadata=None, shapes=None, skip=()):
+    """A Llama of width 32 (a Q8_0 row is 32 values) with every key and tensor the converter reads.
+    metadata: {key: (value, GGUFValueType)} added or replacing; shapes: {tensor: shape} replacing;
+    skip: keys and tensors left out. The bad-input catalogue (tests/bad_inputs) damages it this way."""
     tok = tiny_tokenizer(270)
     vocab = tok.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     merges = [" ".join(m) for m in json.loads(tok.to_str())["model"]["merges"]]
-    path = os.path.join(CORPUS, "tiny.gguf")
-    w = gguf.GGUFWriter(path, "llama")
     hidden, ff, heads, kv_heads, n = 32, 32, 2, 1, len(tokens)
-    w.add_context_length(64); w.add_embedding_length(hidden); w.add_feed_forward_length(ff)
-    w.add_block_count(1); w.add_head_count(heads); w.add_head_count_kv(kv_heads)
-    w.add_layer_norm_rms_eps(1e-5); w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens); w.add_token_types([1] * n); w.add_token_merges(merges)
-    w.add_bos_token_id(0); w.add_eos_token_id(0)
+    T = gguf.GGUFValueType
+    keys = {"llama.context_length": (64, T.UINT32), "llama.embedding_length": (hidden, T.UINT32),
+            "llama.feed_forward_length": (ff, T.UINT32), "llama.block_count": (1, T.UINT32),
+            "llama.attention.head_count": (heads, T.UINT32), "llama.attention.head_count_kv": (kv_heads, T.UINT32),
+            "llama.attention.layer_norm_rms_epsilon": (1e-5, T.FLOAT32), "llama.rope.freq_base": (10000.0, T.FLOAT32),
+            "tokenizer.ggml.model": ("gpt2", T.STRING), "tokenizer.ggml.pre": ("smollm", T.STRING),
+            "tokenizer.ggml.tokens": (tokens, T.ARRAY), "tokenizer.ggml.token_type": ([1] * n, T.ARRAY),
+            "tokenizer.ggml.merges": (merges, T.ARRAY), "tokenizer.ggml.bos_token_id": (0, T.UINT32),
+            "tokenizer.ggml.eos_token_id": (0, T.UINT32)}
+    keys.update(metadata or {})
+    w = gguf.GGUFWriter(path, "llama")
+    for key, (value, kind) in keys.items():
+        if key not in skip:
+            w.add_key_value(key, value, kind, sub_type=T.STRING if kind == T.ARRAY and isinstance(value[0], str) else
+                            (T.INT32 if kind == T.ARRAY else None))
     head = hidden // heads
-    shapes = {"token_embd.weight": (n, hidden), "output_norm.weight": (hidden,), "output.weight": (n, hidden),
-              "blk.0.attn_norm.weight": (hidden,), "blk.0.ffn_norm.weight": (hidden,),
-              "blk.0.attn_q.weight": (hidden, hidden), "blk.0.attn_k.weight": (kv_heads * head, hidden),
-              "blk.0.attn_v.weight": (kv_heads * head, hidden), "blk.0.attn_output.weight": (hidden, hidden),
-              "blk.0.ffn_gate.weight": (ff, hidden), "blk.0.ffn_up.weight": (ff, hidden),
-              "blk.0.ffn_down.weight": (hidden, ff)}
-    for name, shape in shapes.items():
+    tensor_shapes = {"token_embd.weight": (n, hidden), "output_norm.weight": (hidden,), "output.weight": (n, hidden),
+                     "blk.0.attn_norm.weight": (hidden,), "blk.0.ffn_norm.weight": (hidden,),
+                     "blk.0.attn_q.weight": (hidden, hidden), "blk.0.attn_k.weight": (kv_heads * head, hidden),
+                     "blk.0.attn_v.weight": (kv_heads * head, hidden), "blk.0.attn_output.weight": (hidden, hidden),
+                     "blk.0.ffn_gate.weight": (ff, hidden), "blk.0.ffn_up.weight": (ff, hidden),
+                     "blk.0.ffn_down.weight": (hidden, ff)}
+    tensor_shapes.update(shapes or {})
+    for name, shape in tensor_shapes.items():
+        if name in skip:
+            continue
         t = rng.standard_normal(shape).astype(np.float32)
-        if name == "blk.0.ffn_up.weight":  # one quantized tensor, so the dequantizers are reached
+        if name == "blk.0.ffn_up.weight" and shape[-1] % 32 == 0:  # one quantized tensor reaches the dequantizers
             w.add_tensor(name, gguf.quants.quantize(t, gguf.GGMLQuantizationType.Q8_0),
                          raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:
             w.add_tensor(name, t.astype(np.float16) if len(shape) == 2 else t)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def gguf_seeds():
+    path = os.path.join(CORPUS, "tiny.gguf")
+    write_tiny_llama_gguf(path)
     with open(path, "rb") as f:
         write("gguf", "tiny_llama", f.read())
     os.remove(path)

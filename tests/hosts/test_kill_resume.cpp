@@ -191,4 +191,39 @@ TEST(KillResume, AFullDiskLeavesTheLastCheckpointWhole) {
     EXPECT_CONTAINS(r.out, "No checkpoint was written yet");
 }
 
+// A reward plugin that crashes in its worker process ([[rewards]] isolation = "process") stops the run
+// with an error naming it, the signal and the batch; the last checkpoint resumes once the plugin is
+// fixed. With on_failure = "nan" the run goes on.
+TEST(KillResume, AnIsolatedRewardThatCrashesLeavesAResumableRun) {
+    const std::string dir = make_run("isolated_crash");
+    const std::string reward = std::string("[[rewards]]\nplugin = \"") + GROVE_TEST_MISBEHAVING_PLUGIN +
+                               "\"\nisolation = \"process\"\nconfig = { behaviour = \"BEHAVIOUR\", from_step = 2 }\n";
+    auto use = [&](const std::string& behaviour, const std::string& extra) {
+        std::ifstream in(dir + "/grove.toml");
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        text = text.substr(0, text.find("[[rewards]]\nplugin = \"/")) + extra;
+        std::string table = reward;
+        table.replace(table.find("BEHAVIOUR"), 9, behaviour);
+        std::ofstream(dir + "/grove.toml") << text << table;
+    };
+    use("segfault", "");
+    auto r = train(dir, "");
+    EXPECT_EQ(r.exit_code, 4) << r.out;
+    EXPECT_CONTAINS(r.out, "crashed with signal 11 (Segmentation fault) while scoring the batch of step 2");
+    EXPECT_CONTAINS(r.out, "grove.toml:21:1 [[rewards]] #2");
+    ASSERT_TRUE(fs::exists(dir + "/out/checkpoint-2/trainer_state.json")) << "the steps before the crash were saved";
+    use("fine", "");
+    r = train(dir, "--resume");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_TRUE(fs::exists(dir + "/out/checkpoint-4/trainer_state.json"));
+
+    const std::string tolerant = make_run("isolated_nan");
+    std::ofstream(tolerant + "/grove.toml", std::ios::app)
+        << std::string(reward).replace(reward.find("BEHAVIOUR"), 9, "abort") << "on_failure = \"nan\"\n";
+    r = train(tolerant, "");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_CONTAINS(r.out, "crashed with signal 6 (Aborted)");
+    EXPECT_CONTAINS(r.out, "this batch scores NaN (on_failure = \"nan\")");
+}
+
 }  // namespace

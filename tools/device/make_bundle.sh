@@ -24,10 +24,13 @@ mkdir -p "$out"/{bin,lib/grove/plugins,test-plugins,models,wheels}
 install -m 755 "$build/bin/grove" "$build/bin/grove_bench_generate" "$out/bin/"
 cp "$build"/lib/libgrove_*.so "$out/lib/"
 cp "$build"/lib/grove/plugins/*.so "$out/lib/grove/plugins/"
+install -m 755 "$build/lib/grove/grove-plugin-worker" "$out/lib/grove/"  # [[rewards]] isolation = "process"
 cp "$build"/tests/core/test-plugins/*.so "$out/test-plugins/"
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so "$out"/lib/grove/plugins/*.so "$out"/test-plugins/*.so
 # only the bundle's own folder on the run path: a library missing from it shows up in the rehearsal
 for f in "$out"/bin/* "$out"/lib/*.so; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
+strip --strip-unneeded "$out/lib/grove/grove-plugin-worker"
+patchelf --set-rpath '$ORIGIN/..' "$out/lib/grove/grove-plugin-worker"
 
 # Debian libraries the programs need, minus the C/C++ runtime (newer on the machine) and libtorch's own
 system_libs=$(ldd "$out"/bin/* "$out"/lib/*.so "$out"/lib/grove/plugins/*.so 2>/dev/null |

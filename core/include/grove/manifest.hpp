@@ -47,6 +47,11 @@ struct PluginUse {
     std::shared_ptr<toml::table> config;  // the plugin's own table (never null)
     std::string origin;                   // "grove.toml:12:1 [[rewards]] #1" — where the use is declared
     std::string base_dir;                 // the manifest's folder: the plugin resolves relative paths against it
+    struct Isolation {                    // rewards: isolation, timeout and on_failure
+        bool process = false;             // run the plugin in a worker process
+        double timeout_seconds = 0;       // per call; 0 = none
+        bool failures_are_nan = false;    // a failed batch scores NaN instead of stopping the run
+    } isolation;
 };
 
 class Manifest {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "grove/tokenizer.hpp"
 
 namespace grove {
+
+class IsolatedReward;
 
 // Every reward function's score of every row of one batch (rows group-major, as the batch's).
 struct RewardScores {
@@ -46,6 +49,8 @@ public:
     // Finds and configures every use (manifest errors name the use's origin); uses with a model go to
     // `models`, and without one such a use is an error.
     RewardSet(PluginHost& host, const std::vector<PluginUse>& uses, const HostRewardFactory& models = {});
+    ~RewardSet();
+    RewardSet(RewardSet&&) noexcept;
 
     size_t size() const { return instances_.size(); }
     const std::vector<std::string>& names() const { return names_; }
@@ -61,7 +66,8 @@ public:
     std::optional<size_t> find_role(RewardRole role) const;
 
 private:
-    std::vector<std::optional<PluginInstance>> instances_;  // nullopt: host_rewards_ has it
+    std::vector<std::optional<PluginInstance>> instances_;   // nullopt: host_rewards_ or isolated_ has it
+    std::vector<std::unique_ptr<IsolatedReward>> isolated_;  // [[rewards]] isolation = "process"
     std::vector<HostReward> host_rewards_;
     std::vector<std::string> names_;
     std::vector<double> weights_;

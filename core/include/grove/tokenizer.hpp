@@ -40,6 +40,10 @@ protected:
     TokenizerConfig config_;
 };
 
+// Checks that the folder's tokenizer.json and tokenizer_config.json, where present, are JSON objects:
+// opening a model folder names a damaged tokenizer at once. Throws grove::Error(input) naming the file.
+void check_tokenizer_files(const std::string& folder);
+
 // Copies whichever tokenizer files exist (tokenizer.json / .model, tokenizer_config.json,
 // special_tokens_map.json) from one model folder to another.
 void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir);

@@ -332,6 +332,16 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
             if (auto function = (*use.config)["function"].value<std::string>()) use.name = *function;
         use.origin = at + " [[rewards]] #" + std::to_string(i + 1);
         use.base_dir = directory;
+        use.isolation.process = *out["isolation"].value<std::string>() == "process";
+        use.isolation.timeout_seconds = *out["timeout"].value<double>();
+        use.isolation.failures_are_nan = *out["on_failure"].value<std::string>() == "nan";
+        if (!use.isolation.process && (use.isolation.timeout_seconds > 0 || use.isolation.failures_are_nan))
+            throw manifest_error(at,
+                                 "timeout and on_failure take effect only in a worker process: add isolation = "
+                                 "\"process\" to [[rewards]] #" +
+                                     std::to_string(i + 1));
+        if (use.isolation.process && !use.model.empty())
+            throw manifest_error(at, "isolation = \"process\" is for reward plugins; a reward model runs in Grove");
         if (!reward_names.insert(use.name).second)
             throw manifest_error(
                 at, "two rewards are named '" + use.name + "'; metric names must be unique: give one of them name = \"...\"");

@@ -109,6 +109,17 @@ const std::vector<KeySpec>& manifest_schema() {
                  "accuracy, format: format_rate)"),
              "accuracy|format_rate|none"),
         key("rewards[]", "config", T::table, "{}", "the plugin's own settings (`grove plugins info NAME`)"),
+        pick(key("rewards[]", "isolation", T::string, "\"none\"",
+                 "process: run the plugin in a worker process of its own, so a crash or a hang cannot take the run "
+                 "with it (docs/reliability.md#isolated-plugins)"),
+             "none|process"),
+        range(key("rewards[]", "timeout", T::number, "0",
+                  "with isolation = process: seconds one batch may take before the worker is killed; 0 = no limit"),
+              0, kInf),
+        pick(key("rewards[]", "on_failure", T::string, "\"stop\"",
+                 "with isolation = process: stop the run when the plugin crashes, hangs or fails (the last "
+                 "checkpoint stays whole), or score that batch NaN and go on"),
+             "stop|nan"),
 
         key("adapter", "plugin", T::string, "\"full\"", "what trains: full (all base weights) or lora"),
         key("adapter", "config", T::table, "{}", "the adapter's settings, e.g. { r = 16, alpha = 32 }"),

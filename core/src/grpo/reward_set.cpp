@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "grove/error.hpp"
+#include "grove/isolated_reward.hpp"
 
 namespace grove {
 
@@ -49,11 +50,21 @@ RewardSet::RewardSet(PluginHost& host, const std::vector<PluginUse>& uses, const
         }
         auto info = host.find(use.plugin, GROVE_PLUGIN_KIND_REWARD, use.origin);
         roles_.push_back(use.role.empty() ? declared_role(info) : reward_role_from_name(use.role));
+        host_rewards_.emplace_back();
+        if (use.isolation.process) {
+            instances_.emplace_back(std::nullopt);
+            isolated_.resize(instances_.size());
+            isolated_.back() = std::make_unique<IsolatedReward>(info, use);
+            continue;
+        }
         instances_.emplace_back(
             PluginInstance(info, PluginConfig(info, use.config.get(), use.origin + " config", use.base_dir)));
-        host_rewards_.emplace_back();
     }
+    isolated_.resize(instances_.size());
 }
+
+RewardSet::~RewardSet() = default;
+RewardSet::RewardSet(RewardSet&&) noexcept = default;
 
 namespace {
 // Values logged by name become metric columns whose mean over the gathered rows is TRL's
@@ -85,14 +96,17 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
     for (size_t k = 0; k < instances_.size(); ++k) {
         std::vector<float> scores(N, std::numeric_limits<float>::quiet_NaN()), metrics;
         const bool wanted = k >= skip.size() || !skip[k];
-        if (!instances_[k]) {
+        if (host_rewards_[k]) {
             if (wanted) host_rewards_[k](batch, messages, scores);
             out.values.push_back(std::move(scores));
             continue;
         }
-        if (wanted) instances_[k]->score(batch, scores, metrics, &logged);
+        if (wanted && isolated_[k])
+            isolated_[k]->score(batch, scores, metrics, &logged);
+        else if (wanted)
+            instances_[k]->score(batch, scores, metrics, &logged);
         out.values.push_back(std::move(scores));
-        const auto& metric_names = instances_[k]->info().metric_names;
+        const auto& metric_names = isolated_[k] ? isolated_[k]->info().metric_names : instances_[k]->info().metric_names;
         for (size_t m = 0; m < metric_names.size() && !metrics.empty(); ++m) {
             out.metric_names.push_back("rewards/" + names_[k] + "/" + metric_names[m]);
             out.metrics.emplace_back(metrics.begin() + long(m * N), metrics.begin() + long((m + 1) * N));

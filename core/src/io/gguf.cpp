@@ -232,7 +232,7 @@ std::vector<float> dequantize(const GgufTensor& t, const std::string&) {
     const uint8_t* p = t.data;
     switch (GgmlType(t.type)) {
         case GgmlType::f32:
-            std::memcpy(out.data(), p, n * 4);
+            if (n) std::memcpy(out.data(), p, n * 4);  // an empty vector's data() may be null
             break;
         case GgmlType::f16:
             for (uint64_t i = 0; i < n; ++i) out[i] = half_to_float(load_u16(p + 2 * i));

@@ -18,6 +18,8 @@
 #include "grove/adapter_host.hpp"
 #include "grove/error.hpp"
 #include "grove/safetensors.hpp"
+#include "grove/tokenizer.hpp"
+#include "io/json_values.hpp"
 #include "model/tensor_io.hpp"
 #include "text/text_util.hpp"
 #include "model/autocast.hpp"
@@ -133,6 +135,9 @@ std::string supported_list() {
 template <class T>
 T get(const json& j, const std::string& key, const std::string& file) {
     if (!j.contains(key) || j[key].is_null()) throw Error(ErrorKind::input, file + ": missing key \"" + key + "\"");
+    // integers through the checked read: get<int64_t>() of a float like 1e300 is undefined behaviour
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+        return T(json_integer(j[key], file + ": key \"" + key + "\""));
     try {
         return j[key].get<T>();
     } catch (const json::exception&) {
@@ -234,6 +239,7 @@ ModelConfig load_model_config(const std::string& folder) {
     }
     std::sort(c.eos_token_ids.begin(), c.eos_token_ids.end());
     c.eos_token_ids.erase(std::unique(c.eos_token_ids.begin(), c.eos_token_ids.end()), c.eos_token_ids.end());
+    check_tokenizer_files(folder);  // a damaged tokenizer is named now, even by commands that never tokenize
     return c;
 }
 

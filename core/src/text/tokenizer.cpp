@@ -603,6 +603,13 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
     return tokenizer;
 }
 
+void check_tokenizer_files(const std::string& folder) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+        const fs::path file = fs::path(folder) / name;
+        if (fs::exists(file) && !read_json_file(file).is_object()) throw bad_tokenizer(file.string(), "not a JSON object");
+    }
+}
+
 void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
     for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
         fs::path from = fs::path(from_dir) / f;

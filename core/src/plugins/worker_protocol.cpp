@@ -1,0 +1,184 @@
+#include "plugins/worker_protocol.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "grove/error.hpp"
+
+namespace grove::worker {
+
+namespace {
+constexpr uint32_t kMagic = 0x57565247;  // "GRVW"
+
+Error malformed(const std::string& what) {
+    return Error(ErrorKind::plugin, "the plugin worker's reply is malformed (" + what + ")");
+}
+
+// Reads exactly `size` bytes; false on end of stream before the first byte of a frame.
+bool read_exactly(int fd, void* out, size_t size, double timeout_seconds, bool* timed_out, bool frame_started) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds);
+    char* p = static_cast<char*>(out);
+    size_t got = 0;
+    while (got < size) {
+        if (timeout_seconds > 0) {
+            const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+            pollfd pfd{fd, POLLIN, 0};
+            const int ready = left > 0 ? ::poll(&pfd, 1, int(left * 1000) + 1) : 0;
+            if (ready < 0 && errno == EINTR) continue;
+            if (ready == 0) {
+                if (timed_out) *timed_out = true;
+                throw Error(ErrorKind::plugin, "timed out");
+            }
+        }
+        const ssize_t n = ::read(fd, p + got, size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (got == 0 && !frame_started) return false;
+            throw malformed("the stream ended inside a frame");
+        }
+        got += size_t(n);
+        frame_started = true;
+    }
+    return true;
+}
+}  // namespace
+
+void Writer::bytes(const std::string& s) {
+    u64(s.size());
+    raw(s.data(), s.size());
+}
+
+void Reader::need(uint64_t count, size_t size) const {
+    if (count > (in_.size() - at_) / size) throw malformed("a field runs past the end of its frame");
+}
+void Reader::raw(void* out, size_t size) {
+    need(size, 1);
+    std::memcpy(out, in_.data() + at_, size);
+    at_ += size;
+}
+std::string Reader::bytes() {
+    const uint64_t size = u64();
+    need(size, 1);
+    std::string s(in_.data() + at_, size);
+    at_ += size;
+    return s;
+}
+
+bool write_frame(int fd, FrameType type, const std::string& payload) {
+    Writer header;
+    header.u32(kMagic);
+    header.u32(uint32_t(type));
+    header.u64(payload.size());
+    for (const std::string* part : {&header.payload(), &payload}) {
+        size_t sent = 0;
+        while (sent < part->size()) {
+            const ssize_t n = ::send(fd, part->data() + sent, part->size() - sent, MSG_NOSIGNAL);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) return false;
+            sent += size_t(n);
+        }
+    }
+    return true;
+}
+
+std::optional<Frame> read_frame(int fd, double timeout_seconds, bool* timed_out) {
+    uint32_t magic = 0, type = 0;
+    uint64_t length = 0;
+    if (!read_exactly(fd, &magic, sizeof magic, timeout_seconds, timed_out, false)) return std::nullopt;
+    read_exactly(fd, &type, sizeof type, timeout_seconds, timed_out, true);
+    read_exactly(fd, &length, sizeof length, timeout_seconds, timed_out, true);
+    if (magic != kMagic) throw malformed("a frame without the protocol's magic number");
+    if (type < uint32_t(FrameType::start) || type > uint32_t(FrameType::scored)) throw malformed("an unknown frame type");
+    if (length > kMaxFrameBytes) throw malformed("a frame of " + std::to_string(length) + " bytes");
+    Frame frame{FrameType(type), std::string(length, '\0')};
+    if (length) read_exactly(fd, frame.payload.data(), length, timeout_seconds, timed_out, true);
+    return frame;
+}
+
+std::string encode_batch(const grove_reward_batch& b) {
+    Writer w;
+    const uint32_t n = b.count;
+    w.u32(n);
+    w.u32(b.num_generations);
+    w.i64(b.step);
+    w.u64(b.seed);
+    w.u32(b.rank);
+    w.u32(b.world_size);
+    w.u64(b.global_row_offset);
+    w.i64(b.max_steps);
+    auto texts = [&](const grove_text* t) {
+        w.u32(t ? 1 : 0);
+        if (t)
+            for (uint32_t i = 0; i < n; ++i) w.bytes(std::string(t[i].data, t[i].size));
+    };
+    texts(b.prompts);
+    texts(b.completions);
+    texts(b.row_json);
+    texts(b.prompt_json);
+    w.array(b.completion_token_offsets, n + 1);
+    const size_t tokens = size_t(b.completion_token_offsets[n]);
+    w.array(b.completion_tokens, tokens);
+    w.array(b.truncated, n);
+    w.u32(b.model_token_mask ? 1 : 0);
+    if (b.model_token_mask) w.array(b.model_token_mask, tokens);
+    return w.payload();
+}
+
+RewardRows decode_batch(const std::string& payload) {
+    Reader r(payload);
+    RewardRows rows;
+    const uint32_t n = r.u32();
+    rows.num_generations = r.u32();
+    rows.step = r.i64();
+    rows.seed = r.u64();
+    rows.rank = r.u32();
+    rows.world_size = r.u32();
+    rows.global_row_offset = r.u64();
+    rows.max_steps = r.i64();
+    for (auto* texts : {&rows.prompts, &rows.completions, &rows.row_json, &rows.prompt_json})
+        if (r.u32())
+            for (uint32_t i = 0; i < n; ++i) texts->push_back(r.bytes());
+    rows.token_offsets = r.array<int64_t>();
+    rows.tokens = r.array<int32_t>();
+    rows.truncated = r.array<uint8_t>();
+    if (r.u32()) rows.model_token_mask = r.array<uint8_t>();
+    if (rows.prompts.size() != n || rows.completions.size() != n || rows.token_offsets.size() != size_t(n) + 1 ||
+        rows.truncated.size() != n || rows.token_offsets.back() != int64_t(rows.tokens.size()))
+        throw Error(ErrorKind::plugin, "the host sent a malformed batch");
+    if (rows.row_json.empty()) rows.row_json.assign(n, "{}");
+    if (rows.model_token_mask.empty()) rows.model_token_mask.assign(rows.tokens.size(), 1);
+    return rows;
+}
+
+std::string encode_scored(const ScoredBatch& s) {
+    Writer w;
+    w.array(s.scores.data(), s.scores.size());
+    w.array(s.metrics.data(), s.metrics.size());
+    w.u64(s.logged.size());
+    for (const auto& [name, value] : s.logged) {
+        w.bytes(name);
+        w.f64(value);
+    }
+    return w.payload();
+}
+
+ScoredBatch decode_scored(const std::string& payload) {
+    Reader r(payload);
+    ScoredBatch s;
+    s.scores = r.array<float>();
+    s.metrics = r.array<float>();
+    const uint64_t logged = r.u64();
+    for (uint64_t i = 0; i < logged; ++i) {
+        std::string name = r.bytes();
+        s.logged.emplace_back(std::move(name), r.f64());
+    }
+    return s;
+}
+
+}  // namespace grove::worker

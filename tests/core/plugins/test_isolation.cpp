@@ -1,0 +1,136 @@
+// Reward plugins in worker processes ([[rewards]] isolation = "process", plugins/isolated_reward.cpp):
+// the same scores as in-process, and a plugin that segfaults, aborts, exits, hangs, fails or prints
+// noise becomes an error naming it, how it ended and the batch, or NaN scores with on_failure = "nan".
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "grove/error.hpp"
+#include "grove/manifest.hpp"
+#include "grove/plugin_host.hpp"
+#include "grove/reward_set.hpp"
+#include "plugin_test_support.hpp"
+
+namespace {
+
+const std::string kMisbehaving = std::string(GROVE_TEST_PLUGIN_FIXTURES) + "/misbehaving/libmisbehaving.so";
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
+
+// The [[rewards]] tables of a manifest, as grove train reads them.
+std::vector<grove::PluginUse> rewards(const std::string& tables) {
+    const std::string text = "[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n" + tables;
+    return grove::Manifest::parse(text, "/runs/grove.toml").rewards();
+}
+
+std::string misbehaving(const std::string& behaviour, const std::string& isolation_keys) {
+    return "[[rewards]]\nplugin = \"" + kMisbehaving + "\"\nconfig = { behaviour = \"" + behaviour + "\", from_step = 3 }\n" +
+           isolation_keys;
+}
+
+// Four rows at `step`, two with a format the format plugin accepts.
+grove::RewardRows rows_at(int64_t step) {
+    grove::RewardRows rows;
+    rows.num_generations = 2;
+    rows.step = step;
+    rows.max_steps = 10;
+    for (const char* completion : {"<answer>4</answer>", "four", "<answer>5</answer>", "\xff\xfe not UTF-8"})
+        rows.add("What is 2+2?", completion, {1, 2, 3}, false, "{\"answer\": \"4\"}");
+    return rows;
+}
+
+std::string error_of(grove::RewardSet& set, int64_t step) {
+    grove::RewardRows rows = rows_at(step);
+    try {
+        set.score(rows.view());
+    } catch (const grove::Error& e) {
+        EXPECT_EQ(int(e.kind()), int(grove::ErrorKind::plugin)) << e.what();
+        return e.what();
+    }
+    ADD_FAILURE() << "no error";
+    return "";
+}
+
+TEST(Isolation, AWorkerScoresExactlyAsInProcess) {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    const std::string tables =
+        "[[rewards]]\nplugin = \"format\"\nconfig = { pattern = \"<answer>.*</answer>\" }\n" + misbehaving("fine", "");
+    grove::RewardSet in_process(host, rewards(tables));
+    grove::RewardSet isolated(host, rewards("[[rewards]]\nplugin = \"format\"\nconfig = { pattern = \"<answer>.*</answer>\" }\n"
+                                            "isolation = \"process\"\n" +
+                                            misbehaving("fine", "isolation = \"process\"\n")));
+    for (int64_t step : {1, 2}) {
+        grove::RewardRows rows = rows_at(step);
+        grove::RewardScores a = in_process.score(rows.view()), b = isolated.score(rows.view());
+        ASSERT_EQ(a.values.size(), 2u);
+        EXPECT_EQ(a.values, b.values);
+        EXPECT_EQ(a.metric_names, b.metric_names);
+        ASSERT_EQ(a.metrics.size(), b.metrics.size());
+        for (size_t m = 0; m < a.metrics.size(); ++m)
+            for (size_t i = 0; i < a.metrics[m].size(); ++i)
+                EXPECT_TRUE(a.metrics[m][i] == b.metrics[m][i] || (std::isnan(a.metrics[m][i]) && std::isnan(b.metrics[m][i])));
+        EXPECT_EQ(a.values[0], (std::vector<float>{1, 0, 1, 0})) << "the format plugin saw the rows";
+    }
+}
+
+TEST(Isolation, ACrashingPluginIsAnErrorNamingItTheSignalAndTheBatch) {
+    grove::PluginHost host({});
+    const struct {
+        const char* behaviour;
+        const char* says;
+    } cases[] = {{"segfault", "crashed with signal 11 (Segmentation fault)"},
+                 {"abort", "crashed with signal 6 (Aborted)"},
+                 {"exit", "exited with status 7"},
+                 {"fail", "the judge is unreachable"}};
+    for (const auto& c : cases) {
+        grove::RewardSet set(host, rewards(misbehaving(c.behaviour, "isolation = \"process\"\n")));
+        EXPECT_EQ(set.score(rows_at(2).view()).values[0], std::vector<float>(4, 1.0f)) << "step 2 behaves";
+        const std::string message = error_of(set, 3);
+        EXPECT_CONTAINS(message, c.says);
+        EXPECT_CONTAINS(message, "misbehaving");
+        if (std::string(c.behaviour) != "fail") {
+            EXPECT_CONTAINS(message, "/runs/grove.toml:5:1 [[rewards]] #1");
+            EXPECT_CONTAINS(message, "scoring the batch of step 3 (rows 0 to 3)");
+        }
+    }
+}
+
+TEST(Isolation, AHangingPluginIsKilledAtItsTimeout) {
+    grove::PluginHost host({});
+    grove::RewardSet set(host, rewards(misbehaving("hang", "isolation = \"process\"\ntimeout = 1\n")));
+    const auto start = std::chrono::steady_clock::now();
+    const std::string message = error_of(set, 3);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_CONTAINS(message, "did not answer within its timeout of 1");
+    EXPECT_CONTAINS(message, "step 3");
+    EXPECT_LT(seconds, 10.0);
+}
+
+TEST(Isolation, NoiseOnStdoutDoesNotReachTheProtocol) {
+    grove::PluginHost host({});
+    grove::RewardSet set(host, rewards(misbehaving("garbage", "isolation = \"process\"\n")));
+    grove::RewardRows rows = rows_at(3);
+    grove::RewardScores scores = set.score(rows.view());
+    EXPECT_EQ(scores.values[0], std::vector<float>(4, 1.0f));
+    ASSERT_EQ(scores.metric_names, std::vector<std::string>{"misbehaving/calls"});
+}
+
+TEST(Isolation, OnFailureNanScoresTheBatchNanAndStartsANewWorker) {
+    grove::PluginHost host({});
+    grove::RewardSet set(host, rewards(misbehaving("segfault", "isolation = \"process\"\non_failure = \"nan\"\n")));
+    grove::RewardRows crashing = rows_at(4), fine = rows_at(2);
+    const grove::RewardScores failed = set.score(crashing.view());
+    for (float v : failed.values[0]) EXPECT_TRUE(std::isnan(v));
+    EXPECT_EQ(set.score(fine.view()).values[0], std::vector<float>(4, 1.0f)) << "a new worker scores the next batch";
+}
+
+TEST(Isolation, TimeoutAndOnFailureNeedAProcess) {
+    try {
+        rewards("[[rewards]]\nplugin = \"format\"\ntimeout = 5\n");
+        ADD_FAILURE() << "no error";
+    } catch (const grove::Error& e) {
+        EXPECT_CONTAINS(std::string(e.what()), "add isolation = \"process\"");
+    }
+}
+
+}  // namespace
