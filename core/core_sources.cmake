@@ -9,6 +9,7 @@ set(GROVE_CORE_SOURCES
   src/plugins/plugin_host.cpp
   src/plugins/environment_host.cpp
   src/plugins/worker_protocol.cpp
+  src/plugins/plugin_worker.cpp
   src/plugins/isolated_reward.cpp
   src/io/mapped_file.cpp
   src/io/safetensors.cpp

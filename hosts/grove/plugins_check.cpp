@@ -306,7 +306,7 @@ int check(const std::vector<std::string>& args) {
                   << info.version << "  " << info.file << "\n";
     };
     for (const auto& instance : instances) list(instance.info());
-    if (environment) list(environment->instance().info());
+    if (environment) list(environment->info());
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;

@@ -163,6 +163,10 @@ case("plugins", "a reward plugin that hangs, in a worker process with a timeout"
                         'config = { behaviour = "hang" }\n'))
 case("plugins", "a reward plugin that returns an error", TRAIN, 4, "the judge is unreachable",
      run_folder(rewards=f'[[rewards]]\nplugin = "{MISBEHAVING}"\nconfig = {{ behaviour = "fail" }}\n'))
+case("plugins", "an environment plugin that segfaults, in a worker process", TRAIN, 4,
+     "environment plugin 'misbehaving_env'",
+     run_folder(f'[environment]\nplugin = "{MISBEHAVING}"\nisolation = "process"\nreward_weight = 1.0\n'
+                'config = { behaviour = "segfault" }\n'))
 case("plugins", "timeout without a worker process", "check grove.toml", 3, "add isolation = \"process\"",
      run_folder(rewards='[[rewards]]\nplugin = "format"\ntimeout = 5\n'))
 

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "grove/plugin_host.hpp"
+#include "grove/plugin_worker.hpp"
 
 namespace grove {
 
@@ -44,31 +46,39 @@ struct EnvironmentAnswers {
 };
 
 // A live environment plugin: its stop strings (copied once) and its step() call. Every failure
-// becomes a grove::Error(plugin) that names the plugin and the first episode of the call.
+// becomes a grove::Error(plugin) that names the plugin and the first episode of the call. It runs in
+// Grove's process, or in a worker process of its own ([environment] isolation = "process").
 class Environment {
 public:
     explicit Environment(PluginInstance instance);
+    explicit Environment(std::unique_ptr<PluginWorker> worker);
+    ~Environment();
+
     const std::vector<std::string>& stop_strings() const { return stop_strings_; }
     // Its tools as a JSON array of function schemas (SDK 1.7 tools_json), or empty: none to render.
     const std::string& tools_json() const { return tools_json_; }
     EnvironmentAnswers step(EnvironmentTurns& turns) const;
     // Whether it judges whole episodes (SDK 1.3 score_episodes), and its scores of `episodes`, each
     // given whole (NaN: no score).
-    bool scores_episodes() const;
+    bool scores_episodes() const { return scores_episodes_; }
     std::vector<float> score_episodes(EnvironmentTurns& episodes) const;
     // Whether it prepares episodes before generation (SDK 1.7 begin_episodes), and the text it adds
     // to each episode's prompt (empty: none).
-    bool begins_episodes() const;
+    bool begins_episodes() const { return begins_episodes_; }
     std::vector<std::string> begin_episodes(EnvironmentTurns& episodes) const;
-    const PluginInstance& instance() const { return instance_; }
+    const PluginInfo& info() const;
 
 private:
     using AnswerCall = grove_status (*)(void*, const grove_environment_batch*, grove_environment_output*, grove_error_sink*);
     EnvironmentAnswers answer(EnvironmentTurns& turns, AnswerCall call, const char* name) const;
+    // In a worker: one request of `type` for these episodes.
+    std::string call_worker(uint32_t type, uint32_t reply, EnvironmentTurns& turns, const char* name) const;
 
-    PluginInstance instance_;
+    std::optional<PluginInstance> instance_;  // in Grove's process, or
+    std::unique_ptr<PluginWorker> worker_;    // in a worker process
     std::vector<std::string> stop_strings_;
     std::string tools_json_;
+    bool scores_episodes_ = false, begins_episodes_ = false;
 };
 
 // The [environment] plugin, created; `as_reward` (reward_weight set) requires that it judges whole

@@ -138,6 +138,13 @@ const std::vector<KeySpec>& manifest_schema() {
             "multi-turn episodes: an environment plugin (e.g. calculator) answers the model's turns; unset = "
             "single-turn completions"),
         key("environment", "config", T::table, "{}", "the environment's settings (`grove plugins info NAME`)"),
+        pick(key("environment", "isolation", T::string, "\"none\"",
+                 "process: run the environment in a worker process of its own, so a crash or a hang cannot take the "
+                 "run with it (docs/reliability.md#isolated-plugins)"),
+             "none|process"),
+        range(key("environment", "timeout", T::number, "0",
+                  "with isolation = process: seconds one call (a turn of every waiting episode) may take; 0 = no limit"),
+              0, kInf),
         range(key("environment", "max_turns", T::integer, "4",
                   "model turns per episode at most (TRL's max_tool_calling_iterations + 1); every token of the "
                   "episode counts toward max_completion_length"),

@@ -134,6 +134,16 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.objective = m.objective();
     c.environment.use = m.environment();
     c.environment.max_turns = m.integer("environment.max_turns");
+    const bool isolated = m.string("environment.isolation") == "process";
+    const double timeout = m.number("environment.timeout");
+    if (c.environment.use) {
+        c.environment.use->isolation.process = isolated;
+        c.environment.use->isolation.timeout_seconds = timeout;
+        if (!isolated && timeout > 0)
+            throw Error(
+                ErrorKind::manifest,
+                c.environment.use->origin + ": timeout takes effect only in a worker process: add isolation = \"process\"");
+    }
     if (auto weight = m.optional_number("environment.reward_weight")) {
         const std::string name = m.string("environment.reward_name");
         if (!c.environment.use)

@@ -7,6 +7,7 @@
 
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
+#include "plugins/worker_protocol.hpp"
 
 namespace grove {
 
@@ -46,31 +47,53 @@ const grove_environment_batch& EnvironmentTurns::view() {
 }
 
 Environment::Environment(PluginInstance instance) : instance_(std::move(instance)) {
-    const PluginInfo& info = instance_.info();
+    const PluginInfo& info = instance_->info();
     if (info.kind != GROVE_PLUGIN_KIND_ENVIRONMENT)
         throw Error(ErrorKind::plugin,
                     "plugin " + info.display() + " is a " + plugin_kind_name(info.kind) + " plugin, not an environment");
     if (info.descriptor->environment->stop_strings) {
         const char* const* stops = nullptr;
         ErrorCapture capture;
-        instance_.check(info.descriptor->environment->stop_strings(instance_.handle(), &stops, &capture.sink), "stop_strings",
-                        capture);
+        instance_->check(info.descriptor->environment->stop_strings(instance_->handle(), &stops, &capture.sink), "stop_strings",
+                         capture);
         for (; stops && *stops; ++stops)
             if (**stops) stop_strings_.emplace_back(*stops);
     }
     const grove_environment_api* api = info.descriptor->environment;
+    scores_episodes_ = api->struct_size >= offsetof(grove_environment_api, score_episodes) + sizeof(api->score_episodes) &&
+                       api->score_episodes != nullptr;
+    begins_episodes_ = GROVE_HAS_FIELD(api, grove_environment_api, begin_episodes) && api->begin_episodes != nullptr;
     if (GROVE_HAS_FIELD(api, grove_environment_api, tools_json) && api->tools_json) {
         grove_text_sink sink{sizeof(grove_text_sink), &tools_json_, [](grove_text_sink* s, const char* data, size_t size) {
                                  static_cast<std::string*>(s->host_data)->append(data, size);
                              }};
         ErrorCapture capture;
-        instance_.check(api->tools_json(instance_.handle(), &sink, &capture.sink), "tools_json", capture);
+        instance_->check(api->tools_json(instance_->handle(), &sink, &capture.sink), "tools_json", capture);
         if (tools_json_.empty()) return;
         const auto tools = nlohmann::json::parse(tools_json_, nullptr, false);
         if (tools.is_discarded() || !tools.is_array())
             throw Error(ErrorKind::plugin, "plugin " + info.display() + ": tools_json() gave no JSON array of tool schemas: " +
                                                tools_json_.substr(0, 200));
     }
+}
+
+Environment::Environment(std::unique_ptr<PluginWorker> worker) : worker_(std::move(worker)) {
+    worker::EnvironmentTraits traits = worker::decode_traits(worker_->ready_payload());
+    stop_strings_ = std::move(traits.stop_strings);
+    tools_json_ = std::move(traits.tools_json);
+    scores_episodes_ = traits.scores_episodes;
+    begins_episodes_ = traits.begins_episodes;
+}
+
+Environment::~Environment() = default;
+
+const PluginInfo& Environment::info() const { return instance_ ? instance_->info() : worker_->info(); }
+
+std::string Environment::call_worker(uint32_t type, uint32_t reply, EnvironmentTurns& turns, const char* name) const {
+    const std::string what = std::string(name) + " for the episodes of generation-batch rows " +
+                             std::to_string(turns.episodes.front()) + " to " + std::to_string(turns.episodes.back()) +
+                             " (step " + std::to_string(turns.step) + ")";
+    return worker_->call(type, reply, worker::encode_turns(turns.view()), what);
 }
 
 namespace {
@@ -86,37 +109,43 @@ void check_call(const PluginInstance& instance, grove_status status, const char*
 }
 }  // namespace
 
-bool Environment::scores_episodes() const {
-    const grove_environment_api* api = instance_.info().descriptor->environment;
-    return api->struct_size >= offsetof(grove_environment_api, score_episodes) + sizeof(api->score_episodes) &&
-           api->score_episodes != nullptr;
-}
-
 std::vector<float> Environment::score_episodes(EnvironmentTurns& episodes) const {
     if (!scores_episodes())
-        throw Error(ErrorKind::plugin,
-                    "plugin " + instance_.info().display() + " does not judge whole episodes (score_episodes)");
+        throw Error(ErrorKind::plugin, "plugin " + info().display() + " does not judge whole episodes (score_episodes)");
     std::vector<float> rewards(episodes.size(), std::numeric_limits<float>::quiet_NaN());
     if (rewards.empty()) return rewards;
+    if (worker_) {
+        std::vector<float> scores =
+            worker::decode_floats(call_worker(uint32_t(worker::FrameType::environment_score),
+                                              uint32_t(worker::FrameType::episode_scores), episodes, "score_episodes"));
+        if (scores.size() != rewards.size())
+            throw Error(ErrorKind::plugin, "the plugin worker of " + info().display() + " scored another number of episodes");
+        return scores;
+    }
     ErrorCapture capture;
-    const grove_status status = instance_.info().descriptor->environment->score_episodes(instance_.handle(), &episodes.view(),
-                                                                                         rewards.data(), &capture.sink);
-    check_call(instance_, status, "score_episodes", capture, episodes);
+    const grove_status status = instance_->info().descriptor->environment->score_episodes(instance_->handle(), &episodes.view(),
+                                                                                          rewards.data(), &capture.sink);
+    check_call(*instance_, status, "score_episodes", capture, episodes);
     return rewards;
-}
-
-bool Environment::begins_episodes() const {
-    const grove_environment_api* api = instance_.info().descriptor->environment;
-    return GROVE_HAS_FIELD(api, grove_environment_api, begin_episodes) && api->begin_episodes != nullptr;
 }
 
 std::vector<std::string> Environment::begin_episodes(EnvironmentTurns& episodes) const {
     if (!begins_episodes()) return std::vector<std::string>(episodes.size());
-    return answer(episodes, instance_.info().descriptor->environment->begin_episodes, "begin_episodes").observations;
+    if (worker_ && !episodes.episodes.empty())
+        return worker::decode_answers(call_worker(uint32_t(worker::FrameType::environment_begin),
+                                                  uint32_t(worker::FrameType::answers), episodes, "begin_episodes"),
+                                      episodes.size())
+            .observations;
+    return answer(episodes, worker_ ? nullptr : instance_->info().descriptor->environment->begin_episodes, "begin_episodes")
+        .observations;
 }
 
 EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
-    return answer(turns, instance_.info().descriptor->environment->step, "step");
+    if (worker_ && !turns.episodes.empty())
+        return worker::decode_answers(
+            call_worker(uint32_t(worker::FrameType::environment_step), uint32_t(worker::FrameType::answers), turns, "step"),
+            turns.size());
+    return answer(turns, worker_ ? nullptr : instance_->info().descriptor->environment->step, "step");
 }
 
 EnvironmentAnswers Environment::answer(EnvironmentTurns& turns, AnswerCall call, const char* name) const {
@@ -138,16 +167,21 @@ EnvironmentAnswers Environment::answer(EnvironmentTurns& turns, AnswerCall call,
     grove_environment_output out{sizeof(grove_environment_output), sink_pointers.data(), answers.done.data(),
                                  answers.tool_calls.data(), answers.tool_failures.data()};
     ErrorCapture capture;
-    const grove_status status = call(instance_.handle(), &turns.view(), &out, &capture.sink);
-    check_call(instance_, status, name, capture, turns);
+    const grove_status status = call(instance_->handle(), &turns.view(), &out, &capture.sink);
+    check_call(*instance_, status, name, capture, turns);
     return answers;
 }
 
 std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, bool as_reward) {
-    auto environment = std::make_unique<Environment>(create_plugin(host, use, GROVE_PLUGIN_KIND_ENVIRONMENT));
+    std::unique_ptr<Environment> environment;
+    if (use.isolation.process)
+        environment = std::make_unique<Environment>(std::make_unique<PluginWorker>(
+            host.find(use.plugin, GROVE_PLUGIN_KIND_ENVIRONMENT, use.origin), use, GROVE_PLUGIN_KIND_ENVIRONMENT));
+    else
+        environment = std::make_unique<Environment>(create_plugin(host, use, GROVE_PLUGIN_KIND_ENVIRONMENT));
     if (as_reward && !environment->scores_episodes())
         throw Error(ErrorKind::manifest, use.origin + ": reward_weight makes the environment a reward column, but plugin " +
-                                             environment->instance().info().display() +
+                                             environment->info().display() +
                                              " does not score whole episodes (SDK score_episodes); remove reward_weight");
     return environment;
 }

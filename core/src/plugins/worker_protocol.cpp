@@ -94,7 +94,8 @@ std::optional<Frame> read_frame(int fd, double timeout_seconds, bool* timed_out)
     read_exactly(fd, &type, sizeof type, timeout_seconds, timed_out, true);
     read_exactly(fd, &length, sizeof length, timeout_seconds, timed_out, true);
     if (magic != kMagic) throw malformed("a frame without the protocol's magic number");
-    if (type < uint32_t(FrameType::start) || type > uint32_t(FrameType::scored)) throw malformed("an unknown frame type");
+    if (type < uint32_t(FrameType::start) || type > uint32_t(FrameType::episode_scores))
+        throw malformed("an unknown frame type");
     if (length > kMaxFrameBytes) throw malformed("a frame of " + std::to_string(length) + " bytes");
     Frame frame{FrameType(type), std::string(length, '\0')};
     if (length) read_exactly(fd, frame.payload.data(), length, timeout_seconds, timed_out, true);
@@ -179,6 +180,115 @@ ScoredBatch decode_scored(const std::string& payload) {
         s.logged.emplace_back(std::move(name), r.f64());
     }
     return s;
+}
+
+namespace {
+void strings(Writer& w, const std::vector<std::string>& values) {
+    w.u64(values.size());
+    for (const auto& v : values) w.bytes(v);
+}
+std::vector<std::string> strings(Reader& r) {
+    const uint64_t count = r.u64();
+    std::vector<std::string> out;
+    for (uint64_t i = 0; i < count; ++i) out.push_back(r.bytes());  // each read is bounds-checked
+    return out;
+}
+std::vector<std::string> texts(const grove_text* t, size_t n) {
+    std::vector<std::string> out;
+    if (t)
+        for (size_t i = 0; i < n; ++i) out.emplace_back(t[i].data, t[i].size);
+    return out;
+}
+}  // namespace
+
+std::string encode_turns(const grove_environment_batch& b) {
+    Writer w;
+    const size_t n = b.count;
+    w.i64(b.step);
+    w.u64(b.seed);
+    w.array(b.episodes, n);
+    w.array(b.turns, n);
+    strings(w, texts(b.turn_texts, n));
+    strings(w, texts(b.prompts, n));
+    strings(w, texts(b.row_json, n));
+    strings(w, texts(b.prompt_json, n));
+    w.array(b.turn_token_offsets, n + 1);
+    w.array(b.turn_tokens, size_t(b.turn_token_offsets[n]));
+    w.array(b.turn_ended_with_eos, n);
+    return w.payload();
+}
+
+EnvironmentTurns decode_turns(const std::string& payload) {
+    Reader r(payload);
+    EnvironmentTurns t;
+    t.step = r.i64();
+    t.seed = r.u64();
+    t.episodes = r.array<uint64_t>();
+    t.turns = r.array<uint32_t>();
+    t.turn_texts = strings(r);
+    t.prompts = strings(r);
+    t.row_json = strings(r);
+    t.prompt_json = strings(r);
+    t.token_offsets = r.array<int64_t>();
+    t.tokens = r.array<int32_t>();
+    t.ended_with_eos = r.array<uint8_t>();
+    const size_t n = t.episodes.size();
+    if (t.turns.size() != n || t.turn_texts.size() != n || t.prompts.size() != n || t.row_json.size() != n ||
+        t.token_offsets.size() != n + 1 || t.ended_with_eos.size() != n || t.token_offsets.back() != int64_t(t.tokens.size()))
+        throw Error(ErrorKind::plugin, "the host sent a malformed environment batch");
+    return t;
+}
+
+std::string encode_answers(const EnvironmentAnswers& a) {
+    Writer w;
+    strings(w, a.observations);
+    w.array(a.done.data(), a.done.size());
+    w.array(a.tool_calls.data(), a.tool_calls.size());
+    w.array(a.tool_failures.data(), a.tool_failures.size());
+    return w.payload();
+}
+
+EnvironmentAnswers decode_answers(const std::string& payload, size_t episodes) {
+    Reader r(payload);
+    EnvironmentAnswers a;
+    a.observations = strings(r);
+    a.done = r.array<uint8_t>();
+    a.tool_calls = r.array<uint32_t>();
+    a.tool_failures = r.array<uint32_t>();
+    if (a.observations.size() != episodes || a.done.size() != episodes || a.tool_calls.size() != episodes ||
+        a.tool_failures.size() != episodes)
+        throw malformed("answers for another number of episodes");
+    return a;
+}
+
+std::string encode_floats(const std::vector<float>& values) {
+    Writer w;
+    w.array(values.data(), values.size());
+    return w.payload();
+}
+
+std::vector<float> decode_floats(const std::string& payload) {
+    Reader r(payload);
+    return r.array<float>();
+}
+
+std::string encode_traits(const EnvironmentTraits& t) {
+    Writer w;
+    strings(w, t.stop_strings);
+    w.bytes(t.tools_json);
+    w.u32((t.scores_episodes ? 1u : 0u) | (t.begins_episodes ? 2u : 0u));
+    return w.payload();
+}
+
+EnvironmentTraits decode_traits(const std::string& payload) {
+    Reader r(payload);
+    EnvironmentTraits t;
+    t.stop_strings = strings(r);
+    t.tools_json = r.bytes();
+    const uint32_t flags = r.u32();
+    t.scores_episodes = flags & 1u;
+    t.begins_episodes = flags & 2u;
+    return t;
 }
 
 }  // namespace grove::worker

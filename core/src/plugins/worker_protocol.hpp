@@ -11,16 +11,23 @@
 #include <vector>
 
 #include "grove/grove_plugin.h"
+#include "grove/environment_host.hpp"
 #include "grove/plugin_host.hpp"
 
 namespace grove::worker {
 
 enum class FrameType : uint32_t {
-    start = 1,    // host -> worker: plugin file, configuration TOML, origin, base_dir
+    start = 1,    // host -> worker: plugin kind, file, configuration TOML, origin, base_dir
     ready = 2,    // worker -> host: the instance exists
     failure = 3,  // worker -> host: error kind (u32) and message
     score = 4,    // host -> worker: a reward batch
     scored = 5,   // worker -> host: scores, metrics, logged names
+    // environments: the episodes of one call (grove_environment_batch) ...
+    environment_step = 6,
+    environment_begin = 7,
+    environment_score = 8,
+    answers = 9,          // ... the answers of step / begin_episodes (observations, done, tool counts)
+    episode_scores = 10,  // ... or score_episodes' floats
 };
 
 constexpr uint64_t kMaxFrameBytes = uint64_t(1) << 32;  // 4 GiB: far above any batch
@@ -96,5 +103,20 @@ struct ScoredBatch {
 };
 std::string encode_scored(const ScoredBatch& scored);
 ScoredBatch decode_scored(const std::string& payload);
+
+// An environment call's episodes and answers, and what an environment worker tells when ready.
+std::string encode_turns(const grove_environment_batch& batch);
+EnvironmentTurns decode_turns(const std::string& payload);
+std::string encode_answers(const EnvironmentAnswers& answers);
+EnvironmentAnswers decode_answers(const std::string& payload, size_t episodes);
+std::string encode_floats(const std::vector<float>& values);
+std::vector<float> decode_floats(const std::string& payload);
+struct EnvironmentTraits {
+    std::vector<std::string> stop_strings;
+    std::string tools_json;
+    bool scores_episodes = false, begins_episodes = false;
+};
+std::string encode_traits(const EnvironmentTraits& traits);
+EnvironmentTraits decode_traits(const std::string& payload);
 
 }  // namespace grove::worker

@@ -321,10 +321,11 @@ typedef const grove_plugin_list* (*grove_plugin_entry_fn)(const grove_host_api* 
  *   for (int64_t t = b->completion_token_offsets[i]; t < b->completion_token_offsets[i + 1]; ++t)
  *       model_tokens += b->model_token_mask[t];
  *
- * A user may run your reward in a worker process of its own ([[rewards]] isolation = "process"),
- * so that a crash or a hang cannot take the training run with it. Nothing changes for you: the same
- * library, create() once, score() per batch, destroy() at the end. Do not count on sharing memory
- * with other plugins, and note that what you print on stdout appears on stderr there.
+ * A user may run your reward (or environment, section 9) in a worker process of its own
+ * (isolation = "process"), so that a crash or a hang cannot take the training run with it. Nothing
+ * changes for you: the same library, create() once, score() per batch, destroy() at the end. Do not
+ * count on sharing memory with other plugins, and note that what you print on stdout appears on
+ * stderr there.
  */
 typedef struct grove_text {
     const char* data; /* UTF-8, NOT necessarily NUL-terminated */

@@ -5,10 +5,12 @@
 
 #include <cmath>
 
+#include "grove/environment_host.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/reward_set.hpp"
+#include "grove/run_config.hpp"
 #include "plugin_test_support.hpp"
 
 namespace {
@@ -122,6 +124,56 @@ TEST(Isolation, OnFailureNanScoresTheBatchNanAndStartsANewWorker) {
     const grove::RewardScores failed = set.score(crashing.view());
     for (float v : failed.values[0]) EXPECT_TRUE(std::isnan(v));
     EXPECT_EQ(set.score(fine.view()).values[0], std::vector<float>(4, 1.0f)) << "a new worker scores the next batch";
+}
+
+// An environment in a worker: the same stop strings, answers and episode scores as in-process; a
+// crash in step() names the environment, the signal, the call and its episodes.
+grove::PluginUse environment_use(const std::string& behaviour, bool isolated) {
+    const std::string text = "[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n[environment]\nplugin = \"" + kMisbehaving +
+                             "\"\nconfig = { behaviour = \"" + behaviour + "\", from_step = 3 }\n" +
+                             (isolated ? "isolation = \"process\"\ntimeout = 5\n" : "") + "[[rewards]]\nplugin = \"format\"\n";
+    return *grove::RunConfig::from(grove::Manifest::parse(text, "/runs/grove.toml")).environment.use;
+}
+
+grove::EnvironmentTurns waiting_turns(int64_t step) {
+    grove::EnvironmentTurns turns;
+    turns.step = step;
+    turns.add(4, 1, "first <call>x</call>", {1, 2, 3}, false, "p", "{}");
+    turns.add(5, 2, "second \xff", {4}, true, "p", "{\"a\": 1}");
+    return turns;
+}
+
+TEST(Isolation, AnEnvironmentInAWorkerAnswersAsInProcess) {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    auto in_process = grove::make_environment(host, environment_use("fine", false), true);
+    auto isolated = grove::make_environment(host, environment_use("fine", true), true);
+    EXPECT_EQ(isolated->stop_strings(), (std::vector<std::string>{"</call>"}));
+    EXPECT_EQ(isolated->stop_strings(), in_process->stop_strings());
+    EXPECT_TRUE(isolated->scores_episodes());
+    EXPECT_FALSE(isolated->begins_episodes());
+    grove::EnvironmentTurns a = waiting_turns(1), b = waiting_turns(1);
+    const grove::EnvironmentAnswers x = in_process->step(a), y = isolated->step(b);
+    EXPECT_EQ(x.observations, (std::vector<std::string>{"<seen 3>", "<seen 1>"}));
+    EXPECT_EQ(x.observations, y.observations);
+    EXPECT_EQ(x.done, y.done);
+    EXPECT_EQ(x.tool_calls, y.tool_calls);
+    EXPECT_EQ(in_process->score_episodes(a), isolated->score_episodes(b));
+}
+
+TEST(Isolation, AnEnvironmentThatCrashesIsNamedWithItsCall) {
+    grove::PluginHost host({});
+    auto environment = grove::make_environment(host, environment_use("segfault", true), false);
+    grove::EnvironmentTurns turns = waiting_turns(3);
+    try {
+        environment->step(turns);
+        ADD_FAILURE() << "no error";
+    } catch (const grove::Error& e) {
+        const std::string message = e.what();
+        EXPECT_CONTAINS(message, "[environment]: environment plugin 'misbehaving_env'");
+        EXPECT_CONTAINS(message,
+                        "crashed with signal 11 (Segmentation fault) while step for the episodes of "
+                        "generation-batch rows 4 to 5 (step 3)");
+    }
 }
 
 TEST(Isolation, TimeoutAndOnFailureNeedAProcess) {

@@ -549,6 +549,7 @@ TEST(Trainer, ReplayedMultiTurnRowsKeepTheirEnvironmentMask) {
 // env_mask, and replaying them (no environment) gives the same update, bit for bit.
 // The environment also adds to every prompt before generation (begin_episodes): the saved rollouts
 // hold the extended prompts, and replaying them gives the same update, so training used them too.
+// The same environment in a worker process (isolation = "process") trains to the same update.
 TEST(Trainer, EnvironmentEpisodesTrainAndReplayToTheSameUpdate) {
     const std::string environment = std::string("[environment]\nplugin = \"") + GROVE_TEST_SCRIPTED_ENV_PLUGIN +
                                     "\"\nconfig = { stop = \"e\", turns = 3, prompt_note = \" (note)\" }\nmax_turns = 3\n";
@@ -588,6 +589,15 @@ TEST(Trainer, EnvironmentEpisodesTrainAndReplayToTheSameUpdate) {
             EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
     }
     EXPECT_EQ(max_difference(snapshot(replayed.model()), snapshot(generated.model())), 0.0);
+
+    // the environment in a worker process (isolation = "process"): the same episodes, the same update
+    grove::Trainer isolated(manifest("episodes_isolated", settings, "", environment + "isolation = \"process\"\n"), fresh());
+    for (int i = 0; i < 2; ++i) {
+        auto got = isolated.step();
+        for (const char* key : {"loss", "reward", "grad_norm", "tools/call_frequency", "episodes/turns_mean"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i << " (isolated)";
+    }
+    EXPECT_EQ(max_difference(snapshot(isolated.model()), snapshot(generated.model())), 0.0);
 }
 
 // An environment no episode ever calls (scripted: done before any call) gets one warning after ten

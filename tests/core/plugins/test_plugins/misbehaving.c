@@ -1,7 +1,9 @@
-/* A reward that misbehaves on purpose, for the isolation tests: from optimizer step `from_step` on,
- * score() does `behaviour`: segfault, abort, exit, hang, garbage (prints binary noise to stdout and
- * stderr, then scores), fail (returns an error), or fine. Before that step it scores like the
- * length reward would: 1.0 per row, and logs "misbehaving/calls". */
+/* A reward and an environment that misbehave on purpose, for the isolation tests: from optimizer
+ * step `from_step` on, the reward's score() and the environment's step() do `behaviour`: segfault,
+ * abort, exit, hang, garbage (prints binary noise to stdout and stderr, then answers), fail
+ * (returns an error), or fine (score_episodes too). Otherwise the reward gives 1.0 per row and logs "misbehaving/calls";
+ * the environment answers "<seen N>" (N: the turn's tokens) and ends episodes at their second turn,
+ * and judges each whole episode 0.5. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,10 +29,9 @@ static grove_status create(const grove_config* config, void** instance, grove_er
 
 static void destroy(void* instance) { free(instance); }
 
-static grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out, grove_error_sink* err) {
-    const misbehaving* m = (const misbehaving*)instance;
-    uint32_t i;
-    if (batch->step >= m->from_step) {
+/* Does the configured misbehaviour at or after from_step; returns GROVE_OK when the call should go on. */
+static grove_status misbehave(const misbehaving* m, int64_t step, grove_error_sink* err) {
+    if (step >= m->from_step) {
         if (!strcmp(m->behaviour, "segfault")) raise(SIGSEGV);
         if (!strcmp(m->behaviour, "abort")) abort();
         if (!strcmp(m->behaviour, "exit")) exit(7);
@@ -45,8 +46,48 @@ static grove_status score(void* instance, const grove_reward_batch* batch, grove
             fwrite(noise, 1, sizeof noise, stderr);
         }
     }
+    return GROVE_OK;
+}
+
+static grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out, grove_error_sink* err) {
+    uint32_t i;
+    grove_status status = misbehave((const misbehaving*)instance, batch->step, err);
+    if (status != GROVE_OK) return status;
     for (i = 0; i < batch->count; ++i) out->scores[i] = 1.0f;
     out->log_metric(out, "misbehaving/calls", 1.0);
+    return GROVE_OK;
+}
+
+static grove_status stop_strings(void* instance, const char* const** strings, grove_error_sink* err) {
+    static const char* const stops[] = {"</call>", NULL};
+    (void)instance;
+    (void)err;
+    *strings = stops;
+    return GROVE_OK;
+}
+
+static grove_status step(void* instance, const grove_environment_batch* batch, grove_environment_output* out,
+                         grove_error_sink* err) {
+    uint32_t i;
+    grove_status status = misbehave((const misbehaving*)instance, batch->step, err);
+    if (status != GROVE_OK) return status;
+    for (i = 0; i < batch->count; ++i) {
+        char seen[32];
+        int n =
+            snprintf(seen, sizeof seen, "<seen %d>", (int)(batch->turn_token_offsets[i + 1] - batch->turn_token_offsets[i]));
+        out->observations[i]->append(out->observations[i], seen, (size_t)n);
+        out->done[i] = batch->turns[i] >= 2;
+        out->tool_calls[i] = 1;
+    }
+    return GROVE_OK;
+}
+
+static grove_status score_episodes(void* instance, const grove_environment_batch* episodes, float* rewards,
+                                   grove_error_sink* err) {
+    uint32_t i;
+    grove_status status = misbehave((const misbehaving*)instance, episodes->step, err);
+    if (status != GROVE_OK) return status;
+    for (i = 0; i < episodes->count; ++i) rewards[i] = 0.5f;
     return GROVE_OK;
 }
 
@@ -54,19 +95,41 @@ static const grove_reward_api api = {sizeof(grove_reward_api), score};
 static const grove_config_key keys[] = {
     {sizeof(grove_config_key), "behaviour", GROVE_VALUE_STRING, 0, "\"fine\"", "segfault|abort|exit|hang|garbage|fail|fine"},
     {sizeof(grove_config_key), "from_step", GROVE_VALUE_INT, 0, "0", "the first step that misbehaves"}};
-static const grove_plugin_descriptor d = {sizeof(grove_plugin_descriptor),
-                                          GROVE_PLUGIN_KIND_REWARD,
-                                          "misbehaving",
-                                          "1.0.0",
-                                          "a reward that crashes, hangs or prints noise on purpose",
-                                          0,
-                                          keys,
-                                          2,
-                                          NULL,
-                                          0,
-                                          create,
-                                          destroy,
-                                          &api,
-                                          NULL,
-                                          NULL};
-ONE_PLUGIN_LIBRARY(d, GROVE_ABI_MAJOR, GROVE_ABI_MINOR)
+static const grove_environment_api environment_api = {sizeof(grove_environment_api), stop_strings, step, score_episodes};
+static const grove_plugin_descriptor reward = {sizeof(grove_plugin_descriptor),
+                                               GROVE_PLUGIN_KIND_REWARD,
+                                               "misbehaving",
+                                               "1.0.0",
+                                               "a reward that crashes, hangs or prints noise on purpose",
+                                               0,
+                                               keys,
+                                               2,
+                                               NULL,
+                                               0,
+                                               create,
+                                               destroy,
+                                               &api,
+                                               NULL,
+                                               NULL};
+static const grove_plugin_descriptor environment = {sizeof(grove_plugin_descriptor),
+                                                    GROVE_PLUGIN_KIND_ENVIRONMENT,
+                                                    "misbehaving_env",
+                                                    "1.0.0",
+                                                    "an environment that crashes, hangs or prints noise on purpose",
+                                                    0,
+                                                    keys,
+                                                    2,
+                                                    NULL,
+                                                    0,
+                                                    create,
+                                                    destroy,
+                                                    NULL,
+                                                    NULL,
+                                                    NULL,
+                                                    &environment_api};
+static const grove_plugin_descriptor* const all[] = {&reward, &environment};
+static const grove_plugin_list list = {sizeof(grove_plugin_list), GROVE_ABI_MAJOR, GROVE_ABI_MINOR, 2, all};
+GROVE_EXPORT const grove_plugin_list* grove_plugin_entry(const grove_host_api* host) {
+    (void)host;
+    return &list;
+}
