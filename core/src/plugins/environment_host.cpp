@@ -131,21 +131,22 @@ std::vector<float> Environment::score_episodes(EnvironmentTurns& episodes) const
 
 std::vector<std::string> Environment::begin_episodes(EnvironmentTurns& episodes) const {
     if (!begins_episodes()) return std::vector<std::string>(episodes.size());
-    if (worker_ && !episodes.episodes.empty())
+    if (episodes.size() == 0) return {};
+    if (worker_)
         return worker::decode_answers(call_worker(uint32_t(worker::FrameType::environment_begin),
                                                   uint32_t(worker::FrameType::answers), episodes, "begin_episodes"),
                                       episodes.size())
             .observations;
-    return answer(episodes, worker_ ? nullptr : instance_->info().descriptor->environment->begin_episodes, "begin_episodes")
-        .observations;
+    return answer(episodes, instance_->info().descriptor->environment->begin_episodes, "begin_episodes").observations;
 }
 
 EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
-    if (worker_ && !turns.episodes.empty())
+    if (turns.size() == 0) return {};
+    if (worker_)
         return worker::decode_answers(
             call_worker(uint32_t(worker::FrameType::environment_step), uint32_t(worker::FrameType::answers), turns, "step"),
             turns.size());
-    return answer(turns, worker_ ? nullptr : instance_->info().descriptor->environment->step, "step");
+    return answer(turns, instance_->info().descriptor->environment->step, "step");
 }
 
 EnvironmentAnswers Environment::answer(EnvironmentTurns& turns, AnswerCall call, const char* name) const {

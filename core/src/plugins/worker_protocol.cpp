@@ -102,6 +102,25 @@ std::optional<Frame> read_frame(int fd, double timeout_seconds, bool* timed_out)
     return frame;
 }
 
+namespace {
+void strings(Writer& w, const std::vector<std::string>& values) {
+    w.u64(values.size());
+    for (const auto& v : values) w.bytes(v);
+}
+std::vector<std::string> strings(Reader& r) {
+    const uint64_t count = r.u64();
+    std::vector<std::string> out;
+    for (uint64_t i = 0; i < count; ++i) out.push_back(r.bytes());  // each read is bounds-checked
+    return out;
+}
+std::vector<std::string> texts(const grove_text* t, size_t n) {
+    std::vector<std::string> out;
+    if (t)
+        for (size_t i = 0; i < n; ++i) out.emplace_back(t[i].data, t[i].size);
+    return out;
+}
+}  // namespace
+
 std::string encode_batch(const grove_reward_batch& b) {
     Writer w;
     const uint32_t n = b.count;
@@ -113,15 +132,7 @@ std::string encode_batch(const grove_reward_batch& b) {
     w.u32(b.world_size);
     w.u64(b.global_row_offset);
     w.i64(b.max_steps);
-    auto texts = [&](const grove_text* t) {
-        w.u32(t ? 1 : 0);
-        if (t)
-            for (uint32_t i = 0; i < n; ++i) w.bytes(std::string(t[i].data, t[i].size));
-    };
-    texts(b.prompts);
-    texts(b.completions);
-    texts(b.row_json);
-    texts(b.prompt_json);
+    for (const grove_text* column : {b.prompts, b.completions, b.row_json, b.prompt_json}) strings(w, texts(column, n));
     w.array(b.completion_token_offsets, n + 1);
     const size_t tokens = size_t(b.completion_token_offsets[n]);
     w.array(b.completion_tokens, tokens);
@@ -142,9 +153,7 @@ RewardRows decode_batch(const std::string& payload) {
     rows.world_size = r.u32();
     rows.global_row_offset = r.u64();
     rows.max_steps = r.i64();
-    for (auto* texts : {&rows.prompts, &rows.completions, &rows.row_json, &rows.prompt_json})
-        if (r.u32())
-            for (uint32_t i = 0; i < n; ++i) texts->push_back(r.bytes());
+    for (auto* column : {&rows.prompts, &rows.completions, &rows.row_json, &rows.prompt_json}) *column = strings(r);
     rows.token_offsets = r.array<int64_t>();
     rows.tokens = r.array<int32_t>();
     rows.truncated = r.array<uint8_t>();
@@ -181,25 +190,6 @@ ScoredBatch decode_scored(const std::string& payload) {
     }
     return s;
 }
-
-namespace {
-void strings(Writer& w, const std::vector<std::string>& values) {
-    w.u64(values.size());
-    for (const auto& v : values) w.bytes(v);
-}
-std::vector<std::string> strings(Reader& r) {
-    const uint64_t count = r.u64();
-    std::vector<std::string> out;
-    for (uint64_t i = 0; i < count; ++i) out.push_back(r.bytes());  // each read is bounds-checked
-    return out;
-}
-std::vector<std::string> texts(const grove_text* t, size_t n) {
-    std::vector<std::string> out;
-    if (t)
-        for (size_t i = 0; i < n; ++i) out.emplace_back(t[i].data, t[i].size);
-    return out;
-}
-}  // namespace
 
 std::string encode_turns(const grove_environment_batch& b) {
     Writer w;
