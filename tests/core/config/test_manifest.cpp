@@ -204,9 +204,37 @@ TEST(Manifest, NonAsciiOutsideStringsIsRefusedWithItsPosition) {
         EXPECT_CONTAINS(message, text[0] == '[' && text[1] != 'm' ? "grove.toml:1:2" : "grove.toml:3:1");
     }
     std::string text = "# caf\xc3\xa9 \xe6\x9d\xb1\n" + kMinimal;
-    text.replace(text.find("prompts.jsonl"), 13, "donn\xc3\xa9es.jsonl");
+    text.replace(text.find("prompts.jsonl"), 13,
+                 "donn\xc3\xa9"
+                 "es.jsonl");
     auto m = grove::Manifest::parse(text, "/runs/exp/grove.toml");
-    EXPECT_NE(m.string("data.source").find("donn\xc3\xa9es.jsonl"), std::string::npos);
+    EXPECT_NE(m.string("data.source")
+                  .find("donn\xc3\xa9"
+                        "es.jsonl"),
+              std::string::npos);
+}
+
+// toml++ 3.3 also reaches its undefined behaviour behind a quote that opens no string (it reads
+// `1'2é` as one value token) and at two characters of multi-line strings; the fuzzer found both
+// (tests/fuzz/regressions/manifest/). Strings in every place TOML allows one keep their UTF-8.
+TEST(Manifest, NonAsciiTheTomlLibraryCannotReadIsRefusedEverywhere) {
+    const std::string e = "\xc3\xa9";
+    for (const std::string& text : {"x = 9223372_'368" + e + "\n", "x = 1.\"" + e + "\"\n", "x = b=\"" + e + "\"\n"})
+        EXPECT_CONTAINS(manifest_error(text), "a non-ASCII character outside a string");
+    const std::string after_line_ending_backslash = manifest_error("x = \"\"\"a\\\n" + e + "\"\"\"\n");
+    EXPECT_CONTAINS(after_line_ending_backslash, "grove.toml:2:1");
+    EXPECT_CONTAINS(after_line_ending_backslash, "right after a line-ending backslash");
+    EXPECT_CONTAINS(manifest_error("x = \"\"\"a\\" + e + "\"\"\"\n"), "not a TOML escape");
+
+    const std::string strings = "\n[rewards.config]\n\"k" + e + "\".\"j" + e + "\" = ['" + e + "', { \"" + e +
+                                "\" = \"\"\"a\\\n  b" + e + "\"\"\" }, \"\"\"" + e + "\"\"\"\"]\n";
+    auto m = grove::Manifest::parse(kMinimal + strings, "/runs/exp/grove.toml");
+    const toml::array* values = (*m.rewards()[0].config)["k" + e]["j" + e].as_array();
+    ASSERT_NE(values, nullptr);
+    ASSERT_EQ(values->size(), 3u);
+    EXPECT_EQ(values->get(0)->value<std::string>().value_or(""), e);
+    EXPECT_EQ((*values->get(1)->as_table())[e].value<std::string>().value_or(""), "ab" + e);
+    EXPECT_EQ(values->get(2)->value<std::string>().value_or(""), e + "\"");
 }
 
 TEST(Manifest, ResolvedTomlRoundTrips) {
