@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fuzz targets (docs/reliability.md#fuzzing), built with clang's libFuzzer, AddressSanitizer and UBSan.
 #   tools/fuzz.sh build                  configure and build them in build-fuzz/ (FUZZ_BUILD overrides)
-#   tools/fuzz.sh run SECONDS [TARGET..] fuzz each target for SECONDS (all targets when none named)
+#   tools/fuzz.sh run SECONDS [TARGET..] fuzz each target for SECONDS (all targets when none named);
+#                                        FUZZ_RUNS=N stops a target sooner, after N executions
 #   tools/fuzz.sh regress [TARGET..]     run every committed seed and past crash once, no fuzzing
 #   tools/fuzz.sh smoke SECONDS TARGET   regress, then run; exits 77 (skipped) when the targets are not built
 # A run starts from the committed corpus (tests/fuzz/corpus/T) and every input that ever crashed
@@ -47,8 +48,10 @@ run() {
     local dirs=("$BUILD/corpus/$t" "tests/fuzz/corpus/$t")
     [ -d "tests/fuzz/regressions/$t" ] && dirs+=("tests/fuzz/regressions/$t")
     local log="$BUILD/findings/$t/last-run.log"
-    echo "fuzz: $t for ${seconds}s (log: $log)"
-    if "$bin" "${LIMITS[@]}" -max_total_time="$seconds" -print_final_stats=1 \
+    local budget=(-max_total_time="$seconds")
+    [ -n "${FUZZ_RUNS:-}" ] && budget+=(-runs="$FUZZ_RUNS")
+    echo "fuzz: $t for ${seconds}s${FUZZ_RUNS:+ or $FUZZ_RUNS executions} (log: $log)"
+    if "$bin" "${LIMITS[@]}" "${budget[@]}" -print_final_stats=1 \
         -artifact_prefix="$BUILD/findings/$t/" "${dirs[@]}" >"$log" 2>&1; then
       grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$log" | sed "s/^/fuzz: $t /"
     else
@@ -79,5 +82,5 @@ case "${1:-}" in
     shift; [ $# -eq 2 ] || { echo "usage: tools/fuzz.sh smoke SECONDS TARGET" >&2; exit 2; }
     [ -x "$BUILD/fuzz_$2" ] || { echo "fuzz: skipped: $BUILD/fuzz_$2 is not built (make fuzz-build builds it)"; exit 77; }
     regress "$2" && run "$1" "$2" ;;
-  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac
