@@ -47,7 +47,7 @@ run() {
     mkdir -p "$BUILD/corpus/$t" "$BUILD/findings/$t"
     local dirs=("$BUILD/corpus/$t" "tests/fuzz/corpus/$t")
     [ -d "tests/fuzz/regressions/$t" ] && dirs+=("tests/fuzz/regressions/$t")
-    local log="$BUILD/findings/$t/last-run.log"
+    local log="$BUILD/findings/$t/run-$$.log"  # one per process: two may fuzz one target, sharing its corpus
     local budget=(-max_total_time="$seconds")
     [ -n "${FUZZ_RUNS:-}" ] && budget+=(-runs="$FUZZ_RUNS")
     echo "fuzz: $t for ${seconds}s${FUZZ_RUNS:+ or $FUZZ_RUNS executions} (log: $log)"
