@@ -3,7 +3,8 @@
 #   make test         deps + build + every test (ctest)
 #   make install PREFIX=/opt/grove
 #   make device-bundle  build/device-bundle: what a GPU machine needs to run tools/device/run.sh
-#   make fuzz [FUZZ_SECONDS=480] [FUZZ_RUNS=N]  every parser's fuzz target for FUZZ_SECONDS each, or N executions (tools/fuzz.sh)
+#   make fuzz [FUZZ_SECONDS=480] [FUZZ_RUNS=N]  every parser's fuzz target for FUZZ_SECONDS each,
+#                     or until N executions (tools/fuzz.sh)
 BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= 2

@@ -24,6 +24,7 @@ toml::source_position position_of(std::string_view text, size_t offset) {
 }
 
 bool is_ascii(char c) { return static_cast<unsigned char>(c) < 0x80; }
+bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }  // a line break is not blank here
 
 // Where a quote opens a string. A quote elsewhere is part of a malformed token that toml++ reads
 // character by character (`x = 1'2é` is one value token), so what follows it is not in a string.
@@ -33,7 +34,7 @@ public:
     bool opens_string() const { return expect_ != Expect::other; }
     void after_string() { expect_ = Expect::other; }
 
-    // A character outside strings and comments that is not a space or a tab.
+    // A character outside strings and comments that is not blank.
     void see(char c) {
         const bool top_level = open_.empty();
         switch (c) {
@@ -88,7 +89,7 @@ private:
 // toml++ 3.3 tests the escaped character, and the first one after a line-ending backslash, with
 // the whitespace function that has the bug, so a non-ASCII character there is refused too.
 size_t end_of_multiline_escape(std::string_view text, size_t i, std::string_view source_name) {
-    auto is_space = [&](size_t k) { return text[k] == ' ' || text[k] == '\t' || text[k] == '\r' || text[k] == '\n'; };
+    auto is_space = [&](size_t k) { return is_blank(text[k]) || text[k] == '\n'; };
     size_t next = i + 1;
     if (next >= text.size()) return i;
     if (is_space(next)) {  // a line-ending backslash: the whitespace after it is trimmed
@@ -116,13 +117,15 @@ void require_ascii_outside_strings(std::string_view text, std::string_view sourc
                 if (c == '#') {
                     in = In::comment;
                 } else if ((c == '"' || c == '\'') && starts.opens_string()) {
-                    if (c == '"') in = opens(i, "\"\"\"") ? (i += 2, In::multiline_basic) : In::basic;
-                    if (c == '\'') in = opens(i, "'''") ? (i += 2, In::multiline_literal) : In::literal;
+                    if (c == '"')
+                        in = opens(i, "\"\"\"") ? (i += 2, In::multiline_basic) : In::basic;
+                    else
+                        in = opens(i, "'''") ? (i += 2, In::multiline_literal) : In::literal;
                 } else if (!is_ascii(c)) {
                     refuse(text, i, source_name,
                            "a non-ASCII character outside a string; TOML keys and values other than strings are ASCII "
                            "(quote the key: \"name\" = ...)");
-                } else if (c != ' ' && c != '\t' && c != '\r') {
+                } else if (!is_blank(c)) {
                     starts.see(c);
                 }
                 break;
