@@ -2,10 +2,7 @@
 // with RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, forwards
 // SIGINT and SIGTERM to them (each rank checkpoints and stops at the same step), and if one rank
 // fails, ends the others, which would otherwise wait in a collective until its timeout.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +17,7 @@
 
 #include "cli.hpp"
 #include "grove/error.hpp"
+#include "grove/loopback_port.hpp"
 
 namespace grove::cli {
 
@@ -28,24 +26,6 @@ namespace {
 std::vector<pid_t> g_children;
 extern "C" void forward_signal(int signal) {
     for (pid_t pid : g_children) ::kill(pid, signal);
-}
-
-// A port the kernel just handed out on loopback (torchrun's choice for standalone runs).
-int free_loopback_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t size = sizeof(address);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
-        if (fd >= 0) ::close(fd);
-        throw Error(ErrorKind::runtime,
-                    std::string("--nproc: no free loopback port for the rendezvous: ") + std::strerror(errno));
-    }
-    int port = ntohs(address.sin_port);
-    ::close(fd);
-    return port;
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ int train(const std::vector<std::string>& args) {
         "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)")(
         "resume", po::value<std::string>()->implicit_value("latest"), "continue from the latest checkpoint, or from DIR")(
         "overwrite", "replace an output folder that holds another run")(
-        "nproc", po::value<int>()->default_value(1), "train with N local processes (torch.distributed, Gloo)");
+        "nproc", po::value<int>()->default_value(1),
+        "train with N local processes (torch.distributed: NCCL, one GPU each, or Gloo)");
     po::positional_options_description positional;
     positional.add("manifest", 1);
     auto vm =
@@ -34,7 +35,10 @@ int train(const std::vector<std::string>& args) {
     int nproc = vm["nproc"].as<int>();
     if (nproc < 1) throw Error(ErrorKind::usage, "grove train: --nproc must be >= 1");
     if (nproc > 1) {
-        Manifest::load(vm["manifest"].as<std::string>(), overrides, nproc);  // one clear error before any rank starts
+        // one clear error before any rank starts
+        auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, nproc);
+        place_rank(manifest.path(), manifest.string("model.device"),
+                   ddp_backend_from_name(manifest.string("train.ddp_backend")), 0, nproc);
         std::vector<std::string> command{"train"};
         for (size_t i = 0; i < args.size(); ++i) {
             if (args[i] == "--nproc")
@@ -57,6 +61,15 @@ int train(const std::vector<std::string>& args) {
         if (c.rank < 0) throw Error(ErrorKind::usage, "WORLD_SIZE=" + std::to_string(o.world_size) + " needs RANK as well");
         if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) c.master_addr = addr;
         c.master_port = integer_from_environment("MASTER_PORT", c.master_port, 1);
+        // torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE; without them, all ranks on this machine
+        const int local_rank = integer_from_environment("LOCAL_RANK", c.rank, 0);
+        const int local_world_size = integer_from_environment("LOCAL_WORLD_SIZE", o.world_size, 1);
+        RankPlacement placed =
+            place_rank(manifest.path(), manifest.string("model.device"),
+                       ddp_backend_from_name(manifest.string("train.ddp_backend")), local_rank, local_world_size);
+        c.backend = placed.backend;
+        c.device = placed.device;
+        o.device = placed.device;
         group = std::make_unique<ProcessGroup>(c);
         o.rank = c.rank;
         o.group = group.get();
@@ -67,7 +80,10 @@ int train(const std::vector<std::string>& args) {
     if (o.rank == 0)
         std::cerr << "grove: training " << manifest.path() << ": " << trainer.total_steps() << " steps, output "
                   << manifest.string("output.dir")
-                  << (o.world_size > 1 ? ", " + std::to_string(o.world_size) + " processes" : "") << "\n";
+                  << (o.world_size > 1
+                          ? ", " + std::to_string(o.world_size) + " processes over " + backend_name(group->backend())
+                          : std::string())
+                  << "\n";
     trainer.run();  // prints its own summary
     // stopped by a signal: the shell's convention, 128 + the signal, so a script can tell it from done
     return trainer.stop_signal() ? 128 + trainer.stop_signal() : 0;

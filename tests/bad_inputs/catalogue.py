@@ -276,6 +276,9 @@ case("runs", "trainer_state.json cut short", TRAIN + " --resume --set train.max_
      lambda d: (trained()(d), write(f"{d}/out/checkpoint-2/trainer_state.json", '{"global_step": 2, "mic')))
 case("runs", "--resume with a folder that is no checkpoint", TRAIN + " --resume prompts.jsonl", 5, "not a checkpoint",
      run_folder())
+case("runs", "NCCL between processes with the model on the CPU",
+     TRAIN + " --nproc 2 --set 'train.ddp_backend=\"nccl\"' --set 'model.device=\"cpu\"'", 3, "runs between GPUs",
+     run_folder())
 
 # ---- the command line ----------------------------------------------------------------------------
 case("command line", "an unknown command", "trian grove.toml", 2, "trian", None)

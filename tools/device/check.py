@@ -4,7 +4,7 @@ report.json. Every check records its figures; a failed check is reported and the
 
     python3 check.py --bundle DIR [--cpu] [--out DIR] [--only a,b] [--skip a,b]
 
-Sections: environment, correctness, training, generation, step.
+Sections: environment, correctness, training, distributed, generation, step.
 """
 import argparse
 import glob
@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import traceback
 
 import torch
 
-SECTIONS = ["environment", "correctness", "training", "generation", "step"]
+SECTIONS = ["environment", "correctness", "training", "distributed", "generation", "step"]
 TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "mistral_mha"]
 RANDOM_SHAPES = ["smollm2-135m", "qwen2.5-0.5b"]
 
@@ -300,12 +301,17 @@ def metrics(run_dir):
     return [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
+def replay_body(adapter="", per_device=8, train=""):
+    """Manifest sections for two float32 optimizer steps with KL on fixed_rollouts()."""
+    return ('[generation]\nnum_generations = 4\nmax_completion_length = 8\n'
+            '[[rewards]]\nplugin = "format"\nconfig = { pattern = "x", full_match = false }\n'
+            f'{adapter}[loss]\nbeta = 0.04\n[train]\nper_device_train_batch_size = {per_device}\nlearning_rate = 1e-3\n'
+            f'max_steps = 2\nmixed_precision = "no"\nseed = 3\n{train}[rollouts]\npath = "rollouts.jsonl"\n')
+
+
 def replayed_step(ctx, name, adapter):
     """Two optimizer steps on fixed rollouts (float32, KL on) on the CPU and on this device: same update."""
-    body = ('[generation]\nnum_generations = 4\nmax_completion_length = 8\n'
-            '[[rewards]]\nplugin = "format"\nconfig = { pattern = "x", full_match = false }\n'
-            f'{adapter}[loss]\nbeta = 0.04\n[train]\nper_device_train_batch_size = 8\nlearning_rate = 1e-3\n'
-            'max_steps = 2\nmixed_precision = "no"\nseed = 3\n[rollouts]\npath = "rollouts.jsonl"\n')
+    body = replay_body(adapter)
     result = {}
     for device in ["cpu", ctx.device]:
         manifest = write_run(ctx, f"{name}-{device}", body, fixed_rollouts())
@@ -353,22 +359,95 @@ def resume_is_exact(ctx):
     return {"max_weight_difference": difference}
 
 
-def training(ctx):
+def run_checks(checks):
+    """A section of (name, check) pairs: each check reports on its own; the section fails if any did."""
     figures, failures = {}, []
-    checks = [("full_step_cpu_vs_device", lambda: replayed_step(ctx, "full", "")),
-              ("lora_step_cpu_vs_device",
-               lambda: replayed_step(ctx, "lora", '[adapter]\nplugin = "lora"\nconfig = { r = 4, alpha = 8 }\n')),
-              ("bf16_autocast_learns", lambda: learns_in_bf16(ctx)),
-              ("resume_bit_exact", lambda: resume_is_exact(ctx))]
     for name, check in checks:
         try:
             figures[name] = check()
-        except Exception as e:  # each check reports on its own; the section fails if any did
+        except Exception as e:
             figures[name] = {"error": str(e)[-1500:]}
             failures.append(name)
     if failures:
         raise CheckFailed("failed: " + ", ".join(failures), figures)
     return figures
+
+
+def training(ctx):
+    return run_checks([("full_step_cpu_vs_device", lambda: replayed_step(ctx, "full", "")),
+                       ("lora_step_cpu_vs_device",
+                        lambda: replayed_step(ctx, "lora", '[adapter]\nplugin = "lora"\nconfig = { r = 4, alpha = 8 }\n')),
+                       ("bf16_autocast_learns", lambda: learns_in_bf16(ctx)),
+                       ("resume_bit_exact", lambda: resume_is_exact(ctx))])
+
+
+# ---------------------------------------------------------------------------------------------- distributed
+def collectives(ctx):
+    """test_distributed: placement rules, then every collective on Gloo (CPU, and 2 ranks sharing the GPU) and NCCL."""
+    run = subprocess.run([os.path.join(ctx.bundle, "bin", "test_distributed")], capture_output=True, text=True, timeout=300)
+    outcome = {}  # test name -> OK or SKIPPED, from gtest's per-test lines
+    for match in re.finditer(r"^\[\s+(OK|SKIPPED)\s+\] (\w+\.\w+)", run.stdout, re.M):
+        outcome[match.group(2)] = match.group(1)
+    figures = {"passed": sorted(t for t, o in outcome.items() if o == "OK"),
+               "skipped": sorted(t for t, o in outcome.items() if o == "SKIPPED")}
+    assert run.returncode == 0, f"test_distributed exited {run.returncode}:\n{(run.stdout + run.stderr)[-2500:]}"
+    if not ctx.cpu_rehearsal:
+        assert "Collectives.NcclOnOneGpu" in figures["passed"], "the NCCL collectives did not run on the GPU"
+    return figures
+
+
+def ranks_run(ctx, name, nproc, backend):
+    """Two replayed float32 steps on fixed rollouts with nproc ranks (per-rank batch 8 / nproc)."""
+    body = replay_body(per_device=8 // nproc, train=f'ddp_backend = "{backend}"\n')
+    manifest = write_run(ctx, name, body, fixed_rollouts())
+    run = subprocess.run([ctx.grove_path, "train", manifest, "--nproc", str(nproc), "--set", f'model.device="{ctx.device}"',
+                          "--set", "output.save_steps=2", "--overwrite"], capture_output=True, text=True, timeout=300)
+    out = os.path.join(os.path.dirname(manifest), "out")
+    return run, out
+
+
+def checkpoints_differ(run_a, run_b):
+    """The largest weight difference between two runs' checkpoint-2, to 3 significant digits."""
+    a, b = (load_checkpoint(os.path.join(run, "checkpoint-2")) for run in (run_a, run_b))
+    return float(f"{max_difference(a, b):.3g}")
+
+
+def ranks_match_one_process(ctx):
+    """--nproc 2 (auto backend: Gloo when the ranks share one GPU, NCCL with a GPU each) against one process."""
+    one, one_out = ranks_run(ctx, "ranks1", 1, "auto")
+    two, two_out = ranks_run(ctx, "ranks2", 2, "auto")
+    for run in (one, two):
+        assert run.returncode == 0, f"grove train exited {run.returncode}:\n{run.stderr[-2500:]}"
+    used = [l for l in two.stderr.splitlines() if "processes over" in l]
+    figures = {"backend_line": used[0].rsplit(", ", 1)[-1] if used else None,
+               "max_weight_difference": checkpoints_differ(one_out, two_out),
+               "loss_one_process": [m["loss"] for m in metrics(one_out)], "loss_two_ranks": [m["loss"] for m in metrics(two_out)]}
+    assert figures["backend_line"], "grove did not say which backend its ranks use"
+    assert figures["max_weight_difference"] <= 1e-5, "2 ranks' weights after 2 steps differ from one process's by more than 1e-5"
+    return figures
+
+
+def nccl_two_ranks(ctx):
+    """NCCL with 2 ranks: the same update as one process when there are 2 GPUs; refused, with the reason, on one."""
+    gpus = torch.cuda.device_count() if ctx.device == "cuda" else 0
+    run, out = ranks_run(ctx, "nccl2", 2, "nccl")
+    figures = {"gpus": gpus, "exit": run.returncode}
+    if gpus >= 2:
+        assert run.returncode == 0, f"grove train over NCCL exited {run.returncode}:\n{run.stderr[-2500:]}"
+        one, one_out = ranks_run(ctx, "nccl1", 1, "auto")
+        figures["max_weight_difference"] = checkpoints_differ(one_out, out)
+        assert figures["max_weight_difference"] <= 1e-5, "NCCL ranks differ from one process by more than 1e-5"
+    else:  # NCCL refuses two ranks on one device; Grove must say so before any rank starts
+        figures["refusal"] = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else ""
+        expected = "one GPU per process" if gpus == 1 else "runs between GPUs"
+        assert run.returncode != 0 and expected in run.stderr, f"expected a refusal naming '{expected}':\n{run.stderr[-2500:]}"
+    return figures
+
+
+def distributed(ctx):
+    return run_checks([("collectives", lambda: collectives(ctx)),
+                       ("two_ranks_equal_one_process", lambda: ranks_match_one_process(ctx)),
+                       ("nccl_two_ranks", lambda: nccl_two_ranks(ctx))])
 
 
 # ---------------------------------------------------------------------------------------------- measurement

@@ -12,7 +12,8 @@ build=$(realpath -m "${1:-$root/build}")
 out=$(realpath -m "${2:-$build/device-bundle}")
 python=${GROVE_PYTHON:-$root/.venv/bin/python}
 
-for need in "$build/bin/grove" "$build/bin/grove_bench_generate" "$build/tests/core/test-plugins/liblow_ids.so"; do
+for need in "$build/bin/grove" "$build/bin/grove_bench_generate" "$build/bin/test_distributed" \
+  "$build/tests/core/test-plugins/liblow_ids.so"; do
   [[ -e $need ]] || { echo "make_bundle.sh: $need is missing; run \`make build\` first" >&2; exit 1; }
 done
 # the tiny checkpoints and their transformers references, as the tests make them
@@ -21,7 +22,7 @@ tiny=$build/tests/models/tiny
 rm -rf "$out"
 mkdir -p "$out"/{bin,lib/grove/plugins,test-plugins,models,wheels}
 
-install -m 755 "$build/bin/grove" "$build/bin/grove_bench_generate" "$out/bin/"
+install -m 755 "$build/bin/grove" "$build/bin/grove_bench_generate" "$build/bin/test_distributed" "$out/bin/"
 cp "$build"/lib/libgrove_*.so "$out/lib/"
 cp "$build"/lib/grove/plugins/*.so "$out/lib/grove/plugins/"
 install -m 755 "$build/lib/grove/grove-plugin-worker" "$out/lib/grove/"  # [[rewards]] isolation = "process"

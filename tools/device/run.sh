@@ -3,7 +3,7 @@
 # transformers and TRL, writing report.md and report.json (default folder: ./device-report, or $OUT).
 #   bash run.sh [--cpu] [--out DIR] [--only SECTION[,SECTION]] [--skip SECTION[,SECTION]]
 # --cpu is the rehearsal: the same checks on the CPU, so a missing library or path shows up before a
-# GPU is paid for. Sections: environment, correctness, training, generation, step (check.py --help).
+# GPU is paid for. Sections: environment, correctness, training, distributed, generation, step (check.py --help).
 set -euo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}

@@ -21,6 +21,7 @@ enum class ScaleRewards { group, batch, none };
 enum class RewardAggregation { sum_then_normalize, normalize_then_sum };
 enum class LrSchedule { linear, cosine, constant };
 enum class MixedPrecision { automatic, bf16, off };  // "auto" | "bf16" | "no"
+enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"
 
 struct ModelSection {
     std::string path, dtype, device, chat_template;
@@ -72,6 +73,7 @@ struct TrainSection {
     double num_train_epochs = 1.0;
     int64_t seed = 42;
     MixedPrecision mixed_precision = MixedPrecision::automatic;
+    DdpBackend ddp_backend = DdpBackend::automatic;  // several processes: how they exchange tensors
 };
 
 struct OutputSection {
@@ -121,5 +123,6 @@ ScaleRewards scale_rewards_from_name(const std::string& name);
 RewardAggregation reward_aggregation_from_name(const std::string& name);
 LrSchedule lr_schedule_from_name(const std::string& name);
 MixedPrecision mixed_precision_from_name(const std::string& name);
+DdpBackend ddp_backend_from_name(const std::string& name);
 
 }  // namespace grove

@@ -22,9 +22,10 @@ struct TrainerOptions {
     // each generates and scores its slice of the generation batch, rewards are gathered for the
     // advantages, gradients are averaged, and rank 0 alone writes metrics and checkpoints.
     int rank = 0, world_size = 1;
-    ProcessGroup* group = nullptr;  // required when world_size > 1; outlives the trainer
-    std::ostream* log = nullptr;    // progress (nullptr: silent)
-    bool progress_bar = false;      // one line redrawn in place (a terminal); else a line per logging step
+    ProcessGroup* group = nullptr;      // required when world_size > 1; outlives the trainer
+    std::optional<std::string> device;  // this rank's device, over [model] device (place_rank's choice)
+    std::ostream* log = nullptr;        // progress (nullptr: silent)
+    bool progress_bar = false;          // one line redrawn in place (a terminal); else a line per logging step
 };
 
 class Trainer {

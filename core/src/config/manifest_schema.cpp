@@ -263,6 +263,11 @@ const std::vector<KeySpec>& manifest_schema() {
                      "auto = bf16 on CUDA, none on CPU; no = off"),
                  "auto|bf16|no"),
             "bf16"),
+        trl(pick(key("train", "ddp_backend", T::string, "\"auto\"",
+                     "several processes: nccl = GPU to GPU, one GPU per process; gloo = through host memory, any "
+                     "device; auto = nccl when every local process has a GPU of its own, else gloo"),
+                 "auto|gloo|nccl"),
+            "ddp_backend"),
 
         path(key("rollouts", "path", T::string, nullptr,
                  "train on rollouts made elsewhere (JSONL: prompt_ids or prompt, completion_ids, optional "

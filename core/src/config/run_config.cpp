@@ -46,6 +46,10 @@ MixedPrecision mixed_precision_from_name(const std::string& name) {
     return enum_from<MixedPrecision>(
         name, {{"auto", MixedPrecision::automatic}, {"bf16", MixedPrecision::bf16}, {"no", MixedPrecision::off}});
 }
+DdpBackend ddp_backend_from_name(const std::string& name) {
+    return enum_from<DdpBackend>(name,
+                                 {{"auto", DdpBackend::automatic}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}});
+}
 
 RunConfig RunConfig::from(const Manifest& m) {
     RunConfig c;
@@ -118,6 +122,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.num_train_epochs = m.number("train.num_train_epochs");
     t.seed = m.integer("train.seed");
     t.mixed_precision = mixed_precision_from_name(m.string("train.mixed_precision"));
+    t.ddp_backend = ddp_backend_from_name(m.string("train.ddp_backend"));
 
     c.rollouts_path = m.optional_string("rollouts.path");
     c.output.dir = m.string("output.dir");

@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef GROVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <chrono>
 #include <map>
@@ -11,15 +15,104 @@
 
 namespace grove {
 
+const char* backend_name(CollectiveBackend backend) { return backend == CollectiveBackend::nccl ? "nccl" : "gloo"; }
+
+bool nccl_available() {
+#ifdef GROVE_NCCL
+    return true;
+#else
+    return false;
+#endif
+}
+
+RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank,
+                         int local_world_size, int cuda_devices, bool nccl_built) {
+    const std::string key = manifest_path + ": train.ddp_backend = \"nccl\"";
+    const bool on_cuda = device == "cuda" || device.rfind("cuda:", 0) == 0 || (device == "auto" && cuda_devices > 0);
+    if (!on_cuda) {
+        if (requested == DdpBackend::nccl)
+            throw Error(ErrorKind::manifest, key + " runs between GPUs, but model.device is \"" + device +
+                                                 "\" here; set ddp_backend = \"gloo\" (or \"auto\") or put the model on CUDA");
+        return {device == "auto" ? "cpu" : device, CollectiveBackend::gloo};
+    }
+    RankPlacement p{device, CollectiveBackend::gloo};
+    bool own_gpu = false;  // no other local rank uses this rank's GPU
+    if (device == "cuda" || device == "auto") {
+        if (cuda_devices > 0) p.device = "cuda:" + std::to_string(local_rank % cuda_devices);
+        own_gpu = cuda_devices >= local_world_size;
+    } else {
+        own_gpu = local_world_size == 1;  // "cuda:N": every local rank on that one GPU
+    }
+    if (requested == DdpBackend::gloo) return p;
+    if (requested == DdpBackend::nccl) {
+        if (!nccl_built)
+            throw Error(ErrorKind::manifest, key +
+                                                 ": this Grove was built without NCCL (it needs torch's CUDA wheel and the "
+                                                 "CUDA toolkit when built); set ddp_backend = \"gloo\"");
+        if (!own_gpu)
+            throw Error(
+                ErrorKind::manifest,
+                key + " needs one GPU per process, but " + std::to_string(local_world_size) +
+                    " processes on this machine share " +
+                    (device.rfind("cuda:", 0) == 0 ? "the one GPU " + device : std::to_string(cuda_devices) + " GPU(s)") +
+                    " (NCCL refuses two ranks on one device); start at most as many processes as GPUs, "
+                    "give model.device = \"cuda\" so each process takes its own, or set ddp_backend = \"gloo\"");
+    }
+    if (nccl_built && own_gpu) p.backend = CollectiveBackend::nccl;
+    return p;
+}
+
+RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank,
+                         int local_world_size) {
+    return place_rank(manifest_path, device, requested, local_rank, local_world_size, int(at::getNumGPUs()), nccl_available());
+}
+
 struct ProcessGroup::Impl {
     c10::intrusive_ptr<c10d::TCPStore> store;
-    c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+    c10::intrusive_ptr<c10d::Backend> group;
+    at::Device device{at::kCPU};  // where the collectives' buffers live
+
+    // collectives run on contiguous tensors on the backend's device; results are copied back
+    at::Tensor staged(const at::Tensor& t) const { return t.detach().to(device).contiguous(); }
 };
+
+namespace {
+c10::intrusive_ptr<c10d::Backend> gloo_group(const c10::intrusive_ptr<c10d::TCPStore>& store,
+                                             const ProcessGroupConfig& config) {
+    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(config.timeout_seconds));
+    // one machine: loopback; several: the interface this host's name resolves to
+    bool local = config.master_addr == "127.0.0.1" || config.master_addr == "localhost";
+    options->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, config.rank, config.world_size, options);
+}
+
+c10::intrusive_ptr<c10d::Backend> nccl_group(const c10::intrusive_ptr<c10d::TCPStore>& store, const ProcessGroupConfig& config,
+                                             at::Device device) {
+#ifdef GROVE_NCCL
+    c10::cuda::set_device(device.index());
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = std::chrono::seconds(config.timeout_seconds);
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, config.rank, config.world_size, options);
+    group->setBoundDeviceId(device);
+    group->eagerConnectSingleDevice(device);  // the communicator now: a rank that cannot join fails here, not mid-step
+    return group;
+#else
+    (void)store, (void)config, (void)device;
+    throw Error(ErrorKind::usage, "this Grove was built without NCCL; use the gloo backend");
+#endif
+}
+}  // namespace
 
 ProcessGroup::ProcessGroup(const ProcessGroupConfig& config) : config_(config), impl_(new Impl) {
     if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
         throw Error(ErrorKind::usage, "rank " + std::to_string(config.rank) + " is not inside world size " +
                                           std::to_string(config.world_size) + " (RANK, WORLD_SIZE)");
+    if (config.backend == CollectiveBackend::nccl) {
+        impl_->device = at::Device(config.device);
+        if (!impl_->device.is_cuda() || !impl_->device.has_index())
+            throw Error(ErrorKind::usage, "the NCCL process group needs one GPU as cuda:N, not \"" + config.device + "\"");
+    }
     try {
         c10d::TCPStoreOptions store_options;
         store_options.port = uint16_t(config.master_port);
@@ -28,35 +121,35 @@ ProcessGroup::ProcessGroup(const ProcessGroupConfig& config) : config_(config), 
         store_options.waitWorkers = true;
         store_options.timeout = std::chrono::seconds(config.timeout_seconds);
         impl_->store = c10::make_intrusive<c10d::TCPStore>(config.master_addr, store_options);
-        auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(config.timeout_seconds));
-        // one machine: loopback; several: the interface this host's name resolves to
-        bool local = config.master_addr == "127.0.0.1" || config.master_addr == "localhost";
-        options->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                         : c10d::ProcessGroupGloo::createDefaultDevice());
-        impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, config.rank, config.world_size, options);
+        impl_->group = config.backend == CollectiveBackend::nccl ? nccl_group(impl_->store, config, impl_->device)
+                                                                 : gloo_group(impl_->store, config);
     } catch (const std::exception& e) {
         throw Error(ErrorKind::runtime, "rank " + std::to_string(config.rank) + " could not join the process group at " +
                                             config.master_addr + ":" + std::to_string(config.master_port) +
-                                            " (MASTER_ADDR, "
-                                            "MASTER_PORT): " +
+                                            " (MASTER_ADDR, MASTER_PORT) over " + backend_name(config.backend) + ": " +
                                             e.what());
     }
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+    // NCCL's watchdog thread and communicators are released here rather than at exit (where torch warns)
+    if (impl_ && impl_->group && config_.backend == CollectiveBackend::nccl) {
+        try {
+            impl_->group->shutdown();
+        } catch (const std::exception&) {  // a destructor must not throw; the process is ending anyway
+        }
+    }
+}
 
-namespace {
-// collectives run on contiguous CPU tensors; results are copied back into the callers' tensors
-at::Tensor staged(const at::Tensor& t) { return t.detach().to(at::kCPU).contiguous(); }
-}  // namespace
-
+// With one rank the collectives still run (nothing short-circuits), so a one-rank group checks the
+// backend itself: the device kit's NCCL check on a machine with one GPU.
 void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, bool max) {
-    if (config_.world_size == 1 || tensors.empty()) return;
+    if (tensors.empty()) return;
     std::map<at::ScalarType, std::vector<size_t>> by_dtype;  // one flat buffer per dtype
     for (size_t i = 0; i < tensors.size(); ++i) by_dtype[tensors[i].scalar_type()].push_back(i);
     for (auto& [dtype, indices] : by_dtype) {
         std::vector<at::Tensor> flat;
-        for (size_t i : indices) flat.push_back(staged(tensors[i]).view(-1));
+        for (size_t i : indices) flat.push_back(impl_->staged(tensors[i]).view(-1));
         std::vector<at::Tensor> buffer{at::cat(flat)};
         c10d::AllreduceOptions options;
         options.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
@@ -74,8 +167,7 @@ void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) { all_reduce
 void ProcessGroup::all_reduce_max(std::vector<at::Tensor>& tensors) { all_reduce(tensors, true); }
 
 at::Tensor ProcessGroup::all_gather_rows(const at::Tensor& local) {
-    if (config_.world_size == 1) return local;
-    at::Tensor input = staged(local);
+    at::Tensor input = impl_->staged(local);
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < config_.world_size; ++r) outputs[0].push_back(at::empty_like(input));
     std::vector<at::Tensor> inputs{input};
@@ -84,9 +176,8 @@ at::Tensor ProcessGroup::all_gather_rows(const at::Tensor& local) {
 }
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
-    if (config_.world_size == 1) return;
     for (at::Tensor& t : tensors) {
-        std::vector<at::Tensor> buffer{staged(t)};
+        std::vector<at::Tensor> buffer{impl_->staged(t)};
         c10d::BroadcastOptions options;
         options.rootRank = root;
         impl_->group->broadcast(buffer, options)->wait();
@@ -94,9 +185,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
     }
 }
 
-void ProcessGroup::barrier() {
-    if (config_.world_size > 1) impl_->group->barrier()->wait();
-}
+void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
 
 double ProcessGroup::sum(double value) {
     std::vector<at::Tensor> t{at::full({1}, value, at::kDouble)};

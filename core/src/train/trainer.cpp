@@ -154,7 +154,8 @@ void Trainer::State::load() {
                                              ") and train.gradient_accumulation_steps (" + std::to_string(A) +
                                              ") must divide one another, so optimizer steps line up with generation batches");
 
-    model = Model::load(c.model.path, c.model.device, c.model.dtype);
+    const std::string device = options.device.value_or(c.model.device);
+    model = Model::load(c.model.path, device, c.model.dtype);
     if (model->config().sequence_classifier)
         throw Error(ErrorKind::input, c.model.path + " is a " + model->config().architecture +
                                           " (a reward model), not a policy to train: load it with [[rewards]] model = \"" +
@@ -183,7 +184,7 @@ void Trainer::State::load() {
     model->set_base_trainable(full);
     if (!full) model->attach_adapter(*adapter_host);
     // beta = 0 loads no reference model at all (docs/grpo.md#kl-to-the-reference); LoRA uses the base model
-    if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, c.model.device, c.model.dtype);
+    if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, device, c.model.dtype);
 
     params = model->trainable_parameters();
     if (params.empty())

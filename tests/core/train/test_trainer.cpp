@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <sys/wait.h>
 #include <cstdlib>
 
 #include <ATen/ATen.h>
@@ -858,6 +859,11 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
                 reduction + "\"' --set train.adam_epsilon=1.0 2>" + fs::path(m.path()).parent_path().string() + "/stderr.txt";
             ASSERT_EQ(std::system(command.c_str()), 0) << command;
             outputs[nproc] = m.string("output.dir");
+            if (nproc == 2) {
+                std::ifstream err(fs::path(m.path()).parent_path() / "stderr.txt");
+                std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+                EXPECT_NE(said.find("2 processes over gloo"), std::string::npos) << "CPU ranks talk over Gloo:\n" << said;
+            }
         }
         auto one = metric_lines(outputs[1] + "/metrics.jsonl"), two = metric_lines(outputs[2] + "/metrics.jsonl");
         ASSERT_EQ(one.size(), 2u) << reduction;
@@ -879,6 +885,26 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors"))
             << "a checkpoint at a generation boundary";
     }
+}
+
+// NCCL asked for where it cannot work (here: the model on the CPU) stops the launcher before any rank
+// starts, with the manifest, the key and the fix; nothing is written.
+TEST(Trainer, NcclWithoutGpusIsRefusedBeforeAnyRankStarts) {
+    auto m = manifest("ddp_nccl_on_cpu", {});
+    const fs::path dir = fs::path(m.path()).parent_path();
+    fs::remove_all(m.string("output.dir"));
+    std::string command = std::string(GROVE_EXECUTABLE) + " train " + m.path() +
+                          " --nproc 2 --set 'train.ddp_backend=\"nccl\"' --set 'model.device=\"cpu\"' 2>" +
+                          (dir / "stderr.txt").string();
+    int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 3) << "a manifest error";
+    std::ifstream err(dir / "stderr.txt");
+    std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+    EXPECT_NE(said.find(m.path() + ": train.ddp_backend = \"nccl\" runs between GPUs"), std::string::npos) << said;
+    EXPECT_NE(said.find("set ddp_backend = \"gloo\""), std::string::npos) << said;
+    EXPECT_EQ(said.find("rank 0"), std::string::npos) << "no rank started:\n" << said;
+    EXPECT_FALSE(fs::exists(m.string("output.dir")));
 }
 
 // Two ranks stopped inside a generation batch (steps_per_generation 2, a checkpoint after step 1 holds

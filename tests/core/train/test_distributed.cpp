@@ -1,0 +1,179 @@
+// Several processes: where each rank trains and which backend carries its collectives (place_rank),
+// and the collectives themselves on every backend and device this machine has. Ranks run as threads
+// of this process, each with its own c10d group over a loopback rendezvous.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grove/distributed.hpp"
+#include "grove/error.hpp"
+#include "grove/loopback_port.hpp"
+
+using grove::CollectiveBackend;
+using grove::DdpBackend;
+using grove::place_rank;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const grove::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+// --- placement: pure rules, any GPU count simulated -----------------------------------------------
+
+TEST(Placement, CpuRanksTalkOverGloo) {
+    auto p = place_rank("g.toml", "cpu", DdpBackend::automatic, 1, 2, 0, true);
+    EXPECT_EQ(p.device, "cpu");
+    EXPECT_EQ(p.backend, CollectiveBackend::gloo);
+    p = place_rank("g.toml", "auto", DdpBackend::automatic, 1, 2, 0, true);
+    EXPECT_EQ(p.device, "cpu") << "auto without a GPU";
+    EXPECT_EQ(p.backend, CollectiveBackend::gloo);
+}
+
+TEST(Placement, EachRankTakesItsOwnGpuAndNcclWhenThereAreEnough) {
+    for (const char* device : {"cuda", "auto"}) {
+        auto p = place_rank("g.toml", device, DdpBackend::automatic, 3, 4, 8, true);
+        EXPECT_EQ(p.device, "cuda:3") << device;
+        EXPECT_EQ(p.backend, CollectiveBackend::nccl) << device;
+    }
+    auto gloo = place_rank("g.toml", "cuda", DdpBackend::gloo, 1, 2, 2, true);
+    EXPECT_EQ(gloo.device, "cuda:1");
+    EXPECT_EQ(gloo.backend, CollectiveBackend::gloo) << "asked for";
+    auto unbuilt = place_rank("g.toml", "cuda", DdpBackend::automatic, 1, 2, 2, false);
+    EXPECT_EQ(unbuilt.backend, CollectiveBackend::gloo) << "auto without NCCL in the build";
+}
+
+TEST(Placement, RanksSharingAGpuFallBackToGloo) {
+    auto p = place_rank("g.toml", "cuda", DdpBackend::automatic, 1, 2, 1, true);
+    EXPECT_EQ(p.device, "cuda:0");
+    EXPECT_EQ(p.backend, CollectiveBackend::gloo);
+    p = place_rank("g.toml", "cuda", DdpBackend::automatic, 2, 3, 2, true);
+    EXPECT_EQ(p.device, "cuda:0") << "round-robin";
+    p = place_rank("g.toml", "cuda:1", DdpBackend::automatic, 0, 2, 4, true);
+    EXPECT_EQ(p.device, "cuda:1") << "an explicit GPU is every rank's";
+    EXPECT_EQ(p.backend, CollectiveBackend::gloo);
+    p = place_rank("g.toml", "cuda:1", DdpBackend::nccl, 0, 1, 4, true);
+    EXPECT_EQ(p.backend, CollectiveBackend::nccl) << "one process on one explicit GPU";
+}
+
+TEST(Placement, NcclThatCannotWorkIsRefusedWithTheKeyAndTheFix) {
+    std::string cpu = error_of([] { place_rank("run/g.toml", "cpu", DdpBackend::nccl, 0, 2, 1, true); });
+    EXPECT_NE(cpu.find("run/g.toml: train.ddp_backend = \"nccl\""), std::string::npos) << cpu;
+    EXPECT_NE(cpu.find("model.device is \"cpu\""), std::string::npos) << cpu;
+    EXPECT_NE(cpu.find("\"gloo\""), std::string::npos) << cpu;
+
+    std::string shared = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 1, 2, 1, true); });
+    EXPECT_NE(shared.find("one GPU per process"), std::string::npos) << shared;
+    EXPECT_NE(shared.find("2 processes on this machine share 1 GPU"), std::string::npos) << shared;
+    std::string one_gpu = error_of([] { place_rank("g.toml", "cuda:0", DdpBackend::nccl, 0, 2, 4, true); });
+    EXPECT_NE(one_gpu.find("the one GPU cuda:0"), std::string::npos) << one_gpu;
+
+    std::string unbuilt = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 0, 2, 2, false); });
+    EXPECT_NE(unbuilt.find("built without NCCL"), std::string::npos) << unbuilt;
+}
+
+// --- the collectives ------------------------------------------------------------------------------
+
+namespace {
+
+// What rank `rank` of `world` sees from every collective the trainer uses, checked against the sums,
+// maxima and orders the ranks' inputs imply.
+void check_collectives(grove::ProcessGroup& group, at::Device device) {
+    const int rank = group.rank(), world = group.world_size();
+    auto on = at::TensorOptions().device(device);
+    // mixed dtypes in one call: one packed buffer each
+    std::vector<at::Tensor> tensors{
+        at::full({2, 3}, rank + 1.0, on.dtype(at::kFloat)), at::full({4}, 10.0 * (rank + 1), on.dtype(at::kDouble)),
+        at::arange(5, on.dtype(at::kLong)) * (rank + 1), at::full({1}, -rank - 0.5, on.dtype(at::kFloat))};
+    group.all_reduce_sum(tensors);
+    const double ranks_summed = world * (world + 1) / 2.0;  // sum of rank + 1
+    EXPECT_TRUE(at::equal(tensors[0].cpu(), at::full({2, 3}, ranks_summed, at::kFloat)));
+    EXPECT_TRUE(at::equal(tensors[1].cpu(), at::full({4}, 10.0 * ranks_summed, at::kDouble)));
+    EXPECT_TRUE(at::equal(tensors[2].cpu(), at::arange(5, at::kLong) * int64_t(ranks_summed)));
+    EXPECT_FLOAT_EQ(tensors[3].item<float>(), float(-ranks_summed + world * 0.5));
+    EXPECT_EQ(tensors[0].device(), device) << "results land where the caller's tensors are";
+
+    std::vector<at::Tensor> maxima{at::tensor({double(rank), -double(rank)}, on.dtype(at::kDouble))};
+    group.all_reduce_max(maxima);
+    EXPECT_TRUE(at::equal(maxima[0].cpu(), at::tensor({double(world - 1), 0.0}, at::kDouble)));
+
+    at::Tensor rows = at::full({2, 3}, double(rank), on.dtype(at::kFloat));
+    at::Tensor gathered = group.all_gather_rows(rows);
+    ASSERT_EQ(gathered.sizes(), (std::vector<int64_t>{2 * world, 3}));
+    for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(at::equal(gathered.narrow(0, 2 * r, 2).cpu(), at::full({2, 3}, double(r), at::kFloat))) << "rank order";
+    EXPECT_EQ(gathered.device(), device);
+
+    const int root = world - 1;
+    std::vector<at::Tensor> shared{at::full({3}, 100.0 + rank, on.dtype(at::kFloat)), at::full({2}, rank, on.dtype(at::kLong))};
+    group.broadcast(shared, root);
+    EXPECT_TRUE(at::equal(shared[0].cpu(), at::full({3}, 100.0 + root, at::kFloat)));
+    EXPECT_TRUE(at::equal(shared[1].cpu(), at::full({2}, int64_t(root), at::kLong)));
+
+    EXPECT_DOUBLE_EQ(group.sum(0.25 * (rank + 1)), 0.25 * ranks_summed);
+    EXPECT_DOUBLE_EQ(group.max(double(rank)), double(world - 1));
+    group.barrier();
+}
+
+// Runs check_collectives on `world` ranks, one thread each, rank r on devices[r].
+void run_ranks(int world, CollectiveBackend backend, const std::vector<std::string>& devices) {
+    const int port = grove::free_loopback_port();
+    std::vector<std::thread> ranks;
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    for (int rank = 0; rank < world; ++rank)
+        ranks.emplace_back([&, rank] {
+            try {
+                grove::ProcessGroupConfig c;
+                c.rank = rank;
+                c.world_size = world;
+                c.master_port = port;
+                c.timeout_seconds = 60;
+                c.backend = backend;
+                c.device = devices[size_t(rank)];
+                grove::ProcessGroup group(c);
+                EXPECT_EQ(group.backend(), backend);
+                check_collectives(group, at::Device(devices[size_t(rank)]));
+            } catch (const std::exception& e) {
+                errors[size_t(rank)] = e.what();
+            }
+        });
+    for (auto& t : ranks) t.join();
+    for (int rank = 0; rank < world; ++rank) EXPECT_EQ(errors[size_t(rank)], "") << "rank " << rank;
+}
+
+}  // namespace
+
+TEST(Collectives, GlooOnTheCpu) {
+    run_ranks(1, CollectiveBackend::gloo, {"cpu"});  // one rank still runs every collective
+    run_ranks(2, CollectiveBackend::gloo, {"cpu", "cpu"});
+    run_ranks(3, CollectiveBackend::gloo, {"cpu", "cpu", "cpu"});
+}
+
+TEST(Collectives, GlooWithTwoRanksSharingOneGpu) {
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here; the device kit runs this on a GPU";
+    run_ranks(2, CollectiveBackend::gloo, {"cuda:0", "cuda:0"});
+}
+
+TEST(Collectives, NcclOnOneGpu) {
+    if (!grove::nccl_available()) GTEST_SKIP() << "this build has no NCCL (no CUDA toolkit when it was configured)";
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here; the device kit runs this on a GPU";
+    // NCCL refuses two ranks on one device, so one GPU checks a one-rank group
+    run_ranks(1, CollectiveBackend::nccl, {"cuda:0"});
+}
+
+TEST(Collectives, NcclWithOneGpuPerRank) {
+    if (!grove::nccl_available()) GTEST_SKIP() << "this build has no NCCL (no CUDA toolkit when it was configured)";
+    if (at::getNumGPUs() < 2) GTEST_SKIP() << "fewer than 2 GPUs here: NCCL needs one per rank";
+    run_ranks(2, CollectiveBackend::nccl, {"cuda:0", "cuda:1"});
+}
