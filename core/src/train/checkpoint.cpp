@@ -75,17 +75,19 @@ std::vector<MicroBatch> read_micro_batches(const SafetensorsFile& f) {
 }
 
 json progress_json(const TrainingProgress& p) {
-    return {{"global_step", p.global_step},
-            {"micro_step", p.micro_step},
-            {"generation_index", p.generation_index},
-            {"epoch", p.sampler.epoch},
-            {"position", p.sampler.position},
-            {"replay_position", p.sampler.replay_position},
-            {"num_tokens", p.num_tokens},
-            {"generation_tokens", p.generation_tokens},
-            {"entropy_coef", p.entropy.coef},
-            // JSON has no infinity: null = no entropy measured yet
-            {"last_world_entropy", std::isfinite(p.entropy.last_entropy) ? json(p.entropy.last_entropy) : json(nullptr)}};
+    json st = {{"global_step", p.global_step},
+               {"micro_step", p.micro_step},
+               {"generation_index", p.generation_index},
+               {"epoch", p.sampler.epoch},
+               {"position", p.sampler.position},
+               {"replay_position", p.sampler.replay_position},
+               {"num_tokens", p.num_tokens},
+               {"generation_tokens", p.generation_tokens},
+               {"entropy_coef", p.entropy.coef},
+               // JSON has no infinity: null = no entropy measured yet
+               {"last_world_entropy", std::isfinite(p.entropy.last_entropy) ? json(p.entropy.last_entropy) : json(nullptr)}};
+    if (p.rollouts_bytes) st["rollouts_bytes"] = *p.rollouts_bytes;
+    return st;
 }
 
 // `p` holds what a checkpoint from before a field was added keeps (the entropy coefficient from the manifest).
@@ -103,6 +105,8 @@ TrainingProgress progress_from_json(const json& st, TrainingProgress p, const st
     if (st.contains("entropy_coef")) p.entropy.coef = json_number(st["entropy_coef"], file + ": entropy_coef");
     if (st.contains("last_world_entropy") && !st["last_world_entropy"].is_null())
         p.entropy.last_entropy = json_number(st["last_world_entropy"], file + ": last_world_entropy");
+    p.rollouts_bytes.reset();  // a checkpoint without it (older, or no rollouts written) leaves the file as it is
+    if (st.contains("rollouts_bytes")) p.rollouts_bytes = count("rollouts_bytes");
     return p;
 }
 

@@ -31,6 +31,9 @@ struct TrainingProgress {
     PromptSource::Position sampler;
     double generation_tokens = 0;  // the current generation batch's loss tokens, all ranks
     EntropyControl entropy;        // the entropy bonus's coefficient (adaptive: it moves)
+    // rollouts.jsonl's length when the checkpoint was written (rank 0 writes it); unset when it was
+    // not being written. A resume cuts the file back to it, since the steps after are rerun.
+    std::optional<int64_t> rollouts_bytes;
 };
 
 // What a checkpoint saves and restores, by reference to the trainer's own.

@@ -38,13 +38,18 @@ void keep_lines(const fs::path& path, const std::function<bool(int64_t)>& keep) 
 }
 }  // namespace
 
-RunLog::RunLog(const std::string& output_dir, bool open, std::optional<int64_t> resumed_at, bool save_rollouts) {
+RunLog::RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, bool save_rollouts) {
     if (!open) return;
-    const bool append = resumed_at.has_value();
+    const bool append = resume.has_value();
     if (append) {  // what the run logged after its checkpoint is logged again as it reruns those steps
-        const int64_t step = *resumed_at;
+        const int64_t step = resume->step;
         keep_lines(fs::path(output_dir) / "metrics.jsonl", [&](int64_t s) { return s <= step; });     // after step s
         keep_lines(fs::path(output_dir) / "completions.jsonl", [&](int64_t s) { return s < step; });  // during step s+1
+        const fs::path rollouts = fs::path(output_dir) / "rollouts.jsonl";
+        std::error_code missing;
+        const auto bytes = fs::file_size(rollouts, missing);
+        if (!missing && resume->rollouts_bytes && uintmax_t(*resume->rollouts_bytes) < bytes)
+            fs::resize_file(rollouts, uintmax_t(*resume->rollouts_bytes));
     }
     const std::ios::openmode mode = std::ios::out | (append ? std::ios::app : std::ios::trunc);
     auto open_log = [&](std::ofstream& stream, const char* name) {
@@ -54,7 +59,10 @@ RunLog::RunLog(const std::string& output_dir, bool open, std::optional<int64_t> 
     };
     open_log(metrics_, "metrics.jsonl");
     open_log(completions_, "completions.jsonl");
-    if (save_rollouts) open_log(rollouts_, "rollouts.jsonl");
+    if (save_rollouts) {
+        open_log(rollouts_, "rollouts.jsonl");
+        rollouts_path_ = (fs::path(output_dir) / "rollouts.jsonl").string();
+    }
 }
 
 namespace {
@@ -113,6 +121,13 @@ void RunLog::write_rollouts(const Rollout& rollout, const ScoredBatch& scored) {
         rollouts_ << line.dump() << "\n";
     }
     require_written(rollouts_, "rollouts.jsonl");
+}
+
+std::optional<int64_t> RunLog::rollouts_bytes() {
+    if (!rollouts_.is_open()) return std::nullopt;
+    // the file's size, not tellp(): a stream opened to append reports 0 until its first write
+    require_written(rollouts_, "rollouts.jsonl");
+    return int64_t(fs::file_size(rollouts_path_));
 }
 
 }  // namespace grove

@@ -15,18 +15,26 @@ namespace grove {
 
 class RunLog {
 public:
+    // Where a resumed run continues its logs: metrics and completions drop the lines of steps after
+    // `step`; rollouts.jsonl is cut back to `rollouts_bytes` when known (its rows carry no step).
+    struct Resume {
+        int64_t step = 0;
+        std::optional<int64_t> rollouts_bytes;
+    };
     // Opens the files (appending when resuming); `open` false gives a log that writes nothing.
-    // resumed_at: the checkpoint's step; the logs then drop what came after it and append
-    RunLog(const std::string& output_dir, bool open, std::optional<int64_t> resumed_at, bool save_rollouts);
+    RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, bool save_rollouts);
 
     void write_metrics(int64_t step, const std::map<std::string, double>& metrics);
     // This rank's first `limit` rows (all when unset).
     void write_completions(int64_t step, const Rollout& rollout, const ScoredBatch& scored, std::optional<int64_t> limit);
     // Every row of this rank with its prompt and completion ids, sampling log-probs and rewards.
     void write_rollouts(const Rollout& rollout, const ScoredBatch& scored);
+    // rollouts.jsonl's length so far, for a checkpoint; unset when the log does not write it.
+    std::optional<int64_t> rollouts_bytes();
 
 private:
     std::ofstream metrics_, completions_, rollouts_;
+    std::string rollouts_path_;
 };
 
 }  // namespace grove

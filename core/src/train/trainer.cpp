@@ -453,9 +453,11 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         if (!s.config.loss.use_adaptive_entropy) s.progress.entropy = EntropyControl{s.config.loss.entropy_coef};
     }
     // a resume drops what the logs hold after its step (all of it when it starts from step 0)
-    s.log = std::make_unique<RunLog>(output, options.rank == 0,
-                                     options.resume ? std::optional<int64_t>(s.progress.global_step) : std::nullopt,
-                                     s.config.logging.save_rollouts);
+    std::optional<RunLog::Resume> log_resume;
+    if (options.resume)
+        log_resume = RunLog::Resume{s.progress.global_step,
+                                    s.progress.global_step == 0 ? std::optional<int64_t>(0) : s.progress.rollouts_bytes};
+    s.log = std::make_unique<RunLog>(output, options.rank == 0, log_resume, s.config.logging.save_rollouts);
     test_kill_point("startup", s.progress.global_step);
 }
 
@@ -574,6 +576,7 @@ std::map<std::string, double> Trainer::step() {
 std::string Trainer::save_checkpoint() {
     State& s = *s_;
     CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer};
+    s.progress.rollouts_bytes = s.log->rollouts_bytes();
     return s.checkpoints->save(
         state, s.inside_generation_batch(), s.config.manifest_path, [&](const std::string& folder) { s.export_model(folder); },
         s.config.output.save_total_limit);

@@ -830,6 +830,10 @@ std::map<std::string, at::Tensor> checkpoint_tensors(const std::string& file) {
     for (const auto& t : f.tensors()) out[t.name] = grove::tensor_from_entry(t, f.path()).clone();
     return out;
 }
+std::string file_text(const std::string& file) {
+    std::ifstream in(file);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 std::vector<nlohmann::json> metric_lines(const std::string& file) {
     std::vector<nlohmann::json> out;
     std::ifstream in(file);
@@ -860,8 +864,7 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
             ASSERT_EQ(std::system(command.c_str()), 0) << command;
             outputs[nproc] = m.string("output.dir");
             if (nproc == 2) {
-                std::ifstream err(fs::path(m.path()).parent_path() / "stderr.txt");
-                std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+                const std::string said = file_text((fs::path(m.path()).parent_path() / "stderr.txt").string());
                 EXPECT_NE(said.find("2 processes over gloo"), std::string::npos) << "CPU ranks talk over Gloo:\n" << said;
             }
         }
@@ -899,8 +902,7 @@ TEST(Trainer, NcclWithoutGpusIsRefusedBeforeAnyRankStarts) {
     int status = std::system(command.c_str());
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 3) << "a manifest error";
-    std::ifstream err(dir / "stderr.txt");
-    std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+    const std::string said = file_text((dir / "stderr.txt").string());
     EXPECT_NE(said.find(m.path() + ": train.ddp_backend = \"nccl\" runs between GPUs"), std::string::npos) << said;
     EXPECT_NE(said.find("set ddp_backend = \"gloo\""), std::string::npos) << said;
     EXPECT_EQ(said.find("rank 0"), std::string::npos) << "no rank started:\n" << said;
@@ -943,9 +945,11 @@ TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
 // Resuming from an earlier checkpoint reruns the steps after it: the logs drop what those steps
 // wrote before, so every step appears once in metrics.jsonl and completions.jsonl.
 TEST(Trainer, ResumeFromAnEarlierCheckpointLogsEveryStepOnce) {
-    auto m = manifest("relog", {"train.max_steps=4", "output.save_steps=2", "logging.log_completions=true"});
+    auto m = manifest(
+        "relog", {"train.max_steps=4", "output.save_steps=2", "logging.log_completions=true", "logging.save_rollouts=true"});
     grove::Trainer(m, fresh()).run();
     const std::string out = m.string("output.dir");
+    const std::string straight_rollouts = file_text(out + "/rollouts.jsonl");
     grove::TrainerOptions resume;
     resume.resume = out + "/checkpoint-2";
     grove::Trainer(m, resume).run();
@@ -956,6 +960,35 @@ TEST(Trainer, ResumeFromAnEarlierCheckpointLogsEveryStepOnce) {
     for (const auto& row : metric_lines(out + "/completions.jsonl")) ++completions_per_step[row["step"].get<int64_t>()];
     ASSERT_EQ(completions_per_step.size(), 4u);
     for (const auto& [step, count] : completions_per_step) EXPECT_EQ(count, completions_per_step.begin()->second) << step;
+    // rollouts.jsonl rows carry no step: the file is cut back to its length at checkpoint-2, and the
+    // rerun steps write the same rows again
+    EXPECT_FALSE(straight_rollouts.empty());
+    EXPECT_EQ(file_text(out + "/rollouts.jsonl"), straight_rollouts);
+}
+
+// A checkpoint inside a generation batch, written by a resumed run before it generated anything,
+// still records rollouts.jsonl's whole length: resuming from it keeps every row generated before.
+TEST(Trainer, ResumedRunsKeepRolloutsExactlyOnce) {
+    const std::vector<std::string> common{"output.save_steps=1", "train.steps_per_generation=2",
+                                          "train.lr_scheduler_type=\"constant\"", "logging.save_rollouts=true"};
+    auto with = [&](std::vector<std::string> more) {
+        more.insert(more.end(), common.begin(), common.end());
+        return more;
+    };
+    auto straight = manifest("rollouts_straight", with({"train.max_steps=4"}));
+    grove::Trainer(straight, fresh()).run();
+    const std::string expected = file_text(straight.string("output.dir") + "/rollouts.jsonl");
+
+    auto m = manifest("rollouts_resumed", with({"train.max_steps=1"}));
+    grove::Trainer(m, fresh()).run();
+    const std::string out = m.string("output.dir");
+    for (int64_t steps : {2, 4}) {  // step 2 replays the buffer (nothing written), then checkpoint-2
+        grove::TrainerOptions resume;
+        resume.resume = "latest";
+        grove::Trainer(grove::Manifest::load(m.path(), with({"train.max_steps=" + std::to_string(steps)})), resume).run();
+    }
+    EXPECT_FALSE(expected.empty());
+    EXPECT_EQ(file_text(out + "/rollouts.jsonl"), expected);
 }
 
 // SIGTERM stops `grove train` after the step in flight, writes a checkpoint and exits with 143
