@@ -10,6 +10,8 @@
 
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
+#include "grove/run_config.hpp"
 #include "plugin_test_support.hpp"
 
 namespace {
@@ -207,4 +209,34 @@ TEST(PythonEnvironment, ListingPluginsLoadsNoPythonUsingOneDoes) {
     EXPECT_FALSE(python_is_loaded()) << "listing the plugins loaded libpython";
     auto env = python_environment("Echo");
     EXPECT_TRUE(python_is_loaded());
+}
+
+// A Python environment in a worker process ([environment] isolation = "process"): it answers as in
+// process, and when the interpreter itself crashes (a segfault) the error names the environment,
+// the signal and the call, and this process goes on.
+TEST(PythonEnvironment, ACrashInAWorkerProcessIsNamedAndTheRunSurvivesIt) {
+    const std::string module = std::string(GROVE_TEST_SOURCE_DIR) + "/tests/plugins/python/crashing_environment.py";
+    const std::string text =
+        "[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n[environment]\nplugin = "
+        "\"python_environment\"\nconfig = { module = \"" +
+        module + "\", class = \"Segfaults\" }\nisolation = \"process\"\ntimeout = 60\n[[rewards]]\nplugin = \"format\"\n";
+    const grove::PluginUse use = *grove::RunConfig::from(grove::Manifest::parse(text, "/runs/grove.toml")).environment.use;
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    auto environment = grove::make_environment(host, use, false);
+    EXPECT_EQ(environment->stop_strings(), (std::vector<std::string>{"</say>"}));
+    auto fine = turns({"<say>a</say>", "<say>b</say>"}, 1, 1);
+    EXPECT_EQ(environment->step(fine).observations, (std::vector<std::string>{"<heard/>", "<heard/>"}));
+    auto crashing = turns({"<say>a</say>", "<say>crash</say>"}, 2, 1);
+    crashing.step = 4;
+    try {
+        environment->step(crashing);
+        ADD_FAILURE() << "no error";
+    } catch (const grove::Error& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("[environment]: environment plugin 'python_environment'"), std::string::npos) << message;
+        EXPECT_NE(message.find("crashed with signal 11 (Segmentation fault) while step for the episodes of "
+                               "generation-batch rows 0 to 1 (step 4)"),
+                  std::string::npos)
+            << message;
+    }
 }
