@@ -396,9 +396,10 @@ def collectives(ctx):
     return figures
 
 
-def ranks_run(ctx, name, nproc, backend):
+def ranks_run(ctx, name, nproc, backend, sharded=False):
     """Two replayed float32 steps on fixed rollouts with nproc ranks (per-rank batch 8 / nproc)."""
-    body = replay_body(per_device=8 // nproc, train=f'ddp_backend = "{backend}"\n')
+    train = f'ddp_backend = "{backend}"\nshard_optimizer_state = {str(sharded).lower()}\n'
+    body = replay_body(per_device=8 // nproc, train=train)
     manifest = write_run(ctx, name, body, fixed_rollouts())
     run = subprocess.run([ctx.grove_path, "train", manifest, "--nproc", str(nproc), "--set", f'model.device="{ctx.device}"',
                           "--set", "output.save_steps=2", "--overwrite"], capture_output=True, text=True, timeout=300)
@@ -413,16 +414,20 @@ def checkpoints_differ(run_a, run_b):
 
 
 def ranks_match_one_process(ctx):
-    """--nproc 2 (auto backend: Gloo when the ranks share one GPU, NCCL with a GPU each) against one process."""
+    """--nproc 2 (auto backend: Gloo when the ranks share one GPU, NCCL with a GPU each) against one process;
+    with the optimizer state sharded (ZeRO stage 1), the unsharded two ranks' weights exactly."""
     one, one_out = ranks_run(ctx, "ranks1", 1, "auto")
     two, two_out = ranks_run(ctx, "ranks2", 2, "auto")
-    for run in (one, two):
+    sharded, sharded_out = ranks_run(ctx, "ranks2sharded", 2, "auto", sharded=True)
+    for run in (one, two, sharded):
         assert run.returncode == 0, f"grove train exited {run.returncode}:\n{run.stderr[-2500:]}"
     used = [l for l in two.stderr.splitlines() if "processes over" in l]
     figures = {"backend_line": used[0].rsplit(", ", 1)[-1] if used else None,
                "max_weight_difference": checkpoints_differ(one_out, two_out),
                "loss_one_process": [m["loss"] for m in metrics(one_out)], "loss_two_ranks": [m["loss"] for m in metrics(two_out)]}
+    figures["sharded_max_weight_difference"] = checkpoints_differ(two_out, sharded_out)
     assert figures["backend_line"], "grove did not say which backend its ranks use"
+    assert figures["sharded_max_weight_difference"] == 0.0, "the sharded optimizer's update differs from the unsharded"
     assert figures["max_weight_difference"] <= 1e-5, "2 ranks' weights after 2 steps differ from one process's by more than 1e-5"
     return figures
 

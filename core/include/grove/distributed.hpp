@@ -63,6 +63,8 @@ public:
     at::Tensor all_gather_rows(const at::Tensor& local);
     // In place: rank `root`'s values everywhere.
     void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
+    // In place: tensors[i] from rank owners[i] (ZeRO stage 1: each tensor from the rank that updated it).
+    void broadcast_from_owners(const std::vector<at::Tensor>& tensors, const std::vector<int>& owners);
     void barrier();
 
     // Convenience for scalars: the sum / max over ranks.

@@ -19,7 +19,9 @@ struct AdamWOptions {
 class AdamW {
 public:
     // Weight decay applies to tensors of two or more dimensions only (not to norms and biases).
-    AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+    // `updated[i]` false: this optimizer keeps no moments for params[i] and leaves it alone (another
+    // rank updates it, ZeRO stage 1); empty: it updates every tensor.
+    AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated = {});
     // The total L2 norm of all gradients before clipping; scales them to max_norm when above it
     // (max_norm <= 0 disables clipping). One device sync.
     double clip_grad_norm(double max_norm);
@@ -30,16 +32,25 @@ public:
 
     const std::vector<at::Tensor>& params() const { return params_; }
     int64_t steps() const { return steps_; }
-    // Moments under names "exp_avg.<i>" / "exp_avg_sq.<i>", for checkpoints.
+    bool updates(size_t i) const { return updated_[i]; }
+    // params[i]'s first and second moments (undefined where this optimizer does not update it).
+    std::pair<at::Tensor, at::Tensor> moments(size_t i) const { return {exp_avg_[i], exp_avg_sq_[i]}; }
+    // The moments this optimizer keeps, under names "exp_avg.<i>" / "exp_avg_sq.<i>", for checkpoints.
     std::vector<std::pair<std::string, at::Tensor>> state() const;
+    // Entries for tensors this optimizer does not update are ignored (and may be undefined).
     void restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq);
 
 private:
     std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
-    std::vector<bool> decay_;
+    std::vector<bool> decay_, updated_;
     AdamWOptions o_;
     int64_t steps_ = 0;
 };
+
+// ZeRO stage 1: the rank that keeps the moments of, and updates, each tensor. Largest tensor first,
+// each to the rank holding the fewest elements so far, so shares are about equal and every rank
+// computes the same owners.
+std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_size);
 
 // transformers.get_scheduler's multiplier of the peak rate at optimizer step `step` (0-based):
 // linear warmup, then linear decay to 0, cosine, or constant.

@@ -74,6 +74,7 @@ struct TrainSection {
     int64_t seed = 42;
     MixedPrecision mixed_precision = MixedPrecision::automatic;
     DdpBackend ddp_backend = DdpBackend::automatic;  // several processes: how they exchange tensors
+    bool shard_optimizer_state = false;              // several processes: ZeRO stage 1
 };
 
 struct OutputSection {

@@ -268,6 +268,9 @@ const std::vector<KeySpec>& manifest_schema() {
                      "device; auto = nccl when every local process has a GPU of its own, else gloo"),
                  "auto|gloo|nccl"),
             "ddp_backend"),
+        key("train", "shard_optimizer_state", T::boolean, "false",
+            "several processes: each keeps AdamW's moments for, and updates, its share of the trained tensors and "
+            "sends them to the others (ZeRO stage 1): the same update with 1/N of the optimizer's memory"),
 
         path(key("rollouts", "path", T::string, nullptr,
                  "train on rollouts made elsewhere (JSONL: prompt_ids or prompt, completion_ids, optional "

@@ -123,6 +123,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.seed = m.integer("train.seed");
     t.mixed_precision = mixed_precision_from_name(m.string("train.mixed_precision"));
     t.ddp_backend = ddp_backend_from_name(m.string("train.ddp_backend"));
+    t.shard_optimizer_state = m.boolean("train.shard_optimizer_state");
 
     c.rollouts_path = m.optional_string("rollouts.path");
     c.output.dir = m.string("output.dir");

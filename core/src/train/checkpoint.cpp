@@ -203,6 +203,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     if (group_) group_->barrier();
     if (inside_generation_batch)
         save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
+    const std::vector<std::pair<std::string, at::Tensor>> moments = optimizer_state(state);
     if (group_) group_->barrier();
     if (rank_ != 0) {  // rank 0 writes the rest and renames; the others wait for it
         if (group_) group_->barrier();
@@ -213,7 +214,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
     test_kill_point("save", progress.global_step);
-    save_tensors((tmp / "optimizer.safetensors").string(), state.optimizer.state());
+    save_tensors((tmp / "optimizer.safetensors").string(), moments);
     json st = progress_json(progress);
     st["optimizer_steps"] = state.optimizer.steps();
     st["world_size"] = world_size_;
@@ -235,6 +236,22 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     }
     if (group_) group_->barrier();
     return final_dir.string();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Checkpoints::optimizer_state(const CheckpointedState& state) const {
+    if (state.owners.empty()) return state.optimizer.state();
+    // one tensor at a time, so a rank holds at most one moment it does not own
+    std::vector<std::pair<std::string, at::Tensor>> gathered;
+    for (size_t i = 0; i < state.trainable.size(); ++i) {
+        const auto [exp_avg, exp_avg_sq] = state.optimizer.moments(i);
+        for (auto [name, moment] : {std::pair{"exp_avg.", exp_avg}, std::pair{"exp_avg_sq.", exp_avg_sq}}) {
+            std::vector<at::Tensor> buffer{
+                state.optimizer.updates(i) ? moment : at::empty_like(state.trainable[i], at::TensorOptions().device(at::kCPU))};
+            group_->broadcast(buffer, state.owners[i]);
+            if (rank_ == 0) gathered.emplace_back(name + std::to_string(i), buffer[0]);
+        }
+    }
+    return gathered;
 }
 
 void Checkpoints::verify_files(const std::string& dir, const json& files) const {
@@ -297,8 +314,9 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         for (size_t i = 0; i < state.trainable.size(); ++i) {
             at::Tensor p = state.trainable[i];
             p.copy_(load(weights, "p" + std::to_string(i)));
-            exp_avg.push_back(load(optimizer, "exp_avg." + std::to_string(i)));
-            exp_avg_sq.push_back(load(optimizer, "exp_avg_sq." + std::to_string(i)));
+            const bool kept = state.optimizer.updates(i);  // sharded: this rank's share only
+            exp_avg.push_back(kept ? load(optimizer, "exp_avg." + std::to_string(i)) : at::Tensor());
+            exp_avg_sq.push_back(kept ? load(optimizer, "exp_avg_sq." + std::to_string(i)) : at::Tensor());
         }
     }
     state.optimizer.restore(optimizer_steps, exp_avg, exp_avg_sq);

@@ -42,6 +42,9 @@ struct CheckpointedState {
     std::vector<MicroBatch>& unused_micro_batches;  // saved only inside a generation batch
     const std::vector<at::Tensor>& trainable;
     AdamW& optimizer;
+    // ZeRO stage 1: the rank whose optimizer keeps trainable[i]'s moments; empty: every rank's does.
+    // A checkpoint holds them all either way (gathered to rank 0), so it resumes sharded or not.
+    const std::vector<int>& owners;
 };
 
 // "checkpoint-<step>" and back; nullopt for any other folder name.
@@ -74,6 +77,9 @@ public:
 private:
     std::string write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
                       const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
+    // The optimizer's moments for optimizer.safetensors, gathered from their owners to rank 0 when
+    // sharded (every rank takes part; the others get an empty list).
+    std::vector<std::pair<std::string, at::Tensor>> optimizer_state(const CheckpointedState& state) const;
     // Every file trainer_state.json lists exists with its size and checksum; throws naming the file.
     void verify_files(const std::string& dir, const nlohmann::json& files) const;
     // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.

@@ -185,6 +185,15 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
     }
 }
 
+void ProcessGroup::broadcast_from_owners(const std::vector<at::Tensor>& tensors, const std::vector<int>& owners) {
+    for (int root = 0; root < config_.world_size; ++root) {
+        std::vector<at::Tensor> owned;
+        for (size_t i = 0; i < tensors.size(); ++i)
+            if (owners[i] == root) owned.push_back(tensors[i]);
+        broadcast(owned, root);
+    }
+}
+
 void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
 
 double ProcessGroup::sum(double value) {

@@ -3,15 +3,20 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace grove {
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : params_(std::move(params)), o_(options) {
-    for (const auto& p : params_) {
-        exp_avg_.push_back(at::zeros_like(p));
-        exp_avg_sq_.push_back(at::zeros_like(p));
-        decay_.push_back(p.dim() >= 2);
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated)
+        : params_(std::move(params)), updated_(std::move(updated)), o_(options) {
+    if (updated_.empty()) updated_.assign(params_.size(), true);
+    if (updated_.size() != params_.size()) throw std::invalid_argument("AdamW: one `updated` flag per tensor");
+    for (size_t i = 0; i < params_.size(); ++i) {
+        exp_avg_.push_back(updated_[i] ? at::zeros_like(params_[i]) : at::Tensor());
+        exp_avg_sq_.push_back(updated_[i] ? at::zeros_like(params_[i]) : at::Tensor());
+        decay_.push_back(params_[i].dim() >= 2);
     }
 }
 
@@ -34,7 +39,7 @@ void AdamW::step(double lr) {
     double bias1 = 1.0 - std::pow(o_.beta1, double(steps_)), bias2 = 1.0 - std::pow(o_.beta2, double(steps_));
     for (size_t i = 0; i < params_.size(); ++i) {
         at::Tensor& p = params_[i];
-        if (!p.grad().defined()) continue;
+        if (!updated_[i] || !p.grad().defined()) continue;
         at::Tensor g = p.grad();
         if (o_.weight_decay != 0.0 && decay_[i]) p.mul_(1.0 - lr * o_.weight_decay);
         exp_avg_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
@@ -52,6 +57,7 @@ void AdamW::zero_grad() {
 std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (size_t i = 0; i < params_.size(); ++i) {
+        if (!updated_[i]) continue;
         out.emplace_back("exp_avg." + std::to_string(i), exp_avg_[i]);
         out.emplace_back("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
     }
@@ -62,9 +68,25 @@ void AdamW::restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const
     at::NoGradGuard no_grad;
     steps_ = steps;
     for (size_t i = 0; i < params_.size(); ++i) {
+        if (!updated_[i]) continue;
         exp_avg_[i].copy_(exp_avg[i]);
         exp_avg_sq_[i].copy_(exp_avg_sq[i]);
     }
+}
+
+std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_size) {
+    std::vector<size_t> largest_first(params.size());
+    for (size_t i = 0; i < params.size(); ++i) largest_first[i] = i;
+    std::stable_sort(largest_first.begin(), largest_first.end(),
+                     [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+    std::vector<int64_t> load(size_t(world_size), 0);
+    std::vector<int> owners(params.size(), 0);
+    for (size_t i : largest_first) {
+        const int rank = int(std::min_element(load.begin(), load.end()) - load.begin());  // the first least loaded
+        owners[i] = rank;
+        load[size_t(rank)] += params[i].numel();
+    }
+    return owners;
 }
 
 double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total) {

@@ -105,6 +105,7 @@ struct Trainer::State {
     std::optional<at::DeviceType> autocast_device;  // train.mixed_precision resolved
     std::vector<at::Tensor> params;                 // trainable tensors, in optimizer order
     std::unique_ptr<AdamW> optimizer;
+    std::vector<int> owners;  // ZeRO stage 1: the rank that updates params[i]; empty: every rank, all of them
     std::unique_ptr<PromptSource> prompts;
     SamplingOptions sampling;  // stop and pad tokens filled; the seed is set per generation batch
     int64_t total = 0, warmup = 0;
@@ -193,8 +194,13 @@ void Trainer::State::load() {
                         "' left no trainable parameter: "
                         "check its target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, "
                         "gate_proj, up_proj, down_proj)");
+    std::vector<bool> updated;  // empty: all
+    if (c.train.shard_optimizer_state && options.group) {
+        owners = shard_owners(params, options.world_size);
+        for (int owner : owners) updated.push_back(owner == options.rank);
+    }
     optimizer = std::make_unique<AdamW>(
-        params, AdamWOptions{c.train.adam_beta1, c.train.adam_beta2, c.train.adam_epsilon, c.train.weight_decay});
+        params, AdamWOptions{c.train.adam_beta1, c.train.adam_beta2, c.train.adam_epsilon, c.train.weight_decay}, updated);
     if (options.group) {  // every rank starts from rank 0's trainable weights
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> shared = params;
@@ -446,7 +452,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     s.load();
     s.checkpoints = std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group);
     if (resume_from) {
-        CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer};
+        CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer, s.owners};
         s.checkpoints->restore(*resume_from, state);
         s.prompts->restore(s.progress.sampler);
         // only adaptive control carries its coefficient across a resume (TRL); a static one is the manifest's
@@ -548,6 +554,10 @@ std::map<std::string, double> Trainer::step() {
         c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, p.global_step, s.warmup, s.total);
     s.optimizer->step(lr);
     s.optimizer->zero_grad();
+    if (!s.owners.empty()) {  // ZeRO stage 1: each rank updated its share; everyone gets every tensor
+        at::NoGradGuard no_grad;
+        group->broadcast_from_owners(s.params, s.owners);
+    }
     ++p.global_step;
     if (c.loss.use_adaptive_entropy) {  // the window's entropy over every rank decides the next step's coefficient
         if (group) trained_entropy_sum = group->sum(trained_entropy_sum), trained_token_count = group->sum(trained_token_count);
@@ -575,7 +585,7 @@ std::map<std::string, double> Trainer::step() {
 
 std::string Trainer::save_checkpoint() {
     State& s = *s_;
-    CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer};
+    CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer, s.owners};
     s.progress.rollouts_bytes = s.log->rollouts_bytes();
     return s.checkpoints->save(
         state, s.inside_generation_batch(), s.config.manifest_path, [&](const std::string& folder) { s.export_model(folder); },

@@ -12,6 +12,7 @@
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
 #include "grove/loopback_port.hpp"
+#include "grove/optimizer.hpp"
 
 using grove::CollectiveBackend;
 using grove::DdpBackend;
@@ -81,6 +82,62 @@ TEST(Placement, NcclThatCannotWorkIsRefusedWithTheKeyAndTheFix) {
 
     std::string unbuilt = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 0, 2, 2, false); });
     EXPECT_NE(unbuilt.find("built without NCCL"), std::string::npos) << unbuilt;
+}
+
+// --- ZeRO stage 1: who updates which tensor ---------------------------------------------------------
+
+TEST(ShardedOptimizer, OwnersShareTheElementsAboutEqually) {
+    std::vector<at::Tensor> params;
+    for (int64_t n : {100, 10, 10, 50, 30}) params.push_back(at::zeros({n}));
+    EXPECT_EQ(grove::shard_owners(params, 1), (std::vector<int>{0, 0, 0, 0, 0}));
+    // largest first, each to the least loaded: 100 | 50 + 30 + 10 + 10
+    EXPECT_EQ(grove::shard_owners(params, 2), (std::vector<int>{0, 1, 1, 1, 1}));
+    EXPECT_EQ(grove::shard_owners(params, 3), (std::vector<int>{0, 2, 2, 1, 2}));
+    auto more_ranks_than_tensors = grove::shard_owners({at::zeros({4}), at::zeros({4})}, 4);
+    EXPECT_EQ(more_ranks_than_tensors, (std::vector<int>{0, 1}));
+}
+
+// Two optimizers that each keep the moments of, and update, their share give the update of one
+// that does all, bit for bit, and keep no state for the rest.
+TEST(ShardedOptimizer, SharesTogetherMakeTheWholeUpdate) {
+    at::manual_seed(0);
+    std::vector<at::Tensor> initial{at::randn({6, 4}), at::randn({4}), at::randn({3, 3})};
+    auto copy = [&] {
+        std::vector<at::Tensor> out;
+        for (const auto& t : initial) out.push_back(t.clone());
+        return out;
+    };
+    std::vector<at::Tensor> whole = copy(), rank0 = copy(), rank1 = copy();
+    const grove::AdamWOptions options{0.9, 0.99, 1e-8, 0.1};
+    const std::vector<int> owners = grove::shard_owners(whole, 2);
+    std::vector<bool> mine0, mine1;
+    for (int o : owners) mine0.push_back(o == 0), mine1.push_back(o == 1);
+    grove::AdamW all(whole, options), first(rank0, options, mine0), second(rank1, options, mine1);
+    for (int step = 0; step < 3; ++step) {
+        for (size_t i = 0; i < initial.size(); ++i) {
+            at::Tensor grad = at::randn(initial[i].sizes());
+            for (auto* params : {&whole, &rank0, &rank1}) (*params)[i].mutable_grad() = grad.clone();
+        }
+        std::vector<at::Tensor> before;
+        for (const auto& t : whole) before.push_back(t.clone());
+        for (auto* optimizer : {&all, &first, &second}) optimizer->step(1e-2), optimizer->zero_grad();
+        for (size_t i = 0; i < initial.size(); ++i) {
+            const at::Tensor& updated = owners[i] == 0 ? rank0[i] : rank1[i];
+            const at::Tensor& untouched = owners[i] == 0 ? rank1[i] : rank0[i];
+            EXPECT_TRUE(at::equal(updated, whole[i])) << "tensor " << i << " step " << step;
+            EXPECT_TRUE(at::equal(untouched, before[i])) << "tensor " << i << ": the other rank's, left alone";
+            EXPECT_FALSE(at::equal(whole[i], before[i])) << "tensor " << i << ": the step moved it";
+        }
+        for (size_t i = 0; i < initial.size(); ++i) {  // what the broadcast from the owners does
+            rank0[i].copy_(whole[i]);
+            rank1[i].copy_(whole[i]);
+        }
+    }
+    EXPECT_EQ(first.state().size() + second.state().size(), all.state().size()) << "moments of its own share only";
+    for (size_t i = 0; i < initial.size(); ++i) {
+        EXPECT_EQ(first.moments(i).first.defined(), owners[i] == 0) << i;
+        EXPECT_EQ(second.moments(i).second.defined(), owners[i] == 1) << i;
+    }
 }
 
 // --- the collectives ------------------------------------------------------------------------------

@@ -890,6 +890,39 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
     }
 }
 
+// ZeRO stage 1 (train.shard_optimizer_state): two ranks that each keep and update half of the
+// tensors give the unsharded update bit for bit, their checkpoint holds the same optimizer state
+// (gathered to rank 0), and a sharded run resumes exactly from it.
+TEST(Trainer, ShardedOptimizerStateGivesTheSameUpdateAndCheckpoint) {
+    auto source = manifest("zero_source", {"train.max_steps=3", "logging.save_rollouts=true"});
+    grove::Trainer(source, fresh()).run();
+    const std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
+    auto run = [&](const std::string& name, bool sharded, int steps, bool resume) {
+        const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
+        if (!resume) manifest(name, {});
+        const std::string command =
+            std::string(GROVE_EXECUTABLE) + " train " + dir + "/grove.toml --nproc 2 " + (resume ? "--resume" : "--overwrite") +
+            " --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=" + std::to_string(steps) +
+            " --set output.save_steps=1 --set train.per_device_train_batch_size=4 --set train.weight_decay=0.1" +
+            " --set 'train.lr_scheduler_type=\"constant\"' --set train.shard_optimizer_state=" + (sharded ? "true" : "false") +
+            " 2>>" + dir + "/stderr.txt";
+        EXPECT_EQ(std::system(command.c_str()), 0) << command;
+        return dir + "/out";
+    };
+    const std::string whole = run("zero_off", false, 3, false), sharded = run("zero_on", true, 3, false);
+    for (const char* file : {"trainable.safetensors", "optimizer.safetensors"}) {
+        auto a = checkpoint_tensors(whole + "/checkpoint-3/" + file), b = checkpoint_tensors(sharded + "/checkpoint-3/" + file);
+        ASSERT_EQ(a.size(), b.size()) << file;
+        EXPECT_EQ(max_difference(a, b), 0.0) << file;
+    }
+    EXPECT_GT(checkpoint_tensors(whole + "/checkpoint-3/optimizer.safetensors").size(), 2u);
+
+    run("zero_resumed", true, 1, false);
+    const std::string resumed = run("zero_resumed", true, 3, true);
+    auto a = checkpoint_tensors(sharded + "/checkpoint-3/trainable.safetensors");
+    EXPECT_EQ(max_difference(a, checkpoint_tensors(resumed + "/checkpoint-3/trainable.safetensors")), 0.0);
+}
+
 // NCCL asked for where it cannot work (here: the model on the CPU) stops the launcher before any rank
 // starts, with the manifest, the key and the fix; nothing is written.
 TEST(Trainer, NcclWithoutGpusIsRefusedBeforeAnyRankStarts) {
