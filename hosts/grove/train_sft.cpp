@@ -38,7 +38,7 @@ int train(const std::vector<std::string>& args) {
         // one clear error before any rank starts
         auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, nproc);
         place_rank(manifest.path(), manifest.string("model.device"),
-                   ddp_backend_from_name(manifest.string("train.ddp_backend")), 0, nproc);
+                   ddp_backend_from_name(manifest.string("train.ddp_backend")), 0);
         std::vector<std::string> command{"train"};
         for (size_t i = 0; i < args.size(); ++i) {
             if (args[i] == "--nproc")
@@ -61,14 +61,13 @@ int train(const std::vector<std::string>& args) {
         if (c.rank < 0) throw Error(ErrorKind::usage, "WORLD_SIZE=" + std::to_string(o.world_size) + " needs RANK as well");
         if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) c.master_addr = addr;
         c.master_port = integer_from_environment("MASTER_PORT", c.master_port, 1);
-        // torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE; without them, all ranks on this machine
+        // torchrun's LOCAL_RANK; without it, every rank on this machine
         const int local_rank = integer_from_environment("LOCAL_RANK", c.rank, 0);
-        const int local_world_size = integer_from_environment("LOCAL_WORLD_SIZE", o.world_size, 1);
-        RankPlacement placed =
-            place_rank(manifest.path(), manifest.string("model.device"),
-                       ddp_backend_from_name(manifest.string("train.ddp_backend")), local_rank, local_world_size);
+        RankPlacement placed = place_rank(manifest.path(), manifest.string("model.device"),
+                                          ddp_backend_from_name(manifest.string("train.ddp_backend")), local_rank);
         c.backend = placed.backend;
         c.device = placed.device;
+        c.nccl_required_by = placed.nccl_required_by;
         o.device = placed.device;
         group = std::make_unique<ProcessGroup>(c);
         o.rank = c.rank;

@@ -442,9 +442,9 @@ def nccl_two_ranks(ctx):
         one, one_out = ranks_run(ctx, "nccl1", 1, "auto")
         figures["max_weight_difference"] = checkpoints_differ(one_out, out)
         assert figures["max_weight_difference"] <= 1e-5, "NCCL ranks differ from one process by more than 1e-5"
-    else:  # NCCL refuses two ranks on one device; Grove must say so before any rank starts
-        figures["refusal"] = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else ""
+    else:  # NCCL refuses two ranks on one device; Grove must say so (on the CPU, before any rank starts)
         expected = "one GPU per process" if gpus == 1 else "runs between GPUs"
+        figures["refusal"] = next((line for line in run.stderr.splitlines() if expected in line), "")
         assert run.returncode != 0 and expected in run.stderr, f"expected a refusal naming '{expected}':\n{run.stderr[-2500:]}"
     return figures
 

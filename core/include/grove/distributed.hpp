@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grove/run_config.hpp"
@@ -21,27 +22,37 @@ const char* backend_name(CollectiveBackend backend);
 bool nccl_available();
 
 // Where one rank trains and how the ranks talk, from [model] device and [train] ddp_backend:
-// `cuda` (or `auto` on a GPU machine) gives local rank r GPU r when every local rank has its own,
-// else the ranks share the GPUs round-robin; `auto` picks NCCL only when each rank has a GPU to
-// itself (NCCL refuses two ranks on one device) and Gloo otherwise. Throws Error(manifest) naming
-// the key and the fix when `nccl` cannot work.
+// `cuda` (or `auto` on a GPU machine) gives local rank r the GPU r modulo the GPUs it sees. NCCL
+// (asked for, or `auto` on CUDA in a build with NCCL) is tentative until the ranks have compared
+// their GPUs at the rendezvous, since only they know whether two share one (a launcher may show
+// each rank a GPU of its own). Throws Error(manifest) naming the key and the fix where `nccl`
+// cannot work at all: the model on the CPU, or a build without NCCL.
 struct RankPlacement {
     std::string device;  // "cpu", "cuda:N", or the manifest's own value
     CollectiveBackend backend = CollectiveBackend::gloo;
+    std::string nccl_required_by;  // non-empty (the manifest's key) when NCCL was asked for by name
 };
 RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank,
-                         int local_world_size, int cuda_devices, bool nccl_built);
-// The same on this machine: its GPUs counted, this build's NCCL.
-RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank,
-                         int local_world_size);
+                         int cuda_devices, bool nccl_built);
+// The same on this machine: the GPUs this process sees, this build's NCCL.
+RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank);
+
+// Two ranks whose GPU identities (host and PCI address, one per rank) are equal, the lowest pair;
+// {-1, -1} when every rank has a GPU of its own.
+std::pair<int, int> first_shared_gpu(const std::vector<std::string>& identities);
 
 struct ProcessGroupConfig {
     int rank = 0, world_size = 1;
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
-    int timeout_seconds = 600;  // a rank that never arrives fails the collective after this long
+    // A rank that never arrives fails the rendezvous or a Gloo collective after this long; under
+    // NCCL, torch's watchdog aborts the process (SIGABRT) instead.
+    int timeout_seconds = 600;
     CollectiveBackend backend = CollectiveBackend::gloo;
-    std::string device = "cpu";  // NCCL: this rank's GPU ("cuda:N"), where collectives run
+    std::string device = "cpu";  // this rank's device; a GPU ("cuda:N") becomes the process's current one
+    // NCCL only: when two ranks turn out to share a GPU, empty falls back to Gloo, else the error
+    // names this setting
+    std::string nccl_required_by;
 };
 
 class ProcessGroup {
@@ -53,7 +64,7 @@ public:
 
     int rank() const { return config_.rank; }
     int world_size() const { return config_.world_size; }
-    CollectiveBackend backend() const { return config_.backend; }
+    CollectiveBackend backend() const { return config_.backend; }  // after the GPUs were compared
 
     // In place: every tensor becomes the element-wise sum (or max) over ranks. Tensors are packed into
     // one buffer per dtype, so a call is one collective whatever their number.

@@ -8,8 +8,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <map>
+#include <stdexcept>
 
 #include "grove/error.hpp"
 
@@ -26,45 +31,37 @@ bool nccl_available() {
 }
 
 RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank,
-                         int local_world_size, int cuda_devices, bool nccl_built) {
+                         int cuda_devices, bool nccl_built) {
     const std::string key = manifest_path + ": train.ddp_backend = \"nccl\"";
     const bool on_cuda = device == "cuda" || device.rfind("cuda:", 0) == 0 || (device == "auto" && cuda_devices > 0);
     if (!on_cuda) {
         if (requested == DdpBackend::nccl)
             throw Error(ErrorKind::manifest, key + " runs between GPUs, but model.device is \"" + device +
                                                  "\" here; set ddp_backend = \"gloo\" (or \"auto\") or put the model on CUDA");
-        return {device == "auto" ? "cpu" : device, CollectiveBackend::gloo};
+        return {device == "auto" ? "cpu" : device, CollectiveBackend::gloo, ""};
     }
-    RankPlacement p{device, CollectiveBackend::gloo};
-    bool own_gpu = false;  // no other local rank uses this rank's GPU
-    if (device == "cuda" || device == "auto") {
-        if (cuda_devices > 0) p.device = "cuda:" + std::to_string(local_rank % cuda_devices);
-        own_gpu = cuda_devices >= local_world_size;
-    } else {
-        own_gpu = local_world_size == 1;  // "cuda:N": every local rank on that one GPU
-    }
-    if (requested == DdpBackend::gloo) return p;
-    if (requested == DdpBackend::nccl) {
-        if (!nccl_built)
-            throw Error(ErrorKind::manifest, key +
-                                                 ": this Grove was built without NCCL (it needs torch's CUDA wheel and the "
-                                                 "CUDA toolkit when built); set ddp_backend = \"gloo\"");
-        if (!own_gpu)
-            throw Error(
-                ErrorKind::manifest,
-                key + " needs one GPU per process, but " + std::to_string(local_world_size) +
-                    " processes on this machine share " +
-                    (device.rfind("cuda:", 0) == 0 ? "the one GPU " + device : std::to_string(cuda_devices) + " GPU(s)") +
-                    " (NCCL refuses two ranks on one device); start at most as many processes as GPUs, "
-                    "give model.device = \"cuda\" so each process takes its own, or set ddp_backend = \"gloo\"");
-    }
-    if (nccl_built && own_gpu) p.backend = CollectiveBackend::nccl;
+    if (requested == DdpBackend::nccl && !nccl_built)
+        throw Error(ErrorKind::manifest, key +
+                                             ": this Grove was built without NCCL (it needs torch's CUDA wheel and the "
+                                             "CUDA toolkit when built); set ddp_backend = \"gloo\"");
+    RankPlacement p{device, CollectiveBackend::gloo, ""};
+    if ((device == "cuda" || device == "auto") && cuda_devices > 0)
+        p.device = "cuda:" + std::to_string(local_rank % cuda_devices);
+    if (requested == DdpBackend::nccl || (requested == DdpBackend::automatic && nccl_built))
+        p.backend = CollectiveBackend::nccl;
+    if (requested == DdpBackend::nccl) p.nccl_required_by = key;
     return p;
 }
 
-RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank,
-                         int local_world_size) {
-    return place_rank(manifest_path, device, requested, local_rank, local_world_size, int(at::getNumGPUs()), nccl_available());
+RankPlacement place_rank(const std::string& manifest_path, const std::string& device, DdpBackend requested, int local_rank) {
+    return place_rank(manifest_path, device, requested, local_rank, int(at::getNumGPUs()), nccl_available());
+}
+
+std::pair<int, int> first_shared_gpu(const std::vector<std::string>& identities) {
+    for (size_t b = 1; b < identities.size(); ++b)
+        for (size_t a = 0; a < b; ++a)
+            if (identities[a] == identities[b]) return {int(a), int(b)};
+    return {-1, -1};
 }
 
 struct ProcessGroup::Impl {
@@ -87,10 +84,55 @@ c10::intrusive_ptr<c10d::Backend> gloo_group(const c10::intrusive_ptr<c10d::TCPS
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, config.rank, config.world_size, options);
 }
 
-c10::intrusive_ptr<c10d::Backend> nccl_group(const c10::intrusive_ptr<c10d::TCPStore>& store, const ProcessGroupConfig& config,
+#ifdef GROVE_NCCL
+// This rank's GPU as host and PCI address: equal for two ranks exactly when they share a GPU,
+// whatever each of them sees through CUDA_VISIBLE_DEVICES.
+std::string gpu_identity(at::Device device) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
+    char pci[64];
+    std::snprintf(pci, sizeof(pci), "%04x:%02x:%02x", p->pciDomainID, p->pciBusID, p->pciDeviceID);
+    return std::string(host) + " " + pci;
+}
+
+// Every rank's GPU identity, through the store (each rank reads them all, so all decide alike).
+std::vector<std::string> gpu_identities(c10d::Store& store, const ProcessGroupConfig& config, at::Device device) {
+    auto as_bytes = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
+    store.set("grove/gpu/" + std::to_string(config.rank), as_bytes(gpu_identity(device)));
+    std::vector<std::string> identities;
+    for (int r = 0; r < config.world_size; ++r) {
+        const std::vector<uint8_t> bytes = store.get("grove/gpu/" + std::to_string(r));
+        identities.emplace_back(bytes.begin(), bytes.end());
+    }
+    // rank 0 serves the store: it waits until every rank has read, so none loses it mid-way when
+    // all of them stop at a shared GPU
+    store.set("grove/gpu-read/" + std::to_string(config.rank), as_bytes("1"));
+    if (config.rank == 0) {
+        std::vector<std::string> read;
+        for (int r = 0; r < config.world_size; ++r) read.push_back("grove/gpu-read/" + std::to_string(r));
+        store.wait(read);
+    }
+    return identities;
+}
+#endif
+
+// NCCL when every rank has a GPU of its own; else Gloo, or an error when NCCL was asked for by name.
+c10::intrusive_ptr<c10d::Backend> nccl_group(const c10::intrusive_ptr<c10d::TCPStore>& store, ProcessGroupConfig& config,
                                              at::Device device) {
 #ifdef GROVE_NCCL
-    c10::cuda::set_device(device.index());
+    const std::vector<std::string> identities = gpu_identities(*store, config, device);
+    const auto [a, b] = first_shared_gpu(identities);
+    if (a >= 0) {
+        if (!config.nccl_required_by.empty())
+            throw Error(ErrorKind::manifest,
+                        config.nccl_required_by + " needs one GPU per process, but ranks " + std::to_string(a) + " and " +
+                            std::to_string(b) + " share the GPU " + identities[size_t(a)] +
+                            " (NCCL refuses two ranks on one device); start at most as many processes as GPUs, "
+                            "or set ddp_backend = \"gloo\" (\"auto\" falls back to it)");
+        config.backend = CollectiveBackend::gloo;
+        return gloo_group(store, config);
+    }
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = std::chrono::seconds(config.timeout_seconds);
     auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, config.rank, config.world_size, options);
@@ -108,11 +150,18 @@ ProcessGroup::ProcessGroup(const ProcessGroupConfig& config) : config_(config), 
     if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size)
         throw Error(ErrorKind::usage, "rank " + std::to_string(config.rank) + " is not inside world size " +
                                           std::to_string(config.world_size) + " (RANK, WORLD_SIZE)");
-    if (config.backend == CollectiveBackend::nccl) {
-        impl_->device = at::Device(config.device);
-        if (!impl_->device.is_cuda() || !impl_->device.has_index())
-            throw Error(ErrorKind::usage, "the NCCL process group needs one GPU as cuda:N, not \"" + config.device + "\"");
-    }
+    const at::Device device = [&] {
+        try {
+            return at::Device(config.device);
+        } catch (const c10::Error&) {
+            throw Error(ErrorKind::usage, "rank " + std::to_string(config.rank) + ": unknown device \"" + config.device + "\"");
+        }
+    }();
+    if (config.backend == CollectiveBackend::nccl && !(device.is_cuda() && device.has_index()))
+        throw Error(ErrorKind::usage, "the NCCL process group needs one GPU as cuda:N, not \"" + config.device + "\"");
+#ifdef GROVE_NCCL
+    if (device.is_cuda() && device.has_index()) c10::cuda::set_device(device.index());  // context and allocations there
+#endif
     try {
         c10d::TCPStoreOptions store_options;
         store_options.port = uint16_t(config.master_port);
@@ -121,23 +170,30 @@ ProcessGroup::ProcessGroup(const ProcessGroupConfig& config) : config_(config), 
         store_options.waitWorkers = true;
         store_options.timeout = std::chrono::seconds(config.timeout_seconds);
         impl_->store = c10::make_intrusive<c10d::TCPStore>(config.master_addr, store_options);
-        impl_->group = config.backend == CollectiveBackend::nccl ? nccl_group(impl_->store, config, impl_->device)
-                                                                 : gloo_group(impl_->store, config);
+        impl_->group = config_.backend == CollectiveBackend::nccl ? nccl_group(impl_->store, config_, device)
+                                                                  : gloo_group(impl_->store, config_);
+        if (config_.backend == CollectiveBackend::nccl) impl_->device = device;
+    } catch (const Error&) {
+        throw;  // already says what is wrong and what to do
     } catch (const std::exception& e) {
         throw Error(ErrorKind::runtime, "rank " + std::to_string(config.rank) + " could not join the process group at " +
                                             config.master_addr + ":" + std::to_string(config.master_port) +
-                                            " (MASTER_ADDR, MASTER_PORT) over " + backend_name(config.backend) + ": " +
+                                            " (MASTER_ADDR, MASTER_PORT) over " + backend_name(config_.backend) + ": " +
                                             e.what());
     }
 }
 
 ProcessGroup::~ProcessGroup() {
-    // NCCL's watchdog thread and communicators are released here rather than at exit (where torch warns)
-    if (impl_ && impl_->group && config_.backend == CollectiveBackend::nccl) {
-        try {
+    // NCCL's watchdog thread and communicators are released here rather than at exit (where torch
+    // warns). While an error unwinds, abort: a graceful shutdown would wait for collectives the
+    // other ranks may never finish, and the error would not be printed.
+    if (!impl_ || !impl_->group || config_.backend != CollectiveBackend::nccl) return;
+    try {
+        if (std::uncaught_exceptions() > 0)
+            impl_->group->abort();
+        else
             impl_->group->shutdown();
-        } catch (const std::exception&) {  // a destructor must not throw; the process is ending anyway
-        }
+    } catch (const std::exception&) {  // a destructor must not throw; the process is ending anyway
     }
 }
 
@@ -186,6 +242,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
 }
 
 void ProcessGroup::broadcast_from_owners(const std::vector<at::Tensor>& tensors, const std::vector<int>& owners) {
+    if (owners.size() != tensors.size()) throw std::logic_error("broadcast_from_owners: one owner per tensor");
     for (int root = 0; root < config_.world_size; ++root) {
         std::vector<at::Tensor> owned;
         for (size_t i = 0; i < tensors.size(); ++i)

@@ -125,9 +125,14 @@ void RunLog::write_rollouts(const Rollout& rollout, const ScoredBatch& scored) {
 
 std::optional<int64_t> RunLog::rollouts_bytes() {
     if (!rollouts_.is_open()) return std::nullopt;
-    // the file's size, not tellp(): a stream opened to append reports 0 until its first write
-    require_written(rollouts_, "rollouts.jsonl");
-    return int64_t(fs::file_size(rollouts_path_));
+    // the file's size, not tellp(): what a stream opened to append reports differs between libraries.
+    // Nothing throws here (rank 0 alone asks, just before every rank meets to write the checkpoint):
+    // unknown leaves the file as it is on resume, and a failed write stops the run at the next row.
+    rollouts_.flush();
+    std::error_code error;
+    const auto bytes = fs::file_size(rollouts_path_, error);
+    if (error) return std::nullopt;
+    return int64_t(bytes);
 }
 
 }  // namespace grove

@@ -34,54 +34,46 @@ std::string error_of(const std::function<void()>& f) {
 // --- placement: pure rules, any GPU count simulated -----------------------------------------------
 
 TEST(Placement, CpuRanksTalkOverGloo) {
-    auto p = place_rank("g.toml", "cpu", DdpBackend::automatic, 1, 2, 0, true);
+    auto p = place_rank("g.toml", "cpu", DdpBackend::automatic, 1, 0, true);
     EXPECT_EQ(p.device, "cpu");
     EXPECT_EQ(p.backend, CollectiveBackend::gloo);
-    p = place_rank("g.toml", "auto", DdpBackend::automatic, 1, 2, 0, true);
+    p = place_rank("g.toml", "auto", DdpBackend::automatic, 1, 0, true);
     EXPECT_EQ(p.device, "cpu") << "auto without a GPU";
     EXPECT_EQ(p.backend, CollectiveBackend::gloo);
 }
 
-TEST(Placement, EachRankTakesItsOwnGpuAndNcclWhenThereAreEnough) {
+TEST(Placement, GpusAreDealtRoundRobinAndNcclWaitsForTheRendezvous) {
     for (const char* device : {"cuda", "auto"}) {
-        auto p = place_rank("g.toml", device, DdpBackend::automatic, 3, 4, 8, true);
+        auto p = place_rank("g.toml", device, DdpBackend::automatic, 3, 8, true);
         EXPECT_EQ(p.device, "cuda:3") << device;
-        EXPECT_EQ(p.backend, CollectiveBackend::nccl) << device;
+        EXPECT_EQ(p.backend, CollectiveBackend::nccl) << device << ": tentative, the ranks compare GPUs";
+        EXPECT_EQ(p.nccl_required_by, "") << "auto may fall back to Gloo";
     }
-    auto gloo = place_rank("g.toml", "cuda", DdpBackend::gloo, 1, 2, 2, true);
-    EXPECT_EQ(gloo.device, "cuda:1");
-    EXPECT_EQ(gloo.backend, CollectiveBackend::gloo) << "asked for";
-    auto unbuilt = place_rank("g.toml", "cuda", DdpBackend::automatic, 1, 2, 2, false);
-    EXPECT_EQ(unbuilt.backend, CollectiveBackend::gloo) << "auto without NCCL in the build";
-}
-
-TEST(Placement, RanksSharingAGpuFallBackToGloo) {
-    auto p = place_rank("g.toml", "cuda", DdpBackend::automatic, 1, 2, 1, true);
-    EXPECT_EQ(p.device, "cuda:0");
-    EXPECT_EQ(p.backend, CollectiveBackend::gloo);
-    p = place_rank("g.toml", "cuda", DdpBackend::automatic, 2, 3, 2, true);
-    EXPECT_EQ(p.device, "cuda:0") << "round-robin";
-    p = place_rank("g.toml", "cuda:1", DdpBackend::automatic, 0, 2, 4, true);
-    EXPECT_EQ(p.device, "cuda:1") << "an explicit GPU is every rank's";
-    EXPECT_EQ(p.backend, CollectiveBackend::gloo);
-    p = place_rank("g.toml", "cuda:1", DdpBackend::nccl, 0, 1, 4, true);
-    EXPECT_EQ(p.backend, CollectiveBackend::nccl) << "one process on one explicit GPU";
+    EXPECT_EQ(place_rank("g.toml", "cuda", DdpBackend::automatic, 2, 2, true).device, "cuda:0") << "round-robin";
+    EXPECT_EQ(place_rank("g.toml", "cuda:1", DdpBackend::automatic, 0, 4, true).device, "cuda:1") << "every rank's";
+    EXPECT_EQ(place_rank("g.toml", "cuda", DdpBackend::gloo, 1, 2, true).backend, CollectiveBackend::gloo) << "asked for";
+    EXPECT_EQ(place_rank("g.toml", "cuda", DdpBackend::automatic, 1, 2, false).backend, CollectiveBackend::gloo)
+        << "auto without NCCL in the build";
+    auto named = place_rank("run/g.toml", "cuda", DdpBackend::nccl, 0, 1, true);
+    EXPECT_EQ(named.backend, CollectiveBackend::nccl);
+    EXPECT_EQ(named.nccl_required_by, "run/g.toml: train.ddp_backend = \"nccl\"") << "named in a later error";
 }
 
 TEST(Placement, NcclThatCannotWorkIsRefusedWithTheKeyAndTheFix) {
-    std::string cpu = error_of([] { place_rank("run/g.toml", "cpu", DdpBackend::nccl, 0, 2, 1, true); });
+    std::string cpu = error_of([] { place_rank("run/g.toml", "cpu", DdpBackend::nccl, 0, 1, true); });
     EXPECT_NE(cpu.find("run/g.toml: train.ddp_backend = \"nccl\""), std::string::npos) << cpu;
     EXPECT_NE(cpu.find("model.device is \"cpu\""), std::string::npos) << cpu;
     EXPECT_NE(cpu.find("\"gloo\""), std::string::npos) << cpu;
-
-    std::string shared = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 1, 2, 1, true); });
-    EXPECT_NE(shared.find("one GPU per process"), std::string::npos) << shared;
-    EXPECT_NE(shared.find("2 processes on this machine share 1 GPU"), std::string::npos) << shared;
-    std::string one_gpu = error_of([] { place_rank("g.toml", "cuda:0", DdpBackend::nccl, 0, 2, 4, true); });
-    EXPECT_NE(one_gpu.find("the one GPU cuda:0"), std::string::npos) << one_gpu;
-
-    std::string unbuilt = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 0, 2, 2, false); });
+    std::string unbuilt = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 0, 2, false); });
     EXPECT_NE(unbuilt.find("built without NCCL"), std::string::npos) << unbuilt;
+}
+
+TEST(Placement, RanksShareAGpuWhenTheirHostAndPciAddressAgree) {
+    using grove::first_shared_gpu;
+    EXPECT_EQ(first_shared_gpu({"h 0000:65:00", "h 0000:66:00"}), std::make_pair(-1, -1));
+    EXPECT_EQ(first_shared_gpu({"h 0000:65:00", "g 0000:65:00"}), std::make_pair(-1, -1)) << "two machines";
+    EXPECT_EQ(first_shared_gpu({"h a", "h b", "h c", "h b", "h a"}), std::make_pair(1, 3)) << "the first repeat";
+    EXPECT_EQ(first_shared_gpu({"h a"}), std::make_pair(-1, -1));
 }
 
 // --- ZeRO stage 1: who updates which tensor ---------------------------------------------------------
@@ -173,18 +165,34 @@ void check_collectives(grove::ProcessGroup& group, at::Device device) {
     EXPECT_EQ(gathered.device(), device);
 
     const int root = world - 1;
-    std::vector<at::Tensor> shared{at::full({3}, 100.0 + rank, on.dtype(at::kFloat)), at::full({2}, rank, on.dtype(at::kLong))};
+    // a CPU tensor among them, as a checkpoint's gathered moments are (staged to the backend's device)
+    std::vector<at::Tensor> shared{at::full({3}, 100.0 + rank, on.dtype(at::kFloat)), at::full({2}, rank, on.dtype(at::kLong)),
+                                   at::full({2}, 7.0 * rank, at::kFloat)};
     group.broadcast(shared, root);
     EXPECT_TRUE(at::equal(shared[0].cpu(), at::full({3}, 100.0 + root, at::kFloat)));
     EXPECT_TRUE(at::equal(shared[1].cpu(), at::full({2}, int64_t(root), at::kLong)));
+    EXPECT_TRUE(at::equal(shared[2], at::full({2}, 7.0 * root, at::kFloat)));
+
+    // ZeRO stage 1's exchange: tensor i from rank i mod world
+    std::vector<at::Tensor> updated;
+    std::vector<int> owners;
+    for (int i = 0; i < 5; ++i) {
+        updated.push_back(at::full({i + 1}, 10.0 * rank + i, on.dtype(at::kFloat)));
+        owners.push_back(i % world);
+    }
+    group.broadcast_from_owners(updated, owners);
+    for (int i = 0; i < 5; ++i)
+        EXPECT_TRUE(at::equal(updated[size_t(i)].cpu(), at::full({i + 1}, 10.0 * (i % world) + i, at::kFloat))) << i;
 
     EXPECT_DOUBLE_EQ(group.sum(0.25 * (rank + 1)), 0.25 * ranks_summed);
     EXPECT_DOUBLE_EQ(group.max(double(rank)), double(world - 1));
     group.barrier();
 }
 
-// Runs check_collectives on `world` ranks, one thread each, rank r on devices[r].
-void run_ranks(int world, CollectiveBackend backend, const std::vector<std::string>& devices) {
+// Runs check_collectives on `world` ranks, one thread each, rank r on devices[r], asking for
+// `backend` and expecting `expected_backend` after the ranks compared their GPUs.
+void run_ranks(int world, CollectiveBackend backend, const std::vector<std::string>& devices,
+               CollectiveBackend expected_backend) {
     const int port = grove::free_loopback_port();
     std::vector<std::thread> ranks;
     std::vector<std::string> errors(static_cast<size_t>(world));
@@ -198,8 +206,9 @@ void run_ranks(int world, CollectiveBackend backend, const std::vector<std::stri
                 c.timeout_seconds = 60;
                 c.backend = backend;
                 c.device = devices[size_t(rank)];
+                c.nccl_required_by = expected_backend == CollectiveBackend::nccl ? "the test" : "";
                 grove::ProcessGroup group(c);
-                EXPECT_EQ(group.backend(), backend);
+                EXPECT_EQ(group.backend(), expected_backend);
                 check_collectives(group, at::Device(devices[size_t(rank)]));
             } catch (const std::exception& e) {
                 errors[size_t(rank)] = e.what();
@@ -212,25 +221,55 @@ void run_ranks(int world, CollectiveBackend backend, const std::vector<std::stri
 }  // namespace
 
 TEST(Collectives, GlooOnTheCpu) {
-    run_ranks(1, CollectiveBackend::gloo, {"cpu"});  // one rank still runs every collective
-    run_ranks(2, CollectiveBackend::gloo, {"cpu", "cpu"});
-    run_ranks(3, CollectiveBackend::gloo, {"cpu", "cpu", "cpu"});
+    const auto gloo = CollectiveBackend::gloo;
+    run_ranks(1, gloo, {"cpu"}, gloo);  // one rank still runs every collective
+    run_ranks(2, gloo, {"cpu", "cpu"}, gloo);
+    run_ranks(3, gloo, {"cpu", "cpu", "cpu"}, gloo);
 }
 
 TEST(Collectives, GlooWithTwoRanksSharingOneGpu) {
     if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here; the device kit runs this on a GPU";
-    run_ranks(2, CollectiveBackend::gloo, {"cuda:0", "cuda:0"});
+    run_ranks(2, CollectiveBackend::gloo, {"cuda:0", "cuda:0"}, CollectiveBackend::gloo);
 }
 
 TEST(Collectives, NcclOnOneGpu) {
     if (!grove::nccl_available()) GTEST_SKIP() << "this build has no NCCL (no CUDA toolkit when it was configured)";
     if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here; the device kit runs this on a GPU";
     // NCCL refuses two ranks on one device, so one GPU checks a one-rank group
-    run_ranks(1, CollectiveBackend::nccl, {"cuda:0"});
+    run_ranks(1, CollectiveBackend::nccl, {"cuda:0"}, CollectiveBackend::nccl);
 }
 
 TEST(Collectives, NcclWithOneGpuPerRank) {
     if (!grove::nccl_available()) GTEST_SKIP() << "this build has no NCCL (no CUDA toolkit when it was configured)";
     if (at::getNumGPUs() < 2) GTEST_SKIP() << "fewer than 2 GPUs here: NCCL needs one per rank";
-    run_ranks(2, CollectiveBackend::nccl, {"cuda:0", "cuda:1"});
+    run_ranks(2, CollectiveBackend::nccl, {"cuda:0", "cuda:1"}, CollectiveBackend::nccl);
+}
+
+// Two ranks on one GPU: `auto` (NCCL not named) falls back to Gloo after the ranks compared their
+// GPUs; NCCL named is refused on every rank with the GPU they share.
+TEST(Collectives, RanksSharingAGpuFallBackToGlooOrRefuseNamedNccl) {
+    if (!grove::nccl_available()) GTEST_SKIP() << "this build has no NCCL (no CUDA toolkit when it was configured)";
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device here; the device kit runs this on a GPU";
+    run_ranks(2, CollectiveBackend::nccl, {"cuda:0", "cuda:0"}, CollectiveBackend::gloo);
+    const int port = grove::free_loopback_port();
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank)
+        ranks.emplace_back([&, rank] {
+            grove::ProcessGroupConfig c;
+            c.rank = rank;
+            c.world_size = 2;
+            c.master_port = port;
+            c.timeout_seconds = 60;
+            c.backend = CollectiveBackend::nccl;
+            c.device = "cuda:0";
+            c.nccl_required_by = "g.toml: train.ddp_backend = \"nccl\"";
+            errors[size_t(rank)] = error_of([&] { grove::ProcessGroup group(c); });
+        });
+    for (auto& t : ranks) t.join();
+    for (const std::string& e : errors) {
+        EXPECT_NE(e.find("g.toml: train.ddp_backend = \"nccl\" needs one GPU per process, but ranks 0 and 1 share the GPU"),
+                  std::string::npos)
+            << e;
+    }
 }
