@@ -58,7 +58,7 @@ seed = 1
 [output]
 dir = "{work}/model"
 """)
-    grove("sft", f"{work}/sft.toml")
+    grove("sft", f"{work}/sft.toml", "--overwrite")
     return f"{work}/model"
 
 

@@ -35,7 +35,7 @@ stage "2/7 model: a 4-layer, 128-wide Llama from scratch"
 
 stage "3/7 supervised warm-start: $sft_steps steps on worked reference completions"
 "$grove" sft examples/arithmetic/sft.toml --set model.path="$out/base" --set output.dir="$out/sft" \
-  --set train.max_steps="$sft_steps"
+  --set train.max_steps="$sft_steps" --overwrite
 
 manifest=(examples/arithmetic/grove.toml --set model.path="$out/sft" --set output.dir="$out/grpo"
           --set train.max_steps="$grpo_steps" --set output.save_steps="$grpo_steps")

@@ -36,10 +36,10 @@ stage "2/8 model: a 4-layer, 128-wide Llama from scratch"
   --intermediate 384 --seed 1
 
 stage "3/8 warm start: 1000 steps on tool-using episodes (the calculator's turns masked)"
-"$grove" sft examples/tool-use/sft.toml --set model.path="$out/base" --set output.dir="$out/sft"
+"$grove" sft examples/tool-use/sft.toml --set model.path="$out/base" --set output.dir="$out/sft" --overwrite
 
 stage "4/8 warm start: 60 steps on episodes of which a fifth use the tool"
-"$grove" sft examples/tool-use/habit.toml --set model.path="$out/sft" --set output.dir="$out/habit"
+"$grove" sft examples/tool-use/habit.toml --set model.path="$out/sft" --set output.dir="$out/habit" --overwrite
 
 manifest=(examples/tool-use/grove.toml --set model.path="$out/habit" --set output.dir="$out/grpo")
 evaluate() {  # evaluate NAME MODEL [grove eval options]

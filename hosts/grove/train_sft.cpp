@@ -92,14 +92,20 @@ int sft(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("manifest", po::value<std::string>()->required(),
                           "model, data (with a completion column), train, output")(
-        "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)");
+        "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set section.key=value (repeatable)")(
+        "resume", po::value<std::string>()->implicit_value("latest"), "continue from the latest checkpoint, or from DIR")(
+        "overwrite", "replace an output folder that holds another run");
     po::positional_options_description positional;
     positional.add("manifest", 1);
-    auto vm = parse("sft", args, options, positional, "MANIFEST [--set section.key=value ...]");
+    auto vm =
+        parse("sft", args, options, positional, "MANIFEST [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]");
     std::vector<std::string> overrides;
     if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
     auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
-    auto result = run_sft(manifest, &std::cerr);
+    SftOptions o;
+    o.overwrite = vm.count("overwrite") > 0;
+    if (vm.count("resume")) o.resume = vm["resume"].as<std::string>();
+    auto result = run_sft(manifest, &std::cerr, o);
     std::cerr << "grove: sft done: loss " << result.losses.front() << " -> " << result.losses.back() << "; model in "
               << result.output << "\n";
     return 0;

@@ -33,9 +33,16 @@ struct SftResult {
     std::string output;          // the saved Hugging Face folder
 };
 
+struct SftOptions {
+    bool overwrite = false;             // replace an output folder that holds another run
+    std::optional<std::string> resume;  // "latest" or a checkpoint folder
+};
+
 // Uses model.*, data.source / prompt_column / completion_column, train.* (batch size, learning rate,
-// schedule, warmup, AdamW, max_grad_norm, max_steps, seed) and output.dir, where the final model
-// (with the tokenizer files) and metrics.jsonl are written.
-SftResult run_sft(const Manifest& manifest, std::ostream* log);
+// schedule, warmup, AdamW, max_grad_norm, max_steps, seed) and output.* (dir, save_steps,
+// save_total_limit). Writes metrics.jsonl, a checkpoint every save_steps and at the end (as grove
+// train's: the model as a Hugging Face folder and the training state, so --resume continues
+// exactly), and the final model with the tokenizer files in output.dir itself.
+SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options = {});
 
 }  // namespace grove

@@ -156,6 +156,34 @@ bool holds_run(const std::string& output) {
            !checkpoint_steps(output).empty();
 }
 
+void prepare_output_folder(const std::string& output, bool clear) {
+    try {
+        if (clear) fs::remove_all(output);
+        fs::create_directories(output);
+        const std::string probe = (fs::path(output) / ".grove-write-check").string();
+        write_file_atomically(probe, "grove checks that it can write here\n");
+        fs::remove(probe);
+    } catch (const std::exception& e) {
+        throw Error(ErrorKind::runtime, "output.dir " + output + " is not writable (" + e.what() +
+                                            "): fix its permissions or free space, or set output.dir to another folder");
+    }
+}
+
+RunStart run_start(const std::string& output, const std::optional<std::string>& resume, bool overwrite, std::ostream* log) {
+    const bool has_run = holds_run(output);
+    if (has_run && !resume && !overwrite)
+        throw Error(ErrorKind::usage, output +
+                                          " already holds a run: pass --resume to continue it, --overwrite to "
+                                          "replace it, or set output.dir to another folder");
+    RunStart start{resume, has_run && overwrite && !resume};
+    if (start.resume_from == std::string("latest") && !latest_checkpoint(output)) {
+        // killed before its first checkpoint: the run resumes from its beginning
+        if (log) *log << "grove: " << output << " has no checkpoint yet; starting from step 0\n";
+        start.resume_from.reset();
+    }
+    return start;
+}
+
 void test_kill_point(const char* point, int64_t step) {
     static const char* wanted = std::getenv("GROVE_TEST_KILL_AT");
     if (wanted && std::string(wanted) == std::string(point) + ":" + std::to_string(step)) ::kill(::getpid(), SIGKILL);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,18 @@ std::optional<int64_t> checkpoint_step(const std::string& folder_name);
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
 // True when the folder holds a run's files (metrics, state or checkpoints).
 bool holds_run(const std::string& output_dir);
+
+// How a run (grove train, grove sft) starts in its output folder: one that holds another run is
+// refused unless resuming or overwriting; --resume latest without a checkpoint yet (a run killed
+// before its first) starts from step 0, which `log` is told.
+struct RunStart {
+    std::optional<std::string> resume_from;  // a checkpoint folder or "latest"; unset: from step 0
+    bool clear = false;                      // --overwrite of an earlier run: empty the folder first
+};
+RunStart run_start(const std::string& output_dir, const std::optional<std::string>& resume, bool overwrite, std::ostream* log);
+// Makes the output folder (emptied first when `clear`) and proves it can write there before the
+// model loads, so a read-only or missing folder costs seconds, not the steps before a checkpoint.
+void prepare_output_folder(const std::string& output_dir, bool clear);
 
 // For the kill-and-resume tests: when the environment's GROVE_TEST_KILL_AT is "<point>:<step>", the
 // process kills itself with SIGKILL here (points: startup, step, save; docs/reliability.md).

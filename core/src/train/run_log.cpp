@@ -7,7 +7,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
@@ -17,34 +16,31 @@ using nlohmann::json;
 
 namespace grove {
 
-namespace {
-// Keeps the lines of a JSONL log whose "step" passes `keep` (rewritten through a temporary file and a
-// rename, so a crash leaves the old file); lines without a step are kept, lines cut short dropped.
-void keep_lines(const fs::path& path, const std::function<bool(int64_t)>& keep) {
-    std::ifstream in(path);
+void drop_steps_after(const std::string& jsonl_file, int64_t step) {
+    std::ifstream in(jsonl_file);
     if (!in) return;
-    const fs::path temporary = path.string() + ".tmp";
+    const std::string temporary = jsonl_file + ".tmp";
     {
         std::ofstream out(temporary, std::ios::trunc);
         for (std::string line; std::getline(in, line);) {
             const json row = json::parse(line, nullptr, false);
             if (row.is_discarded()) continue;  // a line cut short by a kill
-            if (row.is_object() && row.contains("step") && row["step"].is_number_integer() && !keep(row["step"].get<int64_t>()))
+            if (row.is_object() && row.contains("step") && row["step"].is_number_integer() && row["step"].get<int64_t>() > step)
                 continue;
-            out << line << "\n";
+            out << line << "\n";  // lines without a step are kept
         }
     }
-    fs::rename(temporary, path);
+    fs::rename(temporary, jsonl_file);
 }
-}  // namespace
 
 RunLog::RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, bool save_rollouts) {
     if (!open) return;
     const bool append = resume.has_value();
     if (append) {  // what the run logged after its checkpoint is logged again as it reruns those steps
         const int64_t step = resume->step;
-        keep_lines(fs::path(output_dir) / "metrics.jsonl", [&](int64_t s) { return s <= step; });     // after step s
-        keep_lines(fs::path(output_dir) / "completions.jsonl", [&](int64_t s) { return s < step; });  // during step s+1
+        // a metrics line names the step it ended; a completions line, the steps done when it was generated
+        drop_steps_after((fs::path(output_dir) / "metrics.jsonl").string(), step);
+        drop_steps_after((fs::path(output_dir) / "completions.jsonl").string(), step - 1);
         const fs::path rollouts = fs::path(output_dir) / "rollouts.jsonl";
         std::error_code missing;
         const auto bytes = fs::file_size(rollouts, missing);

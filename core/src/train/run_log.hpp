@@ -13,6 +13,10 @@
 
 namespace grove {
 
+// Drops the lines of a JSONL log whose "step" is after `step` (a resumed run logs those steps again),
+// and a last line cut short by a kill; rewritten through a temporary file and a rename.
+void drop_steps_after(const std::string& jsonl_file, int64_t step);
+
 class RunLog {
 public:
     // Where a resumed run continues its logs: metrics and completions drop the lines of steps after

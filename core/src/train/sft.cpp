@@ -14,6 +14,8 @@
 #include "grove/optimizer.hpp"
 #include "grove/run_config.hpp"
 #include "grove/tokenizer.hpp"
+#include "train/checkpoint.hpp"
+#include "train/run_log.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -54,8 +56,63 @@ SftExample sft_example(const PromptRow& row, const std::string& column, const To
     return e;
 }
 
-SftResult run_sft(const Manifest& manifest, std::ostream* log) {
+namespace {
+// The examples in the order SFT visits them: a permutation per pass, drawn from the run seed, so
+// a resumed run can draw the same ones again.
+class ExampleOrder {
+public:
+    ExampleOrder(int64_t examples, int64_t seed)
+            : examples_(examples), generator_(at::detail::createCPUGenerator(uint64_t(seed))) {
+        draw();
+    }
+    // Continues at `position` of pass `epoch` (0-based), as a checkpoint recorded it.
+    void seek(const PromptSource::Position& p) {
+        while (at_.epoch < p.epoch) draw(), ++at_.epoch;
+        at_.position = p.position;
+    }
+    int64_t next() {
+        if (at_.position == examples_) draw(), ++at_.epoch, at_.position = 0;
+        return order_[at_.position++].item<int64_t>();
+    }
+    const PromptSource::Position& position() const { return at_; }
+
+private:
+    void draw() { order_ = at::randperm(examples_, generator_, at::kLong); }
+    int64_t examples_;
+    at::Generator generator_;
+    at::Tensor order_;
+    PromptSource::Position at_;
+};
+
+// One optimizer step's loss on the examples `picked`: next-token cross-entropy where trained.
+at::Tensor sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked) {
+    const int64_t batch = int64_t(picked.size());
+    int64_t T = 0;
+    for (int64_t i : picked) T = std::max<int64_t>(T, int64_t(examples[size_t(i)].ids.size()));
+    // right-padded; labels = next token where it is trained, -100 elsewhere (prompt, environment, padding)
+    at::Tensor ids = at::zeros({batch, T}, at::kLong), mask = at::zeros({batch, T}, at::kLong);
+    std::vector<int64_t> labels(size_t(batch * T), -100);
+    for (int64_t b = 0; b < batch; ++b) {
+        const auto& seq = examples[size_t(picked[size_t(b)])].ids;
+        const auto& learn = examples[size_t(picked[size_t(b)])].trained;
+        const int64_t n = int64_t(seq.size());
+        ids[b].narrow(0, 0, n).copy_(at::tensor(seq, at::kLong));
+        mask[b].narrow(0, 0, n).fill_(1);
+        for (int64_t t = 1; t < n; ++t)
+            if (learn[size_t(t)]) labels[size_t(b * T + t - 1)] = seq[size_t(t)];
+    }
+    at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
+    at::Tensor logits = model.forward(ids, mask, positions).to(at::kFloat);
+    return at::cross_entropy_loss(logits.view({batch * T, -1}), at::tensor(labels, at::kLong).to(logits.device()), std::nullopt,
+                                  at::Reduction::Mean, -100);
+}
+}  // namespace
+
+SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options) {
     const RunConfig c = RunConfig::from(manifest);
+    const std::string output = c.output.dir;
+    const RunStart start = run_start(output, options.resume, options.overwrite, log);
+    prepare_output_folder(output, start.clear);
     auto model = Model::load(c.model.path, c.model.device, c.model.dtype);
     auto tokenizer = Tokenizer::load(c.model.path);
     ChatTemplate chat = chat_template_from_name(c.model.chat_template, tokenizer->config());
@@ -75,47 +132,35 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
     ao.beta2 = c.train.adam_beta2;
     ao.epsilon = c.train.adam_epsilon;
     ao.weight_decay = c.train.weight_decay;
-    AdamW optimizer(model->trainable_parameters(), ao);
+    std::vector<at::Tensor> params = model->trainable_parameters();
+    AdamW optimizer(params, ao);
     int64_t batch = c.train.per_device_train_batch_size;
     int64_t total = c.train.max_steps;
     if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
     int64_t warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
-    std::string output = c.output.dir;
-    fs::create_directories(output);
-    std::ofstream metrics(fs::path(output) / "metrics.jsonl");
-    at::Generator g = at::detail::createCPUGenerator(uint64_t(c.train.seed));
-    at::Tensor order = at::randperm(int64_t(examples.size()), g, at::kLong);
-    int64_t cursor = 0;
+
+    TrainingProgress progress;
+    std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
+    const std::vector<int> every_tensor_here;
+    CheckpointedState state{progress, no_buffer, params, optimizer, every_tensor_here};
+    Checkpoints checkpoints(output, 0, 1, nullptr);
+    ExampleOrder order(int64_t(examples.size()), c.train.seed);
+    if (start.resume_from) {
+        checkpoints.restore(*start.resume_from, state);
+        order.seek(progress.sampler);
+        drop_steps_after((fs::path(output) / "metrics.jsonl").string(), progress.global_step);
+    }
+    std::ofstream metrics(fs::path(output) / "metrics.jsonl", start.resume_from ? std::ios::app : std::ios::trunc);
+    auto export_model = [&](const std::string& folder) {
+        model->save(folder);
+        copy_tokenizer_files(c.model.path, folder);
+    };
 
     SftResult result;
-    for (int64_t step = 0; step < total; ++step) {
+    for (int64_t step = progress.global_step; step < total; ++step) {
         std::vector<int64_t> picked;
-        for (int64_t b = 0; b < batch; ++b) {
-            if (cursor == int64_t(examples.size())) {
-                order = at::randperm(int64_t(examples.size()), g, at::kLong);
-                cursor = 0;
-            }
-            picked.push_back(order[cursor++].item<int64_t>());
-        }
-        int64_t T = 0;
-        for (int64_t i : picked) T = std::max<int64_t>(T, int64_t(examples[size_t(i)].ids.size()));
-        // right-padded; labels = next token where it is trained, -100 elsewhere (prompt, environment, padding)
-        at::Tensor ids = at::zeros({batch, T}, at::kLong), mask = at::zeros({batch, T}, at::kLong);
-        std::vector<int64_t> labels(size_t(batch * T), -100);
-        for (int64_t b = 0; b < batch; ++b) {
-            const auto& seq = examples[size_t(picked[size_t(b)])].ids;
-            const auto& learn = examples[size_t(picked[size_t(b)])].trained;
-            const int64_t n = int64_t(seq.size());
-            ids[b].narrow(0, 0, n).copy_(at::tensor(seq, at::kLong));
-            mask[b].narrow(0, 0, n).fill_(1);
-            for (int64_t t = 1; t < n; ++t)
-                if (learn[size_t(t)]) labels[size_t(b * T + t - 1)] = seq[size_t(t)];
-        }
-        at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
-        at::Tensor logits = model->forward(ids, mask, positions).to(at::kFloat);
-        at::Tensor loss =
-            at::cross_entropy_loss(logits.view({batch * T, -1}), at::tensor(labels, at::kLong).to(logits.device()),
-                                   std::nullopt, at::Reduction::Mean, -100);
+        for (int64_t b = 0; b < batch; ++b) picked.push_back(order.next());
+        at::Tensor loss = sft_loss(*model, examples, picked);
         double value = loss.item<double>();
         if (!std::isfinite(value))
             throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +
@@ -125,14 +170,19 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log) {
         double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, step, warmup, total);
         optimizer.step(lr);
         optimizer.zero_grad();
+        progress.global_step = step + 1;
+        progress.sampler = order.position();
         result.losses.push_back(value);
         metrics << json({{"step", step + 1}, {"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}}).dump() << "\n";
+        if (!metrics.flush())
+            throw Error(ErrorKind::runtime, output + "/metrics.jsonl: write failed; free space, then --resume");
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n"
                  << std::flush;
+        if ((step + 1) % c.output.save_steps == 0 || step + 1 == total)
+            checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);
     }
-    model->save(output);
-    copy_tokenizer_files(c.model.path, output);
+    export_model(output);
     result.output = output;
     return result;
 }

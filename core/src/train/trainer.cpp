@@ -409,23 +409,6 @@ void Trainer::State::export_model(const std::string& folder) const {
 }
 
 // ---------------------------------------------------------------------------------------------
-namespace {
-// Rank 0 makes the output folder and proves it can write there before the model loads, so a
-// read-only or missing folder costs seconds, not the steps before the first checkpoint.
-void prepare_output_folder(const std::string& output, bool clear) {
-    try {
-        if (clear) fs::remove_all(output);
-        fs::create_directories(output);
-        const std::string probe = (fs::path(output) / ".grove-write-check").string();
-        write_file_atomically(probe, "grove checks that it can write here\n");
-        fs::remove(probe);
-    } catch (const std::exception& e) {
-        throw Error(ErrorKind::runtime, "output.dir " + output + " is not writable (" + e.what() +
-                                            "): fix its permissions or free space, or set output.dir to another folder");
-    }
-}
-}  // namespace
-
 Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(new State(manifest, options)) {
     // from here on SIGINT/SIGTERM ask for a stop (a checkpoint after the step in flight) instead of
     // killing the process mid-load; the destructor restores the previous handlers
@@ -433,20 +416,10 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     s_->previous_sigint = std::signal(SIGINT, request_stop);
     s_->previous_sigterm = std::signal(SIGTERM, request_stop);
     const std::string& output = s_->config.output.dir;
-    const bool has_run = holds_run(output);
-    if (has_run && !options.resume && !options.overwrite)
-        throw Error(ErrorKind::usage, output +
-                                          " already holds a run: pass --resume to continue it, --overwrite to "
-                                          "replace it, or set output.dir to another folder");
-    std::optional<std::string> resume_from = options.resume;
-    if (resume_from == std::string("latest") && !latest_checkpoint(output)) {
-        // killed before its first checkpoint: the run resumes from its beginning
-        if (options.log && options.rank == 0)
-            *options.log << "grove: " << output << " has no checkpoint yet; starting from step 0\n";
-        resume_from.reset();
-    }
+    const RunStart start = run_start(output, options.resume, options.overwrite, options.rank == 0 ? options.log : nullptr);
+    const std::optional<std::string>& resume_from = start.resume_from;
     if (options.group) options.group->barrier();  // every rank has looked before rank 0 clears anything
-    if (options.rank == 0) prepare_output_folder(output, has_run && options.overwrite && !options.resume);
+    if (options.rank == 0) prepare_output_folder(output, start.clear);
     if (options.group) options.group->barrier();
     State& s = *s_;
     s.load();

@@ -2,14 +2,19 @@
 // initialised Llama, `grove sft` on the reference completions, and `grove eval` of the result.
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "grove/dataset.hpp"
 #include "grove/error.hpp"
+#include "grove/safetensors.hpp"
 #include "grove/sft.hpp"
 #include "grove/tokenizer.hpp"
+#include "model/tensor_io.hpp"
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -93,4 +98,58 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
                   std::string::npos)
             << what;
     }
+}
+
+// grove sft checkpoints as grove train does: 2 steps, then --resume to 4, ends with the weights and
+// metrics of 4 steps straight; a folder that holds a run is refused unless resumed or overwritten.
+TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_resume";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/sft.toml")
+        << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+        << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
+           "[data]\nsource = \"builtin:arithmetic\"\n[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+           "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\n"
+           "lr_scheduler_type = \"constant\"\nweight_decay = 0.1\n"
+           "[output]\nsave_steps = 2\n";
+    auto sft = [&](const std::string& out, const std::string& extra) {
+        return grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + out + "\"' " + extra + " 2>&1");
+    };
+    auto weights = [](const std::string& folder) {
+        grove::SafetensorsFile f(folder + "/model.safetensors");
+        std::map<std::string, at::Tensor> out;
+        for (const auto& t : f.tensors()) out[t.name] = grove::tensor_from_entry(t, f.path()).clone();
+        return out;
+    };
+    auto steps_logged = [](const std::string& out) {
+        std::vector<int64_t> steps;
+        std::ifstream in(out + "/metrics.jsonl");
+        for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+        return steps;
+    };
+    ASSERT_EQ(sft(dir + "/straight", "--set train.max_steps=4").exit_code, 0);
+    ASSERT_EQ(sft(dir + "/resumed", "--set train.max_steps=2").exit_code, 0);
+    auto resumed = sft(dir + "/resumed", "--set train.max_steps=4 --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+
+    EXPECT_EQ(steps_logged(dir + "/resumed"), (std::vector<int64_t>{1, 2, 3, 4}));
+    auto a = weights(dir + "/straight"), b = weights(dir + "/resumed");
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;
+    double moved = 0.0;  // steps 3 and 4 changed the weights after checkpoint-2
+    for (const auto& [name, t] : weights(dir + "/resumed/checkpoint-2"))
+        moved = std::max(moved, (t - b.at(name)).abs().max().item<double>());
+    EXPECT_GT(moved, 0.0);
+    EXPECT_TRUE(fs::exists(dir + "/resumed/checkpoint-4/tokenizer.json") ||
+                fs::exists(dir + "/resumed/checkpoint-4/tokenizer.model"))
+        << "a checkpoint is a model folder to load";
+
+    auto refused = sft(dir + "/straight", "--set train.max_steps=4");
+    EXPECT_EQ(refused.exit_code, 2);
+    EXPECT_NE(refused.out.find("already holds a run: pass --resume to continue it, --overwrite to replace it"),
+              std::string::npos)
+        << refused.out;
+    EXPECT_EQ(sft(dir + "/straight", "--set train.max_steps=1 --overwrite").exit_code, 0);
+    EXPECT_EQ(steps_logged(dir + "/straight"), (std::vector<int64_t>{1})) << "--overwrite starts the run again";
 }
