@@ -106,8 +106,11 @@ int sft(const std::vector<std::string>& args) {
     o.overwrite = vm.count("overwrite") > 0;
     if (vm.count("resume")) o.resume = vm["resume"].as<std::string>();
     auto result = run_sft(manifest, &std::cerr, o);
-    std::cerr << "grove: sft done: loss " << result.losses.front() << " -> " << result.losses.back() << "; model in "
-              << result.output << "\n";
+    if (result.losses.empty())  // resumed at its last step: only the model was written
+        std::cerr << "grove: sft had no steps left; model in " << result.output << "\n";
+    else
+        std::cerr << "grove: sft done: loss " << result.losses.front() << " -> " << result.losses.back() << "; model in "
+                  << result.output << "\n";
     return 0;
 }
 

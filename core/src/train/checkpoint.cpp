@@ -169,13 +169,18 @@ void prepare_output_folder(const std::string& output, bool clear) {
     }
 }
 
-RunStart run_start(const std::string& output, const std::optional<std::string>& resume, bool overwrite, std::ostream* log) {
+RunStart run_start(const std::string& output, const std::string& model_path, const std::optional<std::string>& resume,
+                   bool overwrite, std::ostream* log) {
     const bool has_run = holds_run(output);
     if (has_run && !resume && !overwrite)
         throw Error(ErrorKind::usage, output +
                                           " already holds a run: pass --resume to continue it, --overwrite to "
                                           "replace it, or set output.dir to another folder");
     RunStart start{resume, has_run && overwrite && !resume};
+    const fs::path folder = fs::weakly_canonical(output), model = fs::weakly_canonical(model_path);
+    if (start.clear && std::mismatch(folder.begin(), folder.end(), model.begin(), model.end()).first == folder.end())
+        throw Error(ErrorKind::usage, "--overwrite would delete " + output + ", which holds the model it trains (model.path " +
+                                          model_path + "): set output.dir to another folder");
     if (start.resume_from == std::string("latest") && !latest_checkpoint(output)) {
         // killed before its first checkpoint: the run resumes from its beginning
         if (log) *log << "grove: " << output << " has no checkpoint yet; starting from step 0\n";

@@ -57,13 +57,15 @@ std::optional<std::string> latest_checkpoint(const std::string& output_dir);
 bool holds_run(const std::string& output_dir);
 
 // How a run (grove train, grove sft) starts in its output folder: one that holds another run is
-// refused unless resuming or overwriting; --resume latest without a checkpoint yet (a run killed
+// refused unless resuming or overwriting (never when the model it trains, `model_path`, lies
+// inside: overwriting would delete it); --resume latest without a checkpoint yet (a run killed
 // before its first) starts from step 0, which `log` is told.
 struct RunStart {
     std::optional<std::string> resume_from;  // a checkpoint folder or "latest"; unset: from step 0
     bool clear = false;                      // --overwrite of an earlier run: empty the folder first
 };
-RunStart run_start(const std::string& output_dir, const std::optional<std::string>& resume, bool overwrite, std::ostream* log);
+RunStart run_start(const std::string& output_dir, const std::string& model_path, const std::optional<std::string>& resume,
+                   bool overwrite, std::ostream* log);
 // Makes the output folder (emptied first when `clear`) and proves it can write there before the
 // model loads, so a read-only or missing folder costs seconds, not the steps before a checkpoint.
 void prepare_output_folder(const std::string& output_dir, bool clear);

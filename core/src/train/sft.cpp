@@ -67,6 +67,10 @@ public:
     }
     // Continues at `position` of pass `epoch` (0-based), as a checkpoint recorded it.
     void seek(const PromptSource::Position& p) {
+        if (p.position < 0 || p.position > examples_)
+            throw Error(ErrorKind::input, "the checkpoint is at example " + std::to_string(p.position) +
+                                              " of a pass, but the data has " + std::to_string(examples_) +
+                                              " examples: resume with the data it was trained on");
         while (at_.epoch < p.epoch) draw(), ++at_.epoch;
         at_.position = p.position;
     }
@@ -111,7 +115,7 @@ at::Tensor sft_loss(Model& model, const std::vector<SftExample>& examples, const
 SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options) {
     const RunConfig c = RunConfig::from(manifest);
     const std::string output = c.output.dir;
-    const RunStart start = run_start(output, options.resume, options.overwrite, log);
+    const RunStart start = run_start(output, c.model.path, options.resume, options.overwrite, log);
     prepare_output_folder(output, start.clear);
     auto model = Model::load(c.model.path, c.model.device, c.model.dtype);
     auto tokenizer = Tokenizer::load(c.model.path);

@@ -416,7 +416,8 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     s_->previous_sigint = std::signal(SIGINT, request_stop);
     s_->previous_sigterm = std::signal(SIGTERM, request_stop);
     const std::string& output = s_->config.output.dir;
-    const RunStart start = run_start(output, options.resume, options.overwrite, options.rank == 0 ? options.log : nullptr);
+    const RunStart start =
+        run_start(output, s_->config.model.path, options.resume, options.overwrite, options.rank == 0 ? options.log : nullptr);
     const std::optional<std::string>& resume_from = start.resume_from;
     if (options.group) options.group->barrier();  // every rank has looked before rank 0 clears anything
     if (options.rank == 0) prepare_output_folder(output, start.clear);

@@ -101,18 +101,27 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
 }
 
 // grove sft checkpoints as grove train does: 2 steps, then --resume to 4, ends with the weights and
-// metrics of 4 steps straight; a folder that holds a run is refused unless resumed or overwritten.
+// metrics of 4 steps straight (8 examples in batches of 4: the first pass ends at the checkpoint,
+// the resumed steps draw the second); a folder that holds a run is refused unless resumed or
+// overwritten, and never overwritten when it holds the model being trained.
 TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_resume";
     fs::remove_all(dir);
     fs::create_directories(dir);
-    std::ofstream(dir + "/sft.toml")
-        << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
-        << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
-           "[data]\nsource = \"builtin:arithmetic\"\n[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
-           "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\n"
-           "lr_scheduler_type = \"constant\"\nweight_decay = 0.1\n"
-           "[output]\nsave_steps = 2\n";
+    {
+        std::ofstream data(dir + "/pairs.jsonl");
+        for (int i = 0; i < 8; ++i)
+            data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}})
+                        .dump()
+                 << "\n";
+    }
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
+                                        "[data]\nsource = \"pairs.jsonl\"\n[[rewards]]\nplugin = \"correctness\"\n"
+                                        "[generation]\nnum_generations = 4\n"
+                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\n"
+                                        "lr_scheduler_type = \"constant\"\nweight_decay = 0.1\n"
+                                        "[output]\nsave_steps = 2\n[logging]\nlogging_steps = 1\n";
     auto sft = [&](const std::string& out, const std::string& extra) {
         return grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + out + "\"' " + extra + " 2>&1");
     };
@@ -132,6 +141,9 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     ASSERT_EQ(sft(dir + "/resumed", "--set train.max_steps=2").exit_code, 0);
     auto resumed = sft(dir + "/resumed", "--set train.max_steps=4 --resume");
     ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+    EXPECT_NE(resumed.out.find("sft step 3/4"), std::string::npos) << resumed.out;
+    EXPECT_EQ(resumed.out.find("sft step 2/4"), std::string::npos) << "the resumed run starts after its checkpoint:\n"
+                                                                   << resumed.out;
 
     EXPECT_EQ(steps_logged(dir + "/resumed"), (std::vector<int64_t>{1, 2, 3, 4}));
     auto a = weights(dir + "/straight"), b = weights(dir + "/resumed");
@@ -141,9 +153,10 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     for (const auto& [name, t] : weights(dir + "/resumed/checkpoint-2"))
         moved = std::max(moved, (t - b.at(name)).abs().max().item<double>());
     EXPECT_GT(moved, 0.0);
-    EXPECT_TRUE(fs::exists(dir + "/resumed/checkpoint-4/tokenizer.json") ||
-                fs::exists(dir + "/resumed/checkpoint-4/tokenizer.model"))
-        << "a checkpoint is a model folder to load";
+    EXPECT_TRUE(fs::exists(dir + "/resumed/checkpoint-4/tokenizer.json")) << "a checkpoint is a model folder to load";
+    auto again = sft(dir + "/resumed", "--set train.max_steps=4 --resume");
+    EXPECT_EQ(again.exit_code, 0) << again.out;
+    EXPECT_NE(again.out.find("sft had no steps left"), std::string::npos) << again.out;
 
     auto refused = sft(dir + "/straight", "--set train.max_steps=4");
     EXPECT_EQ(refused.exit_code, 2);
@@ -152,4 +165,15 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
         << refused.out;
     EXPECT_EQ(sft(dir + "/straight", "--set train.max_steps=1 --overwrite").exit_code, 0);
     EXPECT_EQ(steps_logged(dir + "/straight"), (std::vector<int64_t>{1})) << "--overwrite starts the run again";
+
+    // fine-tuning in place: the model inside output.dir
+    fs::create_directories(dir + "/inplace");
+    fs::copy(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa", dir + "/inplace/base", fs::copy_options::recursive);
+    const std::string in_place = "--set train.max_steps=1 --set 'model.path=\"" + dir + "/inplace/base\"'";
+    ASSERT_EQ(sft(dir + "/inplace", in_place).exit_code, 0);
+    auto kept = sft(dir + "/inplace", in_place + " --overwrite");
+    EXPECT_EQ(kept.exit_code, 2);
+    EXPECT_NE(kept.out.find("--overwrite would delete " + dir + "/inplace, which holds the model it trains"), std::string::npos)
+        << kept.out;
+    EXPECT_TRUE(fs::exists(dir + "/inplace/base/model.safetensors"));
 }
