@@ -276,6 +276,8 @@ case("runs", "trainer_state.json cut short", TRAIN + " --resume --set train.max_
      lambda d: (trained()(d), write(f"{d}/out/checkpoint-2/trainer_state.json", '{"global_step": 2, "mic')))
 case("runs", "--resume with a folder that is no checkpoint", TRAIN + " --resume prompts.jsonl", 5, "not a checkpoint",
      run_folder())
+case("runs", "--overwrite of a folder that holds the model being trained", TRAIN + " --overwrite --set 'output.dir=\".\"'", 2,
+     "--overwrite would delete", both(run_folder(), lambda d: write(f"{d}/metrics.jsonl", '{"step": 1}\n')))
 case("runs", "NCCL between processes with the model on the CPU",
      TRAIN + " --nproc 2 --set 'train.ddp_backend=\"nccl\"' --set 'model.device=\"cpu\"'", 3, "runs between GPUs",
      run_folder())
