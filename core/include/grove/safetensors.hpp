@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,9 +69,13 @@ struct TensorBytes {
 };
 
 // Writes atomically: a temporary file in the same folder, flushed and fsync'ed, then renamed over
-// `path`, so a crash never leaves a half-written file. Tensors are stored in name order.
+// `path`, so a crash never leaves a half-written file. Tensors are stored in name order, each
+// written straight from its bytes (no copy of the whole file in memory). With `data_of`, the
+// tensors' `data` may be null: data_of(i) supplies tensor i's bytes just before they are written
+// (valid until the next call), so a caller can hold one tensor at a time.
 void write_safetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::function<const void*(size_t)>& data_of = {});
 
 // Writes `contents` to `path` atomically (temporary file + fsync + rename).
 void write_file_atomically(const std::string& path, const std::string& contents);

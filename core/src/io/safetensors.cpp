@@ -139,63 +139,88 @@ const TensorEntry* SafetensorsFile::find(const std::string& name) const {
     return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-void write_file_atomically(const std::string& path, const std::string& contents) {
-    namespace fs = std::filesystem;
-    fs::path target(path);
-    fs::path temporary = target.parent_path() / (".tmp-" + target.filename().string() + "-" + std::to_string(::getpid()));
-    int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw Error(ErrorKind::runtime, temporary.string() + ": cannot create: " + std::strerror(errno));
-    size_t written = 0;
-    while (written < contents.size()) {
-        ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int saved = errno;
-            ::close(fd);
-            ::unlink(temporary.c_str());
-            throw Error(ErrorKind::runtime, temporary.string() + ": write failed: " + std::strerror(saved));
+namespace {
+// A file written under a temporary name in the same folder, then fsync'ed and renamed over its
+// path by commit(); dropped uncommitted (an error), the temporary file is removed.
+class AtomicFile {
+public:
+    explicit AtomicFile(const std::string& path) : target_(path) {
+        temporary_ =
+            (target_.parent_path() / (".tmp-" + target_.filename().string() + "-" + std::to_string(::getpid()))).string();
+        fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd_ < 0) throw Error(ErrorKind::runtime, temporary_ + ": cannot create: " + std::strerror(errno));
+    }
+    ~AtomicFile() {
+        if (fd_ >= 0) ::close(fd_);
+        if (!committed_) ::unlink(temporary_.c_str());
+    }
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    void write(const void* data, size_t size) {
+        size_t written = 0;
+        while (written < size) {
+            ssize_t n = ::write(fd_, static_cast<const char*>(data) + written, size - written);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                throw Error(ErrorKind::runtime, temporary_ + ": write failed: " + std::strerror(errno));
+            }
+            written += size_t(n);
         }
-        written += size_t(n);
     }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) {
-        int saved = errno;
-        ::unlink(temporary.c_str());
-        throw Error(ErrorKind::runtime, temporary.string() + ": flush failed: " + std::strerror(saved));
+    void commit() {
+        const int fd = fd_;
+        fd_ = -1;
+        const bool synced = ::fsync(fd) == 0;
+        const int sync_error = errno;
+        if (::close(fd) != 0 || !synced)
+            throw Error(ErrorKind::runtime, temporary_ + ": flush failed: " + std::strerror(synced ? errno : sync_error));
+        if (::rename(temporary_.c_str(), target_.c_str()) != 0)
+            throw Error(ErrorKind::runtime, target_.string() + ": cannot replace: " + std::strerror(errno));
+        committed_ = true;
     }
-    if (::rename(temporary.c_str(), target.c_str()) != 0) {
-        int saved = errno;
-        ::unlink(temporary.c_str());
-        throw Error(ErrorKind::runtime, path + ": cannot replace: " + std::strerror(saved));
-    }
+
+private:
+    std::filesystem::path target_;
+    std::string temporary_;
+    int fd_ = -1;
+    bool committed_ = false;
+};
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+    AtomicFile file(path);
+    file.write(contents.data(), contents.size());
+    file.commit();
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-    std::vector<const TensorBytes*> ordered;
-    for (const auto& t : tensors) ordered.push_back(&t);
-    std::sort(ordered.begin(), ordered.end(), [](auto* a, auto* b) { return a->name < b->name; });
+                       const std::map<std::string, std::string>& metadata, const std::function<const void*(size_t)>& data_of) {
+    std::vector<size_t> ordered(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) ordered[i] = i;
+    std::sort(ordered.begin(), ordered.end(), [&](size_t a, size_t b) { return tensors[a].name < tensors[b].name; });
     nlohmann::json header = nlohmann::json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     uint64_t offset = 0;
-    for (const auto* t : ordered) {
+    for (size_t i : ordered) {
+        const TensorBytes& t = tensors[i];
         uint64_t numel = 1;
-        for (int64_t s : t->shape) numel *= uint64_t(s);
-        if (numel * dtype_size(t->dtype) != t->size)
-            throw Error(ErrorKind::runtime, path + ": tensor '" + t->name + "' has " + std::to_string(t->size) +
-                                                " bytes for a shape that needs " +
-                                                std::to_string(numel * dtype_size(t->dtype)));
-        header[t->name] = {{"dtype", dtype_name(t->dtype)}, {"shape", t->shape}, {"data_offsets", {offset, offset + t->size}}};
-        offset += t->size;
+        for (int64_t s : t.shape) numel *= uint64_t(s);
+        if (numel * dtype_size(t.dtype) != t.size)
+            throw Error(ErrorKind::runtime, path + ": tensor '" + t.name + "' has " + std::to_string(t.size) +
+                                                " bytes for a shape that needs " + std::to_string(numel * dtype_size(t.dtype)));
+        header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.size}}};
+        offset += t.size;
     }
     std::string header_text = header.dump();
     header_text.append((8 - header_text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
-    std::string out;
-    out.reserve(8 + header_text.size() + offset);
-    uint64_t n = header_text.size();
-    for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
-    out += header_text;
-    for (const auto* t : ordered) out.append(static_cast<const char*>(t->data), t->size);
-    write_file_atomically(path, out);
+    char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = char((uint64_t(header_text.size()) >> (8 * i)) & 0xff);
+    AtomicFile file(path);
+    file.write(length, 8);
+    file.write(header_text.data(), header_text.size());
+    for (size_t i : ordered) file.write(data_of ? data_of(i) : tensors[i].data, tensors[i].size);
+    file.commit();
 }
 
 }  // namespace grove

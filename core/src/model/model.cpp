@@ -94,14 +94,15 @@ at::Tensor tensor_from_entry(const TensorEntry& entry, const std::string&) {
 
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                   const std::map<std::string, std::string>& metadata) {
-    std::vector<at::Tensor> keep;
-    std::vector<TensorBytes> bytes;
-    for (const auto& [name, tensor] : tensors) {
-        at::Tensor cpu = tensor.detach().to(at::kCPU).contiguous();
-        keep.push_back(cpu);
-        bytes.push_back({name, dtype_of(cpu.scalar_type()), cpu.sizes().vec(), cpu.data_ptr(), cpu.nbytes()});
-    }
-    write_safetensors(path, bytes, metadata);
+    std::vector<TensorBytes> layout;
+    for (const auto& [name, tensor] : tensors)
+        layout.push_back({name, dtype_of(tensor.scalar_type()), tensor.sizes().vec(), nullptr,
+                          size_t(tensor.numel()) * tensor.element_size()});
+    at::Tensor current;  // one tensor on the CPU at a time: a GPU model's copy never exists whole in host memory
+    write_safetensors(path, layout, metadata, [&](size_t i) {
+        current = tensors[i].second.detach().to(at::kCPU).contiguous();
+        return static_cast<const void*>(current.data_ptr());
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

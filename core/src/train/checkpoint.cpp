@@ -236,7 +236,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     if (group_) group_->barrier();
     if (inside_generation_batch)
         save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
-    const std::vector<std::pair<std::string, at::Tensor>> moments = optimizer_state(state);
+    save_optimizer((tmp / "optimizer.safetensors").string(), state);
     if (group_) group_->barrier();
     if (rank_ != 0) {  // rank 0 writes the rest and renames; the others wait for it
         if (group_) group_->barrier();
@@ -247,7 +247,6 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
     test_kill_point("save", progress.global_step);
-    save_tensors((tmp / "optimizer.safetensors").string(), moments);
     json st = progress_json(progress);
     st["optimizer_steps"] = state.optimizer.steps();
     st["world_size"] = world_size_;
@@ -271,20 +270,42 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     return final_dir.string();
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Checkpoints::optimizer_state(const CheckpointedState& state) const {
-    if (state.owners.empty()) return state.optimizer.state();
-    // one tensor at a time, so a rank holds at most one moment it does not own
-    std::vector<std::pair<std::string, at::Tensor>> gathered;
+void Checkpoints::save_optimizer(const std::string& file, const CheckpointedState& state) const {
+    if (state.owners.empty()) {
+        if (rank_ == 0) save_tensors(file, state.optimizer.state());
+        return;
+    }
+    // the file's tensors: both moments of every trained tensor, whoever keeps them
+    std::vector<TensorBytes> layout;
+    std::vector<std::pair<size_t, bool>> moment_of;  // layout entry -> (tensor, second moment?)
     for (size_t i = 0; i < state.trainable.size(); ++i) {
-        const auto [exp_avg, exp_avg_sq] = state.optimizer.moments(i);
-        for (auto [name, moment] : {std::pair{"exp_avg.", exp_avg}, std::pair{"exp_avg_sq.", exp_avg_sq}}) {
-            std::vector<at::Tensor> buffer{
-                state.optimizer.updates(i) ? moment : at::empty_like(state.trainable[i], at::TensorOptions().device(at::kCPU))};
-            group_->broadcast(buffer, state.owners[i]);
-            if (rank_ == 0) gathered.emplace_back(name + std::to_string(i), buffer[0]);
+        const at::Tensor& p = state.trainable[i];
+        for (bool second : {false, true}) {
+            layout.push_back({(second ? "exp_avg_sq." : "exp_avg.") + std::to_string(i), dtype_of(p.scalar_type()),
+                              p.sizes().vec(), nullptr, size_t(p.numel()) * p.element_size()});
+            moment_of.emplace_back(i, second);
         }
     }
-    return gathered;
+    at::Tensor current;
+    // entry k from its owner to every rank (all ranks call this in the file's order)
+    auto receive = [&](size_t k) {
+        const auto [i, second] = moment_of[k];
+        const auto moments = state.optimizer.moments(i);
+        std::vector<at::Tensor> buffer{state.optimizer.updates(i)
+                                           ? (second ? moments.second : moments.first)
+                                           : at::empty_like(state.trainable[i], at::TensorOptions().device(at::kCPU))};
+        group_->broadcast(buffer, state.owners[i]);
+        current = buffer[0].detach().to(at::kCPU).contiguous();
+        return static_cast<const void*>(current.data_ptr());
+    };
+    if (rank_ == 0) {
+        write_safetensors(file, layout, {}, receive);  // one moment in host memory at a time
+        return;
+    }
+    std::vector<size_t> file_order(layout.size());  // write_safetensors' order: by name
+    for (size_t k = 0; k < layout.size(); ++k) file_order[k] = k;
+    std::sort(file_order.begin(), file_order.end(), [&](size_t a, size_t b) { return layout[a].name < layout[b].name; });
+    for (size_t k : file_order) receive(k);
 }
 
 void Checkpoints::verify_files(const std::string& dir, const json& files) const {

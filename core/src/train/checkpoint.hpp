@@ -92,9 +92,9 @@ public:
 private:
     std::string write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
                       const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
-    // The optimizer's moments for optimizer.safetensors, gathered from their owners to rank 0 when
-    // sharded (every rank takes part; the others get an empty list).
-    std::vector<std::pair<std::string, at::Tensor>> optimizer_state(const CheckpointedState& state) const;
+    // Writes the optimizer's moments to `file` (rank 0). Sharded, every rank takes part: rank 0
+    // receives each moment from its owner as the file is written, one at a time.
+    void save_optimizer(const std::string& file, const CheckpointedState& state) const;
     // Every file trainer_state.json lists exists with its size and checksum; throws naming the file.
     void verify_files(const std::string& dir, const nlohmann::json& files) const;
     // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.
