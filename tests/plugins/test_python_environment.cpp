@@ -100,14 +100,7 @@ TEST(PythonEnvironment, GroveContractInPython) {
 }
 
 TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
-    auto message = [](const std::function<void()>& f) {
-        try {
-            f();
-        } catch (const grove::Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("(no error)");
-    };
+    const auto message = grove::test::error_message;
     std::string neither = message([] { python_environment("Nothing"); });
     EXPECT_NE(neither.find("has neither step() (Grove's environment contract) nor reset() (TRL's environment_factory)"),
               std::string::npos)

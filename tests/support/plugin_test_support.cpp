@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 
+#include "grove/error.hpp"
 #include "grove/plugin_host.hpp"
 
 namespace grove::test {
@@ -51,6 +52,15 @@ RewardResult score_rewards(const std::string& plugin, const std::string& config_
     for (size_t m = 0; m < result.metric_names.size(); ++m)
         result.metrics.emplace_back(metrics.begin() + m * rows.size(), metrics.begin() + (m + 1) * rows.size());
     return result;
+}
+
+std::string error_message(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const grove::Error& e) {
+        return e.what();
+    }
+    return "(no error)";
 }
 
 }  // namespace grove::test

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,8 @@ CommandResult run_command(const std::string& command);
 
 // Runs the built `grove` with `args`, from the source tree's root.
 CommandResult run_grove(const std::string& args);
+
+// The message of the grove::Error that `f` throws, or "(no error)".
+std::string error_message(const std::function<void()>& f);
 
 }  // namespace grove::test

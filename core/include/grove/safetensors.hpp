@@ -77,6 +77,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorBytes>& 
                        const std::map<std::string, std::string>& metadata = {},
                        const std::function<const void*(size_t)>& data_of = {});
 
+// The order write_safetensors stores `tensors` in (by name), as indices into them: a caller whose
+// data_of talks to other processes has them follow the same order.
+std::vector<size_t> storage_order(const std::vector<TensorBytes>& tensors);
+
 // Writes `contents` to `path` atomically (temporary file + fsync + rename).
 void write_file_atomically(const std::string& path, const std::string& contents);
 

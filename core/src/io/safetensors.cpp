@@ -194,11 +194,16 @@ void write_file_atomically(const std::string& path, const std::string& contents)
     file.commit();
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
-                       const std::map<std::string, std::string>& metadata, const std::function<const void*(size_t)>& data_of) {
+std::vector<size_t> storage_order(const std::vector<TensorBytes>& tensors) {
     std::vector<size_t> ordered(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) ordered[i] = i;
     std::sort(ordered.begin(), ordered.end(), [&](size_t a, size_t b) { return tensors[a].name < tensors[b].name; });
+    return ordered;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
+                       const std::map<std::string, std::string>& metadata, const std::function<const void*(size_t)>& data_of) {
+    const std::vector<size_t> ordered = storage_order(tensors);
     nlohmann::json header = nlohmann::json::object();
     if (!metadata.empty()) header["__metadata__"] = metadata;
     uint64_t offset = 0;

@@ -302,10 +302,7 @@ void Checkpoints::save_optimizer(const std::string& file, const CheckpointedStat
         write_safetensors(file, layout, {}, receive);  // one moment in host memory at a time
         return;
     }
-    std::vector<size_t> file_order(layout.size());  // write_safetensors' order: by name
-    for (size_t k = 0; k < layout.size(); ++k) file_order[k] = k;
-    std::sort(file_order.begin(), file_order.end(), [&](size_t a, size_t b) { return layout[a].name < layout[b].name; });
-    for (size_t k : file_order) receive(k);
+    for (size_t k : storage_order(layout)) receive(k);  // the order in which rank 0 asks
 }
 
 void Checkpoints::verify_files(const std::string& dir, const json& files) const {

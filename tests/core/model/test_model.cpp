@@ -21,6 +21,7 @@
 #include "model/decode_kernels.hpp"
 #include "model/sampling.hpp"
 #include "model/static_decode.hpp"
+#include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
 
@@ -50,15 +51,6 @@ std::vector<std::vector<int64_t>> unpadded_prompts(const at::Tensor& ids, const 
         prompts.push_back(row);
     }
     return prompts;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const grove::Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 #define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
@@ -262,7 +254,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
         auto third = session.sample_turn(std::vector<int64_t>(N, 2));
         EXPECT_EQ(third[0].ids.size(), 2u);
         for (size_t i = 1; i < N; ++i) EXPECT_TRUE(third[i].ids.empty());
-        EXPECT_CONTAINS(error_of([&] { session.continue_rows({{1, 1, {7}}}); }), "not waiting to continue");
+        EXPECT_CONTAINS(grove::test::error_message([&] { session.continue_rows({{1, 1, {7}}}); }), "not waiting to continue");
     }
 }
 
@@ -430,7 +422,7 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
     // truncated weights file
     std::string truncated = copy("truncated");
     fs::resize_file(truncated + "/model.safetensors", 1000);
-    auto message = error_of([&] { grove::Model::load(truncated); });
+    auto message = grove::test::error_message([&] { grove::Model::load(truncated); });
     EXPECT_CONTAINS(message, "truncated/model.safetensors: invalid safetensors file");
     // header that claims more bytes than exist
     std::string huge = copy("huge_header");
@@ -439,13 +431,13 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
         uint64_t size = 1ull << 40;
         f.write(reinterpret_cast<const char*>(&size), 8);
     }
-    EXPECT_CONTAINS(error_of([&] { grove::Model::load(huge); }), "exceeds the format's limit");
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::load(huge); }), "exceeds the format's limit");
     // unsupported architecture
     std::string arch = copy("gpt2");
     {
         std::ofstream(arch + "/config.json") << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})";
     }
-    message = error_of([&] { grove::Model::load(arch); });
+    message = grove::test::error_message([&] { grove::Model::load(arch); });
     EXPECT_CONTAINS(message, "unsupported model");
     EXPECT_CONTAINS(message, "LlamaForCausalLM (llama)");
     // a config that disagrees with the weights names the tensor
@@ -456,19 +448,19 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
         text.replace(text.find("\"intermediate_size\": 112"), 24, "\"intermediate_size\": 100");
         std::ofstream(shape + "/config.json") << text;
     }
-    message = error_of([&] { grove::Model::load(shape); });
+    message = grove::test::error_message([&] { grove::Model::load(shape); });
     EXPECT_CONTAINS(message, "tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [112, 64]");
     // missing key
     std::string key = copy("key");
     {
         std::ofstream(key + "/config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})";
     }
-    EXPECT_CONTAINS(error_of([&] { grove::Model::load(key); }), "config.json: missing key \"vocab_size\"");
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::load(key); }), "config.json: missing key \"vocab_size\"");
     // no weights at all
     std::string none = dir + "/none";
     fs::create_directories(none);
     fs::copy(kModels + "/llama_gqa/config.json", none + "/config.json");
-    EXPECT_CONTAINS(error_of([&] { grove::Model::load(none); }), "no model.safetensors");
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::load(none); }), "no model.safetensors");
 }
 
 TEST(Safetensors, HeaderFieldsAreValidated) {
@@ -482,7 +474,9 @@ TEST(Safetensors, HeaderFieldsAreValidated) {
         f << header << std::string(data_bytes, '\0');
         return path;
     };
-    auto open_error = [&](const std::string& path) { return error_of([&] { grove::SafetensorsFile file(path); }); };
+    auto open_error = [&](const std::string& path) {
+        return grove::test::error_message([&] { grove::SafetensorsFile file(path); });
+    };
     EXPECT_CONTAINS(open_error(write("a", R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4)),
                     "tensor 'w': shape x dtype size = 8 bytes, but data_offsets span 4");
     EXPECT_CONTAINS(open_error(write("b", R"({"w": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}})", 1)),

@@ -14,6 +14,7 @@
 #include "grove/error.hpp"
 #include "grove/loopback_port.hpp"
 #include "grove/optimizer.hpp"
+#include "plugin_test_support.hpp"
 
 using grove::CollectiveBackend;
 using grove::DdpBackend;
@@ -22,18 +23,9 @@ using grove::place_rank;
 namespace {
 
 // Torch's flight recorder (a process-wide record of collectives) is not safe for several process
-// groups enqueueing at once in one process, as these tests' threads do: it crashed about once in 30
-// runs under load. Real ranks are processes of their own, so only the tests turn it off.
+// groups enqueueing at once in one process, as these tests' threads do: 6 of 6 runs of 40 repeats
+// crashed under load. Real ranks are processes of their own, so only the tests turn it off.
 const bool kFlightRecorderOff = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1) == 0; }();
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const grove::Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 }  // namespace
 
@@ -66,11 +58,11 @@ TEST(Placement, GpusAreDealtRoundRobinAndNcclWaitsForTheRendezvous) {
 }
 
 TEST(Placement, NcclThatCannotWorkIsRefusedWithTheKeyAndTheFix) {
-    std::string cpu = error_of([] { place_rank("run/g.toml", "cpu", DdpBackend::nccl, 0, 1, true); });
+    std::string cpu = grove::test::error_message([] { place_rank("run/g.toml", "cpu", DdpBackend::nccl, 0, 1, true); });
     EXPECT_NE(cpu.find("run/g.toml: train.ddp_backend = \"nccl\""), std::string::npos) << cpu;
     EXPECT_NE(cpu.find("model.device is \"cpu\""), std::string::npos) << cpu;
     EXPECT_NE(cpu.find("\"gloo\""), std::string::npos) << cpu;
-    std::string unbuilt = error_of([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 0, 2, false); });
+    std::string unbuilt = grove::test::error_message([] { place_rank("g.toml", "cuda", DdpBackend::nccl, 0, 2, false); });
     EXPECT_NE(unbuilt.find("built without NCCL"), std::string::npos) << unbuilt;
 }
 
@@ -195,6 +187,20 @@ void check_collectives(grove::ProcessGroup& group, at::Device device) {
     group.barrier();
 }
 
+// Rank `rank` of `world` meeting on the loopback `port`.
+grove::ProcessGroupConfig rank_config(int rank, int world, int port, CollectiveBackend backend, const std::string& device,
+                                      const std::string& nccl_required_by) {
+    grove::ProcessGroupConfig c;
+    c.rank = rank;
+    c.world_size = world;
+    c.master_port = port;
+    c.timeout_seconds = 60;
+    c.backend = backend;
+    c.device = device;
+    c.nccl_required_by = nccl_required_by;
+    return c;
+}
+
 // Runs check_collectives on `world` ranks, one thread each, rank r on devices[r], asking for
 // `backend` and expecting `expected_backend` after the ranks compared their GPUs.
 void run_ranks(int world, CollectiveBackend backend, const std::vector<std::string>& devices,
@@ -205,15 +211,8 @@ void run_ranks(int world, CollectiveBackend backend, const std::vector<std::stri
     for (int rank = 0; rank < world; ++rank)
         ranks.emplace_back([&, rank] {
             try {
-                grove::ProcessGroupConfig c;
-                c.rank = rank;
-                c.world_size = world;
-                c.master_port = port;
-                c.timeout_seconds = 60;
-                c.backend = backend;
-                c.device = devices[size_t(rank)];
-                c.nccl_required_by = expected_backend == CollectiveBackend::nccl ? "the test" : "";
-                grove::ProcessGroup group(c);
+                grove::ProcessGroup group(rank_config(rank, world, port, backend, devices[size_t(rank)],
+                                                      expected_backend == CollectiveBackend::nccl ? "the test" : ""));
                 EXPECT_EQ(group.backend(), expected_backend);
                 check_collectives(group, at::Device(devices[size_t(rank)]));
             } catch (const std::exception& e) {
@@ -262,15 +261,9 @@ TEST(Collectives, RanksSharingAGpuFallBackToGlooOrRefuseNamedNccl) {
     std::vector<std::thread> ranks;
     for (int rank = 0; rank < 2; ++rank)
         ranks.emplace_back([&, rank] {
-            grove::ProcessGroupConfig c;
-            c.rank = rank;
-            c.world_size = 2;
-            c.master_port = port;
-            c.timeout_seconds = 60;
-            c.backend = CollectiveBackend::nccl;
-            c.device = "cuda:0";
-            c.nccl_required_by = "g.toml: train.ddp_backend = \"nccl\"";
-            errors[size_t(rank)] = error_of([&] { grove::ProcessGroup group(c); });
+            const auto c =
+                rank_config(rank, 2, port, CollectiveBackend::nccl, "cuda:0", "g.toml: train.ddp_backend = \"nccl\"");
+            errors[size_t(rank)] = grove::test::error_message([&] { grove::ProcessGroup group(c); });
         });
     for (auto& t : ranks) t.join();
     for (const std::string& e : errors) {
