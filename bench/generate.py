@@ -48,8 +48,10 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--engine", default="graphs", choices=["graphs", "eager"],
-                        help="Grove's decode engine on CUDA: the CUDA graph engine or the eager loop")
+    engine_help = ("Grove's decode engine on CUDA: graphs (the default), eager, or the graph engine with candidate "
+                   "changes: captured (sampling in the graph), split (split attention), captured+split")
+    parser.add_argument("--engine", default="graphs", help=engine_help)
+    parser.add_argument("--also-engine", help="a second engine timed in each pair too (reported as also_engine_*)")
     parser.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
     parser.add_argument("--repeats", type=int, default=3, help="transformers / Grove pairs, run alternately")
     parser.add_argument("--grove", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin",
@@ -82,22 +84,27 @@ def main():
                 torch.cuda.synchronize()
             return (out.shape[1] - args.prompt_len) * args.batch / (time.perf_counter() - start)
 
-    def grove_tokens_per_second():
+    def grove_tokens_per_second(engine):
         result = subprocess.run([args.grove, folder, str(args.batch), str(args.prompt_len), str(args.new_tokens),
-                                 args.dtype, args.device, args.engine], capture_output=True, text=True, check=True)
+                                 args.dtype, args.device, engine], capture_output=True, text=True, check=True)
         return json.loads(result.stdout)
 
     # the two alternate, so a slow spell of a shared machine falls on both; each pair gives a ratio
     on_gpu = args.device != "cpu"
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
-    pairs, grove_peaks = [], []
+    pairs, grove_peaks, also = [], [], []
     for _ in range(args.repeats):
         hf = transformers_tokens_per_second()
-        grove = grove_tokens_per_second()
+        grove = grove_tokens_per_second(args.engine)
         pairs.append((hf, grove["tokens_per_second"]))
         grove_peaks.append(grove.get("peak_allocated_mib", 0.0))
+        if args.also_engine:
+            also.append(grove_tokens_per_second(args.also_engine)["tokens_per_second"])
     ratios = [g / h for h, g in pairs]
+    if args.also_engine:
+        also = {"also_engine": args.also_engine, "also_engine_tokens_per_second": [round(g, 1) for g in also],
+                "also_engine_ratios": [round(g / h, 2) for (h, _), g in zip(pairs, also)]}
     memory = {}
     if on_gpu:
         element = 2 if args.dtype == "bfloat16" else 4
@@ -116,7 +123,7 @@ def main():
                       "transformers_tokens_per_second": [round(h, 1) for h, _ in pairs],
                       "grove_tokens_per_second": [round(g, 1) for _, g in pairs],
                       "ratios": [round(r, 2) for r in ratios],
-                      "median_ratio": round(statistics.median(ratios), 2), **memory}))
+                      "median_ratio": round(statistics.median(ratios), 2), **(also or {}), **memory}))
 
 
 if __name__ == "__main__":

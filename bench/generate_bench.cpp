@@ -1,5 +1,7 @@
 // Times grove::generate alone (model loading excluded) on random prompt ids, for bench/generate.py.
-//   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device] [graphs|eager]
+//   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device] [ENGINE]
+// ENGINE (on CUDA): graphs (the default), eager, or graphs with candidate changes: captured, split,
+// captured+split (see SamplingOptions::capture_sampling and split_attention)
 // Prints one JSON line: {"seconds": ..., "tokens": ..., "tokens_per_second": ...}, on CUDA also
 // "peak_allocated_mib": the caching allocator's peak, as torch.cuda.max_memory_allocated reports it.
 // With GROVE_BENCH_TRACE=FILE.json the timed call is profiled (CPU ops and CUDA kernels, Chrome trace).
@@ -9,6 +11,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <sstream>
 
 #include "grove/generation.hpp"
 #include "grove/model.hpp"
@@ -16,7 +19,7 @@
 int main(int argc, char** argv) {
     if (argc < 5) {
         std::cerr << "usage: grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [float32|bfloat16] [cpu|cuda] "
-                     "[graphs|eager]\n";
+                     "[graphs|eager|captured|split|captured+split]\n";
         return 2;
     }
     std::string dtype = argc > 5 ? argv[5] : "float32", device = argc > 6 ? argv[6] : "cpu";
@@ -30,7 +33,23 @@ int main(int argc, char** argv) {
     grove::SamplingOptions options;
     options.max_new_tokens = new_tokens;
     options.temperature = 1.0;
-    options.cuda_graphs = argc <= 7 || std::string(argv[7]) != "eager";  // the engine on CUDA
+    // the engine on CUDA: "graphs" or "eager", or the graph engine with candidate changes joined by
+    // '+': "captured" (sampling in the graph), "split" (split attention), "captured+split"
+    const std::string engine = argc > 7 ? argv[7] : "graphs";
+    std::stringstream parts(engine);
+    for (std::string part; std::getline(parts, part, '+');) {
+        if (part == "eager")
+            options.cuda_graphs = false;
+        else if (part == "captured")
+            options.capture_sampling = true;
+        else if (part == "split")
+            options.split_attention = true;
+        else if (part != "graphs") {
+            std::cerr << "grove_bench_generate: unknown engine part '" << part
+                      << "' (graphs, eager, captured, split; joined by +)\n";
+            return 2;
+        }
+    }
     options.seed = 1;  // no EOS ids: every row generates new_tokens, as min_new_tokens does in transformers
     grove::generate(*model, prompts, [&] {
         auto o = options;

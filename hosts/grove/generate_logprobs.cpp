@@ -102,6 +102,8 @@ int generate(const std::vector<std::string>& args) {
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
         "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")(
         "no-cuda-graphs", "on CUDA, decode with the eager loop instead of CUDA graphs")(
+        "capture-sampling", "on CUDA, capture sampling in the decode step's graph too (not yet measured on a GPU)")(
+        "split-attention", "on CUDA, split decode attention's columns over more blocks (not yet measured on a GPU)")(
         "json", "one JSON object per completion")("environment", po::value<std::string>(),
                                                   "multi-turn episodes with this environment plugin (name or path)")(
         "environment-config", po::value<std::string>()->default_value(""), "the environment's settings, as TOML")(
@@ -147,6 +149,8 @@ int generate(const std::vector<std::string>& args) {
     o.repetition_penalty = vm["repetition-penalty"].as<double>();
     o.seed = vm["seed"].as<uint64_t>();
     o.cuda_graphs = vm.count("no-cuda-graphs") == 0;
+    o.capture_sampling = vm.count("capture-sampling") > 0;
+    o.split_attention = vm.count("split-attention") > 0;
     set_stop_tokens(o, *model, tokenizer->config());
     if (environment) return print_episodes(vm, *model, *tokenizer, *environment, rows, prompts, texts, n, o, family);
     auto result = grove::generate(*model, prompts, o);

@@ -196,53 +196,89 @@ def episodes_match_the_cpu(ctx, figures):
 
 def graphs_match_the_eager_loop(ctx, figures):
     """The CUDA graph engine generates what the eager decode loop generates: 24 prompts of different
-    lengths, greedy and sampled (top-k; repetition penalty), float32 and bf16. In float32 token for
-    token. In bf16 the engine's fused kernels round differently from ATen's ops (the order of float
-    sums), so a row may part from the eager loop's where two tokens are nearly tied; up to there
-    their log-probabilities must agree, and where greedy rows part, the two tokens must be near-ties."""
-    if ctx.device != "cuda":
-        return []  # the engine runs on CUDA only
+    lengths, greedy and sampled (top-k; repetition penalty; top-p with min-p), float32 and bf16. In
+    float32 token for token. In bf16 the engine's fused kernels round differently from ATen's ops
+    (the order of float sums), so a row may part from the eager loop's where two tokens are nearly
+    tied; up to there their log-probabilities must agree, and where greedy rows part, the two tokens
+    must be near-ties. Then the candidate changes against the graph engine, over 120 tokens (rows
+    end at EOS, so the batch moves to smaller buckets; rows_ending_before_120 counts them, and the
+    split needs more columns than one 64-column key tile): sampling captured in the graph
+    (--capture-sampling) must change nothing; split attention (--split-attention) sums in another
+    order, so it is held to the bf16 rule in both dtypes."""
+    # (on the CPU every engine is the eager loop: the rehearsal checks the flags and this code)
     failures = []
     prompts = os.path.join(ctx.work, "engine-prompts.jsonl")
     with open(prompts, "w") as f:
         for text in ["What is 2 + 2?", "Tell me a story about", "x", "The capital of France is", "1 2 3 4 5 6 7 8 9",
                      "Once upon a time there", "a b", "Hello"] * 3:
             f.write(json.dumps({"prompt": text}) + "\n")
+
+    def generate(flags, dtype, engine, tokens=40):
+        out = ctx.grove("generate", "--model", ctx.model("llama_gqa"), "--input", prompts, *flags, "--max-new-tokens",
+                        tokens, "--json", "--device", ctx.device, "--dtype", dtype, *engine)
+        return [json.loads(line) for line in out.splitlines()]
+
     modes = {"greedy": ["--greedy"], "top_k": ["--temperature", 1.3, "--top-k", 50, "--seed", 3],
-             "repetition_penalty": ["--temperature", 1.0, "--repetition-penalty", 1.3, "--seed", 4]}
+             "repetition_penalty": ["--temperature", 1.0, "--repetition-penalty", 1.3, "--seed", 4],
+             "top_p_min_p": ["--temperature", 1.1, "--top-p", 0.9, "--min-p", 0.05, "--seed", 5]}
     for mode, flags in modes.items():
         for dtype in ["float32", "bfloat16"]:
-            runs = []
-            for engine in [[], ["--no-cuda-graphs"]]:
-                out = ctx.grove("generate", "--model", ctx.model("llama_gqa"), "--input", prompts, *flags, "--max-new-tokens",
-                                40, "--json", "--device", ctx.device, "--dtype", dtype, *engine)
-                runs.append([json.loads(line) for line in out.splitlines()])
-            graphs, eager = runs
+            graphs, eager = (generate(flags, dtype, engine) for engine in [[], ["--no-cuda-graphs"]])
             key = f"graphs_vs_eager_{mode}_{dtype}"
-            same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(graphs, eager))
-            figures[f"{key}_rows_identical"] = f"{same}/{len(graphs)}"
             if dtype == "float32":
+                same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(graphs, eager))
+                figures[f"{key}_rows_identical"] = f"{same}/{len(graphs)}"
                 if same != len(graphs):
                     failures.append(f"graphs vs eager ({mode}, {dtype}): {len(graphs) - same} rows differ")
-                continue
-            before, where_parted, shared = 0.0, 0.0, []
-            for a, b in zip(graphs, eager):
-                ids_a, ids_b = a["completion_ids"], b["completion_ids"]
-                common = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
-                shared.append(common)
-                for i in range(common):
-                    before = max(before, abs(a["logprobs"][i] - b["logprobs"][i]))
-                if common < min(len(ids_a), len(ids_b)):
-                    where_parted = max(where_parted, abs(a["logprobs"][common] - b["logprobs"][common]))
-            figures[f"{key}_mean_tokens_before_parting"] = round(sum(shared) / len(shared), 1)
-            figures[f"{key}_max_logprob_diff_before_parting"] = round(before, 4)
-            if before > BF16_ENGINE_LOGPROB_TOLERANCE:
-                failures.append(f"graphs vs eager ({mode}, bf16): log-probs differ by {before:.4f} on shared tokens")
-            if mode == "greedy":
-                figures[f"{key}_max_logprob_gap_where_rows_part"] = round(where_parted, 4)
-                if where_parted > BF16_ENGINE_LOGPROB_TOLERANCE:
-                    failures.append(f"graphs vs eager (greedy, bf16): rows part at tokens {where_parted:.4f} apart in log-prob")
+            else:
+                failures += rows_agree_until_they_part(graphs, eager, key, mode == "greedy", figures)
+            # the candidates over 120 tokens, in which rows end at EOS and the batch moves to smaller buckets
+            graphs, captured, split = (generate(flags, dtype, engine, tokens=120)
+                                       for engine in [[], ["--capture-sampling"], ["--split-attention"]])
+            figures[f"rows_ending_before_120_{mode}_{dtype}"] = sum(len(r["completion_ids"]) < 120 for r in graphs)
+            failures += captured_sampling_changes_nothing(captured, graphs, f"{mode}_{dtype}", figures)
+            failures += rows_agree_until_they_part(split, graphs, f"split_vs_graphs_{mode}_{dtype}", mode == "greedy",
+                                                   figures)
     return failures
+
+
+def rows_agree_until_they_part(rows, reference, key, greedy, figures):
+    """Two engines' rows that may part where two tokens are nearly tied: until a row parts, its
+    log-probabilities agree within BF16_ENGINE_LOGPROB_TOLERANCE; where greedy rows part, the two
+    tokens' log-probabilities are that close too."""
+    failures = []
+    same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(rows, reference))
+    figures[f"{key}_rows_identical"] = f"{same}/{len(rows)}"
+    before, where_parted, shared = 0.0, 0.0, []
+    for a, b in zip(rows, reference):
+        ids_a, ids_b = a["completion_ids"], b["completion_ids"]
+        common = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b)) if x != y), min(len(ids_a), len(ids_b)))
+        shared.append(common)
+        for i in range(common):
+            before = max(before, abs(a["logprobs"][i] - b["logprobs"][i]))
+        if common < min(len(ids_a), len(ids_b)):
+            where_parted = max(where_parted, abs(a["logprobs"][common] - b["logprobs"][common]))
+    figures[f"{key}_mean_tokens_before_parting"] = round(sum(shared) / len(shared), 1)
+    figures[f"{key}_max_logprob_diff_before_parting"] = round(before, 4)
+    if before > BF16_ENGINE_LOGPROB_TOLERANCE:
+        failures.append(f"{key}: log-probs differ by {before:.4f} on shared tokens")
+    if greedy:
+        figures[f"{key}_max_logprob_gap_where_rows_part"] = round(where_parted, 4)
+        if where_parted > BF16_ENGINE_LOGPROB_TOLERANCE:
+            failures.append(f"{key}: rows part at tokens {where_parted:.4f} apart in log-prob")
+    return failures
+
+
+def captured_sampling_changes_nothing(captured, graphs, case, figures):
+    """Sampling captured in the decode step's graph runs the same kernels on the same values as
+    sampling after each replay: the same tokens, and the same log-probabilities up to 1e-5."""
+    same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(captured, graphs))
+    figures[f"captured_vs_graphs_{case}_rows_identical"] = f"{same}/{len(graphs)}"
+    if same != len(graphs):
+        return [f"sampling captured in the graph ({case}): {len(graphs) - same} rows differ from the graph engine's"]
+    gap = max((abs(x - y) for a, b in zip(captured, graphs) for x, y in zip(a["logprobs"], b["logprobs"])), default=0.0)
+    figures[f"captured_vs_graphs_{case}_max_logprob_diff"] = gap
+    return [f"sampling captured in the graph ({case}): log-probs differ by {gap}"] if gap > 1e-5 else []
 
 
 # bf16 log-probabilities of the same tokens from the graph engine and the eager loop (different
@@ -472,14 +508,16 @@ def generation(ctx, bandwidth):
         cases = [(shape, batch, "bfloat16") for shape in RANDOM_SHAPES for batch in (64, 512)]
     figures = {}
     for shape, batch, dtype in cases:
+        # the default engine, and beside it the candidate: sampling captured in the graph, split attention
         r = bench(ctx, "generate.py", "--shape", shape, "--batch", batch, "--dtype", dtype, "--device", ctx.device,
-                  "--new-tokens", 128, "--repeats", 2, "--grove", grove_bench)
+                  "--new-tokens", 128, "--repeats", 2, "--grove", grove_bench, "--also-engine", "captured+split")
         if bandwidth:
             # the fastest a decode step can be: its bytes at the measured copy speed
             step_bytes = r["weight_bytes"] + r["kv_bytes_per_step_mean"]
             roofline = batch / (step_bytes / bandwidth)
             r["roofline_tokens_per_second"] = round(roofline)
             r["grove_share_of_roofline"] = round(max(r["grove_tokens_per_second"]) / roofline, 3)
+            r["also_engine_share_of_roofline"] = round(max(r["also_engine_tokens_per_second"]) / roofline, 3)
         figures[f"{shape}_batch{batch}_{dtype}"] = r
     return figures
 

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Grove's two decode engines on a GPU, side by side: the CUDA graph engine against the eager loop.
+# Grove's decode engines on a GPU, side by side: the CUDA graph engine (with sampling after each
+# replay, or captured in the graph too: --capture-sampling) against the eager loop.
 # First the tokens they generate on the tiny model (greedy and sampled, float32 and bf16; they must
 # be identical), then Grove's tokens/s with each at the kit's shapes (random models, prompts of 32,
 # 128 new tokens, bf16), each run twice, alternately. Run from the repository root on the GPU machine:
@@ -18,11 +19,13 @@ for mode in "--greedy" "--temperature 1.3 --top-k 50 --seed 3" "--temperature 1.
   for dt in float32 bfloat16; do
     $B/bin/grove generate --model $M --input /tmp/p.jsonl $mode --max-new-tokens 40 --json --device cuda --dtype $dt > /tmp/g.jsonl || echo "graphs FAILED"
     $B/bin/grove generate --model $M --input /tmp/p.jsonl $mode --max-new-tokens 40 --json --device cuda --dtype $dt --no-cuda-graphs > /tmp/e.jsonl || echo "eager FAILED"
+    $B/bin/grove generate --model $M --input /tmp/p.jsonl $mode --max-new-tokens 40 --json --device cuda --dtype $dt --capture-sampling > /tmp/c.jsonl || echo "captured FAILED"
     python3 -c "
 import json
-g=[json.loads(l) for l in open('/tmp/g.jsonl')]; e=[json.loads(l) for l in open('/tmp/e.jsonl')]
+g, e, c = ([json.loads(l) for l in open(f'/tmp/{x}.jsonl')] for x in 'gec')
 same=sum(a['completion_ids']==b['completion_ids'] for a,b in zip(g,e))
-print('$dt', '$mode', 'rows identical graphs vs eager:', same, 'of', len(g))"
+captured=sum(a['completion_ids']==b['completion_ids'] for a,b in zip(c,g))
+print('$dt', '$mode', 'rows identical graphs vs eager:', same, 'of', len(g), '; captured vs graphs:', captured, 'of', len(g))"
   done
 done
 echo "bench: shape batch dtype engine tokens/s"
@@ -35,7 +38,7 @@ for shape in ["smollm2-135m", "qwen2.5-0.5b"]:
     folder = tempfile.mkdtemp()
     AutoModelForCausalLM.from_config(g.model_config(shape)).save_pretrained(folder)
     for batch in [64, 512]:
-        for engine in ["eager", "graphs", "eager", "graphs"]:
+        for engine in ["eager", "graphs", "captured", "split", "captured+split"] * 2:
             r = subprocess.run([sys.argv[1] + "/bin/grove_bench_generate", folder, str(batch), "32", "128", "bfloat16", "cuda", engine], capture_output=True, text=True)
             print(shape, batch, engine, r.stdout.strip() or r.stderr[-1500:], flush=True)
 PY

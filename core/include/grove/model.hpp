@@ -29,6 +29,9 @@ struct KVCache {
     // Static shapes (Model::decode_step_logits): the column the step writes ([1] long, on the
     // model's device); `length` is then the caller's.
     at::Tensor column;
+    // Static shapes on CUDA: decode attention may split the columns over several blocks per KV head
+    // and row when those are too few for the GPU (flash-decoding; SamplingOptions::split_attention).
+    bool split_attention = false;
 };
 
 struct Linear {

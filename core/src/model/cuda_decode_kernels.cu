@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace grove::cuda_kernels {
@@ -130,39 +132,60 @@ constexpr int kAttentionThreads = 256, kMaxHeadDim = 256, kMaxGroup = 8, kKeyTil
 constexpr size_t kMaxAttentionShared = 96 * 1024;  // opt-in shared memory that A100 and H100 both give
 static_assert(kAttentionThreads / 32 >= kMaxGroup, "a warp per query head of a group");
 
-// Shared memory: the group's queries [group, D], scores [group, capacity], partial outputs
+// Shared memory: the group's queries [group, D], scores [group, span], partial outputs
 // [parts, group, D] (parts = threads / D), a tile of keys [kKeyTile, D + 1] and the row's mask
-// [capacity], in floats.
-size_t attention_shared_bytes(int64_t group, int64_t D, int64_t capacity) {
+// [span], in floats, where span is the columns one block attends to.
+size_t attention_shared_bytes(int64_t group, int64_t D, int64_t span) {
     const int64_t parts = kAttentionThreads / D;
-    return sizeof(float) * size_t(group * D + group * capacity + parts * group * D + kKeyTile * (D + 1) + capacity);
+    return sizeof(float) * size_t(group * D + group * span + parts * group * D + kKeyTile * (D + 1) + span);
 }
 
-// One block per (KV head, row), for the query heads that share the KV head (its group), so keys and
-// values are read once. Scores: the keys a tile of columns at a time into shared memory (read
-// coalesced), then each thread one (column, head) dot product. The softmax per head, a warp each. Values, a
-// tile at a time likewise: each thread sums one dimension over a share of the columns. As in ATen's fused attention, the
+// One block per (KV head, row, split), for the query heads that share the KV head (its group), so
+// keys and values are read once; split z attends to the columns [z * span, (z + 1) * span). Scores:
+// the keys a tile of columns at a time into shared memory (read coalesced), then each thread one
+// (column, head) dot product. The softmax per head, a warp each. Values, a tile at a time likewise:
+// each thread sums one dimension over a share of the columns. As in ATen's fused attention, the
 // normaliser sums the float weights and the values are weighted by them in T.
+// With one split, the block writes the output. With several (flash-decoding: more blocks than
+// KV heads x rows, when those are too few to keep the GPU busy), it writes its unnormalised sums,
+// its largest score and its normaliser to `partials` [B, q_heads, splits, D + 2], and
+// combine_attention_kernel merges them.
 template <typename T>
 __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T* value_cache, const bool* visible, T* out,
-                                        int q_heads, int kv_heads, int D, int64_t capacity, float scale) {
+                                        float* partials, int q_heads, int kv_heads, int D, int64_t capacity, int64_t span,
+                                        float scale) {
     extern __shared__ float shared[];
-    __shared__ float totals[kMaxGroup];
+    __shared__ float totals[kMaxGroup], tops[kMaxGroup];
     const int kv_head = blockIdx.x, b = blockIdx.y, group = q_heads / kv_heads, parts = blockDim.x / D;
-    float* query = shared;                       // [group, D]
-    float* scores = query + group * D;           // [group, capacity]
-    float* partial = scores + group * capacity;  // [parts, group, D]
-    float* tile = partial + parts * group * D;   // [kKeyTile, D + 1]: the padding spreads a column's reads over banks
-    float* seen = tile + kKeyTile * (D + 1);     // [capacity]: 1 where the row attends to the column
-    const T* keys = key_cache + (int64_t(b) * kv_heads + kv_head) * capacity * D;
-    const T* values = value_cache + (int64_t(b) * kv_heads + kv_head) * capacity * D;
-    const bool* row_visible = visible + int64_t(b) * capacity;
+    const int64_t begin = int64_t(blockIdx.z) * span, n = (capacity - begin < span ? capacity - begin : span);
+    float* query = shared;                      // [group, D]
+    float* scores = query + group * D;          // [group, span]
+    float* partial = scores + group * span;     // [parts, group, D]
+    float* tile = partial + parts * group * D;  // [kKeyTile, D + 1]: the padding spreads a column's reads over banks
+    float* seen = tile + kKeyTile * (D + 1);    // [span]: 1 where the row attends to the column
+    const T* keys = key_cache + ((int64_t(b) * kv_heads + kv_head) * capacity + begin) * D;
+    const T* values = value_cache + ((int64_t(b) * kv_heads + kv_head) * capacity + begin) * D;
+    const bool* row_visible = visible + int64_t(b) * capacity + begin;
     const T* row_q = q + (int64_t(b) * q_heads + int64_t(kv_head) * group) * D;
+    const int64_t first_head = int64_t(b) * q_heads + int64_t(kv_head) * group;  // of [B, q_heads]
     load_floats(row_q, group * D, query, [](int i) { return i; });
-    for (int64_t s = threadIdx.x; s < capacity; s += blockDim.x) seen[s] = row_visible[s] ? 1.0f : 0.0f;
+    bool any_visible = false;
+    for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
+        seen[s] = row_visible[s] ? 1.0f : 0.0f;
+        any_visible = any_visible || row_visible[s];
+    }
+    // A split whose columns are all masked (those of tokens not generated yet) reads no keys or
+    // values: it adds nothing (its largest score -inf). The branch is the same for the whole block.
+    if (!__syncthreads_or(any_visible) && partials) {
+        for (int i = threadIdx.x; i < group * (D + 2); i += blockDim.x) {
+            const int g = i / (D + 2), j = i % (D + 2);
+            partials[((first_head + g) * gridDim.z + blockIdx.z) * (D + 2) + j] = j == D ? -INFINITY : 0.0f;
+        }
+        return;
+    }
 
-    for (int64_t first = 0; first < capacity; first += kKeyTile) {
-        const int columns = int(capacity - first < kKeyTile ? capacity - first : kKeyTile);
+    for (int64_t first = 0; first < n; first += kKeyTile) {
+        const int columns = int(n - first < kKeyTile ? n - first : kKeyTile);
         __syncthreads();  // the previous tile is used up (and the queries are written)
         load_floats(keys + first * D, columns * D, tile, [D](int i) { return (i / D) * (D + 1) + i % D; });
         __syncthreads();
@@ -170,25 +193,25 @@ __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T*
             const int column = i % columns, g = i / columns;
             float dot = 0.0f;
             for (int d = 0; d < D; ++d) dot += query[g * D + d] * tile[column * (D + 1) + d];
-            scores[g * capacity + first + column] = seen[first + column] != 0.0f ? dot * scale : -INFINITY;
+            scores[g * span + first + column] = seen[first + column] != 0.0f ? dot * scale : -INFINITY;
         }
     }
     __syncthreads();
     // the softmax of head g by warp g (a block has at least kMaxGroup warps)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (warp < group) {
-        float* row = scores + warp * capacity;
+        float* row = scores + warp * span;
         float top = -INFINITY;
-        for (int64_t s = lane; s < capacity; s += 32) top = fmaxf(top, row[s]);
+        for (int64_t s = lane; s < n; s += 32) top = fmaxf(top, row[s]);
         top = warp_max(top);
         float total = 0.0f;
-        for (int64_t s = lane; s < capacity; s += 32) {
+        for (int64_t s = lane; s < n; s += 32) {
             const float p = row[s] == -INFINITY ? 0.0f : __expf(row[s] - top);
             row[s] = p;
             total += p;
         }
         total = warp_sum(total);
-        if (lane == 0) totals[warp] = total;
+        if (lane == 0) totals[warp] = total, tops[warp] = top;
     }
     __syncthreads();  // every weight and total written
 
@@ -196,8 +219,8 @@ __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T*
     // global load (masked columns weigh 0 and hold finite values)
     const int d = threadIdx.x % D, part = threadIdx.x / D;
     float sums[kMaxGroup] = {};
-    for (int64_t first = 0; first < capacity; first += kKeyTile) {
-        const int columns = int(capacity - first < kKeyTile ? capacity - first : kKeyTile);
+    for (int64_t first = 0; first < n; first += kKeyTile) {
+        const int columns = int(n - first < kKeyTile ? n - first : kKeyTile);
         load_floats(values + first * D, columns * D, tile, [](int i) { return i; });
         __syncthreads();
         if (part < parts)
@@ -205,7 +228,7 @@ __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T*
                 const float v = tile[column * D + d];
 #pragma unroll
                 for (int g = 0; g < kMaxGroup; ++g)  // a fixed bound keeps sums in registers
-                    if (g < group) sums[g] += rounded<T>(scores[g * capacity + first + column]) * v;
+                    if (g < group) sums[g] += rounded<T>(scores[g * span + first + column]) * v;
             }
         __syncthreads();  // the tile is used up
     }
@@ -219,9 +242,68 @@ __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T*
         const int g = i / D;
         float sum = 0.0f;
         for (int p = 0; p < parts; ++p) sum += partial[(p * group + g) * D + i % D];
-        out[(int64_t(b) * q_heads + int64_t(kv_head) * group) * D + i] =
-            from_float<T>(totals[g] > 0.0f ? sum / totals[g] : 0.0f);
+        if (!partials) {
+            out[first_head * D + i] = from_float<T>(totals[g] > 0.0f ? sum / totals[g] : 0.0f);
+            continue;
+        }
+        float* mine = partials + ((first_head + g) * gridDim.z + blockIdx.z) * (D + 2);
+        mine[i % D] = sum;
+        if (i % D == 0) mine[D] = tops[g], mine[D + 1] = totals[g];
     }
+}
+
+// The splits of one (row, query head) per block, a thread per dimension: each split's sums and
+// normaliser rescaled to the largest score of all, then out = sums / normaliser. A split with no
+// visible column (largest score -inf) adds nothing.
+template <typename T>
+__global__ void combine_attention_kernel(const float* partials, T* out, int D, int splits) {
+    const int64_t head = blockIdx.x;  // of [B, q_heads]
+    const float* split = partials + head * splits * (D + 2);
+    float top = -INFINITY;
+    for (int z = 0; z < splits; ++z) top = fmaxf(top, split[z * (D + 2) + D]);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float sum = 0.0f, total = 0.0f;
+        for (int z = 0; z < splits; ++z) {
+            const float* mine = split + z * (D + 2);
+            if (mine[D] == -INFINITY) continue;
+            const float weight = __expf(mine[D] - top);
+            sum += weight * mine[d];
+            total += weight * mine[D + 1];
+        }
+        out[head * D + d] = from_float<T>(total > 0.0f ? sum / total : 0.0f);
+    }
+}
+
+// Blocks per SM the split attention aims for: a few, so that loads of one block overlap another's.
+constexpr int64_t kAttentionBlocksPerSm = 4;
+
+// How decode_attention divides the columns: `splits` blocks per KV head and row, `span` columns
+// each (a multiple of the key tile; no split is empty).
+struct AttentionSplit {
+    int64_t splits = 1, span = 0;
+};
+// The current device's SM count (0 if unknown), asked once per device.
+int multiprocessors() {
+    static std::atomic<int> known[64];
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+    if ((count = known[device].load()) > 0) return count;
+    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+    known[device].store(count);
+    return count;
+}
+
+AttentionSplit attention_split(int64_t B, int64_t kv_heads, int64_t capacity, bool split) {
+    AttentionSplit plan{1, capacity};
+    const int sms = split ? multiprocessors() : 0;
+    if (sms <= 0 || B * kv_heads <= 0) return plan;
+    const int64_t blocks = B * kv_heads, wanted = (kAttentionBlocksPerSm * sms + blocks - 1) / blocks;
+    const int64_t tiles = (capacity + kKeyTile - 1) / kKeyTile;
+    const int64_t splits = std::min<int64_t>(std::min<int64_t>(wanted, tiles), 65535);
+    if (splits <= 1) return plan;
+    plan.span = ((tiles + splits - 1) / splits) * kKeyTile;
+    plan.splits = (capacity + plan.span - 1) / plan.span;
+    return plan;
 }
 
 constexpr int kSampleThreads = 1024;
@@ -369,19 +451,32 @@ bool decode_attention_fits(int64_t q_heads, int64_t kv_heads, int64_t D, int64_t
     return D <= kMaxHeadDim && group <= kMaxGroup && attention_shared_bytes(group, D, capacity) <= kMaxAttentionShared;
 }
 
+size_t decode_attention_workspace(int64_t B, int64_t q_heads, int64_t kv_heads, int64_t D, int64_t capacity, bool split) {
+    const AttentionSplit plan = attention_split(B, kv_heads, capacity, split);
+    return plan.splits == 1 ? 0 : sizeof(float) * size_t(B * q_heads * plan.splits * (D + 2));
+}
+
 const char* decode_attention(DType dtype, const void* q, const void* key_cache, const void* value_cache, const bool* visible,
                              void* out, int64_t B, int64_t q_heads, int64_t kv_heads, int64_t D, int64_t capacity, float scale,
-                             void* stream) {
+                             bool split, void* workspace, void* stream) {
     if (!decode_attention_fits(q_heads, kv_heads, D, capacity))
         return "decode_attention: head_dim > 256, more than 8 query heads per KV head, or too long a cache";
-    const size_t shared = attention_shared_bytes(q_heads / kv_heads, D, capacity);
+    const AttentionSplit plan = attention_split(B, kv_heads, capacity, split);
+    if (plan.splits > 1 && !workspace) return "decode_attention: a split attention needs its workspace";
+    const size_t shared = attention_shared_bytes(q_heads / kv_heads, D, plan.span);
+    float* partials = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
     return with_type(dtype, [&](auto zero) {
         using T = decltype(zero);
         if (shared > 48 * 1024)
             cudaFuncSetAttribute(decode_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-        decode_attention_kernel<T><<<dim3(unsigned(kv_heads), unsigned(B)), kAttentionThreads, shared, cudaStream_t(stream)>>>(
-            static_cast<const T*>(q), static_cast<const T*>(key_cache), static_cast<const T*>(value_cache), visible,
-            static_cast<T*>(out), int(q_heads), int(kv_heads), int(D), capacity, scale);
+        decode_attention_kernel<T>
+            <<<dim3(unsigned(kv_heads), unsigned(B), unsigned(plan.splits)), kAttentionThreads, shared, cudaStream_t(stream)>>>(
+                static_cast<const T*>(q), static_cast<const T*>(key_cache), static_cast<const T*>(value_cache), visible,
+                static_cast<T*>(out), partials, int(q_heads), int(kv_heads), int(D), capacity, plan.span, scale);
+        if (partials)
+            combine_attention_kernel<T>
+                <<<unsigned(B * q_heads), unsigned(std::min<int64_t>(D, kAttentionThreads)), 0, cudaStream_t(stream)>>>(
+                    partials, static_cast<T*>(out), int(D), int(plan.splits));
     });
 }
 

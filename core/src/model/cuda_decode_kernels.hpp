@@ -11,6 +11,7 @@
 // only in the order of float sums.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace grove::cuda_kernels {
@@ -34,10 +35,15 @@ const char* rotary_into_cache(DType dtype, const void* q, const void* k, const v
 // (bool) marks; out [B, q_heads * D]. Query head h reads KV head h / (q_heads / kv_heads).
 // Returns an error where decode_attention_fits does not hold: D > 256, more than 8 query heads per
 // KV head, or scores that do not fit in 96 KiB of shared memory (about 3,000 columns for 7 heads).
+// With `split`, when KV heads x rows are too few blocks to keep every SM busy, the columns are
+// split over several blocks per head and row (flash-decoding) and a second kernel merges their
+// results; `workspace` then holds decode_attention_workspace's bytes (device memory).
 const char* decode_attention(DType dtype, const void* q, const void* key_cache, const void* value_cache, const bool* visible,
                              void* out, int64_t B, int64_t q_heads, int64_t kv_heads, int64_t D, int64_t capacity, float scale,
-                             void* stream);
+                             bool split, void* workspace, void* stream);
 bool decode_attention_fits(int64_t q_heads, int64_t kv_heads, int64_t D, int64_t capacity);
+// The device bytes decode_attention needs as its workspace (0: it runs unsplit).
+size_t decode_attention_workspace(int64_t B, int64_t q_heads, int64_t kv_heads, int64_t D, int64_t capacity, bool split);
 
 // One token per row of logits [rows, V] (contiguous), drawn from softmax(logits / temperature) by
 // inverse CDF at uniforms[row] (device doubles; nullptr: greedy, the first largest logit), and its

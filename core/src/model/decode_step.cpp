@@ -79,8 +79,9 @@ at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at:
 }
 
 // One query per head, queries [B, heads, D], on the visible columns of the cache: [B, heads * D].
+// `split`: on CUDA, the columns may be split over several blocks (cuda_kernels::decode_attention).
 at::Tensor decode_attention(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-                            const at::Tensor& visible) {
+                            const at::Tensor& visible, bool split) {
     const int64_t B = queries.size(0), heads = queries.size(1), kv_heads = keys.size(1), capacity = keys.size(2),
                   D = keys.size(3);
 #ifdef GROVE_CUDA_DECODE
@@ -88,9 +89,13 @@ at::Tensor decode_attention(const at::Tensor& queries, const at::Tensor& keys, c
     if (type && queries.is_contiguous() && keys.is_contiguous() && values.is_contiguous() && visible.is_cuda() &&
         visible.is_contiguous() && cuda_kernels::decode_attention_fits(heads, kv_heads, D, capacity)) {
         at::Tensor out = at::empty({B, heads * D}, queries.options());
+        const size_t workspace_bytes = cuda_kernels::decode_attention_workspace(B, heads, kv_heads, D, capacity, split);
+        at::Tensor workspace;
+        if (workspace_bytes > 0) workspace = at::empty({int64_t(workspace_bytes)}, queries.options().dtype(at::kByte));
         check(cuda_kernels::decode_attention(*type, queries.data_ptr(), keys.data_ptr(), values.data_ptr(),
                                              visible.data_ptr<bool>(), out.data_ptr(), B, heads, kv_heads, D, capacity,
-                                             float(1.0 / std::sqrt(double(D))), current_stream()),
+                                             float(1.0 / std::sqrt(double(D))), split,
+                                             workspace.defined() ? workspace.data_ptr() : nullptr, current_stream()),
               "decode_attention");
         return out;
     }
@@ -155,7 +160,7 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
         const auto qkv = project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
         const at::Tensor queries =
             rotary_into_cache(qkv[0], qkv[1], qkv[2], row_cos, row_sin, cache.keys[l], cache.values[l], cache.column);
-        delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], visible));
+        delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], visible, cache.split_attention));
         x = add_rms_norm(h, delta, layer.post_attention_norm, c.rms_norm_eps);
         const auto gate_up = project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});
         delta = layer.down(silu_mul(gate_up[0], gate_up[1]));

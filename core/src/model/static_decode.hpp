@@ -14,7 +14,10 @@
 //     concatenated in generation copies);
 //   - sampling on the device, one kernel per step on CUDA (ATen's filters first when set), with the
 //     same per-step uniforms as the eager loop (a seeded CPU generator, drawn for the whole turn up
-//     front).
+//     front);
+//   - with SamplingOptions::capture_sampling, sampling and the per-step bookkeeping are captured in
+//     the step's graph too: every value a step reads that changes between steps (the step counter
+//     included) lives on the device, so a replay needs nothing from the host.
 // On the CPU the same steps run eagerly, on the ATen operations the kernels replace (no graphs):
 // the tests compare it with the eager loop; the device kit compares the CUDA engine with it.
 #pragma once
