@@ -16,8 +16,6 @@ std::string write(const std::string& name, const std::string& text) {
     return path;
 }
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
-
 const std::string kManifest = R"([model]
 path = "model"
 [data]
@@ -83,7 +81,7 @@ TEST(Cli, CheckPrintsResolvedConfigurationThatChecksAgain) {
     auto r = run_grove("check " + write("ok.toml", kManifest) + " --set generation.num_generations=4 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_CONTAINS(r.out, "num_generations = 4");
-    EXPECT_CONTAINS(r.out, "learning_rate = 9.9999999999999995e-07");
+    EXPECT_CONTAINS(r.out, "learning_rate = 1e-06");
     EXPECT_CONTAINS(r.out, "reduction  grpo 1.0.0");
     auto again = run_grove("check " + write("resolved.toml", r.out));
     EXPECT_EQ(again.exit_code, 0) << again.out;

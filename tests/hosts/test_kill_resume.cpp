@@ -20,8 +20,6 @@ using grove::test::run_command;
 
 const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
-
 // A run folder: 12 prompts, a manifest of 4 steps with a checkpoint after each, and two micro-batches
 // per generation batch, so odd steps checkpoint inside a generation batch.
 std::string make_run(const std::string& name) {

@@ -12,8 +12,6 @@
 namespace fs = std::filesystem;
 using grove::test::run_grove;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
-
 namespace {
 
 std::string make_run(const std::string& name) {

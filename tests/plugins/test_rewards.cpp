@@ -34,8 +34,6 @@ std::string config_error(const std::string& plugin, const std::string& config) {
     return "(accepted)";
 }
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
-
 }  // namespace
 
 // ---- format -------------------------------------------------------------------------------------

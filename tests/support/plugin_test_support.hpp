@@ -1,5 +1,6 @@
 // Helpers for tests that exercise one plugin through the real plugin host (the same loading,
-// config checking and error reporting `grove` uses). Plugins are found in the build's plugin folder.
+// config checking and error reporting `grove` uses; plugins are found in the build's plugin
+// folder), run the built `grove`, or check an error's text.
 #pragma once
 
 #include <cstdint>
@@ -48,3 +49,6 @@ CommandResult run_grove(const std::string& args);
 std::string error_message(const std::function<void()>& f);
 
 }  // namespace grove::test
+
+// Expects `part` in the string `text`, and prints the text when it is not there.
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)

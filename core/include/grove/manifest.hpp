@@ -89,6 +89,10 @@ public:
 
     // The whole configuration with every default and derived value, as TOML with one comment per key.
     std::string resolved_toml() const;
+    // The keys whose values differ between two resolved_toml() texts, each as
+    // "section.key = NOW (was BEFORE)" ("unset" for a key one of them lacks); [[rewards]] compared
+    // whole. A text that is not TOML counts as having no keys.
+    static std::vector<std::string> resolved_changes(const std::string& before, const std::string& now);
 
 private:
     std::string path_, directory_;

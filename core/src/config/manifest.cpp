@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -33,11 +35,17 @@ std::vector<std::string> split(const std::string& text, char separator) {
     return parts;
 }
 
+// The fewest digits (15 to 17) that read back as the same double: 0.9, not 0.90000000000000002.
 std::string format_number(double value) {
-    std::ostringstream os;
-    os.precision(17);
-    os << value;
-    return os.str();
+    std::string text;
+    for (int digits = 15; digits <= 17; ++digits) {
+        std::ostringstream os;
+        os.precision(digits);
+        os << value;
+        text = os.str();
+        if (std::strtod(text.c_str(), nullptr) == value) break;
+    }
+    return text;
 }
 
 const char* type_phrase(KeyType type) {
@@ -693,6 +701,44 @@ std::string Manifest::resolved_toml() const {
         os << "config = " << toml_value_text(*reward.config) << "\n";
     }
     return os.str();
+}
+
+namespace {
+// "section.key" -> its value's text, for every key of a resolved manifest's tables; arrays of tables
+// ([[rewards]]) as one value.
+std::map<std::string, std::string> resolved_values(const std::string& text) {
+    std::map<std::string, std::string> values;
+    toml::table root;
+    try {
+        root = toml::parse(std::string_view(text), std::string_view("resolved manifest"));
+    } catch (const toml::parse_error&) {
+        return values;
+    }
+    for (const auto& [name, node] : root) {
+        if (const auto* section = node.as_table()) {
+            for (const auto& [key, value] : *section)
+                values[std::string(name.str()) + "." + std::string(key.str())] = toml_value_text(value);
+        } else {
+            values[std::string(name.str())] = toml_value_text(node);
+        }
+    }
+    return values;
+}
+}  // namespace
+
+std::vector<std::string> Manifest::resolved_changes(const std::string& before, const std::string& now) {
+    const auto old_values = resolved_values(before), new_values = resolved_values(now);
+    std::set<std::string> keys;
+    for (const auto* values : {&old_values, &new_values})
+        for (const auto& [key, value] : *values) keys.insert(key);
+    std::vector<std::string> changes;
+    for (const std::string& key : keys) {
+        const auto was = old_values.find(key), is = new_values.find(key);
+        const std::string was_text = was == old_values.end() ? "unset" : was->second;
+        const std::string is_text = is == new_values.end() ? "unset" : is->second;
+        if (was_text != is_text) changes.push_back(key + " = " + is_text + " (was " + was_text + ")");
+    }
+    return changes;
 }
 
 std::string manifest_reference_markdown() {

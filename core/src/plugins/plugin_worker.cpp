@@ -149,10 +149,11 @@ std::string PluginWorker::call(uint32_t request_type, uint32_t reply_type, const
     try {
         if (!worker::write_frame(socket_, worker::FrameType(request_type), payload)) fail(what, false);
         reply = worker::read_frame(socket_, options_.timeout_seconds, &timed_out);
-    } catch (const Error& e) {
-        if (timed_out || std::string(e.what()).find("malformed") == std::string::npos) fail(what, timed_out);
+    } catch (const worker::MalformedFrame&) {
         stop();  // a worker that breaks the protocol is not trusted with the next call
         throw;
+    } catch (const Error&) {  // the timeout
+        fail(what, timed_out);
     }
     if (!reply) fail(what, false);
     if (reply->type == worker::FrameType::failure) {  // the plugin returned an error: its message, as in-process

@@ -15,9 +15,7 @@ namespace grove::worker {
 namespace {
 constexpr uint32_t kMagic = 0x57565247;  // "GRVW"
 
-Error malformed(const std::string& what) {
-    return Error(ErrorKind::plugin, "the plugin worker's reply is malformed (" + what + ")");
-}
+MalformedFrame malformed(const std::string& what) { return MalformedFrame(what); }
 
 // Reads exactly `size` bytes; false on end of stream before the first byte of a frame.
 bool read_exactly(int fd, void* out, size_t size, double timeout_seconds, bool* timed_out, bool frame_started) {

@@ -12,6 +12,7 @@
 
 #include "grove/grove_plugin.h"
 #include "grove/environment_host.hpp"
+#include "grove/error.hpp"
 #include "grove/plugin_host.hpp"
 
 namespace grove::worker {
@@ -52,7 +53,14 @@ private:
     std::string out_;
 };
 
-// Reads fields back; any read past the end throws grove::Error(plugin) ("a malformed frame").
+// What a frame that breaks the protocol throws: the worker is not trusted with another call.
+class MalformedFrame : public Error {
+public:
+    explicit MalformedFrame(const std::string& what)
+            : Error(ErrorKind::plugin, "the plugin worker's reply is malformed (" + what + ")") {}
+};
+
+// Reads fields back; any read past the end throws MalformedFrame.
 class Reader {
 public:
     explicit Reader(const std::string& payload) : in_(payload) {}
@@ -85,8 +93,8 @@ private:
 
 // Writes a whole frame; false when the other side has gone (EPIPE, no SIGPIPE).
 bool write_frame(int fd, FrameType type, const std::string& payload);
-// Reads one frame. nullopt: the other side closed the socket. Throws grove::Error(plugin) on a
-// malformed frame, and on a timeout (timeout_seconds > 0) with `timed_out` set.
+// Reads one frame. nullopt: the other side closed the socket. Throws MalformedFrame on a malformed
+// frame, and grove::Error(plugin) on a timeout (timeout_seconds > 0) with `timed_out` set.
 struct Frame {
     FrameType type;
     std::string payload;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <csignal>
 #include <cstdlib>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
 #include "grove/optimizer.hpp"
 #include "grove/safetensors.hpp"
 #include "io/file_checksum.hpp"
@@ -26,6 +28,9 @@ using nlohmann::json;
 namespace grove {
 
 namespace {
+// the run's settings, as Manifest::resolved_toml wrote them
+constexpr const char* kResolvedManifestFile = "manifest.resolved.toml";
+
 // a checkpoint's unused micro-batches, one file per rank (rank 0 keeps the single-process name)
 std::string buffer_file_name(int rank) {
     return rank == 0 ? "buffer.safetensors" : "buffer.rank" + std::to_string(rank) + ".safetensors";
@@ -243,6 +248,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
         return final_dir.string();
     }
     export_model(tmp.string());
+    if (!resolved_manifest_.empty()) write_file_atomically((tmp / kResolvedManifestFile).string(), resolved_manifest_);
     std::vector<std::pair<std::string, at::Tensor>> trainable;
     for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
@@ -320,13 +326,32 @@ void Checkpoints::verify_files(const std::string& dir, const json& files) const 
     }
 }
 
+std::string Checkpoints::folder_of(const std::string& folder) const {
+    if (folder != "latest") return folder;
+    auto latest = latest_checkpoint(output_);
+    if (!latest) throw Error(ErrorKind::usage, output_ + " has no checkpoint to resume from");
+    return *latest;
+}
+
+std::vector<std::string> Checkpoints::changed_settings(const std::string& folder) const {
+    std::ifstream in(fs::path(folder_of(folder)) / kResolvedManifestFile);
+    if (!in) return {};
+    std::stringstream saved;
+    saved << in.rdbuf();
+    return Manifest::resolved_changes(saved.str(), resolved_manifest_);
+}
+
+void Checkpoints::warn_of_changed_settings(const std::string& folder, std::ostream* log) const {
+    const std::vector<std::string> changes = changed_settings(folder);
+    if (!log || changes.empty()) return;
+    *log << "grove: warning: resuming " << folder_of(folder) << " with settings changed since it was written:";
+    for (const std::string& change : changes) *log << "\n  " << change;
+    *log << "\nThe run goes on with the new settings, so it is not the run the old ones would have made (train.max_steps, "
+            "for one, shapes the learning-rate schedule).\n";
+}
+
 void Checkpoints::restore(const std::string& folder, CheckpointedState& state) const {
-    std::string dir = folder;
-    if (dir == "latest") {
-        auto latest = latest_checkpoint(output_);
-        if (!latest) throw Error(ErrorKind::usage, output_ + " has no checkpoint to resume from");
-        dir = *latest;
-    }
+    const std::string dir = folder_of(folder);
     const fs::path state_file = fs::path(dir) / "trainer_state.json";
     std::ifstream in(state_file);
     if (!in)

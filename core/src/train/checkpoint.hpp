@@ -76,8 +76,14 @@ void test_kill_point(const char* point, int64_t step);
 
 class Checkpoints {
 public:
-    Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group)
-            : output_(std::move(output_dir)), rank_(rank), world_size_(world_size), group_(group) {}
+    // `resolved_manifest`: the run's settings (Manifest::resolved_toml), kept in every checkpoint as
+    // manifest.resolved.toml so that a resume can name what changed since.
+    Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group, std::string resolved_manifest)
+            : output_(std::move(output_dir)),
+              rank_(rank),
+              world_size_(world_size),
+              group_(group),
+              resolved_manifest_(std::move(resolved_manifest)) {}
 
     // Writes checkpoint-<global_step> (every rank calls it): files under .tmp-checkpoint-<step>, their
     // checksums into trainer_state.json last, then a rename. A failure (a full disk, a read-only
@@ -88,6 +94,12 @@ public:
     // `folder` is a checkpoint folder or "latest". Every file is checked against the sizes and
     // checksums written with it; errors name the file and the checkpoint to resume from instead.
     void restore(const std::string& folder, CheckpointedState& state) const;
+    // The settings that differ between those the checkpoint `folder` (or "latest") was written with
+    // and this run's (Manifest::resolved_changes); none for a checkpoint that kept no settings.
+    std::vector<std::string> changed_settings(const std::string& folder) const;
+    // Writes a warning to `log` (when set) naming changed_settings(folder), if any: a resumed run
+    // repeats the original only with the same settings.
+    void warn_of_changed_settings(const std::string& folder, std::ostream* log) const;
 
 private:
     std::string write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
@@ -99,10 +111,13 @@ private:
     void verify_files(const std::string& dir, const nlohmann::json& files) const;
     // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.
     std::string resume_advice(const std::string& damaged) const;
+    // A checkpoint folder, with "latest" resolved to the newest one.
+    std::string folder_of(const std::string& folder) const;
 
     std::string output_;
     int rank_, world_size_;
     ProcessGroup* group_;
+    std::string resolved_manifest_;
 };
 
 }  // namespace grove

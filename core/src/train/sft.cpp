@@ -147,10 +147,11 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
     const std::vector<int> every_tensor_here;
     CheckpointedState state{progress, no_buffer, params, optimizer, every_tensor_here};
-    Checkpoints checkpoints(output, 0, 1, nullptr);
+    Checkpoints checkpoints(output, 0, 1, nullptr, manifest.resolved_toml());
     ExampleOrder order(int64_t(examples.size()), c.train.seed);
     if (start.resume_from) {
         checkpoints.restore(*start.resume_from, state);
+        checkpoints.warn_of_changed_settings(*start.resume_from, log);
         order.seek(progress.sampler);
         drop_steps_after((fs::path(output) / "metrics.jsonl").string(), progress.global_step);
     }

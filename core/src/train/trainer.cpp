@@ -424,10 +424,12 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     if (options.group) options.group->barrier();
     State& s = *s_;
     s.load();
-    s.checkpoints = std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group);
+    s.checkpoints =
+        std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group, manifest.resolved_toml());
     if (resume_from) {
         CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer, s.owners};
         s.checkpoints->restore(*resume_from, state);
+        s.checkpoints->warn_of_changed_settings(*resume_from, options.rank == 0 ? options.log : nullptr);
         s.prompts->restore(s.progress.sampler);
         // only adaptive control carries its coefficient across a resume (TRL); a static one is the manifest's
         if (!s.config.loss.use_adaptive_entropy) s.progress.entropy = EntropyControl{s.config.loss.entropy_coef};

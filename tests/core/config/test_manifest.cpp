@@ -13,6 +13,8 @@
 #include "grove/manifest.hpp"
 #include "grove/run_config.hpp"
 
+#include "plugin_test_support.hpp"
+
 namespace {
 
 const std::string kMinimal = R"(
@@ -37,8 +39,6 @@ std::string manifest_error(const std::string& text, const std::vector<std::strin
     ADD_FAILURE() << "manifest accepted";
     return "";
 }
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
 
 }  // namespace
 
@@ -109,7 +109,7 @@ TEST(Manifest, RangeErrorsSayWhatIsValid) {
     message = manifest_error(kMinimal + "\n[generation]\ntop_p = 0.0\n");
     EXPECT_CONTAINS(message, "generation.top_p = 0 is out of range; it must be > 0 and <= 1");
     message = manifest_error(kMinimal + "\n[loss]\nbeta = -0.1\n");
-    EXPECT_CONTAINS(message, "loss.beta = -0.10000000000000001 is out of range; it must be >= 0");
+    EXPECT_CONTAINS(message, "loss.beta = -0.1 is out of range; it must be >= 0");
 }
 
 TEST(Manifest, ChoicesAreListedWithSuggestion) {
@@ -248,6 +248,23 @@ TEST(Manifest, ResolvedTomlRoundTrips) {
     EXPECT_DOUBLE_EQ(again.number("loss.delta"), 3.0);
     EXPECT_EQ(again.integer("train.generation_batch_size"), 16);
     EXPECT_EQ(again.resolved_toml().substr(again.resolved_toml().find('\n')), resolved.substr(resolved.find('\n')));
+}
+
+// What a resume reports: each key whose resolved value differs, with both values; a reward's
+// settings as a whole; nothing for the same manifest.
+TEST(Manifest, ResolvedChangesNameEachKeyThatDiffers) {
+    const auto before = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml");
+    const auto after = grove::Manifest::parse(kMinimal + "weight = 2.0\n[train]\nmax_steps = 7\n", "/runs/exp/grove.toml");
+    EXPECT_TRUE(grove::Manifest::resolved_changes(before.resolved_toml(), before.resolved_toml()).empty());
+    const auto changes = grove::Manifest::resolved_changes(before.resolved_toml(), after.resolved_toml());
+    ASSERT_EQ(changes.size(), 2u) << testing::PrintToString(changes);
+    EXPECT_EQ(changes[0].rfind("rewards = ", 0), 0u) << changes[0];
+    EXPECT_CONTAINS(changes[0], "weight = 2.0");
+    EXPECT_EQ(changes[1], "train.max_steps = 7 (was " + std::to_string(before.integer("train.max_steps")) + ")");
+    // a text that is not TOML has no keys: every key reads as set since
+    const auto from_nothing = grove::Manifest::resolved_changes("not toml [", before.resolved_toml());
+    EXPECT_GT(from_nothing.size(), 20u);
+    EXPECT_CONTAINS(from_nothing.front(), "(was unset)");
 }
 
 TEST(Manifest, DocsReferenceIsGeneratedFromTheSchema) {

@@ -53,8 +53,6 @@ std::vector<std::vector<int64_t>> unpadded_prompts(const at::Tensor& ids, const 
     return prompts;
 }
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
-
 }  // namespace
 
 TEST(Model, LogitsMatchTransformers) {

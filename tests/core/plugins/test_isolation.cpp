@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
@@ -12,12 +14,11 @@
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 #include "plugin_test_support.hpp"
+#include "plugins/worker_protocol.hpp"
 
 namespace {
 
 const std::string kMisbehaving = std::string(GROVE_TEST_PLUGIN_FIXTURES) + "/misbehaving/libmisbehaving.so";
-
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
 
 // The [[rewards]] tables of a manifest, as grove train reads them.
 std::vector<grove::PluginUse> rewards(const std::string& tables) {
@@ -183,6 +184,39 @@ TEST(Isolation, TimeoutAndOnFailureNeedAProcess) {
     } catch (const grove::Error& e) {
         EXPECT_CONTAINS(std::string(e.what()), "add isolation = \"process\"");
     }
+}
+
+// The worker protocol tells a frame that breaks it (the host then trusts the worker with no other
+// call) from a timeout (the host kills the worker and names it), and both from a closed socket.
+TEST(Isolation, AMalformedFrameIsToldApartFromATimeout) {
+    struct Outcome {
+        bool closed = false, malformed = false, other_error = false, timed_out = false;
+    };
+    auto read_after = [](const std::string& bytes, bool close_writer) {
+        int fds[2];
+        Outcome outcome;
+        if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return outcome;
+        if (!bytes.empty() && ::write(fds[1], bytes.data(), bytes.size()) != ssize_t(bytes.size())) return outcome;
+        if (close_writer) ::close(fds[1]);
+        try {
+            outcome.closed = !grove::worker::read_frame(fds[0], 0.2, &outcome.timed_out);
+        } catch (const grove::worker::MalformedFrame&) {
+            outcome.malformed = true;
+        } catch (const grove::Error&) {
+            outcome.other_error = true;
+        }
+        ::close(fds[0]);
+        if (!close_writer) ::close(fds[1]);
+        return outcome;
+    };
+    const Outcome bad_magic = read_after(std::string(16, 'x'), true);
+    EXPECT_TRUE(bad_magic.malformed && !bad_magic.timed_out);
+    const Outcome cut = read_after("GRVW12", true);
+    EXPECT_TRUE(cut.malformed && !cut.timed_out);
+    const Outcome silent = read_after("", false);
+    EXPECT_TRUE(silent.other_error && silent.timed_out && !silent.malformed);
+    const Outcome closed = read_after("", true);
+    EXPECT_TRUE(closed.closed && !closed.malformed && !closed.other_error);
 }
 
 }  // namespace

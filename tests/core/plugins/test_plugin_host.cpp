@@ -31,8 +31,6 @@ std::string error_of(Fn&& fn, grove::ErrorKind kind = grove::ErrorKind::plugin) 
     return "";
 }
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "in: " << (text)
-
 grove::PluginInstance create(const grove::PluginInfo& info, const std::string& config) {
     return grove::PluginInstance(info, grove::PluginConfig::from_toml_text(info, config, "grove.toml [[rewards]] #1"));
 }

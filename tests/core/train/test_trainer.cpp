@@ -234,6 +234,37 @@ TEST(Trainer, ResumeContinuesExactly) {
     EXPECT_EQ(fs::read_symlink(fs::path(saved).parent_path() / "latest"), fs::path("checkpoint-6")) << "moved on";
 }
 
+// A resume names each setting that changed since its checkpoint was written (here max_steps, which
+// reshapes the learning-rate schedule, and the temperature) and says nothing when none did.
+TEST(Trainer, AResumeNamesTheSettingsChangedSinceItsCheckpoint) {
+    const std::vector<std::string> settings{"train.max_steps=2", "train.per_device_train_batch_size=4"};
+    const auto m = manifest("changed_settings", settings);
+    {
+        grove::Trainer first(m, fresh());
+        first.step();
+        first.save_checkpoint();
+    }
+    auto resume_log = [&](const grove::Manifest& with) {
+        std::ostringstream log;
+        grove::TrainerOptions o;
+        o.resume = "latest";
+        o.log = &log;
+        grove::Trainer again(with, o);
+        EXPECT_EQ(again.global_step(), 1);
+        return log.str();
+    };
+    const std::string unchanged = resume_log(m);
+    EXPECT_EQ(unchanged.find("settings changed"), std::string::npos) << unchanged;
+    auto overrides = settings;
+    overrides[0] = "train.max_steps=4";
+    overrides.push_back("generation.temperature=0.9");
+    const std::string changed = resume_log(grove::Manifest::load(m.path(), overrides));
+    EXPECT_CONTAINS(changed, "checkpoint-1 with settings changed since it was written");
+    EXPECT_CONTAINS(changed, "train.max_steps = 4 (was 2)");
+    EXPECT_CONTAINS(changed, "generation.temperature = 0.9 (was 1.0)");
+    EXPECT_EQ(changed.find("per_device_train_batch_size"), std::string::npos) << "only what changed:\n" << changed;
+}
+
 // The host's loss options on a real run: the sampler-mismatch correction measures Grove's own
 // sampler against the trainer (equal on the CPU up to float rounding), adaptive entropy raises its
 // coefficient each step below the target, and a resume inside a generation batch (its sampling
