@@ -19,6 +19,7 @@
 #include "grove/manifest.hpp"
 #include "grove/model_config.hpp"
 #include "grove/plugin_host.hpp"
+#include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 
 namespace grove::cli {
@@ -234,11 +235,11 @@ int plugins_score(const std::vector<std::string>& args) {
                                           std::to_string(rows.num_generations) + " (--num-generations)");
 
     std::vector<float> scores, metrics;
-    std::vector<std::pair<std::string, double>> logged;
+    RewardLogs logged;
     const uint32_t repeat = std::max(vm["repeat"].as<uint32_t>(), 1u);
     std::vector<double> seconds;
     for (uint32_t call = 0; call < repeat; ++call) {
-        logged.clear();
+        logged = RewardLogs{};
         const auto start = std::chrono::steady_clock::now();
         if (isolated)
             isolated->score(rows.view(), scores, metrics, &logged);
@@ -251,16 +252,19 @@ int plugins_score(const std::vector<std::string>& args) {
         std::cerr << "grove: score of " << rows.size() << " rows: first call " << seconds[0] * 1e3 << " ms, then " << rest * 1e3
                   << " ms per call (mean of " << repeat - 1 << ")\n";
     }
+    const ExtraColumns extra = extra_columns(logged, rows.size());
     const auto& metric_names = info.metric_names;
     auto number = [](float v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
     for (size_t i = 0; i < rows.size(); ++i) {
         nlohmann::json out{{"row", i}, {"score", number(scores[i])}};  // null = not applicable (NaN)
         for (size_t m = 0; m < metric_names.size(); ++m) out["metrics"][metric_names[m]] = number(metrics[m * rows.size() + i]);
+        for (const auto& [column, values] : extra)  // what the reward logged per row (TRL's log_extra)
+            if (!values[i].empty()) out["extra"][column] = nlohmann::json::parse(values[i]);
         std::cout << out.dump() << "\n";
     }
-    if (!logged.empty()) {  // what the reward logged by name for the batch (TRL's log_metric): one more line
+    if (!logged.metrics.empty()) {  // what the reward logged by name for the batch (TRL's log_metric): one more line
         nlohmann::json batch_metrics;
-        for (const auto& [name, value] : logged) batch_metrics["logged"][name].push_back(value);
+        for (const auto& [name, value] : logged.metrics) batch_metrics["logged"][name].push_back(value);
         std::cout << batch_metrics.dump() << "\n";
     }
     return 0;

@@ -65,7 +65,7 @@ std::pair<worker::FrameType, std::string> answer(Created& plugin, const worker::
     if (frame.type == FrameType::score && plugin.reward) {
         RewardRows rows = worker::decode_batch(frame.payload);
         worker::ScoredBatch scored;
-        plugin.reward->score(rows.view(), scored.scores, scored.metrics, &scored.logged);
+        plugin.reward->score(rows.view(), scored.scores, scored.metrics, &scored.logs);
         return {FrameType::scored, worker::encode_scored(scored)};
     }
     if (!plugin.environment) throw Error(ErrorKind::plugin, "the host asked a reward worker for an environment call");

@@ -6,7 +6,8 @@ python_plugin.cpp embeds this file as the module `grove_python_bridge`. For each
 Grove's reward batch as plain lists; `Reward.score` turns them into TRL's arguments (GRPOTrainer.
 _calculate_rewards): prompts and completions in the standard (text) or conversational (messages) form,
 completion_ids, every other dataset column as a keyword list, trainer_state, log_metric and
-log_extra. It returns one float per row (None -> NaN) and the metrics logged by name.
+log_extra. It returns one float per row (None -> NaN), the metrics logged by name and the values
+logged per row by column (as JSON texts).
 """
 
 import asyncio
@@ -21,6 +22,16 @@ import sys
 import traceback
 import types
 
+
+def _json_text(value):
+    """A log_extra value as JSON text: as json writes it, NaN and infinities as null, and what json
+    cannot write as its str()."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return "null"
+    except TypeError:
+        return json.dumps(str(value))
 
 class ConfigError(Exception):
     """A configuration value is wrong; `key` names it so Grove can point at the manifest line."""
@@ -104,17 +115,17 @@ class Reward:
         rows = [json.loads(r) if r else {} for r in row_json]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "completion", "completion_ids")]
         columns = {k: [row.get(k) for row in rows] for k in keys}
-        logged = []
+        logged, extras = [], []
         columns["trainer_state"] = types.SimpleNamespace(global_step=step, max_steps=max_steps)
         columns["log_metric"] = lambda name, value: logged.append((str(name), float(value)))
-        columns["log_extra"] = lambda column, values: None  # Grove keeps no completions table
+        columns["log_extra"] = lambda column, values: extras.append((str(column), [_json_text(v) for v in values]))
         columns.update(self.kwargs)
         result = self.function(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
         if inspect.isawaitable(result):
             if self.loop is None:
                 self.loop = asyncio.new_event_loop()
             result = self.loop.run_until_complete(result)
-        return self._scores(result, n), logged
+        return self._scores(result, n), logged, extras
 
     def _scores(self, result, n):
         try:

@@ -16,6 +16,7 @@
 #include <grove/plugin.hpp>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "python_plugins.hpp"
 
@@ -196,14 +197,26 @@ public:
                                              rows.get(), prompt_json.get(), (long long)b.step, (long long)max_steps)
                        : nullptr);
         if (!result) fail(b, take_python_error());
-        // (scores: list of floats, logged: list of (name, value)), as bridge.Reward.score returns
+        // (scores: list of floats, logged: list of (name, value), extras: list of (column, [JSON text])),
+        // as bridge.Reward.score returns
         PyObject* scores = PyTuple_GetItem(result.get(), 0);
         PyObject* logged = PyTuple_GetItem(result.get(), 1);
+        PyObject* extras = PyTuple_GetItem(result.get(), 2);
         for (uint32_t i = 0; i < b.count; ++i) out.scores[i] = float(PyFloat_AsDouble(PyList_GetItem(scores, i)));
         const bool can_log = GROVE_HAS_FIELD(&out, grove_reward_output, log_metric) && out.log_metric;
         for (Py_ssize_t k = 0; can_log && k < PyList_Size(logged); ++k) {
             PyObject* entry = PyList_GetItem(logged, k);
             out.log_metric(&out, utf8(PyTuple_GetItem(entry, 0)).c_str(), PyFloat_AsDouble(PyTuple_GetItem(entry, 1)));
+        }
+        const bool can_log_extra = GROVE_HAS_FIELD(&out, grove_reward_output, log_extra) && out.log_extra;
+        for (Py_ssize_t k = 0; can_log_extra && k < PyList_Size(extras); ++k) {
+            PyObject* entry = PyList_GetItem(extras, k);
+            PyObject* values = PyTuple_GetItem(entry, 1);
+            std::vector<std::string> texts;
+            for (Py_ssize_t i = 0; i < PyList_Size(values); ++i) texts.push_back(utf8(PyList_GetItem(values, i)));
+            std::vector<grove_text> views;
+            for (const std::string& text : texts) views.push_back({text.data(), text.size()});
+            out.log_extra(&out, utf8(PyTuple_GetItem(entry, 0)).c_str(), views.data(), uint32_t(views.size()));
         }
         if (PyErr_Occurred()) fail(b, take_python_error());
     }

@@ -278,7 +278,15 @@ class RewardPlugin:
         def log_metric(_out, name, value):
             logged.append((name.decode(), value))
 
-        out = _abi.RewardOutput(ctypes.sizeof(_abi.RewardOutput), scores, len(self.metric_names), metrics, None, log_metric)
+        extras = []
+
+        @_abi.LOG_EXTRA
+        def log_extra(_out, column, values, count):
+            texts = ctypes.cast(values, ctypes.POINTER(_abi.RawText))
+            extras.append((column.decode(), [json.loads(ctypes.string_at(texts[i].data, texts[i].size)) for i in range(count)]))
+
+        out = _abi.RewardOutput(ctypes.sizeof(_abi.RewardOutput), scores, len(self.metric_names), metrics, None, log_metric,
+                                log_extra)
         capture = _ErrorCapture()
         status = self._descriptor.reward.contents.score(self._instance, ctypes.byref(batch), ctypes.byref(out),
                                                         ctypes.byref(capture.sink))
@@ -292,6 +300,10 @@ class RewardPlugin:
                     report(f"rewards/{self.__name__}/{metric}", sum(values) / len(values))
             for name, value in logged:
                 report(name, value)
+        extra = kwargs.get("log_extra")  # TRL's: the values go to its completions table
+        if extra is not None:
+            for column, values in extras:
+                extra(column, values)
         return [None if math.isnan(scores[i]) else float(scores[i]) for i in range(n)]
 
 

@@ -1,11 +1,11 @@
-"""ctypes mirror of the parts of Grove's plugin ABI (sdk/include/grove/grove_plugin.h, 1.7) that a
+"""ctypes mirror of the parts of Grove's plugin ABI (sdk/include/grove/grove_plugin.h, 1.8) that a
 reward plugin touches. Field order and types follow the header exactly; tests/python/ checks the
 sizes against the C compiler's."""
 
 import ctypes as C
 
 ABI_MAJOR = 1
-ABI_MINOR = 7
+ABI_MINOR = 8
 ENTRY_SYMBOL = "grove_plugin_entry"
 
 KIND_REWARD = 1
@@ -65,6 +65,11 @@ class Text(C.Structure):
     _fields_ = [("data", C.c_char_p), ("size", C.c_size_t)]
 
 
+class RawText(C.Structure):
+    """Text as its address: a log_extra value from a plugin need not end with a NUL."""
+    _fields_ = [("data", C.c_void_p), ("size", C.c_size_t)]
+
+
 class RewardBatch(C.Structure):
     _fields_ = [
         ("struct_size", C.c_uint32),
@@ -92,6 +97,7 @@ class RewardOutput(C.Structure):
 
 
 LOG_METRIC = C.CFUNCTYPE(None, C.POINTER(RewardOutput), C.c_char_p, C.c_double)
+LOG_EXTRA = C.CFUNCTYPE(None, C.POINTER(RewardOutput), C.c_char_p, C.POINTER(Text), C.c_uint32)
 RewardOutput._fields_ = [
     ("struct_size", C.c_uint32),
     ("scores", C.POINTER(C.c_float)),
@@ -99,6 +105,7 @@ RewardOutput._fields_ = [
     ("metrics", C.POINTER(C.c_float)),
     ("host_data", C.c_void_p),
     ("log_metric", LOG_METRIC),
+    ("log_extra", LOG_EXTRA),
 ]
 
 SCORE = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(RewardBatch), C.POINTER(RewardOutput), C.POINTER(ErrorSink))

@@ -25,7 +25,7 @@ os.makedirs(WORK, exist_ok=True)
 
 def check_struct_sizes():
     pinned = {_abi.ErrorSink: 24, _abi.ConfigKey: 40, _abi.ConfigValue: 80, _abi.Config: 40, _abi.Descriptor: 128,
-              _abi.PluginList: 24, _abi.HostApi: 32, _abi.Text: 16, _abi.RewardBatch: 120, _abi.RewardOutput: 48,
+              _abi.PluginList: 24, _abi.HostApi: 32, _abi.Text: 16, _abi.RewardBatch: 120, _abi.RewardOutput: 56,
               _abi.RewardApi: 16}
     for struct, size in pinned.items():
         assert ctypes.sizeof(struct) == size, f"{struct.__name__}: {ctypes.sizeof(struct)} bytes, the header's is {size}"

@@ -103,7 +103,8 @@ PIN(grove_reward_output, metric_count, 16);
 PIN(grove_reward_output, metrics, 24);
 PIN(grove_reward_output, host_data, 32); /* ABI 1.7 */
 PIN(grove_reward_output, log_metric, 40);
-PIN_SIZE(grove_reward_output, 48);
+PIN(grove_reward_output, log_extra, 48); /* ABI 1.8 */
+PIN_SIZE(grove_reward_output, 56);
 
 PIN(grove_reward_api, struct_size, 0);
 PIN(grove_reward_api, score, 8);

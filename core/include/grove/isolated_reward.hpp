@@ -16,8 +16,7 @@ public:
 
     // Returns false when the batch failed and on_failure = "nan" (scores and metrics left NaN, a
     // warning printed); throws otherwise.
-    bool score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics,
-               std::vector<std::pair<std::string, double>>* logged);
+    bool score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics, RewardLogs* logs);
     const PluginInfo& info() const { return worker_.info(); }
 
 private:

@@ -107,6 +107,13 @@ struct ObjectiveResult {
     std::vector<uint8_t> metric_aggregation;         // grove_metric_aggregation per metric
 };
 
+// What a reward logs while it scores a batch, besides its scores, in the order logged: scalars by
+// name (TRL's log_metric) and per-row values by column, as JSON texts (TRL's log_extra).
+struct RewardLogs {
+    std::vector<std::pair<std::string, double>> metrics;
+    std::vector<std::pair<std::string, std::vector<std::string>>> extras;
+};
+
 class PluginInstance {
 public:
     PluginInstance(PluginInfo plugin, PluginConfig config);  // throws grove::Error(plugin)
@@ -118,10 +125,10 @@ public:
     const PluginInfo& info() const { return plugin_; }
     void* handle() const { return instance_; }
 
-    // Reward call. scores/metrics are resized and NaN-filled by the host before the call; `logged`
-    // receives what the plugin logs by name (grove_reward_output.log_metric), in order.
+    // Reward call. scores/metrics are resized and NaN-filled by the host before the call; `logs`
+    // receives what the plugin logs (grove_reward_output.log_metric and log_extra), in order.
     void score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics,
-               std::vector<std::pair<std::string, double>>* logged = nullptr) const;
+               RewardLogs* logs = nullptr) const;
     // Reduction call. weight is resized to rows*columns.
     void weights(const grove_reduction_context& context, std::vector<float>& weight) const;
     // Objective call: the loss and its gradient; a non-finite gradient is an error naming the plugin

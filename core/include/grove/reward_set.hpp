@@ -17,6 +17,13 @@ namespace grove {
 
 class IsolatedReward;
 
+// Per-row values that rewards logged by column (TRL's log_extra): column -> [N] JSON texts, "" for a
+// row with no value. A column logged twice fills the rows after its first values.
+using ExtraColumns = std::vector<std::pair<std::string, std::vector<std::string>>>;
+// The columns of `logs.extras` over a batch of `rows` rows; throws when a column gets more values than
+// rows, or a value that is not JSON.
+ExtraColumns extra_columns(const RewardLogs& logs, size_t rows);
+
 // Every reward function's score of every row of one batch (rows group-major, as the batch's).
 struct RewardScores {
     std::vector<std::string> names;          // [K] metric names of the functions
@@ -25,6 +32,7 @@ struct RewardScores {
     // logged by name (TRL's log_metric), as given
     std::vector<std::string> metric_names;
     std::vector<std::vector<float>> metrics;  // [M][N]; a logged name's values fill its first rows, NaN after
+    ExtraColumns extra;                       // what the plugins logged per row (TRL's log_extra)
     size_t rows() const { return values.empty() ? 0 : values[0].size(); }
     // row-major [N * K], as compute_advantages takes it
     std::vector<float> row_major() const;

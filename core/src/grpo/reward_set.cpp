@@ -6,6 +6,8 @@
 #include <map>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "grove/error.hpp"
 #include "grove/isolated_reward.hpp"
 
@@ -87,10 +89,32 @@ void add_logged_metrics(const std::vector<std::pair<std::string, double>>& logge
 }
 }  // namespace
 
+ExtraColumns extra_columns(const RewardLogs& logs, size_t rows) {
+    ExtraColumns columns;
+    std::map<std::string, size_t> column_of;
+    std::map<std::string, size_t> filled;
+    for (const auto& [column, values] : logs.extras) {
+        auto [it, added] = column_of.try_emplace(column, columns.size());
+        if (added) columns.emplace_back(column, std::vector<std::string>(rows));
+        size_t& next = filled[column];
+        if (values.size() > rows - next)
+            throw Error(ErrorKind::plugin, "a reward logged " + std::to_string(next + values.size()) +
+                                               " values for the column '" + column + "' of a batch of " + std::to_string(rows) +
+                                               " rows (log_extra takes one value per row)");
+        for (const std::string& value : values) {
+            if (!nlohmann::json::accept(value))
+                throw Error(ErrorKind::plugin,
+                            "a reward logged a value for the column '" + column + "' that is not JSON: " + value.substr(0, 80));
+            columns[it->second].second[next++] = value;
+        }
+    }
+    return columns;
+}
+
 RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector<bool>& skip,
                               const PromptMessages* messages) const {
     RewardScores out;
-    std::vector<std::pair<std::string, double>> logged;
+    RewardLogs logs;
     out.names = names_;
     const size_t N = batch.count;
     for (size_t k = 0; k < instances_.size(); ++k) {
@@ -102,9 +126,9 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             continue;
         }
         if (wanted && isolated_[k])
-            isolated_[k]->score(batch, scores, metrics, &logged);
+            isolated_[k]->score(batch, scores, metrics, &logs);
         else if (wanted)
-            instances_[k]->score(batch, scores, metrics, &logged);
+            instances_[k]->score(batch, scores, metrics, &logs);
         out.values.push_back(std::move(scores));
         const auto& metric_names = isolated_[k] ? isolated_[k]->info().metric_names : instances_[k]->info().metric_names;
         for (size_t m = 0; m < metric_names.size() && !metrics.empty(); ++m) {
@@ -112,7 +136,8 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             out.metrics.emplace_back(metrics.begin() + long(m * N), metrics.begin() + long((m + 1) * N));
         }
     }
-    add_logged_metrics(logged, N, out);
+    add_logged_metrics(logs.metrics, N, out);
+    out.extra = extra_columns(logs, N);
     return out;
 }
 

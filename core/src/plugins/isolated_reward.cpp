@@ -9,7 +9,7 @@
 namespace grove {
 
 bool IsolatedReward::score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics,
-                           std::vector<std::pair<std::string, double>>* logged) {
+                           RewardLogs* logs) {
     const float nan = std::nanf("");
     const size_t metric_values = size_t(batch.count) * info().metric_names.size();
     scores.assign(batch.count, nan);
@@ -24,7 +24,10 @@ bool IsolatedReward::score(const grove_reward_batch& batch, std::vector<float>& 
             throw Error(ErrorKind::plugin, "the plugin worker of " + info().display() + " answered with the wrong sizes");
         scores = std::move(scored.scores);
         metrics = std::move(scored.metrics);
-        if (logged) logged->insert(logged->end(), scored.logged.begin(), scored.logged.end());
+        if (logs) {
+            logs->metrics.insert(logs->metrics.end(), scored.logs.metrics.begin(), scored.logs.metrics.end());
+            logs->extras.insert(logs->extras.end(), scored.logs.extras.begin(), scored.logs.extras.end());
+        }
         return true;
     } catch (const Error& e) {
         if (!worker_.options().failures_are_nan) throw;

@@ -566,26 +566,39 @@ const grove_reward_batch& RewardRows::view() {
 }
 
 namespace {
-// grove_reward_output.log_metric: called by plugins, so nothing may escape it
+// grove_reward_output.log_metric and log_extra: called by plugins, so nothing may escape them
 void log_reward_metric(grove_reward_output* out, const char* name, double value) noexcept {
     if (!out || !name) return;
     try {
-        static_cast<std::vector<std::pair<std::string, double>>*>(out->host_data)->emplace_back(name, value);
+        static_cast<RewardLogs*>(out->host_data)->metrics.emplace_back(name, value);
     } catch (...) {  // out of memory: the value is lost, the run goes on
+    }
+}
+void log_reward_extra(grove_reward_output* out, const char* column, const grove_text* values, uint32_t count) noexcept {
+    if (!out || !column || (!values && count > 0)) return;
+    try {
+        std::vector<std::string> texts;
+        for (uint32_t i = 0; i < count; ++i) texts.emplace_back(values[i].data ? values[i].data : "", values[i].size);
+        static_cast<RewardLogs*>(out->host_data)->extras.emplace_back(column, std::move(texts));
+    } catch (...) {  // out of memory: the values are lost, the run goes on
     }
 }
 }  // namespace
 
 void PluginInstance::score(const grove_reward_batch& batch, std::vector<float>& scores, std::vector<float>& metrics,
-                           std::vector<std::pair<std::string, double>>* logged) const {
+                           RewardLogs* logs) const {
     if (plugin_.kind != GROVE_PLUGIN_KIND_REWARD) throw plugin_error("plugin " + plugin_.display() + " is not a reward");
     const float nan = std::nanf("");
     scores.assign(batch.count, nan);
     metrics.assign(size_t(batch.count) * plugin_.metric_names.size(), nan);
-    std::vector<std::pair<std::string, double>> ignored;
-    grove_reward_output out{
-        sizeof(grove_reward_output), scores.data(),     static_cast<uint32_t>(plugin_.metric_names.size()), metrics.data(),
-        logged ? logged : &ignored,  &log_reward_metric};
+    RewardLogs ignored;
+    grove_reward_output out{sizeof(grove_reward_output),
+                            scores.data(),
+                            static_cast<uint32_t>(plugin_.metric_names.size()),
+                            metrics.data(),
+                            logs ? logs : &ignored,
+                            &log_reward_metric,
+                            &log_reward_extra};
     ErrorCapture capture;
     check(plugin_.descriptor->reward->score(instance_, &batch, &out, &capture.sink), "score", capture);
     for (uint32_t i = 0; i < batch.count; ++i)

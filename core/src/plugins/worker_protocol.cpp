@@ -168,10 +168,15 @@ std::string encode_scored(const ScoredBatch& s) {
     Writer w;
     w.array(s.scores.data(), s.scores.size());
     w.array(s.metrics.data(), s.metrics.size());
-    w.u64(s.logged.size());
-    for (const auto& [name, value] : s.logged) {
+    w.u64(s.logs.metrics.size());
+    for (const auto& [name, value] : s.logs.metrics) {
         w.bytes(name);
         w.f64(value);
+    }
+    w.u64(s.logs.extras.size());
+    for (const auto& [column, values] : s.logs.extras) {
+        w.bytes(column);
+        strings(w, values);
     }
     return w.payload();
 }
@@ -181,10 +186,15 @@ ScoredBatch decode_scored(const std::string& payload) {
     ScoredBatch s;
     s.scores = r.array<float>();
     s.metrics = r.array<float>();
-    const uint64_t logged = r.u64();
-    for (uint64_t i = 0; i < logged; ++i) {
+    const uint64_t metrics = r.u64();
+    for (uint64_t i = 0; i < metrics; ++i) {
         std::string name = r.bytes();
-        s.logged.emplace_back(std::move(name), r.f64());
+        s.logs.metrics.emplace_back(std::move(name), r.f64());
+    }
+    const uint64_t extras = r.u64();
+    for (uint64_t i = 0; i < extras; ++i) {
+        std::string column = r.bytes();
+        s.logs.extras.emplace_back(std::move(column), strings(r));
     }
     return s;
 }

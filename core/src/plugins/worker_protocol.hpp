@@ -22,7 +22,7 @@ enum class FrameType : uint32_t {
     ready = 2,    // worker -> host: the instance exists
     failure = 3,  // worker -> host: error kind (u32) and message
     score = 4,    // host -> worker: a reward batch
-    scored = 5,   // worker -> host: scores, metrics, logged names
+    scored = 5,   // worker -> host: scores, metrics, what the reward logged
     // environments: the episodes of one call (grove_environment_batch) ...
     environment_step = 6,
     environment_begin = 7,
@@ -107,7 +107,7 @@ RewardRows decode_batch(const std::string& payload);
 
 struct ScoredBatch {
     std::vector<float> scores, metrics;
-    std::vector<std::pair<std::string, double>> logged;
+    RewardLogs logs;
 };
 std::string encode_scored(const ScoredBatch& scored);
 ScoredBatch decode_scored(const std::string& payload);

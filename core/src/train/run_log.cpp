@@ -90,6 +90,8 @@ void RunLog::write_completions(int64_t step, const Rollout& rollout, const Score
                      {"advantage", advantages[size_t(i)]}};
         for (size_t k = 0; k < scored.reward_names.size(); ++k)
             line["rewards"][scored.reward_names[k]] = scored.local_reward(k, i);
+        for (const auto& [column, values] : scored.local_extra)  // checked to be JSON when logged
+            if (!values[size_t(i)].empty()) line["extra"][column] = json::parse(values[size_t(i)]);
         completions_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
     require_written(completions_, "completions.jsonl");

@@ -138,6 +138,7 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     out.statistics = compute_advantages(gathered.row_major(), int(K), weights, advantage_options);
     out.advantages = out.statistics.advantages;
     out.local_completions = batch.completions;
+    out.local_extra = std::move(scores.extra);
     out.first_local_row = rollout.first_row;
     out.local_rows = N;
     return out;

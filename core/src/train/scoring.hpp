@@ -32,6 +32,7 @@ struct ScoredBatch {
     std::vector<std::string> plugin_metric_names;             // [M] the same metrics' names
     std::vector<std::vector<double>> plugin_metric_rows;      // [M][N] their per-row values
     std::vector<std::string> local_completions;               // [local_rows] decoded, special tokens removed
+    ExtraColumns local_extra;                                 // [local_rows] per column: what rewards logged per row
     int64_t first_local_row = 0, local_rows = 0;
 
     std::vector<float> local_advantages() const;

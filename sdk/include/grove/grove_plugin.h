@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 7
+#define GROVE_ABI_MINOR 8
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -373,6 +373,13 @@ struct grove_reward_output {
      * at most n values per name and batch. Call it as out->log_metric(out, "name", value). */
     void* host_data; /* the host's; do not touch */
     void (*log_metric)(grove_reward_output* out, const char* name, double value);
+    /* ABI 1.8: log one value per row under a column name (TRL's log_extra), e.g. what a row's answer
+     * was parsed as. values[i] is row i's value as JSON text (a number, "a string", null, ...), for
+     * the first `count` rows (count <= n); calling it again for the same column fills the rows after.
+     * completions.jsonl shows the values under "extra"; a value that is not JSON is an error. A host
+     * before 1.8 has no such field: call it only when GROVE_HAS_FIELD(out, grove_reward_output,
+     * log_extra), as out->log_extra(out, "column", values, count). */
+    void (*log_extra)(grove_reward_output* out, const char* column, const grove_text* values, uint32_t count);
 };
 
 struct grove_reward_api {

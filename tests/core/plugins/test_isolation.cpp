@@ -73,6 +73,10 @@ TEST(Isolation, AWorkerScoresExactlyAsInProcess) {
             for (size_t i = 0; i < a.metrics[m].size(); ++i)
                 EXPECT_TRUE(a.metrics[m][i] == b.metrics[m][i] || (std::isnan(a.metrics[m][i]) && std::isnan(b.metrics[m][i])));
         EXPECT_EQ(a.values[0], (std::vector<float>{1, 0, 1, 0})) << "the format plugin saw the rows";
+        // what the plugin logged per row (TRL's log_extra), in two calls, across the worker too
+        const grove::ExtraColumns expected{{"misbehaving/row", {"0", "1", "2", "3"}}};
+        EXPECT_EQ(a.extra, expected);
+        EXPECT_EQ(b.extra, expected);
     }
 }
 
@@ -217,6 +221,21 @@ TEST(Isolation, AMalformedFrameIsToldApartFromATimeout) {
     EXPECT_TRUE(silent.other_error && silent.timed_out && !silent.malformed);
     const Outcome closed = read_after("", true);
     EXPECT_TRUE(closed.closed && !closed.malformed && !closed.other_error);
+}
+
+// Values logged per row by column: a second call fills the rows after the first's; more values than
+// rows, or a value that is not JSON, is an error naming the column.
+TEST(Isolation, ExtraColumnsFillRowsInOrderAndRefuseWhatDoesNotFit) {
+    grove::RewardLogs logs;
+    logs.extras = {{"answer", {"4", "\"five\""}}, {"parsed", {"true"}}, {"answer", {"null"}}};
+    const grove::ExtraColumns columns = grove::extra_columns(logs, 4);
+    EXPECT_EQ(columns, (grove::ExtraColumns{{"answer", {"4", "\"five\"", "null", ""}}, {"parsed", {"true", "", "", ""}}}));
+    logs.extras.push_back({"parsed", {"1", "2", "3", "4"}});
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::extra_columns(logs, 4); }),
+                    "logged 5 values for the column 'parsed' of a batch of 4 rows");
+    logs.extras = {{"answer", {"four"}}};
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::extra_columns(logs, 4); }),
+                    "a value for the column 'answer' that is not JSON: four");
 }
 
 }  // namespace

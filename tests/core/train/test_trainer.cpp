@@ -1006,6 +1006,25 @@ TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
               0.0);
 }
 
+// What a reward logs per row (TRL's log_extra; the fixture plugin logs each row's index in its
+// batch, in two calls) reaches completions.jsonl under "extra", beside the row's rewards.
+TEST(Trainer, ValuesARewardLogsPerRowReachTheCompletionsLog) {
+    const std::string rewards = "[[rewards]]\nplugin = \"" + std::string(GROVE_TEST_MISBEHAVING_PLUGIN) +
+                                "\"\nconfig = { behaviour = \"fine\", from_step = 1000 }\n";
+    grove::Trainer trainer(
+        manifest("extra_columns", {"train.max_steps=1", "train.per_device_train_batch_size=4", "logging.log_completions=true"},
+                 rewards),
+        fresh());
+    trainer.step();
+    const std::string out = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/extra_columns/out";
+    const auto rows = metric_lines(out + "/completions.jsonl");
+    ASSERT_EQ(rows.size(), 4u);
+    for (size_t i = 0; i < rows.size(); ++i) {
+        ASSERT_TRUE(rows[i].contains("extra")) << rows[i].dump();
+        EXPECT_EQ(rows[i]["extra"]["misbehaving/row"], int64_t(i)) << rows[i].dump();
+    }
+}
+
 // Resuming from an earlier checkpoint reruns the steps after it: the logs drop what those steps
 // wrote before, so every step appears once in metrics.jsonl and completions.jsonl.
 TEST(Trainer, ResumeFromAnEarlierCheckpointLogsEveryStepOnce) {

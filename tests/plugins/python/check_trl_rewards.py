@@ -114,7 +114,11 @@ def grove_scores(grove, module, function, factory_args, kwargs, rows, work):
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     scores = [math.nan if line["score"] is None else line["score"] for line in lines if "row" in line]
     logged = next((line["logged"] for line in lines if "logged" in line), {})
-    return torch.tensor(scores, dtype=torch.float32), logged
+    extras = {}  # each column's values in row order, as TRL's completions table gets them
+    for line in lines:
+        for column, value in line.get("extra", {}).items():
+            extras.setdefault(column, []).append(value)
+    return torch.tensor(scores, dtype=torch.float32), logged, extras
 
 
 def trl_scores(function, rows):
@@ -122,7 +126,7 @@ def trl_scores(function, rows):
     inputs = [{k: v for k, v in r.items() if k not in ("completion", "completion_ids")} for r in rows]
     prompts = [r["prompt"] for r in rows]
     completions = [r["completion"] for r in rows]
-    metrics = {}
+    metrics, extras = {}, {}
     trainer = types.SimpleNamespace(
         accelerator=types.SimpleNamespace(device="cpu", is_main_process=True),
         args=types.SimpleNamespace(report_to=[]),
@@ -130,13 +134,13 @@ def trl_scores(function, rows):
         reward_funcs=[function],
         reward_processing_classes=[None],
         reward_func_names=[getattr(function, "__name__", "reward")],
-        _log_completion_extra=lambda column, values: None,
+        _log_completion_extra=lambda column, values: extras.setdefault(column, []).extend(values),
         _log_metric=lambda name, value: metrics.setdefault(name, []).append(value),
         environments=None,
         async_loop=ASYNC_LOOP,
     )
     scores = GRPOTrainer._calculate_rewards(trainer, inputs, prompts, completions, [r["completion_ids"] for r in rows])
-    return scores[:, 0], metrics
+    return scores[:, 0], metrics, extras
 
 
 def load_function(module, function, factory_args):
@@ -158,16 +162,17 @@ def main():
         if kwargs:
             reference = (lambda f, extra: lambda **a: f(**a, **extra))(reference, kwargs)
             reference.__name__ = function
-        expected, expected_metrics = trl_scores(reference, rows)
-        got, logged = grove_scores(grove, module, function, factory_args, kwargs, rows, work)
+        expected, expected_metrics, expected_extras = trl_scores(reference, rows)
+        got, logged, extras = grove_scores(grove, module, function, factory_args, kwargs, rows, work)
         same = got.shape == expected.shape and bool(
             torch.all((got == expected) | (torch.isnan(got) & torch.isnan(expected)))
         )
-        same_metrics = expected_metrics == logged
+        same_metrics = expected_metrics == logged and expected_extras == extras
         print(f"{'ok  ' if same and same_metrics else 'FAIL'} {name}: grove {got.tolist()} trl {expected.tolist()}"
-              + (f" metrics {logged}" if logged or expected_metrics else ""))
-        if expected_metrics and not same_metrics:
-            print(f"     metrics differ: grove {logged} trl {expected_metrics}")
+              + (f" metrics {logged}" if logged or expected_metrics else "")
+              + (f" extra columns {extras}" if extras or expected_extras else ""))
+        if not same_metrics:
+            print(f"     logged values differ: grove {logged} {extras}, trl {expected_metrics} {expected_extras}")
         failures += not (same and same_metrics)
     # the comparison must be able to fail: some rows differ between functions, and NaN appears
     if failures:

@@ -35,8 +35,11 @@ def math_only(prompts, completions, task, **kwargs):
     return [(1.0 if "4" in text else -1.0) if t == "math" else None for text, t in zip(completions, task)]
 
 
-def progress_scaled(completions, trainer_state, log_metric, bonus=1.0, **kwargs):
-    """Reads the training progress and logs a metric by name; `bonus` comes from the manifest's kwargs."""
+def progress_scaled(completions, trainer_state, log_metric, log_extra, bonus=1.0, **kwargs):
+    """Reads the training progress, logs a metric by name and a value per completion (its length, and
+    whether it is long); `bonus` comes from the manifest's kwargs."""
     scale = (trainer_state.global_step + 1) / max(trainer_state.max_steps, 1)
     log_metric("progress_scaled/scale", scale)
+    log_extra("progress_scaled/length", [len(text) for text in completions])
+    log_extra("progress_scaled/kind", ["long" if len(text) > 8 else "short" for text in completions])
     return [bonus * scale * len(text) for text in completions]

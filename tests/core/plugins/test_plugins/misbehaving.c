@@ -55,6 +55,12 @@ static grove_status score(void* instance, const grove_reward_batch* batch, grove
     if (status != GROVE_OK) return status;
     for (i = 0; i < batch->count; ++i) out->scores[i] = 1.0f;
     out->log_metric(out, "misbehaving/calls", 1.0);
+    if (GROVE_HAS_FIELD(out, grove_reward_output, log_extra)) { /* each row's index, in two calls */
+        static const grove_text indices[] = {{"0", 1}, {"1", 1}, {"2", 1}, {"3", 1}, {"\"more\"", 6}};
+        const uint32_t first = batch->count < 2 ? batch->count : 2;
+        out->log_extra(out, "misbehaving/row", indices, first);
+        out->log_extra(out, "misbehaving/row", indices + first, batch->count - first < 3 ? batch->count - first : 3);
+    }
     return GROVE_OK;
 }
 
