@@ -23,15 +23,24 @@ import traceback
 import types
 
 
+def _plain(value):
+    """numpy and torch values as Python's (their item() or tolist()), else their str()."""
+    for convert in ("tolist", "item"):
+        if hasattr(value, convert):
+            try:
+                return getattr(value, convert)()
+            except (TypeError, ValueError):
+                pass
+    return str(value)
+
+
 def _json_text(value):
-    """A log_extra value as JSON text: as json writes it, NaN and infinities as null, and what json
-    cannot write as its str()."""
+    """A log_extra value as JSON text: as json writes it (numpy and torch values as numbers or lists),
+    a value holding NaN or an infinity as null, and what json cannot write as its str()."""
     try:
-        return json.dumps(value, allow_nan=False)
+        return json.dumps(value, allow_nan=False, default=_plain)
     except ValueError:
         return "null"
-    except TypeError:
-        return json.dumps(str(value))
 
 class ConfigError(Exception):
     """A configuration value is wrong; `key` names it so Grove can point at the manifest line."""

@@ -278,12 +278,18 @@ class RewardPlugin:
         def log_metric(_out, name, value):
             logged.append((name.decode(), value))
 
-        extras = []
+        extras, extra_errors = [], []
 
         @_abi.LOG_EXTRA
         def log_extra(_out, column, values, count):
-            texts = ctypes.cast(values, ctypes.POINTER(_abi.RawText))
-            extras.append((column.decode(), [json.loads(ctypes.string_at(texts[i].data, texts[i].size)) for i in range(count)]))
+            try:  # an exception here would be printed and dropped by ctypes: kept, raised after score()
+                if count > n:
+                    raise ValueError(f"{count} values for a batch of {n} rows")
+                texts = ctypes.cast(values, ctypes.POINTER(_abi.RawText))
+                extras.append((column.decode(), [json.loads(ctypes.string_at(texts[i].data, texts[i].size))
+                                                 for i in range(count)]))
+            except Exception as e:  # noqa: BLE001 (any error of the plugin's values)
+                extra_errors.append(f"log_extra({column!r}): {e}")
 
         out = _abi.RewardOutput(ctypes.sizeof(_abi.RewardOutput), scores, len(self.metric_names), metrics, None, log_metric,
                                 log_extra)
@@ -292,6 +298,9 @@ class RewardPlugin:
                                                         ctypes.byref(capture.sink))
         if status != 0:
             raise PluginError(f"plugin '{self.plugin_name}' ({self.file}) failed in score(): {capture.message}", capture.key)
+        if extra_errors:
+            raise PluginError(f"plugin '{self.plugin_name}' ({self.file}) logged values Grove cannot read: "
+                              + "; ".join(extra_errors))
         report = kwargs.get("log_metric")
         if report is not None:
             for m, metric in enumerate(self.metric_names):

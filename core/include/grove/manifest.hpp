@@ -88,7 +88,9 @@ public:
     std::vector<std::string> keys_never_read() const;
 
     // The whole configuration with every default and derived value, as TOML with one comment per key.
-    std::string resolved_toml() const;
+    // `absolute_paths`: relative paths made absolute against the current folder, so two runs of the
+    // same manifest started from different folders print the same (what a checkpoint keeps).
+    std::string resolved_toml(bool absolute_paths = false) const;
     // The keys whose values differ between two resolved_toml() texts, each as
     // "section.key = NOW (was BEFORE)" ("unset" for a key one of them lacks); [[rewards]] compared
     // whole. A text that is not TOML counts as having no keys.

@@ -18,7 +18,8 @@ namespace grove {
 class IsolatedReward;
 
 // Per-row values that rewards logged by column (TRL's log_extra): column -> [N] JSON texts, "" for a
-// row with no value. A column logged twice fills the rows after its first values.
+// row with no value. A column a reward logs twice fills the rows after its first values; a column
+// that two rewards log is the second's as "<reward>/<column>".
 using ExtraColumns = std::vector<std::pair<std::string, std::vector<std::string>>>;
 // The columns of `logs.extras` over a batch of `rows` rows; throws when a column gets more values than
 // rows, or a value that is not JSON.

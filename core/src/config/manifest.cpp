@@ -269,6 +269,9 @@ void apply_override(toml::table& root, const std::string& assignment, std::set<s
     overridden.insert(dotted);
 }
 
+// [data] keys that name a file (or a builtin:NAME) resolved like paths, though not declared as paths
+constexpr const char* kDataFileKeys[] = {"source", "eval_source"};
+
 std::string resolve_path(const std::string& directory, const std::string& value) {
     if (value.empty() || value.rfind("builtin:", 0) == 0) return value;
     fs::path p(value);
@@ -547,7 +550,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     m.values_ = values;
     {
         toml::table& data = *values->get("data")->as_table();
-        for (const char* key : {"source", "eval_source"})
+        for (const char* key : kDataFileKeys)
             if (auto* s = data.get(key)) data.insert_or_assign(key, resolve_path(m.directory_, *s->value<std::string>()));
     }
 
@@ -659,20 +662,41 @@ std::string toml_value_text(const toml::node& node) {
     return os.str();
 }
 
-void print_key(std::ostringstream& os, const KeySpec& spec, const toml::node* node) {
+// A relative path made absolute against the current folder (built-in names and "" stay).
+std::string absolute_path(const std::string& path) {
+    if (path.empty() || path.rfind("builtin:", 0) == 0 || fs::path(path).is_absolute()) return path;
+    return fs::absolute(path).lexically_normal().string();
+}
+
+// A key's value as TOML text; with `absolute`, a path key's relative paths made absolute.
+std::string value_text(const KeySpec& spec, const toml::node& node, bool absolute) {
+    const bool data_file =
+        std::string(spec.section) == "data" && std::any_of(std::begin(kDataFileKeys), std::end(kDataFileKeys),
+                                                           [&](const char* key) { return std::string(spec.key) == key; });
+    if (!absolute || !(spec.is_path || data_file)) return toml_value_text(node);
+    if (auto text = node.value<std::string>()) return toml_value_text(toml::value<std::string>(absolute_path(*text)));
+    if (const auto* array = node.as_array()) {
+        toml::array paths;
+        for (const auto& element : *array) paths.push_back(absolute_path(element.value<std::string>().value_or("")));
+        return toml_value_text(paths);
+    }
+    return toml_value_text(node);
+}
+
+void print_key(std::ostringstream& os, const KeySpec& spec, const toml::node* node, bool absolute) {
     std::string line =
-        node ? std::string(spec.key) + " = " + toml_value_text(*node) : "# " + std::string(spec.key) + " = (unset)";
+        node ? std::string(spec.key) + " = " + value_text(spec, *node, absolute) : "# " + std::string(spec.key) + " = (unset)";
     os << line;
     if (line.size() < 40) os << std::string(40 - line.size(), ' ');
     os << "  # " << spec.help << "\n";
 }
 }  // namespace
 
-std::string Manifest::resolved_toml() const {
+std::string Manifest::resolved_toml(bool absolute_paths) const {
     std::ostringstream os;
     os << "# " << path_ << ", resolved: every key with its value or default\n";
     for (const auto& spec : manifest_schema())
-        if (std::string(spec.section).empty()) print_key(os, spec, values_->get("")->as_table()->get(spec.key));
+        if (std::string(spec.section).empty()) print_key(os, spec, values_->get("")->as_table()->get(spec.key), absolute_paths);
     std::string current = "\x01";
     for (const auto& spec : manifest_schema()) {
         std::string section = spec.section;
@@ -686,16 +710,18 @@ std::string Manifest::resolved_toml() const {
         }
         if (commented) {
             std::ostringstream line;
-            print_key(line, spec, values_->get(section)->as_table()->get(spec.key));
+            print_key(line, spec, values_->get(section)->as_table()->get(spec.key), absolute_paths);
             const std::string text = line.str();
             os << (text.rfind('#', 0) == 0 ? "" : "# ") << text;
         } else {
-            print_key(os, spec, values_->get(section)->as_table()->get(spec.key));
+            print_key(os, spec, values_->get(section)->as_table()->get(spec.key), absolute_paths);
         }
     }
     for (const auto& reward : rewards_) {
         os << "\n[[rewards]]\n";
-        os << "plugin = " << toml_value_text(toml::value<std::string>(reward.plugin)) << "\n";
+        const std::string plugin =
+            absolute_paths && looks_like_plugin_path(reward.plugin) ? absolute_path(reward.plugin) : reward.plugin;
+        os << "plugin = " << toml_value_text(toml::value<std::string>(plugin)) << "\n";
         os << "name = " << toml_value_text(toml::value<std::string>(reward.name)) << "\n";
         os << "weight = " << toml_value_text(toml::value<double>(reward.weight)) << "\n";
         os << "config = " << toml_value_text(*reward.config) << "\n";

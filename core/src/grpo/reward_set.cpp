@@ -111,6 +111,23 @@ ExtraColumns extra_columns(const RewardLogs& logs, size_t rows) {
     return columns;
 }
 
+namespace {
+// One reward's columns joined to the batch's; a column another reward already logged is kept apart
+// as "<reward>/<column>".
+void add_extra_columns(const RewardLogs& logs, size_t rows, const std::string& reward, ExtraColumns& columns) {
+    ExtraColumns mine;
+    try {
+        mine = extra_columns(logs, rows);
+    } catch (const Error& e) {
+        throw Error(e.kind(), "reward " + reward + ": " + e.what());
+    }
+    for (auto& [column, values] : mine) {
+        const bool taken = std::any_of(columns.begin(), columns.end(), [&](const auto& c) { return c.first == column; });
+        columns.emplace_back(taken ? reward + "/" + column : column, std::move(values));
+    }
+}
+}  // namespace
+
 RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector<bool>& skip,
                               const PromptMessages* messages) const {
     RewardScores out;
@@ -125,10 +142,13 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             out.values.push_back(std::move(scores));
             continue;
         }
+        RewardLogs mine;
         if (wanted && isolated_[k])
-            isolated_[k]->score(batch, scores, metrics, &logs);
+            isolated_[k]->score(batch, scores, metrics, &mine);
         else if (wanted)
-            instances_[k]->score(batch, scores, metrics, &logs);
+            instances_[k]->score(batch, scores, metrics, &mine);
+        logs.metrics.insert(logs.metrics.end(), mine.metrics.begin(), mine.metrics.end());
+        add_extra_columns(mine, N, names_[k], out.extra);
         out.values.push_back(std::move(scores));
         const auto& metric_names = isolated_[k] ? isolated_[k]->info().metric_names : instances_[k]->info().metric_names;
         for (size_t m = 0; m < metric_names.size() && !metrics.empty(); ++m) {
@@ -137,7 +157,6 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
         }
     }
     add_logged_metrics(logs.metrics, N, out);
-    out.extra = extra_columns(logs, N);
     return out;
 }
 

@@ -578,7 +578,8 @@ void log_reward_extra(grove_reward_output* out, const char* column, const grove_
     if (!out || !column || (!values && count > 0)) return;
     try {
         std::vector<std::string> texts;
-        for (uint32_t i = 0; i < count; ++i) texts.emplace_back(values[i].data ? values[i].data : "", values[i].size);
+        for (uint32_t i = 0; i < count; ++i)
+            texts.push_back(values[i].data ? std::string(values[i].data, values[i].size) : std::string());
         static_cast<RewardLogs*>(out->host_data)->extras.emplace_back(column, std::move(texts));
     } catch (...) {  // out of memory: the values are lost, the run goes on
     }

@@ -152,8 +152,9 @@ std::string PluginWorker::call(uint32_t request_type, uint32_t reply_type, const
     } catch (const worker::MalformedFrame&) {
         stop();  // a worker that breaks the protocol is not trusted with the next call
         throw;
-    } catch (const Error&) {  // the timeout
-        fail(what, timed_out);
+    } catch (const Error&) {
+        if (!timed_out) throw;  // fail() already named what happened to the worker
+        fail(what, true);
     }
     if (!reply) fail(what, false);
     if (reply->type == worker::FrameType::failure) {  // the plugin returned an error: its message, as in-process

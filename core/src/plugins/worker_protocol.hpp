@@ -53,7 +53,8 @@ private:
     std::string out_;
 };
 
-// What a frame that breaks the protocol throws: the worker is not trusted with another call.
+// What a frame that breaks the protocol's framing throws: PluginWorker::call then stops the worker
+// rather than trust it with another call.
 class MalformedFrame : public Error {
 public:
     explicit MalformedFrame(const std::string& what)

@@ -90,8 +90,18 @@ ScoredBatch select_scores(const std::vector<ScoredRollout>& parts, const std::ve
             out.prompt_lengths.push_back(s.prompt_lengths[size_t(j)]);
             out.truncated.push_back(s.truncated[size_t(j)]);
             out.local_completions.push_back(s.local_completions[size_t(j)]);
+            // what rewards logged per row, matched by column ("" where a round lacks it)
+            const size_t row = out.local_completions.size() - 1;
+            for (const auto& [column, values] : s.local_extra) {
+                auto at = std::find_if(out.local_extra.begin(), out.local_extra.end(),
+                                       [&](const auto& c) { return c.first == column; });
+                if (at == out.local_extra.end()) at = out.local_extra.insert(out.local_extra.end(), {column, {}});
+                at->second.resize(row + 1);
+                at->second[row] = values[size_t(j)];
+            }
         }
     }
+    for (auto& column : out.local_extra) column.second.resize(out.local_completions.size());
     for (size_t m = 0; m < out.plugin_metric_rows.size(); ++m)
         out.plugin_metrics[out.plugin_metric_names[m]] = nanmean(out.plugin_metric_rows[m]);
     const size_t N = out.completion_lengths.size(), K = out.rewards.size();

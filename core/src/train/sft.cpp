@@ -147,7 +147,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
     const std::vector<int> every_tensor_here;
     CheckpointedState state{progress, no_buffer, params, optimizer, every_tensor_here};
-    Checkpoints checkpoints(output, 0, 1, nullptr, manifest.resolved_toml());
+    Checkpoints checkpoints(output, 0, 1, nullptr, manifest.resolved_toml(true));
     ExampleOrder order(int64_t(examples.size()), c.train.seed);
     if (start.resume_from) {
         checkpoints.restore(*start.resume_from, state);

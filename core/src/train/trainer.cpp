@@ -425,7 +425,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     State& s = *s_;
     s.load();
     s.checkpoints =
-        std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group, manifest.resolved_toml());
+        std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group, manifest.resolved_toml(true));
     if (resume_from) {
         CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer, s.owners};
         s.checkpoints->restore(*resume_from, state);

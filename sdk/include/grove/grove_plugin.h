@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.7.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.8.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -74,7 +74,7 @@ typedef enum grove_plugin_kind {
  * ============================================================================================
  * The major version changes when anything existing changes; the host refuses a plugin built for
  * another major, with a message that names the plugin. The minor version grows when fields or
- * functions are APPENDED; a v1.0 plugin keeps working with a v1.7 host and vice versa, because
+ * functions are APPENDED; a v1.0 plugin keeps working with a newer 1.x host and vice versa, because
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -261,6 +262,14 @@ TEST(Manifest, ResolvedChangesNameEachKeyThatDiffers) {
     EXPECT_EQ(changes[0].rfind("rewards = ", 0), 0u) << changes[0];
     EXPECT_CONTAINS(changes[0], "weight = 2.0");
     EXPECT_EQ(changes[1], "train.max_steps = 7 (was " + std::to_string(before.integer("train.max_steps")) + ")");
+    // the same manifest named by a relative path and by an absolute one: its paths differ as printed,
+    // not as a checkpoint keeps them (absolute)
+    const auto relative = grove::Manifest::parse(kMinimal, "grove.toml");
+    const auto absolute = grove::Manifest::parse(kMinimal, (std::filesystem::current_path() / "grove.toml").string());
+    EXPECT_FALSE(grove::Manifest::resolved_changes(relative.resolved_toml(), absolute.resolved_toml()).empty());
+    EXPECT_TRUE(grove::Manifest::resolved_changes(relative.resolved_toml(true), absolute.resolved_toml(true)).empty())
+        << testing::PrintToString(
+               grove::Manifest::resolved_changes(relative.resolved_toml(true), absolute.resolved_toml(true)));
     // a text that is not TOML has no keys: every key reads as set since
     const auto from_nothing = grove::Manifest::resolved_changes("not toml [", before.resolved_toml());
     EXPECT_GT(from_nothing.size(), 20u);

@@ -223,6 +223,16 @@ TEST(Isolation, AMalformedFrameIsToldApartFromATimeout) {
     EXPECT_TRUE(closed.closed && !closed.malformed && !closed.other_error);
 }
 
+// Two rewards that log the same column: the second's is kept apart under its reward's name.
+TEST(Isolation, TwoRewardsLoggingOneColumnKeepBoth) {
+    grove::PluginHost host({});
+    const std::string tables = misbehaving("fine", "name = \"first\"\n") + misbehaving("fine", "name = \"second\"\n");
+    grove::RewardSet set(host, rewards(tables));
+    const grove::ExtraColumns extra = set.score(rows_at(1).view()).extra;
+    const std::vector<std::string> rows{"0", "1", "2", "3"};
+    EXPECT_EQ(extra, (grove::ExtraColumns{{"misbehaving/row", rows}, {"second/misbehaving/row", rows}}));
+}
+
 // Values logged per row by column: a second call fills the rows after the first's; more values than
 // rows, or a value that is not JSON, is an error naming the column.
 TEST(Isolation, ExtraColumnsFillRowsInOrderAndRefuseWhatDoesNotFit) {
