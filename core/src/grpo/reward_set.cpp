@@ -121,9 +121,10 @@ void add_extra_columns(const RewardLogs& logs, size_t rows, const std::string& r
     } catch (const Error& e) {
         throw Error(e.kind(), "reward " + reward + ": " + e.what());
     }
-    for (auto& [column, values] : mine) {
+    for (auto& entry : mine) {  // (a named reference: lambdas may not capture structured bindings before C++20)
+        const std::string& column = entry.first;
         const bool taken = std::any_of(columns.begin(), columns.end(), [&](const auto& c) { return c.first == column; });
-        columns.emplace_back(taken ? reward + "/" + column : column, std::move(values));
+        columns.emplace_back(taken ? reward + "/" + column : column, std::move(entry.second));
     }
 }
 }  // namespace

@@ -92,12 +92,12 @@ ScoredBatch select_scores(const std::vector<ScoredRollout>& parts, const std::ve
             out.local_completions.push_back(s.local_completions[size_t(j)]);
             // what rewards logged per row, matched by column ("" where a round lacks it)
             const size_t row = out.local_completions.size() - 1;
-            for (const auto& [column, values] : s.local_extra) {
+            for (const auto& logged : s.local_extra) {
                 auto at = std::find_if(out.local_extra.begin(), out.local_extra.end(),
-                                       [&](const auto& c) { return c.first == column; });
-                if (at == out.local_extra.end()) at = out.local_extra.insert(out.local_extra.end(), {column, {}});
+                                       [&](const auto& c) { return c.first == logged.first; });
+                if (at == out.local_extra.end()) at = out.local_extra.insert(out.local_extra.end(), {logged.first, {}});
                 at->second.resize(row + 1);
-                at->second[row] = values[size_t(j)];
+                at->second[row] = logged.second[size_t(j)];
             }
         }
     }
