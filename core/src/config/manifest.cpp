@@ -269,9 +269,6 @@ void apply_override(toml::table& root, const std::string& assignment, std::set<s
     overridden.insert(dotted);
 }
 
-// [data] keys that name a file (or a builtin:NAME) resolved like paths, though not declared as paths
-constexpr const char* kDataFileKeys[] = {"source", "eval_source"};
-
 std::string resolve_path(const std::string& directory, const std::string& value) {
     if (value.empty() || value.rfind("builtin:", 0) == 0) return value;
     fs::path p(value);
@@ -548,11 +545,6 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
                 element.ref<std::string>() = resolve_path(m.directory_, element.ref<std::string>());
     }
     m.values_ = values;
-    {
-        toml::table& data = *values->get("data")->as_table();
-        for (const char* key : kDataFileKeys)
-            if (auto* s = data.get(key)) data.insert_or_assign(key, resolve_path(m.directory_, *s->value<std::string>()));
-    }
 
     if (!m.optional_string("data.source") && !m.optional_string("rollouts.path"))
         throw manifest_error(source_name,
@@ -670,10 +662,7 @@ std::string absolute_path(const std::string& path) {
 
 // A key's value as TOML text; with `absolute`, a path key's relative paths made absolute.
 std::string value_text(const KeySpec& spec, const toml::node& node, bool absolute) {
-    const bool data_file =
-        std::string(spec.section) == "data" && std::any_of(std::begin(kDataFileKeys), std::end(kDataFileKeys),
-                                                           [&](const char* key) { return std::string(spec.key) == key; });
-    if (!absolute || !(spec.is_path || data_file)) return toml_value_text(node);
+    if (!absolute || !spec.is_path) return toml_value_text(node);
     if (auto text = node.value<std::string>()) return toml_value_text(toml::value<std::string>(absolute_path(*text)));
     if (const auto* array = node.as_array()) {
         toml::array paths;

@@ -62,9 +62,10 @@ const std::vector<KeySpec>& manifest_schema() {
                 "forward pass, the same gradients (TRL's default is true)"),
             "gradient_checkpointing"),
 
-        key("data", "source", T::string, nullptr,
-            "training prompts: a JSONL file (relative to the manifest) or builtin:NAME; required unless rollouts.path is set"),
-        key("data", "eval_source", T::string, nullptr, "held-out prompts for `grove eval`: JSONL file or builtin:NAME"),
+        path(key("data", "source", T::string, nullptr,
+                 "training prompts: a JSONL file (relative to the manifest) or builtin:NAME; required unless rollouts.path is "
+                 "set")),
+        path(key("data", "eval_source", T::string, nullptr, "held-out prompts for `grove eval`: JSONL file or builtin:NAME")),
         key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),
         key("data", "completion_column", T::string, "\"completion\"",
             "`grove sft`: column holding the reference completion: text, or turns [{role = model|environment, text}] of which "

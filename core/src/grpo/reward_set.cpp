@@ -132,7 +132,7 @@ void add_extra_columns(const RewardLogs& logs, size_t rows, const std::string& r
 RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector<bool>& skip,
                               const PromptMessages* messages) const {
     RewardScores out;
-    RewardLogs logs;
+    std::vector<std::pair<std::string, double>> logged;  // every reward's, in order
     out.names = names_;
     const size_t N = batch.count;
     for (size_t k = 0; k < instances_.size(); ++k) {
@@ -148,7 +148,7 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             isolated_[k]->score(batch, scores, metrics, &mine);
         else if (wanted)
             instances_[k]->score(batch, scores, metrics, &mine);
-        logs.metrics.insert(logs.metrics.end(), mine.metrics.begin(), mine.metrics.end());
+        logged.insert(logged.end(), mine.metrics.begin(), mine.metrics.end());
         add_extra_columns(mine, N, names_[k], out.extra);
         out.values.push_back(std::move(scores));
         const auto& metric_names = isolated_[k] ? isolated_[k]->info().metric_names : instances_[k]->info().metric_names;
@@ -157,7 +157,7 @@ RewardScores RewardSet::score(const grove_reward_batch& batch, const std::vector
             out.metrics.emplace_back(metrics.begin() + long(m * N), metrics.begin() + long((m + 1) * N));
         }
     }
-    add_logged_metrics(logs.metrics, N, out);
+    add_logged_metrics(logged, N, out);
     return out;
 }
 
