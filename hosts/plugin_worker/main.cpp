@@ -36,8 +36,16 @@ struct Created {
 };
 
 // nullopt after a failure was sent.
-std::optional<Created> create(int fd, const std::string& payload) {
+std::optional<Created> create(int fd, const std::string& payload, const std::string& program) {
     worker::Reader r(payload);
+    if (const uint32_t version = r.u32(); version != worker::kProtocolVersion) {
+        send_failure(fd, ErrorKind::runtime,
+                     "the plugin worker " + program + " speaks worker protocol " + std::to_string(worker::kProtocolVersion) +
+                         " but Grove sent version " + std::to_string(version) +
+                         ": the worker and Grove come from different builds (reinstall Grove, or point "
+                         "GROVE_PLUGIN_WORKER at the grove-plugin-worker of this build)");
+        return std::nullopt;
+    }
     const uint32_t kind = r.u32();
     const std::string file = r.bytes(), config_toml = r.bytes(), origin = r.bytes(), base_dir = r.bytes();
     try {
@@ -89,10 +97,10 @@ std::pair<worker::FrameType, std::string> answer(Created& plugin, const worker::
     }
 }
 
-int serve(int fd) {
+int serve(int fd, const std::string& program) {
     auto start = worker::read_frame(fd, 0);
     if (!start || start->type != worker::FrameType::start) return 2;
-    std::optional<Created> plugin = create(fd, start->payload);
+    std::optional<Created> plugin = create(fd, start->payload, program);
     if (!plugin) return 1;
     std::string ready;
     if (plugin->environment) {
@@ -123,7 +131,7 @@ int main(int argc, char** argv) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the host's death ends the worker too
     std::signal(SIGINT, SIG_IGN);        // Ctrl-C reaches the whole group: the host decides, then closes the socket
     try {
-        return serve(std::atoi(argv[1]));
+        return serve(std::atoi(argv[1]), argv[0]);
     } catch (const std::exception& e) {
         std::cerr << "grove-plugin-worker: " << e.what() << "\n";
         return 1;

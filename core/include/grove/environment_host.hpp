@@ -71,8 +71,6 @@ public:
 private:
     using AnswerCall = grove_status (*)(void*, const grove_environment_batch*, grove_environment_output*, grove_error_sink*);
     EnvironmentAnswers answer(EnvironmentTurns& turns, AnswerCall call, const char* name) const;
-    // In a worker: one request of `type` for these episodes.
-    std::string call_worker(uint32_t type, uint32_t reply, EnvironmentTurns& turns, const char* name) const;
 
     std::optional<PluginInstance> instance_;  // in Grove's process, or
     std::unique_ptr<PluginWorker> worker_;    // in a worker process

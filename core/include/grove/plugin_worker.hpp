@@ -8,6 +8,7 @@
 #include <string>
 #include <sys/types.h>
 
+#include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
 
@@ -28,6 +29,17 @@ public:
     // "scoring the batch of step 3 (rows 0 to 7)"); when the plugin returns an error, its message.
     // After a failure the next call starts a new worker.
     std::string call(uint32_t request_type, uint32_t reply_type, const std::string& payload, const std::string& what);
+    // call(), then `decode(reply)`. A reply that does not decode or does not fit the request (decode
+    // throws grove::Error) stops the worker, as a malformed frame does: it is not trusted again.
+    template <class Decode>
+    auto call(uint32_t request_type, uint32_t reply_type, const std::string& payload, const std::string& what, Decode decode) {
+        const std::string reply = call(request_type, reply_type, payload, what);
+        try {
+            return decode(reply);
+        } catch (const Error& e) {
+            distrust(what, std::string("a reply that does not fit: ") + e.what());
+        }
+    }
 
     // What the worker told when it was ready (environments: stop strings, tools, entry points).
     const std::string& ready_payload() const { return ready_; }
@@ -38,6 +50,8 @@ private:
     void start();
     void stop();
     [[noreturn]] void fail(const std::string& what, bool timed_out);
+    // Stops a worker whose reply broke the protocol and throws grove::Error(plugin) naming it.
+    [[noreturn]] void distrust(const std::string& what, const std::string& why);
 
     PluginInfo plugin_;
     uint32_t kind_;

@@ -1,6 +1,7 @@
 #include "grove/manifest.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -628,6 +629,18 @@ std::vector<std::string> Manifest::strings(const std::string& key) const {
 }
 
 namespace {
+// A key as TOML writes it: bare when it can be, quoted otherwise ("top-p", "a.b" and "" are quoted
+// apart from the first, which is bare).
+std::string key_text(std::string_view key) {
+    const bool bare = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (bare) return std::string(key);
+    std::ostringstream os;
+    os << toml::toml_formatter(toml::value<std::string>(std::string(key)));
+    return os.str();
+}
+
 std::string toml_value_text(const toml::node& node) {
     std::ostringstream os;
     if (const auto* table = node.as_table()) {
@@ -635,7 +648,7 @@ std::string toml_value_text(const toml::node& node) {
         os << "{";
         bool first = true;
         for (const auto& [k, v] : *table) {
-            os << (first ? " " : ", ") << k.str() << " = " << toml_value_text(v);
+            os << (first ? " " : ", ") << key_text(k.str()) << " = " << toml_value_text(v);
             first = false;
         }
         os << (first ? "}" : " }");
@@ -679,6 +692,24 @@ void print_key(std::ostringstream& os, const KeySpec& spec, const toml::node* no
     if (line.size() < 40) os << std::string(40 - line.size(), ' ');
     os << "  # " << spec.help << "\n";
 }
+// A reward's keys as a manifest would declare them, every setting present; with `absolute`, its
+// plugin's or model's path made absolute.
+toml::table reward_table(const PluginUse& reward, bool absolute) {
+    toml::table declared;
+    if (!reward.model.empty())
+        declared.insert("model", absolute ? absolute_path(reward.model) : reward.model);
+    else
+        declared.insert("plugin",
+                        absolute && looks_like_plugin_path(reward.plugin) ? absolute_path(reward.plugin) : reward.plugin);
+    declared.insert("name", reward.name);
+    declared.insert("weight", reward.weight);
+    if (!reward.role.empty()) declared.insert("role", reward.role);
+    declared.insert("config", *reward.config);
+    declared.insert("isolation", reward.isolation.process ? "process" : "none");
+    declared.insert("timeout", reward.isolation.timeout_seconds);
+    declared.insert("on_failure", reward.isolation.failures_are_nan ? "nan" : "stop");
+    return declared;
+}
 }  // namespace
 
 std::string Manifest::resolved_toml(bool absolute_paths) const {
@@ -708,19 +739,16 @@ std::string Manifest::resolved_toml(bool absolute_paths) const {
     }
     for (const auto& reward : rewards_) {
         os << "\n[[rewards]]\n";
-        const std::string plugin =
-            absolute_paths && looks_like_plugin_path(reward.plugin) ? absolute_path(reward.plugin) : reward.plugin;
-        os << "plugin = " << toml_value_text(toml::value<std::string>(plugin)) << "\n";
-        os << "name = " << toml_value_text(toml::value<std::string>(reward.name)) << "\n";
-        os << "weight = " << toml_value_text(toml::value<double>(reward.weight)) << "\n";
-        os << "config = " << toml_value_text(*reward.config) << "\n";
+        const toml::table declared = reward_table(reward, absolute_paths);
+        for (const auto& spec : manifest_schema())
+            if (std::string(spec.section) == "rewards[]") print_key(os, spec, declared.get(spec.key), absolute_paths);
     }
     return os.str();
 }
 
 namespace {
-// "section.key" -> its value's text, for every key of a resolved manifest's tables; arrays of tables
-// ([[rewards]]) as one value.
+// "section.key" -> its value's text, for every key of a resolved manifest's tables; an array of
+// tables ([[rewards]]) by index as --set addresses it: "rewards.1.weight".
 std::map<std::string, std::string> resolved_values(const std::string& text) {
     std::map<std::string, std::string> values;
     toml::table root;
@@ -730,9 +758,15 @@ std::map<std::string, std::string> resolved_values(const std::string& text) {
         return values;
     }
     for (const auto& [name, node] : root) {
+        const auto* tables = node.as_array();
         if (const auto* section = node.as_table()) {
             for (const auto& [key, value] : *section)
                 values[std::string(name.str()) + "." + std::string(key.str())] = toml_value_text(value);
+        } else if (tables && tables->is_array_of_tables()) {
+            for (size_t i = 0; i < tables->size(); ++i)
+                for (const auto& [key, value] : *tables->get(i)->as_table())
+                    values[std::string(name.str()) + "." + std::to_string(i) + "." + std::string(key.str())] =
+                        toml_value_text(value);
         } else {
             values[std::string(name.str())] = toml_value_text(node);
         }

@@ -89,14 +89,17 @@ Environment::~Environment() = default;
 
 const PluginInfo& Environment::info() const { return instance_ ? instance_->info() : worker_->info(); }
 
-std::string Environment::call_worker(uint32_t type, uint32_t reply, EnvironmentTurns& turns, const char* name) const {
+namespace {
+// In a worker: one `request` for these episodes, its reply decoded.
+template <class Decode>
+auto call_worker(PluginWorker& process, worker::FrameType request, worker::FrameType reply, EnvironmentTurns& turns,
+                 const char* name, Decode decode) {
     const std::string what = std::string(name) + " for the episodes of generation-batch rows " +
                              std::to_string(turns.episodes.front()) + " to " + std::to_string(turns.episodes.back()) +
                              " (step " + std::to_string(turns.step) + ")";
-    return worker_->call(type, reply, worker::encode_turns(turns.view()), what);
+    return process.call(uint32_t(request), uint32_t(reply), worker::encode_turns(turns.view()), what, decode);
 }
 
-namespace {
 // A failed call's error names the episodes it held, so the row that broke it can be found.
 void check_call(const PluginInstance& instance, grove_status status, const char* entry, ErrorCapture& capture,
                 const EnvironmentTurns& episodes) {
@@ -114,14 +117,15 @@ std::vector<float> Environment::score_episodes(EnvironmentTurns& episodes) const
         throw Error(ErrorKind::plugin, "plugin " + info().display() + " does not judge whole episodes (score_episodes)");
     std::vector<float> rewards(episodes.size(), std::numeric_limits<float>::quiet_NaN());
     if (rewards.empty()) return rewards;
-    if (worker_) {
-        std::vector<float> scores =
-            worker::decode_floats(call_worker(uint32_t(worker::FrameType::environment_score),
-                                              uint32_t(worker::FrameType::episode_scores), episodes, "score_episodes"));
-        if (scores.size() != rewards.size())
-            throw Error(ErrorKind::plugin, "the plugin worker of " + info().display() + " scored another number of episodes");
-        return scores;
-    }
+    if (worker_)
+        return call_worker(*worker_, worker::FrameType::environment_score, worker::FrameType::episode_scores, episodes,
+                           "score_episodes", [&](const std::string& reply) {
+                               std::vector<float> scores = worker::decode_floats(reply);
+                               if (scores.size() != rewards.size())
+                                   throw Error(ErrorKind::plugin, std::to_string(scores.size()) + " scores for " +
+                                                                      std::to_string(rewards.size()) + " episodes");
+                               return scores;
+                           });
     ErrorCapture capture;
     const grove_status status = instance_->info().descriptor->environment->score_episodes(instance_->handle(), &episodes.view(),
                                                                                           rewards.data(), &capture.sink);
@@ -133,9 +137,9 @@ std::vector<std::string> Environment::begin_episodes(EnvironmentTurns& episodes)
     if (!begins_episodes()) return std::vector<std::string>(episodes.size());
     if (episodes.size() == 0) return {};
     if (worker_)
-        return worker::decode_answers(call_worker(uint32_t(worker::FrameType::environment_begin),
-                                                  uint32_t(worker::FrameType::answers), episodes, "begin_episodes"),
-                                      episodes.size())
+        return call_worker(*worker_, worker::FrameType::environment_begin, worker::FrameType::answers, episodes,
+                           "begin_episodes",
+                           [&](const std::string& reply) { return worker::decode_answers(reply, episodes.size()); })
             .observations;
     return answer(episodes, instance_->info().descriptor->environment->begin_episodes, "begin_episodes").observations;
 }
@@ -143,9 +147,8 @@ std::vector<std::string> Environment::begin_episodes(EnvironmentTurns& episodes)
 EnvironmentAnswers Environment::step(EnvironmentTurns& turns) const {
     if (turns.size() == 0) return {};
     if (worker_)
-        return worker::decode_answers(
-            call_worker(uint32_t(worker::FrameType::environment_step), uint32_t(worker::FrameType::answers), turns, "step"),
-            turns.size());
+        return call_worker(*worker_, worker::FrameType::environment_step, worker::FrameType::answers, turns, "step",
+                           [&](const std::string& reply) { return worker::decode_answers(reply, turns.size()); });
     return answer(turns, instance_->info().descriptor->environment->step, "step");
 }
 

@@ -18,10 +18,15 @@ bool IsolatedReward::score(const grove_reward_batch& batch, std::vector<float>& 
                              std::to_string(batch.global_row_offset) + " to " +
                              std::to_string(batch.global_row_offset + batch.count - 1) + ")";
     try {
-        worker::ScoredBatch scored = worker::decode_scored(worker_.call(
-            uint32_t(worker::FrameType::score), uint32_t(worker::FrameType::scored), worker::encode_batch(batch), what));
-        if (scored.scores.size() != scores.size() || scored.metrics.size() != metrics.size())
-            throw Error(ErrorKind::plugin, "the plugin worker of " + info().display() + " answered with the wrong sizes");
+        worker::ScoredBatch scored =
+            worker_.call(uint32_t(worker::FrameType::score), uint32_t(worker::FrameType::scored), worker::encode_batch(batch),
+                         what, [&](const std::string& reply) {
+                             worker::ScoredBatch decoded = worker::decode_scored(reply);
+                             if (decoded.scores.size() != scores.size() || decoded.metrics.size() != metrics.size())
+                                 throw Error(ErrorKind::plugin, std::to_string(decoded.scores.size()) + " scores and " +
+                                                                    std::to_string(decoded.metrics.size()) + " metric values");
+                             return decoded;
+                         });
         scores = std::move(scored.scores);
         metrics = std::move(scored.metrics);
         if (logs) {

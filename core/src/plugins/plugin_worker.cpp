@@ -75,6 +75,7 @@ void PluginWorker::start() {
     }
     socket_ = ends[0];
     worker::Writer w;
+    w.u32(worker::kProtocolVersion);
     w.u32(kind_);
     w.bytes(plugin_.file);
     w.bytes(config_toml_);
@@ -135,9 +136,12 @@ void PluginWorker::fail(const std::string& what, bool timed_out) {
         how = "exited with status " + std::to_string(WEXITSTATUS(status));
     else
         how = "broke the worker protocol";
+    // a worker from an older build misreads the start frame and ends
+    const std::string build_question =
+        what == "starting" && !timed_out ? " (is " + plugin_worker_path() + " from this build of Grove?)" : "";
     const bool reward = kind_ == GROVE_PLUGIN_KIND_REWARD;
     throw Error(ErrorKind::plugin, origin_ + ": " + plugin_kind_name(kind_) + " plugin " + plugin_.display() + " " + how +
-                                       " while " + what + " (isolation = \"process\"" +
+                                       " while " + what + build_question + " (isolation = \"process\"" +
                                        (reward ? "; on_failure = \"nan\" would score such a batch NaN and go on" : "") + ")");
 }
 
@@ -149,9 +153,8 @@ std::string PluginWorker::call(uint32_t request_type, uint32_t reply_type, const
     try {
         if (!worker::write_frame(socket_, worker::FrameType(request_type), payload)) fail(what, false);
         reply = worker::read_frame(socket_, options_.timeout_seconds, &timed_out);
-    } catch (const worker::MalformedFrame&) {
-        stop();  // a worker that breaks the protocol is not trusted with the next call
-        throw;
+    } catch (const worker::MalformedFrame& e) {
+        distrust(what, e.what());
     } catch (const Error&) {
         if (!timed_out) throw;  // fail() already named what happened to the worker
         fail(what, true);
@@ -162,12 +165,15 @@ std::string PluginWorker::call(uint32_t request_type, uint32_t reply_type, const
         const auto kind = ErrorKind(r.u32());
         throw Error(kind, r.bytes());
     }
-    if (uint32_t(reply->type) != reply_type) {
-        stop();
-        throw Error(ErrorKind::plugin,
-                    "the plugin worker of " + plugin_.display() + " answered " + what + " with the wrong kind of frame");
-    }
+    if (uint32_t(reply->type) != reply_type) distrust(what, "a reply of the wrong kind");
     return std::move(reply->payload);
+}
+
+void PluginWorker::distrust(const std::string& what, const std::string& why) {
+    stop();
+    throw Error(ErrorKind::plugin, origin_ + ": the worker of " + plugin_kind_name(kind_) + " plugin " + plugin_.display() +
+                                       " answered " + what + " with " + why +
+                                       "; it was stopped, and the next call starts a new one");
 }
 
 }  // namespace grove

@@ -33,6 +33,11 @@ enum class FrameType : uint32_t {
 
 constexpr uint64_t kMaxFrameBytes = uint64_t(1) << 32;  // 4 GiB: far above any batch
 
+// The first field of the start frame. A worker from another build of Grove answers a start frame of
+// another version with a failure naming both, rather than misreading its fields; raise it with any
+// change to a payload's layout.
+constexpr uint32_t kProtocolVersion = 2;
+
 // Appends fields to a payload.
 class Writer {
 public:

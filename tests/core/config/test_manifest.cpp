@@ -251,17 +251,56 @@ TEST(Manifest, ResolvedTomlRoundTrips) {
     EXPECT_EQ(again.resolved_toml().substr(again.resolved_toml().find('\n')), resolved.substr(resolved.find('\n')));
 }
 
-// What a resume reports: each key whose resolved value differs, with both values; a reward's
-// settings as a whole; nothing for the same manifest.
+// Every reward setting is in the resolved text, so a resume can name it: isolation, timeout,
+// on_failure and role beside plugin, name, weight and config; a reward model by its folder; a config
+// key that is not bare TOML quoted, so the text still parses.
+TEST(Manifest, ResolvedTomlKeepsEveryRewardSetting) {
+    const std::string text = kMinimal +
+                             "isolation = \"process\"\ntimeout = 2.5\non_failure = \"nan\"\nrole = \"none\"\n"
+                             "config = { \"top.p\" = 1, plain = { \"a b\" = \"x\" } }\n"
+                             "[[rewards]]\nmodel = \"judge\"\nweight = 0.5\n";
+    const auto m = grove::Manifest::parse(text, "/runs/exp/grove.toml");
+    const std::string resolved = m.resolved_toml();
+    EXPECT_CONTAINS(resolved, "isolation = 'process'");
+    EXPECT_CONTAINS(resolved, "timeout = 2.5");
+    EXPECT_CONTAINS(resolved, "on_failure = 'nan'");
+    EXPECT_CONTAINS(resolved, "role = 'none'");
+    EXPECT_CONTAINS(resolved, "model = '/runs/exp/judge'");
+    EXPECT_EQ(resolved.find("plugin = ''"), std::string::npos) << resolved;
+    const auto again = grove::Manifest::parse(resolved, "/elsewhere/resolved.toml");
+    ASSERT_EQ(again.rewards().size(), 2u);
+    const auto& first = again.rewards()[0];
+    EXPECT_TRUE(first.isolation.process);
+    EXPECT_DOUBLE_EQ(first.isolation.timeout_seconds, 2.5);
+    EXPECT_TRUE(first.isolation.failures_are_nan);
+    EXPECT_EQ(first.role, "none");
+    EXPECT_EQ((*first.config)["top.p"].value<int64_t>().value_or(0), 1);
+    EXPECT_EQ((*first.config)["plain"]["a b"].value<std::string>().value_or(""), "x");
+    EXPECT_EQ(again.rewards()[1].model, "/runs/exp/judge");
+    EXPECT_EQ(again.rewards()[1].name, "judge");
+    EXPECT_TRUE(grove::Manifest::resolved_changes(resolved, again.resolved_toml()).empty())
+        << testing::PrintToString(grove::Manifest::resolved_changes(resolved, again.resolved_toml()));
+}
+
+// What a resume reports: each key whose resolved value differs, with both values, a reward's keys by
+// index as --set names them; nothing for the same manifest.
 TEST(Manifest, ResolvedChangesNameEachKeyThatDiffers) {
     const auto before = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml");
     const auto after = grove::Manifest::parse(kMinimal + "weight = 2.0\n[train]\nmax_steps = 7\n", "/runs/exp/grove.toml");
     EXPECT_TRUE(grove::Manifest::resolved_changes(before.resolved_toml(), before.resolved_toml()).empty());
     const auto changes = grove::Manifest::resolved_changes(before.resolved_toml(), after.resolved_toml());
     ASSERT_EQ(changes.size(), 2u) << testing::PrintToString(changes);
-    EXPECT_EQ(changes[0].rfind("rewards = ", 0), 0u) << changes[0];
-    EXPECT_CONTAINS(changes[0], "weight = 2.0");
+    EXPECT_EQ(changes[0], "rewards.0.weight = 2.0 (was 1.0)");
     EXPECT_EQ(changes[1], "train.max_steps = 7 (was " + std::to_string(before.integer("train.max_steps")) + ")");
+    // a reward's isolation, and a second reward added
+    const auto isolated = grove::Manifest::parse(
+        kMinimal + "isolation = \"process\"\ntimeout = 3.0\n[[rewards]]\nplugin = \"format\"\n", "/runs/exp/grove.toml");
+    std::string isolation_changes;
+    for (const auto& change : grove::Manifest::resolved_changes(before.resolved_toml(), isolated.resolved_toml()))
+        isolation_changes += change + "\n";
+    EXPECT_CONTAINS(isolation_changes, "rewards.0.isolation = 'process' (was 'none')\n");
+    EXPECT_CONTAINS(isolation_changes, "rewards.0.timeout = 3.0 (was 0.0)\n");
+    EXPECT_CONTAINS(isolation_changes, "rewards.1.plugin = 'format' (was unset)\n");
     // the same manifest named by a relative path and by an absolute one: its paths differ as printed,
     // not as a checkpoint keeps them (absolute)
     const auto relative = grove::Manifest::parse(kMinimal, "grove.toml");

@@ -3,18 +3,26 @@
 // noise becomes an error naming it, how it ended and the batch, or NaN scores with on_failure = "nan".
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/plugin_host.hpp"
+#include "grove/plugin_worker.hpp"
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 #include "plugin_test_support.hpp"
 #include "plugins/worker_protocol.hpp"
+
+extern char** environ;
 
 namespace {
 
@@ -221,6 +229,93 @@ TEST(Isolation, AMalformedFrameIsToldApartFromATimeout) {
     EXPECT_TRUE(silent.other_error && silent.timed_out && !silent.malformed);
     const Outcome closed = read_after("", true);
     EXPECT_TRUE(closed.closed && !closed.malformed && !closed.other_error);
+}
+
+// GROVE_PLUGIN_WORKER and the fake worker's settings (fake_worker.cpp) for one scope.
+class FakeWorker {
+public:
+    explicit FakeWorker(const std::string& mode) {
+        ::setenv("GROVE_PLUGIN_WORKER", GROVE_TEST_FAKE_WORKER, 1);
+        ::setenv("GROVE_FAKE_WORKER_MODE", mode.c_str(), 1);
+        ::setenv("GROVE_FAKE_WORKER_LOG", log_.c_str(), 1);
+        std::filesystem::remove(log_);
+    }
+    ~FakeWorker() {
+        for (const char* name : {"GROVE_PLUGIN_WORKER", "GROVE_FAKE_WORKER_MODE", "GROVE_FAKE_WORKER_LOG"}) ::unsetenv(name);
+        std::filesystem::remove(log_);
+    }
+    size_t starts() const {
+        std::ifstream in(log_);
+        size_t lines = 0;
+        for (std::string line; std::getline(in, line);) ++lines;
+        return lines;
+    }
+
+private:
+    std::string log_ = (std::filesystem::temp_directory_path() / ("grove_fake_worker_" + std::to_string(::getpid()))).string();
+};
+
+// A reply that frames well but does not decode is not trusted: the error names the plugin and the
+// call, and the worker is stopped, so the next call starts a new one.
+TEST(Isolation, AReplyThatDoesNotDecodeStopsTheWorker) {
+    FakeWorker fake("undecodable");
+    grove::PluginHost host({});
+    grove::RewardSet set(host, rewards(misbehaving("fine", "isolation = \"process\"\n")));
+    EXPECT_EQ(fake.starts(), 1u);
+    const std::string message = error_of(set, 1);
+    EXPECT_CONTAINS(message, "reward plugin 'misbehaving'");
+    EXPECT_CONTAINS(message, "scoring the batch of step 1 (rows 0 to 3) with a reply that does not fit");
+    EXPECT_CONTAINS(message, "it was stopped");
+    error_of(set, 2);
+    EXPECT_EQ(fake.starts(), 2u) << "the second call started a new worker";
+}
+
+// A worker that ends on the start frame, as one from an older build of Grove does, is named with
+// the question whether it comes from this build.
+TEST(Isolation, AWorkerThatEndsAtTheStartFrameIsAskedAbout) {
+    FakeWorker fake("exit");
+    grove::PluginHost host({});
+    try {
+        grove::RewardSet set(host, rewards(misbehaving("fine", "isolation = \"process\"\n")));
+        ADD_FAILURE() << "no error";
+    } catch (const grove::Error& e) {
+        const std::string message = e.what();
+        EXPECT_CONTAINS(message, "exited with status 1 while starting");
+        EXPECT_CONTAINS(message, std::string("(is ") + GROVE_TEST_FAKE_WORKER + " from this build of Grove?)");
+    }
+}
+
+// The real worker answers a start frame of another protocol version with a failure naming both
+// versions, rather than misreading the frame's fields.
+TEST(Isolation, TheWorkerRefusesAStartFrameOfAnotherProtocolVersion) {
+    int ends[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+    const std::string worker = grove::plugin_worker_path();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, ends[1], 3);
+    std::string fd_argument = "3";
+    char* argv[] = {const_cast<char*>(worker.c_str()), fd_argument.data(), nullptr};
+    pid_t pid = -1;
+    ASSERT_EQ(::posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(ends[1]);
+    grove::worker::Writer start;
+    start.u32(grove::worker::kProtocolVersion + 1);
+    start.u32(GROVE_PLUGIN_KIND_REWARD);
+    ASSERT_TRUE(grove::worker::write_frame(ends[0], grove::worker::FrameType::start, start.payload()));
+    const auto reply = grove::worker::read_frame(ends[0], 10);
+    ::close(ends[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(reply);
+    ASSERT_EQ(reply->type, grove::worker::FrameType::failure);
+    grove::worker::Reader r(reply->payload);
+    r.u32();
+    const std::string message = r.bytes();
+    EXPECT_CONTAINS(message, "speaks worker protocol " + std::to_string(grove::worker::kProtocolVersion) +
+                                 " but Grove sent version " + std::to_string(grove::worker::kProtocolVersion + 1));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
 }
 
 // Two rewards that log the same column: the second's is kept apart under its reward's name.
