@@ -140,6 +140,10 @@ case("manifest", "a scheduler name with a typo", "check grove.toml", 3, "cosine"
      lambda d: write(f"{d}/grove.toml", manifest().replace("max_steps = 1", 'max_steps = 1\nlr_scheduler_type = "cosin"')))
 case("manifest", "an unknown --set key", "check grove.toml --set train.learnin_rate=1", 3, "learnin_rate",
      run_folder())
+case("manifest", "sync_ref_model without a reference (beta = 0)", "check grove.toml", 3, "set loss.beta > 0",
+     run_folder('[loss]\nsync_ref_model = true\n'))
+case("manifest", "sync_ref_model with LoRA", "train grove.toml", 3, "use plugin = \"full\", or remove sync_ref_model",
+     run_folder('[loss]\nsync_ref_model = true\nbeta = 0.1\n[adapter]\nplugin = "lora"\n'))
 case("plugins", "an unknown reward plugin", "check grove.toml", 4, "no plugin named 'formt'",
      lambda d: write(f"{d}/grove.toml", manifest(rewards='[[rewards]]\nplugin = "formt"\n')))
 case("plugins", "an unknown adapter plugin", "check grove.toml", 4, "[adapter]: no plugin named 'lorra'",

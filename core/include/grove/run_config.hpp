@@ -50,6 +50,10 @@ struct LossSection {
     ScaleRewards scale_rewards = ScaleRewards::group;
     RewardAggregation aggregation = RewardAggregation::sum_then_normalize;
     bool use_bias_correction_kl = false, mask_truncated_completions = false;
+    // TR-DPO: every ref_model_sync_steps optimizer steps, ref = alpha * policy + (1 - alpha) * ref
+    bool sync_ref_model = false;
+    double ref_model_mixup_alpha = 0.6;
+    int64_t ref_model_sync_steps = 512;
     // options the host applies to the policy term (docs/objectives.md#options-the-host-applies)
     double top_entropy_quantile = 1.0;
     double entropy_coef = 0.0;

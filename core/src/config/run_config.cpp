@@ -91,6 +91,13 @@ RunConfig RunConfig::from(const Manifest& m) {
     l.scale_rewards = scale_rewards_from_name(m.string("loss.scale_rewards"));
     l.aggregation = reward_aggregation_from_name(m.string("loss.aggregation"));
     l.use_bias_correction_kl = m.boolean("loss.use_bias_correction_kl");
+    l.sync_ref_model = m.boolean("loss.sync_ref_model");
+    l.ref_model_mixup_alpha = m.number("loss.ref_model_mixup_alpha");
+    l.ref_model_sync_steps = m.integer("loss.ref_model_sync_steps");
+    if (l.sync_ref_model && l.beta == 0.0)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": loss.sync_ref_model = true moves the reference model, but loss.beta = 0 "
+                                             "loads none: set loss.beta > 0 (e.g. 0.04), or remove sync_ref_model");
     l.mask_truncated_completions = m.boolean("loss.mask_truncated_completions");
     l.top_entropy_quantile = m.number("loss.top_entropy_quantile");
     l.entropy_coef = m.number("loss.entropy_coef");

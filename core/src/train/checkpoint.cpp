@@ -30,6 +30,8 @@ namespace grove {
 namespace {
 // the run's settings, as Manifest::resolved_toml wrote them
 constexpr const char* kResolvedManifestFile = "manifest.resolved.toml";
+// the reference model, when sync_ref_model moves it
+constexpr const char* kReferenceFile = "reference.safetensors";
 
 // a checkpoint's unused micro-batches, one file per rank (rank 0 keeps the single-process name)
 std::string buffer_file_name(int rank) {
@@ -252,6 +254,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     std::vector<std::pair<std::string, at::Tensor>> trainable;
     for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
     save_tensors((tmp / "trainable.safetensors").string(), trainable);
+    if (state.reference_moves) save_tensors((tmp / kReferenceFile).string(), state.reference);
     test_kill_point("save", progress.global_step);
     json st = progress_json(progress);
     st["optimizer_steps"] = state.optimizer.steps();
@@ -396,6 +399,11 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         }
     }
     state.optimizer.restore(optimizer_steps, exp_avg, exp_avg_sq);
+    if (const fs::path file = fs::path(dir) / kReferenceFile; !state.reference.empty() && fs::exists(file)) {
+        SafetensorsFile reference(file.string());
+        at::NoGradGuard no_grad;
+        for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name));
+    }
     const fs::path buffer_file = fs::path(dir) / buffer_file_name(rank_);
     state.unused_micro_batches.clear();
     if (fs::exists(buffer_file)) {

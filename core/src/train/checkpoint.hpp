@@ -46,6 +46,11 @@ struct CheckpointedState {
     // ZeRO stage 1: the rank whose optimizer keeps trainable[i]'s moments; empty: every rank's does.
     // A checkpoint holds them all either way (gathered to rank 0), so it resumes sharded or not.
     const std::vector<int>& owners;
+    // The reference model's tensors by name (beta > 0 with the full adapter), or none. A run that
+    // moves them (`reference_moves`: sync_ref_model) saves them in reference.safetensors; a resume
+    // restores them whenever the checkpoint has that file.
+    std::vector<std::pair<std::string, at::Tensor>> reference = {};
+    bool reference_moves = false;
 };
 
 // "checkpoint-<step>" and back; nullopt for any other folder name.

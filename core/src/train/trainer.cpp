@@ -58,6 +58,18 @@ std::map<std::string, double> mean_per_key(const std::vector<std::map<std::strin
     for (const auto& [k, s] : sums) out[k] = s.first / s.second;
     return out;
 }
+
+// TR-DPO's reference update (TRL's SyncRefModelCallback): ref = alpha * policy + (1 - alpha) * ref,
+// tensor by tensor. Both models were loaded from one folder, so their tensors pair up in order.
+void move_reference_toward_policy(Model& reference, const Model& policy, double alpha) {
+    at::NoGradGuard no_grad;
+    const auto targets = reference.named_parameters(), sources = policy.named_parameters();
+    for (size_t i = 0; i < targets.size(); ++i) {
+        const at::Tensor& target = targets[i].second;
+        target.mul_(1.0 - alpha).add_(sources[i].second.to(target.scalar_type()), alpha);
+    }
+}
+
 }  // namespace
 
 // Peak GPU memory of each phase of a step, from the caching allocator's peak, which is reset when a
@@ -132,6 +144,7 @@ struct Trainer::State {
     void warn_when_the_tool_is_never_called(double call_frequency);
     void export_model(const std::string& folder) const;
     PolicyLossOptions loss_options() const;
+    CheckpointedState checkpointed_state();
     bool inside_generation_batch() const {
         return progress.micro_step % (config.train.steps_per_generation * config.loss.num_iterations) != 0;
     }
@@ -186,6 +199,11 @@ void Trainer::State::load() {
     if (!full) model->attach_adapter(*adapter_host);
     // beta = 0 loads no reference model at all (docs/grpo.md#kl-to-the-reference); LoRA uses the base model
     if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, device, c.model.dtype);
+    if (c.loss.sync_ref_model && !full)
+        throw Error(ErrorKind::manifest, c.adapter.origin + ": loss.sync_ref_model moves a reference model, but with the '" +
+                                             adapter->info().name +
+                                             "' adapter the reference is the frozen base model (as in TRL, which refuses "
+                                             "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
 
     params = model->trainable_parameters();
     if (params.empty())
@@ -408,6 +426,13 @@ void Trainer::State::export_model(const std::string& folder) const {
     copy_tokenizer_files(config.model.path, folder);
 }
 
+CheckpointedState Trainer::State::checkpointed_state() {
+    CheckpointedState state{progress, buffer, params, *optimizer, owners};
+    if (reference) state.reference = reference->named_parameters();
+    state.reference_moves = config.loss.sync_ref_model;
+    return state;
+}
+
 // ---------------------------------------------------------------------------------------------
 Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(new State(manifest, options)) {
     // from here on SIGINT/SIGTERM ask for a stop (a checkpoint after the step in flight) instead of
@@ -427,7 +452,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     s.checkpoints =
         std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group, manifest.resolved_toml(true));
     if (resume_from) {
-        CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer, s.owners};
+        CheckpointedState state = s.checkpointed_state();
         s.checkpoints->restore(*resume_from, state);
         s.checkpoints->warn_of_changed_settings(*resume_from, options.rank == 0 ? options.log : nullptr);
         s.prompts->restore(s.progress.sampler);
@@ -535,6 +560,8 @@ std::map<std::string, double> Trainer::step() {
         group->broadcast_from_owners(s.params, s.owners);
     }
     ++p.global_step;
+    if (c.loss.sync_ref_model && p.global_step % c.loss.ref_model_sync_steps == 0)
+        move_reference_toward_policy(*s.reference, *s.model, c.loss.ref_model_mixup_alpha);
     if (c.loss.use_adaptive_entropy) {  // the window's entropy over every rank decides the next step's coefficient
         if (group) trained_entropy_sum = group->sum(trained_entropy_sum), trained_token_count = group->sum(trained_token_count);
         p.entropy.finish_step(trained_entropy_sum / std::max(trained_token_count, 1.0), c.loss);
@@ -561,7 +588,7 @@ std::map<std::string, double> Trainer::step() {
 
 std::string Trainer::save_checkpoint() {
     State& s = *s_;
-    CheckpointedState state{s.progress, s.buffer, s.params, *s.optimizer, s.owners};
+    CheckpointedState state = s.checkpointed_state();
     s.progress.rollouts_bytes = s.log->rollouts_bytes();
     return s.checkpoints->save(
         state, s.inside_generation_batch(), s.config.manifest_path, [&](const std::string& folder) { s.export_model(folder); },

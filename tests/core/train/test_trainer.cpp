@@ -312,6 +312,53 @@ TEST(Trainer, TheHostsLossOptionsRunAndResumeExactly) {
     EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
 }
 
+// TR-DPO's reference sync (loss.sync_ref_model; TRL's own update is compared in test_trl_multiturn):
+// the KL after a sync is taken to the moved reference, which the checkpoint keeps, so a resume
+// continues exactly. beta = 0 (no reference) and LoRA (the base is the reference) are refused.
+TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
+    std::vector<std::string> settings{
+        "train.max_steps=4",        "train.per_device_train_batch_size=4", "loss.beta=0.5",
+        "loss.sync_ref_model=true", "loss.ref_model_sync_steps=1",         "loss.ref_model_mixup_alpha=0.6"};
+    grove::Trainer straight(manifest("sync_ref_straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
+    std::vector<std::string> unsynced = settings;
+    unsynced.push_back("loss.sync_ref_model=false");
+    grove::Trainer without(manifest("sync_ref_without", unsynced), fresh());
+    for (int i = 0; i < 3; ++i) without.step();
+    EXPECT_NE(without.step()["kl"], expected[3]["kl"]) << "the sync changes the reference the KL is taken to";
+
+    auto m = manifest("sync_ref_resumed", settings);
+    {
+        grove::Trainer first(m, fresh());
+        for (int i = 0; i < 2; ++i) first.step();
+        const std::string saved = first.save_checkpoint();
+        EXPECT_TRUE(fs::exists(fs::path(saved) / "reference.safetensors"));
+    }
+    grove::TrainerOptions resume;
+    resume.resume = "latest";
+    grove::Trainer second(m, resume);
+    for (int i = 2; i < 4; ++i) {
+        auto got = second.step();
+        for (const char* key : {"loss", "kl", "grad_norm"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
+
+    auto error_of = [](const std::vector<std::string>& overrides) {
+        try {
+            grove::Trainer refused(manifest("sync_ref_refused", overrides), fresh());
+        } catch (const grove::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_CONTAINS(error_of({"loss.sync_ref_model=true"}),
+                    "loss.sync_ref_model = true moves the reference model, but loss.beta = 0");
+    EXPECT_CONTAINS(error_of({"loss.sync_ref_model=true", "loss.beta=0.1", "adapter.plugin=\"lora\""}),
+                    "[adapter]: loss.sync_ref_model moves a reference model, but with the 'lora' adapter");
+}
+
 // DAPO's dynamic sampling: with two generations per prompt and a reward half the completions get,
 // many groups agree. Filtering them leaves a batch in which every group disagrees; its first round
 // is the batch a run without filtering trains on; with one round allowed, agreeing groups fill the

@@ -1,7 +1,9 @@
-// Multi-turn rows against TRL end to end: TRL 1.16's GRPOTrainer took one optimizer step on fixed
-// episodes given through rollout_func with env_mask (tests/core/train/trl_multiturn_reference.py);
-// Grove replays the same rows (rewards given) and must land on the same weights. The same rows
-// without their env_mask must not: the environment's tokens would then be trained on.
+// Replayed rows against TRL end to end: TRL 1.16's GRPOTrainer trained on fixed episodes given
+// through rollout_func with env_mask (tests/core/train/trl_multiturn_reference.py); Grove replays the
+// same rows (rewards given) and must land on the same weights. The same rows without their env_mask
+// must not: the environment's tokens would then be trained on. With sync_ref_model, three steps
+// whose KL is taken to a reference moved toward the policy after each must land on TRL's weights,
+// and the same steps without the sync must not.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -21,22 +23,30 @@ namespace fs = std::filesystem;
 namespace {
 const std::string kDir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/trl_multiturn";
 
-// The largest difference between the policy's weights after one replayed step and TRL's.
-double difference_after_one_step(const std::string& name, const std::string& reduction, const std::string& rollouts) {
+// The largest difference between the policy's weights after the case's replayed steps and TRL's;
+// `sync` false trains without the case's sync_ref_model.
+double difference_from_trl(const nlohmann::json& c, const std::string& rollouts, bool sync = true) {
+    const std::string name = c["name"];
     const std::string run = kDir + "/grove-" + name;
     fs::create_directories(run);
-    std::ofstream(run + "/grove.toml")
-        << "[model]\npath = \"" << kDir << "/model\"\nchat_template = \"none\"\n"
-        << "[generation]\nnum_generations = 2\nmax_completion_length = 8\n"
-        << "[[rewards]]\nplugin = \"format\"\nname = \"given\"\n"
-        << "[reduction]\nplugin = \"" << reduction << "\"\n[loss]\nbeta = 0.04\n"
-        << "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\n"
-        << "lr_scheduler_type = \"constant\"\nmax_steps = 1\nseed = 3\nmixed_precision = \"no\"\n"
-        << "[rollouts]\npath = \"" << rollouts << "\"\n[output]\ndir = \"out\"\n";
+    std::ofstream manifest(run + "/grove.toml");
+    manifest << "[model]\npath = \"" << kDir << "/model\"\nchat_template = \"none\"\n"
+             << "[generation]\nnum_generations = 2\nmax_completion_length = 8\n"
+             << "[[rewards]]\nplugin = \"format\"\nname = \"given\"\n"
+             << "[reduction]\nplugin = \"" << c["loss_type"].get<std::string>() << "\"\n"
+             << "[loss]\nbeta = " << c["beta"].get<double>() << "\n";
+    if (sync && c.value("sync_ref_model", false))
+        manifest << "sync_ref_model = true\nref_model_sync_steps = " << c["ref_model_sync_steps"].get<int64_t>()
+                 << "\nref_model_mixup_alpha = " << c["ref_model_mixup_alpha"].get<double>() << "\n";
+    manifest << "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\n"
+             << "lr_scheduler_type = \"constant\"\nmax_steps = " << c.value("max_steps", 1)
+             << "\nseed = 3\nmixed_precision = \"no\"\n"
+             << "[rollouts]\npath = \"" << rollouts << "\"\n[output]\ndir = \"out\"\n";
+    manifest.close();
     grove::TrainerOptions options;
     options.overwrite = true;
     grove::Trainer trainer(grove::Manifest::load(run + "/grove.toml"), options);
-    trainer.step();
+    while (trainer.global_step() < trainer.total_steps()) trainer.step();
     grove::SafetensorsFile trl(kDir + "/" + name + ".safetensors");
     double worst = 0;
     size_t compared = 0;
@@ -50,11 +60,11 @@ double difference_after_one_step(const std::string& name, const std::string& red
     EXPECT_GT(compared, 10u);
     return worst;
 }
+
+nlohmann::json cases() { return nlohmann::json::parse(std::ifstream(kDir + "/cases.json")); }
 }  // namespace
 
 TEST(TrlMultiTurn, ReplayedEpisodesGiveTrlsUpdate) {
-    auto cases = nlohmann::json::parse(std::ifstream(kDir + "/cases.json"));
-    ASSERT_FALSE(cases.empty());
     // the same rows without env_mask: single-turn rows cut at their first EOS, tool tokens trained
     const std::string without_mask = kDir + "/rollouts-without-env-mask.jsonl";
     {
@@ -66,10 +76,26 @@ TEST(TrlMultiTurn, ReplayedEpisodesGiveTrlsUpdate) {
             out << row.dump() << "\n";
         }
     }
-    for (const auto& c : cases) {
-        const std::string name = c["name"], reduction = c["loss_type"];
+    size_t checked = 0;
+    for (const auto& c : cases()) {
+        if (c.value("sync_ref_model", false)) continue;
         // the update is 1e-3 per weight (Adam's first step); float rounding stays far below 1e-6
-        EXPECT_LT(difference_after_one_step(name, reduction, kDir + "/rollouts.jsonl"), 1e-6) << name;
-        EXPECT_GT(difference_after_one_step(name, reduction, without_mask), 1e-5) << name << ": the mask made no difference";
+        EXPECT_LT(difference_from_trl(c, kDir + "/rollouts.jsonl"), 1e-6) << c["name"];
+        EXPECT_GT(difference_from_trl(c, without_mask), 1e-5) << c["name"] << ": the mask made no difference";
+        ++checked;
     }
+    EXPECT_EQ(checked, 2u);
+}
+
+// TR-DPO (sync_ref_model): TRL moves its reference toward the policy after each optimizer step.
+TEST(TrlMultiTurn, ASyncedReferenceGivesTrlsUpdates) {
+    size_t checked = 0;
+    for (const auto& c : cases()) {
+        if (!c.value("sync_ref_model", false)) continue;
+        EXPECT_LT(difference_from_trl(c, kDir + "/rollouts.jsonl"), 1e-6) << c["name"];
+        EXPECT_GT(difference_from_trl(c, kDir + "/rollouts.jsonl", false), 1e-5)
+            << c["name"] << ": the sync made no difference";
+        ++checked;
+    }
+    EXPECT_EQ(checked, 1u);
 }

@@ -1,11 +1,13 @@
 """TRL's GRPOTrainer, end to end, on fixed multi-turn rollouts given through rollout_func with
-env_mask: the updated weights Grove must reproduce when it replays the same rollouts.
+env_mask: the updated weights Grove must reproduce when it replays the same rollouts. One case takes
+three steps with TR-DPO's reference sync (sync_ref_model), so the KL of steps 2 and 3 is taken to a
+reference TRL moved toward the policy.
 
     .venv/bin/python tests/core/train/trl_multiturn_reference.py OUT_DIR
 
 Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/rollouts.jsonl (the rows in Grove's replay
 format: prompt_ids, completion_ids, env_mask, rewards) and OUT_DIR/<case>.safetensors (the weights
-after one TRL optimizer step) for each case in CASES. Everything numeric is computed by TRL.
+after the case's TRL optimizer steps, one unless it says) for each case in CASES. Everything numeric is computed by TRL.
 """
 import json
 import os
@@ -25,7 +27,9 @@ from tiny_llama import save_tiny_llama  # noqa: E402
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
-CASES = [dict(name="grpo_beta", loss_type="grpo", beta=0.04), dict(name="dapo_beta", loss_type="dapo", beta=0.04)]
+CASES = [dict(name="grpo_beta", loss_type="grpo", beta=0.04), dict(name="dapo_beta", loss_type="dapo", beta=0.04),
+         dict(name="dapo_sync_ref", loss_type="dapo", beta=0.5, max_steps=3, sync_ref_model=True, ref_model_sync_steps=1,
+              ref_model_mixup_alpha=0.6)]
 # 2 prompts x 2 episodes. Completions: model turn, tool answer (env_mask 0), model turn with EOS (id 2)
 ROWS = [
     dict(prompt_ids=[1, 10, 11, 12], completion_ids=[20, 21, 2, 50, 51, 52, 22, 2], env_mask=[1, 1, 1, 0, 0, 0, 1, 1], reward=1.0),
@@ -60,9 +64,11 @@ def main():
     for case in CASES:
         args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=len(ROWS), num_generations=2,
                           max_completion_length=8, loss_type=case["loss_type"], beta=case["beta"], learning_rate=1e-3,
-                          lr_scheduler_type="constant", max_steps=1, use_cpu=True, bf16=False, report_to="none",
-                          save_strategy="no", logging_steps=1, seed=3, temperature=1.0,
-                          use_bias_correction_kl=False)
+                          lr_scheduler_type="constant", max_steps=case.get("max_steps", 1), use_cpu=True, bf16=False,
+                          report_to="none", save_strategy="no", logging_steps=1, seed=3, temperature=1.0,
+                          use_bias_correction_kl=False, sync_ref_model=case.get("sync_ref_model", False),
+                          ref_model_sync_steps=case.get("ref_model_sync_steps", 512),
+                          ref_model_mixup_alpha=case.get("ref_model_mixup_alpha", 0.6))
         trainer = GRPOTrainer(model=folder, reward_funcs=given, args=args, processing_class=tokenizer,
                               train_dataset=Dataset.from_dict({"prompt": ["t10 t11 t12", "t13 t14"]}),
                               rollout_func=rollout_func)
