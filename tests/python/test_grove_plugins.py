@@ -4,9 +4,10 @@
 2. its scores equal `grove plugins score` on the same rows, standard and conversational, metrics too;
 3. bad configurations and failing calls raise PluginError with the plugin's message;
 4. a real TRL GRPOTrainer step on a tiny model uses a Grove C plugin among its reward functions:
-   TRL's logged reward mean is the mean of the plugin's scores of the completions TRL generated.
+   TRL's logged reward mean is the mean of the plugin's scores of the completions TRL generated, and
+   the values another C plugin logs per row (log_extra, in two calls) land in TRL's completions table.
 
-usage: test_grove_plugins.py GROVE PLUGIN_DIR TINY_MODEL_DIR WORK_DIR
+usage: test_grove_plugins.py GROVE PLUGIN_DIR TINY_MODEL_DIR WORK_DIR MISBEHAVING_PLUGIN
 """
 
 import ctypes
@@ -19,7 +20,7 @@ import tempfile
 
 from grove_plugins import PluginError, _abi, reward_function
 
-GROVE, PLUGINS, TINY_MODEL, WORK = sys.argv[1:5]
+GROVE, PLUGINS, TINY_MODEL, WORK, MISBEHAVING = sys.argv[1:6]
 os.makedirs(WORK, exist_ok=True)
 
 
@@ -134,6 +135,9 @@ def check_trl_trains_with_a_grove_plugin():
 
     # the format plugin with a regex found in some of a random model's completions and not in others
     found = Recorded("format", {"pattern": "[0-4]", "full_match": False}, plugin_dirs=[PLUGINS])
+    # a test plugin that scores every row 1 (no learning signal of its own) and logs each row's index
+    # with log_extra in two calls: 0 and 1, then 2, 3 and "more"
+    rows_logged = reward_function(MISBEHAVING, {"behaviour": "fine"})
     tokenizer = AutoTokenizer.from_pretrained(TINY_MODEL)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     rows = [{"prompt": f"What is {a} + {b}?"} for a in range(4) for b in range(2)]
@@ -141,7 +145,7 @@ def check_trl_trains_with_a_grove_plugin():
                         max_completion_length=12, max_steps=1, learning_rate=1e-3, logging_steps=1, report_to=[],
                         use_cpu=True, seed=3, save_strategy="no")
     torch.manual_seed(3)
-    trainer = GRPOTrainer(model=TINY_MODEL, processing_class=tokenizer, reward_funcs=[found], args=config,
+    trainer = GRPOTrainer(model=TINY_MODEL, processing_class=tokenizer, reward_funcs=[found, rows_logged], args=config,
                           train_dataset=Dataset.from_list(rows))
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "rewards/format/mean" in entry]
@@ -155,8 +159,11 @@ def check_trl_trains_with_a_grove_plugin():
     expected, _ = grove_scores("format", 'pattern = "[0-4]"\nfull_match = false',
                                [{"prompt": "", "completion": c, "completion_ids": i} for c, i in zip(completions, ids)])
     assert same(scores, expected), (scores, expected)
+    extra = list(trainer._logs["extra"]["misbehaving/row"])  # TRL's completions-table column
+    assert extra == [0, 1, 2, 3, "more"], extra
     print(f"ok   TRL GRPOTrainer trained a step with the Grove format plugin: scores {scores} (= grove plugins score), "
-          f"rewards/format/mean {logs[0]['rewards/format/mean']:.4f}, grad_norm {logs[0]['grad_norm']:.4g}")
+          f"rewards/format/mean {logs[0]['rewards/format/mean']:.4f}, grad_norm {logs[0]['grad_norm']:.4g}; "
+          f"the other plugin's log_extra column in TRL's table: {extra}")
 
 
 if __name__ == "__main__":
