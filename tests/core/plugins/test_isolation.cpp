@@ -82,7 +82,8 @@ TEST(Isolation, AWorkerScoresExactlyAsInProcess) {
                 EXPECT_TRUE(a.metrics[m][i] == b.metrics[m][i] || (std::isnan(a.metrics[m][i]) && std::isnan(b.metrics[m][i])));
         EXPECT_EQ(a.values[0], (std::vector<float>{1, 0, 1, 0})) << "the format plugin saw the rows";
         // what the plugin logged per row (TRL's log_extra), in two calls, across the worker too
-        const grove::ExtraColumns expected{{"misbehaving/row", {"0", "1", "2", "3"}}};
+        const grove::ExtraColumns expected{{"misbehaving/row", {"0", "1", "2", "3"}},
+                                           {"misbehaving/vowels", {"4", "2", "4", "1"}}};
         EXPECT_EQ(a.extra, expected);
         EXPECT_EQ(b.extra, expected);
     }
@@ -325,7 +326,11 @@ TEST(Isolation, TwoRewardsLoggingOneColumnKeepBoth) {
     grove::RewardSet set(host, rewards(tables));
     const grove::ExtraColumns extra = set.score(rows_at(1).view()).extra;
     const std::vector<std::string> rows{"0", "1", "2", "3"};
-    EXPECT_EQ(extra, (grove::ExtraColumns{{"misbehaving/row", rows}, {"second/misbehaving/row", rows}}));
+    const std::vector<std::string> vowels{"4", "2", "4", "1"};
+    EXPECT_EQ(extra, (grove::ExtraColumns{{"misbehaving/row", rows},
+                                          {"misbehaving/vowels", vowels},
+                                          {"second/misbehaving/row", rows},
+                                          {"second/misbehaving/vowels", vowels}}));
 }
 
 // Values logged per row by column: a second call fills the rows after the first's; more values than

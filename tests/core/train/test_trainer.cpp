@@ -12,6 +12,8 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cstdlib>
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -1069,6 +1071,33 @@ TEST(Trainer, ValuesARewardLogsPerRowReachTheCompletionsLog) {
     for (size_t i = 0; i < rows.size(); ++i) {
         ASSERT_TRUE(rows[i].contains("extra")) << rows[i].dump();
         EXPECT_EQ(rows[i]["extra"]["misbehaving/row"], int64_t(i)) << rows[i].dump();
+    }
+}
+
+// Dynamic sampling assembles a batch from rows of several scoring rounds: each row keeps the values
+// a reward logged for it (log_extra). The misbehaving reward logs each row's count of vowels, which
+// the test recomputes from the row's completion; a value moved to another row would not match.
+TEST(Trainer, DynamicSamplingKeepsEachRowsLoggedValues) {
+    const std::string rewards =
+        "[[rewards]]\nplugin = \"format\"\nconfig = { pattern = \"[aeiou]\", full_match = false }\n"
+        "[[rewards]]\nplugin = \"" +
+        std::string(GROVE_TEST_MISBEHAVING_PLUGIN) + "\"\nconfig = { behaviour = \"fine\", from_step = 1000 }\n";
+    grove::Trainer trainer(manifest("dynamic_extra",
+                                    {"train.max_steps=3", "train.per_device_train_batch_size=8",
+                                     "generation.dynamic_sampling=true", "logging.log_completions=true"},
+                                    rewards),
+                           fresh());
+    double filtered_groups = 0;
+    for (int i = 0; i < 3; ++i) filtered_groups += trainer.step().at("dynamic_sampling/filtered_groups");
+    ASSERT_GT(filtered_groups, 0.0) << "no group was dropped: the batches were not assembled across rounds";
+    const auto rows = metric_lines(std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/dynamic_extra/out/completions.jsonl");
+    ASSERT_EQ(rows.size(), 24u);
+    for (const auto& row : rows) {
+        const std::string completion = row["completion"];
+        const auto vowels = std::count_if(completion.begin(), completion.end(),
+                                          [](char c) { return c != 0 && std::strchr("aeiou", c) != nullptr; });
+        ASSERT_TRUE(row.contains("extra") && row["extra"].contains("misbehaving/vowels")) << row.dump();
+        EXPECT_EQ(row["extra"]["misbehaving/vowels"].get<int64_t>(), vowels) << row.dump();
     }
 }
 

@@ -1,7 +1,8 @@
 /* A reward and an environment that misbehave on purpose, for the isolation tests: from optimizer
  * step `from_step` on, the reward's score() and the environment's step() do `behaviour`: segfault,
  * abort, exit, hang, garbage (prints binary noise to stdout and stderr, then answers), fail
- * (returns an error), or fine (score_episodes too). Otherwise the reward gives 1.0 per row and logs "misbehaving/calls";
+ * (returns an error), or fine (score_episodes too). Otherwise the reward gives 1.0 per row and logs "misbehaving/calls",
+ * per row its index (the first five rows, in two calls) and the count of ASCII vowels in its completion;
  * the environment answers "<seen N>" (N: the turn's tokens) and ends episodes at their second turn,
  * and judges each whole episode 0.5. */
 #include <signal.h>
@@ -49,6 +50,27 @@ static grove_status misbehave(const misbehaving* m, int64_t step, grove_error_si
     return GROVE_OK;
 }
 
+/* Each row's count of the bytes a, e, i, o and u in its completion, as column "misbehaving/vowels": a
+ * value the test can recompute from the row's logged completion, to find a value moved to another row. */
+static void log_vowels(const grove_reward_batch* batch, grove_reward_output* out) {
+    char(*numbers)[24] = calloc(batch->count ? batch->count : 1, sizeof *numbers);
+    grove_text* values = calloc(batch->count ? batch->count : 1, sizeof *values);
+    uint32_t i;
+    size_t b;
+    for (i = 0; i < batch->count; ++i) {
+        unsigned vowels = 0;
+        for (b = 0; b < batch->completions[i].size; ++b) {
+            const char c = batch->completions[i].data[b];
+            vowels += c != 0 && strchr("aeiou", c) != NULL;
+        }
+        values[i].size = (size_t)snprintf(numbers[i], sizeof numbers[i], "%u", vowels);
+        values[i].data = numbers[i];
+    }
+    out->log_extra(out, "misbehaving/vowels", values, batch->count);
+    free(values);
+    free(numbers);
+}
+
 static grove_status score(void* instance, const grove_reward_batch* batch, grove_reward_output* out, grove_error_sink* err) {
     uint32_t i;
     grove_status status = misbehave((const misbehaving*)instance, batch->step, err);
@@ -60,6 +82,7 @@ static grove_status score(void* instance, const grove_reward_batch* batch, grove
         const uint32_t first = batch->count < 2 ? batch->count : 2;
         out->log_extra(out, "misbehaving/row", indices, first);
         out->log_extra(out, "misbehaving/row", indices + first, batch->count - first < 3 ? batch->count - first : 3);
+        log_vowels(batch, out);
     }
     return GROVE_OK;
 }
