@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,6 +54,10 @@ struct ProcessGroupConfig {
     // NCCL only: when two ranks turn out to share a GPU, empty falls back to Gloo, else the error
     // names this setting
     std::string nccl_required_by;
+    // All-reduces and broadcasts pack tensors of one dtype into flat buckets of at most this many
+    // bytes (DDP's default size): few calls, and one bucket's copy in memory at a time, not one of
+    // every tensor. A tensor larger than a bucket goes alone.
+    size_t bucket_bytes = size_t(25) << 20;
 };
 
 class ProcessGroup {
@@ -66,13 +71,12 @@ public:
     int world_size() const { return config_.world_size; }
     CollectiveBackend backend() const { return config_.backend; }  // after the GPUs were compared
 
-    // In place: every tensor becomes the element-wise sum (or max) over ranks. Tensors are packed into
-    // one buffer per dtype, so a call is one collective whatever their number.
+    // In place: every tensor becomes the element-wise sum (or max) over ranks (in buckets, above).
     void all_reduce_sum(std::vector<at::Tensor>& tensors);
     void all_reduce_max(std::vector<at::Tensor>& tensors);
     // Every rank's `local` ([n, ...], the same shape on every rank) stacked in rank order: [ranks*n, ...].
     at::Tensor all_gather_rows(const at::Tensor& local);
-    // In place: rank `root`'s values everywhere.
+    // In place: rank `root`'s values everywhere (in buckets).
     void broadcast(std::vector<at::Tensor>& tensors, int root = 0);
     // In place: tensors[i] from rank owners[i] (ZeRO stage 1: each tensor from the rank that updated it).
     void broadcast_from_owners(const std::vector<at::Tensor>& tensors, const std::vector<int>& owners);
@@ -85,6 +89,9 @@ public:
 private:
     struct Impl;
     void all_reduce(std::vector<at::Tensor>& tensors, bool max);
+    // Runs `collective` on each bucket of `tensors` (a flat copy on the backend's device), then copies
+    // the bucket's result back into its tensors.
+    void bucketed(const std::vector<at::Tensor>& tensors, const std::function<void(std::vector<at::Tensor>&)>& collective);
     ProcessGroupConfig config_;
     std::unique_ptr<Impl> impl_;
 };

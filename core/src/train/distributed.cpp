@@ -197,26 +197,56 @@ ProcessGroup::~ProcessGroup() {
     }
 }
 
-// With one rank the collectives still run (nothing short-circuits), so a one-rank group checks the
-// backend itself: the device kit's NCCL check on a machine with one GPU.
-void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, bool max) {
-    if (tensors.empty()) return;
-    std::map<at::ScalarType, std::vector<size_t>> by_dtype;  // one flat buffer per dtype
+namespace {
+// Indices of `tensors` in buckets of one dtype each, filled in order up to `bucket_bytes` (a tensor
+// larger than that alone).
+std::vector<std::vector<size_t>> buckets_of(const std::vector<at::Tensor>& tensors, size_t bucket_bytes) {
+    std::map<at::ScalarType, std::vector<size_t>> by_dtype;
     for (size_t i = 0; i < tensors.size(); ++i) by_dtype[tensors[i].scalar_type()].push_back(i);
-    for (auto& [dtype, indices] : by_dtype) {
+    std::vector<std::vector<size_t>> buckets;
+    for (const auto& entry : by_dtype) {
+        size_t bytes = 0;
+        bool open = false;
+        for (size_t i : entry.second) {
+            const size_t size = size_t(tensors[i].numel()) * tensors[i].element_size();
+            if (!open || (bytes > 0 && bytes + size > bucket_bytes)) {
+                buckets.emplace_back();
+                bytes = 0;
+                open = true;
+            }
+            buckets.back().push_back(i);
+            bytes += size;
+        }
+    }
+    return buckets;
+}
+}  // namespace
+
+void ProcessGroup::bucketed(const std::vector<at::Tensor>& tensors,
+                            const std::function<void(std::vector<at::Tensor>&)>& collective) {
+    for (const auto& bucket : buckets_of(tensors, config_.bucket_bytes)) {
         std::vector<at::Tensor> flat;
-        for (size_t i : indices) flat.push_back(impl_->staged(tensors[i]).view(-1));
-        std::vector<at::Tensor> buffer{at::cat(flat)};
-        c10d::AllreduceOptions options;
-        options.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-        impl_->group->allreduce(buffer, options)->wait();
+        for (size_t i : bucket) flat.push_back(impl_->staged(tensors[i]).view(-1));
+        std::vector<at::Tensor> buffer{flat.size() == 1 ? flat[0] : at::cat(flat)};
+        flat.clear();  // a tensor staged from another device is freed before the collective
+        collective(buffer);
         int64_t offset = 0;
-        for (size_t i : indices) {
-            int64_t n = tensors[i].numel();
+        for (size_t i : bucket) {
+            const int64_t n = tensors[i].numel();
             tensors[i].detach().copy_(buffer[0].narrow(0, offset, n).view(tensors[i].sizes()));
             offset += n;
         }
     }
+}
+
+// With one rank the collectives still run (nothing short-circuits), so a one-rank group checks the
+// backend itself: the device kit's NCCL check on a machine with one GPU.
+void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, bool max) {
+    bucketed(tensors, [&](std::vector<at::Tensor>& buffer) {
+        c10d::AllreduceOptions options;
+        options.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+        impl_->group->allreduce(buffer, options)->wait();
+    });
 }
 
 void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors) { all_reduce(tensors, false); }
@@ -232,13 +262,11 @@ at::Tensor ProcessGroup::all_gather_rows(const at::Tensor& local) {
 }
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
-    for (at::Tensor& t : tensors) {
-        std::vector<at::Tensor> buffer{impl_->staged(t)};
+    bucketed(tensors, [&](std::vector<at::Tensor>& buffer) {
         c10d::BroadcastOptions options;
         options.rootRank = root;
         impl_->group->broadcast(buffer, options)->wait();
-        t.detach().copy_(buffer[0]);
-    }
+    });
 }
 
 void ProcessGroup::broadcast_from_owners(const std::vector<at::Tensor>& tensors, const std::vector<int>& owners) {

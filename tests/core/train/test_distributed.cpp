@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -202,17 +203,20 @@ grove::ProcessGroupConfig rank_config(int rank, int world, int port, CollectiveB
 }
 
 // Runs check_collectives on `world` ranks, one thread each, rank r on devices[r], asking for
-// `backend` and expecting `expected_backend` after the ranks compared their GPUs.
+// `backend` and expecting `expected_backend` after the ranks compared their GPUs; `bucket_bytes`
+// unset keeps the default (every tensor of the checks in one bucket per dtype).
 void run_ranks(int world, CollectiveBackend backend, const std::vector<std::string>& devices,
-               CollectiveBackend expected_backend) {
+               CollectiveBackend expected_backend, std::optional<size_t> bucket_bytes = std::nullopt) {
     const int port = grove::free_loopback_port();
     std::vector<std::thread> ranks;
     std::vector<std::string> errors(static_cast<size_t>(world));
     for (int rank = 0; rank < world; ++rank)
         ranks.emplace_back([&, rank] {
             try {
-                grove::ProcessGroup group(rank_config(rank, world, port, backend, devices[size_t(rank)],
-                                                      expected_backend == CollectiveBackend::nccl ? "the test" : ""));
+                auto config = rank_config(rank, world, port, backend, devices[size_t(rank)],
+                                          expected_backend == CollectiveBackend::nccl ? "the test" : "");
+                if (bucket_bytes) config.bucket_bytes = *bucket_bytes;
+                grove::ProcessGroup group(config);
                 EXPECT_EQ(group.backend(), expected_backend);
                 check_collectives(group, at::Device(devices[size_t(rank)]));
             } catch (const std::exception& e) {
@@ -230,6 +234,9 @@ TEST(Collectives, GlooOnTheCpu) {
     run_ranks(1, gloo, {"cpu"}, gloo);  // one rank still runs every collective
     run_ranks(2, gloo, {"cpu", "cpu"}, gloo);
     run_ranks(3, gloo, {"cpu", "cpu", "cpu"}, gloo);
+    // 16-byte buckets: most calls span several buckets, and tensors larger than one go alone
+    run_ranks(2, gloo, {"cpu", "cpu"}, gloo, 16);
+    run_ranks(3, gloo, {"cpu", "cpu", "cpu"}, gloo, 16);
 }
 
 TEST(Collectives, GlooWithTwoRanksSharingOneGpu) {
