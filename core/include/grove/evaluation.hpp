@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grove/advantages.hpp"
 #include "grove/episodes.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
@@ -29,6 +30,7 @@ struct EvaluationRequest {
     std::optional<PluginUse> environment;         // multi-turn episodes with this environment plugin
     std::optional<PluginUse> environment_reward;  // its score of each episode as a reward column (name, weight)
     int64_t max_turns = 4;                        // model turns per episode
+    AdvantageOptions advantages;                  // evaluation_metrics' grouping (num_generations = samples)
 };
 
 struct EvaluationRow {
@@ -54,6 +56,36 @@ struct EvaluationResult {
 // From a manifest: model.path, data.eval_source (else data.source), rewards, generation settings
 // and the [environment], whose episodes are then scored whole (as the trainer scores them).
 EvaluationRequest evaluation_request(const Manifest& manifest);
+EvaluationRequest evaluation_request(const RunConfig& config);
+// Loads the request's model (a Hugging Face folder or an adapter checkpoint), its rewards and
+// environment, and evaluates every prompt.
 EvaluationResult evaluate(const EvaluationRequest& request);
+
+class Model;
+class Tokenizer;
+class RewardSet;
+class Environment;
+class ProcessGroup;
+
+// What evaluate() runs with, already loaded: the trainer evaluates its own model (adapters as they
+// are) with its own scorers. `environment` may be null.
+struct LoadedEvaluator {
+    Model& model;
+    const Tokenizer& tokenizer;
+    const RewardSet& rewards;
+    Environment* environment;
+};
+// Evaluates the request's prompts in batches of `request.batch` completions; with `group`, each rank
+// takes every world_size-th batch (the same batches and seeds as one process). The result's rows
+// and means are this rank's; evaluation_metrics() combines every rank's.
+EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest& request, ProcessGroup* group = nullptr);
+
+// TRL's evaluation metrics over every rank's rows (keys as TRL logs them with eval_strategy, "eval_"
+// first): eval_reward, eval_reward_std, eval_rewards/<name>/mean and /std, eval_frac_reward_zero_std
+// (groups of `request.samples`), eval_completions/mean_length, min_length, max_length and
+// clipped_ratio; Grove's eval_accuracy and eval_format_rate where a reward has that role, and
+// eval_tools/call_frequency with an environment. Every rank calls it.
+std::map<std::string, double> evaluation_metrics(const EvaluationResult& result, const LoadedEvaluator& loaded,
+                                                 const EvaluationRequest& request, ProcessGroup* group = nullptr);
 
 }  // namespace grove

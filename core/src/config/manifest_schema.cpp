@@ -65,7 +65,8 @@ const std::vector<KeySpec>& manifest_schema() {
         path(key("data", "source", T::string, nullptr,
                  "training prompts: a JSONL file (relative to the manifest) or builtin:NAME; required unless rollouts.path is "
                  "set")),
-        path(key("data", "eval_source", T::string, nullptr, "held-out prompts for `grove eval`: JSONL file or builtin:NAME")),
+        path(key("data", "eval_source", T::string, nullptr,
+                 "held-out prompts for `grove eval` and train.eval_steps: JSONL file or builtin:NAME")),
         key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),
         key("data", "completion_column", T::string, "\"completion\"",
             "`grove sft`: column holding the reference completion: text, or turns [{role = model|environment, text}] of which "
@@ -281,6 +282,15 @@ const std::vector<KeySpec>& manifest_schema() {
                      "device; auto = nccl when every local process has a GPU of its own, else gloo"),
                  "auto|gloo|nccl"),
             "ddp_backend"),
+        trl(range(key("train", "eval_steps", T::integer, "0",
+                      "evaluate on data.eval_source every this many optimizer steps (TRL's eval_strategy = \"steps\"): "
+                      "eval_* metrics in that step's line; 0 = never"),
+                  0, kInf),
+            "eval_steps"),
+        trl(range(key("train", "num_generations_eval", T::integer, nullptr,
+                      "completions per held-out prompt when evaluating; unset = generation.num_generations"),
+                  1, kMaxCount),
+            "num_generations_eval"),
         key("train", "shard_optimizer_state", T::boolean, "false",
             "several processes: each keeps AdamW's moments for, and updates, its share of the trained tensors and "
             "sends them to the others (ZeRO stage 1): the same update with 1/N of the optimizer's memory"),

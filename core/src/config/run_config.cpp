@@ -131,6 +131,12 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.mixed_precision = mixed_precision_from_name(m.string("train.mixed_precision"));
     t.ddp_backend = ddp_backend_from_name(m.string("train.ddp_backend"));
     t.shard_optimizer_state = m.boolean("train.shard_optimizer_state");
+    t.eval_steps = m.integer("train.eval_steps");
+    t.num_generations_eval = m.optional_integer("train.num_generations_eval").value_or(c.generation.num_generations);
+    if (t.eval_steps > 0 && !c.data.eval_source)
+        throw Error(ErrorKind::manifest, c.manifest_path + ": train.eval_steps = " + std::to_string(t.eval_steps) +
+                                             " evaluates on held-out prompts: set data.eval_source (a JSONL file or "
+                                             "builtin:NAME), or train.eval_steps = 0");
 
     c.rollouts_path = m.optional_string("rollouts.path");
     c.output.dir = m.string("output.dir");

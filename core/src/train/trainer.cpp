@@ -20,6 +20,7 @@
 #include "grove/adapter_host.hpp"
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
+#include "grove/evaluation.hpp"
 #include "grove/model.hpp"
 #include "grove/optimizer.hpp"
 #include "grove/reward_model.hpp"
@@ -145,6 +146,7 @@ struct Trainer::State {
     void export_model(const std::string& folder) const;
     PolicyLossOptions loss_options() const;
     CheckpointedState checkpointed_state();
+    std::map<std::string, double> evaluate_held_out();
     bool inside_generation_batch() const {
         return progress.micro_step % (config.train.steps_per_generation * config.loss.num_iterations) != 0;
     }
@@ -426,6 +428,24 @@ void Trainer::State::export_model(const std::string& folder) const {
     copy_tokenizer_files(config.model.path, folder);
 }
 
+// TRL's evaluation (eval_strategy = "steps"): the policy as it is now samples num_generations_eval
+// completions of each held-out prompt, as `grove eval` would from a checkpoint of this step (the
+// same batches and seeds), and every rank takes its share of the batches. Sampling has generators
+// of its own, so training goes on as it would without the evaluation.
+std::map<std::string, double> Trainer::State::evaluate_held_out() {
+    const auto start = Clock::now();
+    AutocastScope autocast(autocast_device);
+    adapter_host->set_training(false);
+    EvaluationRequest request = evaluation_request(config);
+    request.data_source = *config.data.eval_source;
+    request.samples = config.train.num_generations_eval;
+    const LoadedEvaluator loaded{*model, *tokenizer, *rewards, environment.get()};
+    std::map<std::string, double> metrics =
+        evaluation_metrics(evaluate(loaded, request, options.group), loaded, request, options.group);
+    metrics["eval_runtime"] = seconds_since(start);
+    return metrics;
+}
+
 CheckpointedState Trainer::State::checkpointed_state() {
     CheckpointedState state{progress, buffer, params, *optimizer, owners};
     if (reference) state.reference = reference->named_parameters();
@@ -583,6 +603,8 @@ std::map<std::string, double> Trainer::step() {
     s.memory.close("train", s.model->device());
     s.memory.add_to(metrics);
     metrics["epoch"] = s.prompts->epoch_progress();
+    if (c.train.eval_steps > 0 && p.global_step % c.train.eval_steps == 0)
+        for (const auto& [key, value] : s.evaluate_held_out()) metrics[key] = value;
     return metrics;
 }
 
@@ -651,6 +673,7 @@ void Trainer::print_progress(const std::map<std::string, double>& metrics, int64
     std::ostringstream os;
     os << std::fixed << std::setprecision(4) << "loss " << value("loss");
     if (metrics.count("reward")) os << "  reward " << value("reward");  // steps that generated
+    if (metrics.count("eval_reward")) os << "  eval_reward " << value("eval_reward");
     os << "  grad_norm " << value("grad_norm") << "  lr " << std::scientific << std::setprecision(2) << value("learning_rate")
        << std::fixed << std::setprecision(2) << "  " << value("step_time") << " s/step";
     std::ostream& out = *s.options.log;

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
+#include "grove/evaluation.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
 #include "grove/policy_loss.hpp"
@@ -967,6 +968,66 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         EXPECT_LT(max_difference(weights_one, weights_two), 1e-6) << reduction;
         EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors"))
             << "a checkpoint at a generation boundary";
+    }
+}
+
+// TRL's evaluation during training (train.eval_steps): every second step's line has eval_* metrics,
+// equal to what `grove eval` makes of the checkpoint of that step (the same batches and seeds), and
+// training goes on exactly as it does without the evaluation.
+TEST(Trainer, EvaluationEveryNStepsEqualsEvaluatingThatStepsCheckpoint) {
+    const std::vector<std::string> settings{"train.max_steps=4", "train.per_device_train_batch_size=4",
+                                            "data.eval_source=\"prompts.jsonl\""};
+    std::vector<std::string> evaluating = settings;
+    evaluating.insert(evaluating.end(), {"train.eval_steps=2", "train.num_generations_eval=3"});
+    auto m = manifest("eval_steps", evaluating);
+    grove::Trainer trainer(m, fresh());
+    grove::Trainer plain(manifest("eval_steps_off", settings), fresh());
+    for (int64_t step = 1; step <= 4; ++step) {
+        const auto metrics = trainer.step();
+        EXPECT_EQ(metrics.at("loss"), plain.step().at("loss")) << "step " << step;
+        EXPECT_EQ(metrics.count("eval_reward"), step % 2 == 0 ? 1u : 0u) << "step " << step;
+        if (step != 2) continue;
+        const std::string checkpoint = trainer.save_checkpoint();
+        grove::EvaluationRequest request = grove::evaluation_request(m);
+        request.model_dir = checkpoint;
+        request.samples = 3;
+        const grove::EvaluationResult expected = grove::evaluate(request);
+        ASSERT_EQ(expected.rows.size(), 36u) << "12 prompts x 3";
+        EXPECT_NEAR(metrics.at("eval_reward"), expected.reward, 1e-12);
+        EXPECT_NEAR(metrics.at("eval_rewards/format/mean"), expected.reward_mean.at("format"), 1e-12);
+        EXPECT_NEAR(metrics.at("eval_completions/mean_length"), expected.mean_length, 1e-12);
+        EXPECT_NEAR(metrics.at("eval_completions/clipped_ratio"), expected.truncated_ratio, 1e-12);
+        EXPECT_GT(metrics.at("eval_completions/max_length"), metrics.at("eval_completions/min_length"));
+        EXPECT_GE(metrics.at("eval_frac_reward_zero_std"), 0.0);
+        EXPECT_GT(metrics.at("eval_runtime"), 0.0);
+    }
+    EXPECT_EQ(max_difference(snapshot(trainer.model()), snapshot(plain.model())), 0.0);
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [] { grove::Trainer refused(manifest("eval_steps_no_source", {"train.eval_steps=2"}), fresh()); }),
+                    "train.eval_steps = 2 evaluates on held-out prompts: set data.eval_source");
+}
+
+// Two processes evaluate the same batches with the same seeds as one: with 12 prompts x 8 samples
+// in batches of 64 completions, rank 0 takes the first batch and rank 1 the second (learning rate
+// 0 keeps both runs' weights identical, so the completions are too).
+TEST(Trainer, TwoProcessesEvaluateAsOne) {
+    std::map<int, std::vector<nlohmann::json>> lines;
+    for (int nproc : {1, 2}) {
+        auto m = manifest("eval_nproc_" + std::to_string(nproc), {});
+        const std::string command =
+            std::string(GROVE_EXECUTABLE) + " train " + m.path() + " --overwrite --nproc " + std::to_string(nproc) +
+            " --set train.max_steps=1 --set train.learning_rate=0.0 --set train.per_device_train_batch_size=" +
+            std::to_string(8 / nproc) +
+            " --set train.eval_steps=1 --set train.num_generations_eval=8 --set 'data.eval_source=\"prompts.jsonl\"' 2>" +
+            fs::path(m.path()).parent_path().string() + "/stderr.txt";
+        ASSERT_EQ(std::system(command.c_str()), 0) << command;
+        lines[nproc] = metric_lines(m.string("output.dir") + "/metrics.jsonl");
+        ASSERT_EQ(lines[nproc].size(), 1u);
+    }
+    for (const char* key : {"eval_reward", "eval_reward_std", "eval_rewards/format/mean", "eval_frac_reward_zero_std",
+                            "eval_completions/mean_length", "eval_completions/max_length", "eval_completions/clipped_ratio"}) {
+        ASSERT_TRUE(lines[1][0].contains(key)) << key;
+        EXPECT_NEAR(lines[1][0][key].get<double>(), lines[2][0][key].get<double>(), 1e-12) << key;
     }
 }
 
