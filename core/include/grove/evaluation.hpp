@@ -31,6 +31,7 @@ struct EvaluationRequest {
     std::optional<PluginUse> environment_reward;  // its score of each episode as a reward column (name, weight)
     int64_t max_turns = 4;                        // model turns per episode
     AdvantageOptions advantages;                  // evaluation_metrics' grouping (num_generations = samples)
+    int64_t step = 0;                             // the optimizer step plugins are told (training: the current one)
 };
 
 struct EvaluationRow {

@@ -92,8 +92,10 @@ public:
     // same manifest started from different folders print the same (what a checkpoint keeps).
     std::string resolved_toml(bool absolute_paths = false) const;
     // The keys whose values differ between two resolved_toml() texts, each as
-    // "section.key = NOW (was BEFORE)" ("unset" for a key one of them lacks); [[rewards]] compared
-    // whole. A text that is not TOML counts as having no keys.
+    // "section.key = NOW (was BEFORE)" ("unset" for a key one of them lacks; a reward's keys by
+    // index, "rewards.0.weight"). A key `before` lacks that `now` has at its schema default (a key
+    // added to Grove since `before` was written) is no change. A text that is not TOML counts as
+    // having no keys.
     static std::vector<std::string> resolved_changes(const std::string& before, const std::string& now);
 
 private:

@@ -775,6 +775,27 @@ std::map<std::string, std::string> resolved_values(const std::string& text) {
 }
 }  // namespace
 
+namespace {
+// The schema's default of a resolved key ("train.eval_steps", "rewards.0.timeout") as value text;
+// nullopt for a key without one.
+std::optional<std::string> default_text(const std::string& key) {
+    const size_t dot = key.rfind('.');
+    std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
+    const std::string name = key.substr(dot == std::string::npos ? 0 : dot + 1);
+    if (section.rfind("rewards.", 0) == 0) section = "rewards[]";
+    for (const auto& spec : manifest_schema())
+        if (spec.default_toml && section == spec.section && name == spec.key) {
+            const toml::table parsed = toml::parse("v = " + std::string(spec.default_toml));
+            const toml::node& value = *parsed.get("v");
+            // a number key's default written as an integer ("0") reads back as the float it resolves to
+            if (spec.type == KeyType::number)
+                if (auto number = value.value<double>()) return toml_value_text(toml::value<double>(*number));
+            return toml_value_text(value);
+        }
+    return std::nullopt;
+}
+}  // namespace
+
 std::vector<std::string> Manifest::resolved_changes(const std::string& before, const std::string& now) {
     const auto old_values = resolved_values(before), new_values = resolved_values(now);
     std::set<std::string> keys;
@@ -785,6 +806,8 @@ std::vector<std::string> Manifest::resolved_changes(const std::string& before, c
         const auto was = old_values.find(key), is = new_values.find(key);
         const std::string was_text = was == old_values.end() ? "unset" : was->second;
         const std::string is_text = is == new_values.end() ? "unset" : is->second;
+        // a key newer than the checkpoint's Grove, at its default, is no change of the run's settings
+        if (was == old_values.end() && !old_values.empty() && default_text(key) == is_text) continue;
         if (was_text != is_text) changes.push_back(key + " = " + is_text + " (was " + was_text + ")");
     }
     return changes;

@@ -68,12 +68,16 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
     // the logged reward is the weighted sum of the raw rewards in both aggregations (TRL's
     // test_reward_metric_reflects_reward_weights)
     const std::vector<double> raw = weighted_sums(R);
+    // one completion per prompt (evaluation's num_generations_eval = 1) or a batch of one row has no
+    // spread: TRL takes its std as 0 (so it counts towards frac_reward_zero_std) rather than NaN
+    const auto group_std = [&](const std::vector<double>& rows) { return G > 1 ? nanstd(rows) : 0.0; };
+    const auto batch_std = [&](const std::vector<double>& all) { return all.size() > 1 ? nanstd(all) : 0.0; };
     if (o.aggregation == RewardAggregation::sum_then_normalize) {
         r = raw;
-        double batch_std = nanstd(r);
+        const double whole_batch_std = batch_std(r);
         for (size_t g = 0; g < N / G; ++g) {
             auto rows = group_rows(g, r);
-            double mean = nanmean(rows), std = o.scale_rewards == ScaleRewards::batch ? batch_std : nanstd(rows);
+            double mean = nanmean(rows), std = o.scale_rewards == ScaleRewards::batch ? whole_batch_std : group_std(rows);
             for (int j = 0; j < G; ++j) {
                 size_t i = g * G + j;
                 std_used[i] = std;
@@ -88,12 +92,12 @@ AdvantageResult compute_advantages(const std::vector<float>& R, int K, const std
             for (size_t i = 0; i < N; ++i) column[i] = R[i * K + k];
             for (size_t g = 0; g < N / G; ++g) {
                 auto rows = group_rows(g, column);
-                double mean = nanmean(rows), std = nanstd(rows);
+                double mean = nanmean(rows), std = group_std(rows);
                 for (int j = 0; j < G; ++j) z[(g * G + j) * K + k] = (column[g * G + j] - mean) / (std + kEpsilon);
             }
         }
         r = weighted_sums(z);
-        double mean = nanmean(r), std = nanstd(r);
+        double mean = nanmean(r), std = batch_std(r);
         for (size_t i = 0; i < N; ++i) {
             A[i] = (r[i] - mean) / (std + kEpsilon);
             std_used[i] = std;

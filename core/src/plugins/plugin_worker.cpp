@@ -12,8 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "grove/error.hpp"
 #include "plugins/worker_protocol.hpp"
@@ -25,6 +27,20 @@ namespace grove {
 namespace fs = std::filesystem;
 
 namespace {
+// A failure frame's error kind (an unknown one read as a plugin error) and message; nullopt when
+// the payload does not decode.
+std::optional<std::pair<ErrorKind, std::string>> failure_of(const std::string& payload) {
+    try {
+        worker::Reader r(payload);
+        const uint32_t kind = r.u32();
+        std::string message = r.bytes();
+        const bool known = kind >= uint32_t(ErrorKind::runtime) && kind <= uint32_t(ErrorKind::input);
+        return std::make_pair(known ? ErrorKind(kind) : ErrorKind::plugin, std::move(message));
+    } catch (const worker::MalformedFrame&) {
+        return std::nullopt;
+    }
+}
+
 std::string seconds_text(double seconds) {
     std::ostringstream text;
     text << seconds;  // 1, 0.5, 30: no trailing zeros
@@ -91,11 +107,10 @@ void PluginWorker::start() {
     }
     if (!reply) fail("starting", false);
     if (reply->type == worker::FrameType::failure) {
-        worker::Reader r(reply->payload);
-        const auto kind = ErrorKind(r.u32());
-        std::string message = r.bytes();
+        auto failure = failure_of(reply->payload);
+        if (!failure) distrust("starting", "a failure that does not decode");
         stop();
-        throw Error(kind, message);
+        throw Error(failure->first, failure->second);
     }
     if (reply->type != worker::FrameType::ready) fail("starting", false);
     ready_ = std::move(reply->payload);
@@ -161,9 +176,9 @@ std::string PluginWorker::call(uint32_t request_type, uint32_t reply_type, const
     }
     if (!reply) fail(what, false);
     if (reply->type == worker::FrameType::failure) {  // the plugin returned an error: its message, as in-process
-        worker::Reader r(reply->payload);
-        const auto kind = ErrorKind(r.u32());
-        throw Error(kind, r.bytes());
+        auto failure = failure_of(reply->payload);
+        if (!failure) distrust(what, "a failure that does not decode");
+        throw Error(failure->first, failure->second);
     }
     if (uint32_t(reply->type) != reply_type) distrust(what, "a reply of the wrong kind");
     return std::move(reply->payload);

@@ -93,6 +93,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         o.seed = q.sampling.seed + start;
         RewardRows batch;
         batch.num_generations = uint32_t(q.samples);
+        batch.step = q.step;
         batch.seed = o.seed;
         auto add_row = [&](EvaluationRow row, const std::vector<int64_t>& ids, size_t i,
                            const std::vector<int64_t>& model_tokens = {}) {
@@ -108,14 +109,14 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
             for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i], messages[i]});
             // episode numbers run on across batches (and ranks), so an environment keying state on them never mixes two
             const int64_t first_row = int64_t(start) * q.samples;
-            auto episodes =
-                run_episodes(model, tokenizer, *environment, starts, o, {q.max_turns, o.max_new_tokens, 0, family}, first_row);
+            auto episodes = run_episodes(model, tokenizer, *environment, starts, o,
+                                         {q.max_turns, o.max_new_tokens, q.step, family}, first_row);
             for (size_t i = 0; i < starts.size(); ++i) {  // the prompts the model saw (begin_episodes may add to them)
                 texts[i] = starts[i].prompt_text;
                 messages[i] = starts[i].messages;
             }
             if (scores_environment) {
-                score_whole_episodes(*environment, tokenizer, starts, episodes, 0, o.seed, first_row);
+                score_whole_episodes(*environment, tokenizer, starts, episodes, q.step, o.seed, first_row);
                 environment_scores.clear();
                 for (const Episode& e : episodes) environment_scores.push_back(e.stats.environment_reward);
             }

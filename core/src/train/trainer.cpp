@@ -430,8 +430,9 @@ void Trainer::State::export_model(const std::string& folder) const {
 
 // TRL's evaluation (eval_strategy = "steps"): the policy as it is now samples num_generations_eval
 // completions of each held-out prompt, as `grove eval` would from a checkpoint of this step (the
-// same batches and seeds), and every rank takes its share of the batches. Sampling has generators
-// of its own, so training goes on as it would without the evaluation.
+// same batches and seeds; on CUDA, where sampling runs under the run's autocast, close rather than
+// equal), and every rank takes its share of the batches. Sampling has generators of its own, so
+// training goes on as it would without the evaluation.
 std::map<std::string, double> Trainer::State::evaluate_held_out() {
     const auto start = Clock::now();
     AutocastScope autocast(autocast_device);
@@ -439,6 +440,7 @@ std::map<std::string, double> Trainer::State::evaluate_held_out() {
     EvaluationRequest request = evaluation_request(config);
     request.data_source = *config.data.eval_source;
     request.samples = config.train.num_generations_eval;
+    request.step = progress.global_step;
     const LoadedEvaluator loaded{*model, *tokenizer, *rewards, environment.get()};
     std::map<std::string, double> metrics =
         evaluation_metrics(evaluate(loaded, request, options.group), loaded, request, options.group);

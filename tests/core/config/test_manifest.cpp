@@ -309,6 +309,15 @@ TEST(Manifest, ResolvedChangesNameEachKeyThatDiffers) {
     EXPECT_TRUE(grove::Manifest::resolved_changes(relative.resolved_toml(true), absolute.resolved_toml(true)).empty())
         << testing::PrintToString(
                grove::Manifest::resolved_changes(relative.resolved_toml(true), absolute.resolved_toml(true)));
+    // a checkpoint from a Grove that lacked some keys: those at their default are no change, one set
+    // otherwise is
+    std::string older;
+    std::istringstream lines(isolated.resolved_toml());
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("sync_ref_model", 0) != 0 && line.rfind("timeout", 0) != 0) older += line + "\n";
+    // (sync_ref_model = false and the second reward's timeout = 0 are defaults; the first's 3.0 is not)
+    EXPECT_EQ(grove::Manifest::resolved_changes(older, isolated.resolved_toml()),
+              std::vector<std::string>{"rewards.0.timeout = 3.0 (was unset)"});
     // a text that is not TOML has no keys: every key reads as set since
     const auto from_nothing = grove::Manifest::resolved_changes("not toml [", before.resolved_toml());
     EXPECT_GT(from_nothing.size(), 20u);

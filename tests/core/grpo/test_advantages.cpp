@@ -84,6 +84,22 @@ TEST(Advantages, NormalizeThenSumStandardisesEachRewardPerGroupThenTheSum) {
     for (int i = 0; i < 4; ++i) EXPECT_NEAR(r.advantages[i], (sums[i] - mean) / (std + 1e-4), 1e-5) << i;
 }
 
+// Groups of one completion (evaluation with num_generations_eval = 1) or a batch of one row: TRL
+// takes the std as 0, not NaN, so every row counts towards frac_reward_zero_std and advantages are 0.
+TEST(Advantages, GroupsOfOneHaveZeroSpreadAsInTrl) {
+    for (const char* scale : {"group", "none"}) {
+        auto r = grove::compute_advantages({1, 0, 3}, 1, {1.0}, options(1, scale));
+        EXPECT_DOUBLE_EQ(r.frac_reward_zero_std, 1.0) << scale;
+        EXPECT_EQ(r.advantages, (std::vector<float>{0, 0, 0})) << scale;
+    }
+    EXPECT_DOUBLE_EQ(grove::compute_advantages({1, 0, 3}, 1, {1.0}, options(1, "batch")).frac_reward_zero_std, 0.0);
+    EXPECT_DOUBLE_EQ(grove::compute_advantages({2}, 1, {1.0}, options(1, "batch")).frac_reward_zero_std, 1.0);
+    // normalize_then_sum: each reward's z-score within a group of one is 0, so every sum is 0
+    auto gdpo = grove::compute_advantages({1, 2, 0, 5}, 2, {1.0, 1.0}, options(1, "group", "normalize_then_sum"));
+    EXPECT_DOUBLE_EQ(gdpo.frac_reward_zero_std, 1.0);
+    EXPECT_EQ(gdpo.advantages, (std::vector<float>{0, 0}));
+}
+
 TEST(Advantages, RejectsIncompleteGroups) {
     EXPECT_THROW(grove::compute_advantages({1, 2, 3}, 1, {1.0}, options(2)), std::exception);
 }

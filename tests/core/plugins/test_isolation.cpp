@@ -256,19 +256,23 @@ private:
     std::string log_ = (std::filesystem::temp_directory_path() / ("grove_fake_worker_" + std::to_string(::getpid()))).string();
 };
 
-// A reply that frames well but does not decode is not trusted: the error names the plugin and the
-// call, and the worker is stopped, so the next call starts a new one.
+// A reply that frames well but does not decode (scores, or an error) is not trusted: the error
+// names the plugin and the call, and the worker is stopped, so the next call starts a new one.
 TEST(Isolation, AReplyThatDoesNotDecodeStopsTheWorker) {
-    FakeWorker fake("undecodable");
-    grove::PluginHost host({});
-    grove::RewardSet set(host, rewards(misbehaving("fine", "isolation = \"process\"\n")));
-    EXPECT_EQ(fake.starts(), 1u);
-    const std::string message = error_of(set, 1);
-    EXPECT_CONTAINS(message, "reward plugin 'misbehaving'");
-    EXPECT_CONTAINS(message, "scoring the batch of step 1 (rows 0 to 3) with a reply that does not fit");
-    EXPECT_CONTAINS(message, "it was stopped");
-    error_of(set, 2);
-    EXPECT_EQ(fake.starts(), 2u) << "the second call started a new worker";
+    for (const std::string mode : {"undecodable", "bad_failure"}) {
+        FakeWorker fake(mode);
+        grove::PluginHost host({});
+        grove::RewardSet set(host, rewards(misbehaving("fine", "isolation = \"process\"\n")));
+        EXPECT_EQ(fake.starts(), 1u);
+        const std::string message = error_of(set, 1);
+        EXPECT_CONTAINS(message, "reward plugin 'misbehaving'");
+        EXPECT_CONTAINS(message, mode == "undecodable"
+                                     ? "scoring the batch of step 1 (rows 0 to 3) with a reply that does not fit"
+                                     : "scoring the batch of step 1 (rows 0 to 3) with a failure that does not decode");
+        EXPECT_CONTAINS(message, "it was stopped");
+        error_of(set, 2);
+        EXPECT_EQ(fake.starts(), 2u) << mode << ": the second call started a new worker";
+    }
 }
 
 // A worker that ends on the start frame, as one from an older build of Grove does, is named with

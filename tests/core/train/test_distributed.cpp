@@ -140,11 +140,17 @@ namespace {
 void check_collectives(grove::ProcessGroup& group, at::Device device) {
     const int rank = group.rank(), world = group.world_size();
     auto on = at::TensorOptions().device(device);
-    // mixed dtypes in one call: one packed buffer each
-    std::vector<at::Tensor> tensors{
-        at::full({2, 3}, rank + 1.0, on.dtype(at::kFloat)), at::full({4}, 10.0 * (rank + 1), on.dtype(at::kDouble)),
-        at::arange(5, on.dtype(at::kLong)) * (rank + 1), at::full({1}, -rank - 0.5, on.dtype(at::kFloat))};
+    // mixed dtypes in one call: packed into buckets of one dtype; a transposed (non-contiguous) and an
+    // empty tensor among them
+    std::vector<at::Tensor> tensors{at::full({2, 3}, rank + 1.0, on.dtype(at::kFloat)),
+                                    at::full({4}, 10.0 * (rank + 1), on.dtype(at::kDouble)),
+                                    at::arange(5, on.dtype(at::kLong)) * (rank + 1),
+                                    at::full({1}, -rank - 0.5, on.dtype(at::kFloat)),
+                                    (at::arange(6, on.dtype(at::kFloat)).view({2, 3}) * (rank + 1)).t(),
+                                    at::empty({0}, on.dtype(at::kFloat))};
     group.all_reduce_sum(tensors);
+    EXPECT_TRUE(at::equal(tensors[4].cpu(), (at::arange(6, at::kFloat).view({2, 3}) * float(world * (world + 1) / 2)).t()));
+    EXPECT_EQ(tensors[5].numel(), 0);
     const double ranks_summed = world * (world + 1) / 2.0;  // sum of rank + 1
     EXPECT_TRUE(at::equal(tensors[0].cpu(), at::full({2, 3}, ranks_summed, at::kFloat)));
     EXPECT_TRUE(at::equal(tensors[1].cpu(), at::full({4}, 10.0 * ranks_summed, at::kDouble)));
