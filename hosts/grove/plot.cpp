@@ -22,6 +22,7 @@ namespace {
 struct Panel {
     std::string title;
     std::vector<std::string> metrics;  // keys of metrics.jsonl, one line each
+    bool sparse = false;               // logged on some steps only (evaluation): points joined, not averaged
 };
 
 std::string shell_quote(const std::string& s) {
@@ -80,20 +81,24 @@ int plot(const std::vector<std::string>& args) {
         {"grad norm (before clipping)", {"grad_norm"}},
         {"clip ratio", {"clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean"}},
         {"loss", {"loss"}},
+        {"held-out prompts (train.eval_steps)", {"eval_reward", "eval_accuracy"}, true},
     };
     std::vector<Panel> shown;
     for (auto& p : panels) {
         std::vector<std::string> present;
         for (const auto& k : p.metrics)
             if (keys.count(k)) present.push_back(k);
-        if (!present.empty()) shown.push_back({p.title, present});
+        if (!present.empty()) shown.push_back({p.title, present, p.sparse});
     }
 
     // plot.tsv: step, then every plotted metric raw and smoothed (a centred moving average)
     std::vector<std::string> columns;
+    std::set<std::string> sparse;  // their "smoothed" column is the value itself
     for (const auto& p : shown)
-        for (const auto& k : p.metrics)
+        for (const auto& k : p.metrics) {
             if (std::find(columns.begin(), columns.end(), k) == columns.end()) columns.push_back(k);
+            if (p.sparse) sparse.insert(k);
+        }
     size_t n = by_step.size();
     int window = vm["smooth"].as<int>();
     if (window <= 0) window = std::max<int>(1, int(n / 20));
@@ -117,8 +122,8 @@ int plot(const std::vector<std::string>& args) {
             for (size_t c = 0; c < columns.size(); ++c) {
                 double sum = 0;
                 int count = 0;
-                for (size_t j = i >= size_t(window / 2) ? i - size_t(window / 2) : 0;
-                     j <= std::min(n - 1, i + size_t(window / 2)); ++j)
+                const size_t half = sparse.count(columns[c]) ? 0 : size_t(window / 2);
+                for (size_t j = i >= half ? i - half : 0; j <= std::min(n - 1, i + half); ++j)
                     if (std::isfinite(raw[c][j])) sum += raw[c][j], ++count;
                 auto cell = [](double v) { return std::isfinite(v) ? std::to_string(v) : std::string("NaN"); };
                 tsv << "\t" << cell(raw[c][i]) << "\t" << cell(count ? sum / count : NAN);
@@ -160,9 +165,13 @@ int plot(const std::vector<std::string>& args) {
                 std::string label = p.metrics[i];
                 if (label.rfind("rewards/", 0) == 0) label = label.substr(8, label.size() - 13);
                 int color = int(i) + 1;
-                gp << (i ? ", \\\n     " : "") << gnuplot_string(data.string()) << " using 1:" << 2 * c + 2
-                   << " with points pt 7 ps 0.3 lc " << color << " notitle, '' using 1:" << 2 * c + 3 << " with lines lw 2 lc "
-                   << color << " title " << gnuplot_string(p.metrics.size() > 1 ? label : "");
+                const std::string title = gnuplot_string(p.metrics.size() > 1 ? label : "");
+                gp << (i ? ", \\\n     " : "") << gnuplot_string(data.string());
+                if (p.sparse)  // only the steps that evaluated: each point, joined
+                    gp << " using 1:" << 2 * c + 2 << " with linespoints pt 7 ps 0.6 lw 2 lc " << color << " title " << title;
+                else
+                    gp << " using 1:" << 2 * c + 2 << " with points pt 7 ps 0.3 lc " << color
+                       << " notitle, '' using 1:" << 2 * c + 3 << " with lines lw 2 lc " << color << " title " << title;
             }
             gp << "\n";
         }

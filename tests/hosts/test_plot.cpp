@@ -28,6 +28,7 @@ std::string make_run(const std::string& name) {
                               {"grad_norm", 2.0},
                               {"entropy", 1.5},
                               {"completions/mean_length", 20}};
+        if (step % 3 == 0) row["eval_reward"] = 0.05 * step;  // train.eval_steps = 3
         metrics << row.dump() << "\n";
         if (step == 5) {  // a resumed run repeats step 5: the later row is the one plotted
             row["rewards/correctness/mean"] = 0.9;
@@ -79,11 +80,16 @@ TEST(Plot, WritesThePngTheDataAndTheScript) {
     for (const char* column : {"reward", "rewards/format/mean", "entropy", "grad_norm", "completions/mean_length"})
         EXPECT_TRUE(rows[0].count(column)) << column;
     EXPECT_FALSE(rows[0].count("clip_ratio/region_mean")) << "metrics the run did not log get no panel";
+    // evaluation, logged every third step: its own values, not averaged with the steps between
+    EXPECT_EQ(rows[0]["eval_reward (smoothed)"], "NaN");
+    EXPECT_NEAR(std::stod(rows[5]["eval_reward (smoothed)"]), 0.30, 1e-6);
+    EXPECT_NEAR(std::stod(rows[8]["eval_reward"]), 0.45, 1e-6);
 
     std::ifstream script(run + "/plot.gp");
     std::string text((std::istreambuf_iterator<char>(script)), std::istreambuf_iterator<char>());
     EXPECT_CONTAINS(text, "accuracy on training samples");
     EXPECT_CONTAINS(text, "kl to the reference");
+    EXPECT_CONTAINS(text, "held-out prompts (train.eval_steps)");
 }
 
 TEST(Plot, MissingRunOrGnuplotIsExplained) {
