@@ -296,9 +296,11 @@ int check(const std::vector<std::string>& args) {
         reward_models.push_back(reward.name + " " + model.architecture + "  " + reward.model);
     }
     instances.push_back(grove::create_plugin(host, manifest.adapter(), GROVE_PLUGIN_KIND_ADAPTER));
+    const grove::PluginInfo adapter = instances.back().info();
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
     instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
     const grove::RunConfig config = grove::RunConfig::from(manifest);  // the rules across keys
+    config.check_adapter(adapter.name, (adapter.flags & GROVE_PLUGIN_TRAINS_BASE_WEIGHTS) != 0);
     std::unique_ptr<grove::Environment> environment;
     if (config.environment.use)
         environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());

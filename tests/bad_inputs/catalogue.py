@@ -142,7 +142,7 @@ case("manifest", "an unknown --set key", "check grove.toml --set train.learnin_r
      run_folder())
 case("manifest", "sync_ref_model without a reference (beta = 0)", "check grove.toml", 3, "set loss.beta > 0",
      run_folder('[loss]\nsync_ref_model = true\n'))
-case("manifest", "sync_ref_model with LoRA", "train grove.toml", 3, "use plugin = \"full\", or remove sync_ref_model",
+case("manifest", "sync_ref_model with LoRA", "check grove.toml", 3, "use plugin = \"full\", or remove sync_ref_model",
      run_folder('[loss]\nsync_ref_model = true\nbeta = 0.1\n[adapter]\nplugin = "lora"\n'))
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,
      "set data.eval_source", run_folder())

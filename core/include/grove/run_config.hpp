@@ -120,6 +120,10 @@ struct RunConfig {
     int world_size = 1;
 
     static RunConfig from(const Manifest& manifest);
+    // The rules that need the adapter plugin: loss.sync_ref_model moves a reference model apart from
+    // the policy, so an adapter that keeps the base model as its reference (LoRA) is refused, naming
+    // [adapter]. `grove train` and `grove check` both call it.
+    void check_adapter(const std::string& adapter_name, bool trains_base_weights) const;
 };
 
 // The manifest's names of the enums (the schema's choices); a name outside them throws

@@ -19,6 +19,14 @@ Enum enum_from(const std::string& text, std::initializer_list<std::pair<const ch
 }
 }  // namespace
 
+void RunConfig::check_adapter(const std::string& adapter_name, bool trains_base_weights) const {
+    if (loss.sync_ref_model && !trains_base_weights)
+        throw Error(ErrorKind::manifest, adapter.origin + ": loss.sync_ref_model moves a reference model, but with the '" +
+                                             adapter_name +
+                                             "' adapter the reference is the frozen base model (as in TRL, which refuses "
+                                             "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
+}
+
 ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& name) {
     return enum_from<ImportanceSamplingLevel>(
         name, {{"token", ImportanceSamplingLevel::token}, {"sequence", ImportanceSamplingLevel::sequence}});

@@ -201,11 +201,7 @@ void Trainer::State::load() {
     if (!full) model->attach_adapter(*adapter_host);
     // beta = 0 loads no reference model at all (docs/grpo.md#kl-to-the-reference); LoRA uses the base model
     if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, device, c.model.dtype);
-    if (c.loss.sync_ref_model && !full)
-        throw Error(ErrorKind::manifest, c.adapter.origin + ": loss.sync_ref_model moves a reference model, but with the '" +
-                                             adapter->info().name +
-                                             "' adapter the reference is the frozen base model (as in TRL, which refuses "
-                                             "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
+    c.check_adapter(adapter->info().name, full);
 
     params = model->trainable_parameters();
     if (params.empty())
