@@ -141,10 +141,13 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.shard_optimizer_state = m.boolean("train.shard_optimizer_state");
     t.eval_steps = m.integer("train.eval_steps");
     t.num_generations_eval = m.optional_integer("train.num_generations_eval").value_or(c.generation.num_generations);
-    if (t.eval_steps > 0 && !c.data.eval_source)
-        throw Error(ErrorKind::manifest, c.manifest_path + ": train.eval_steps = " + std::to_string(t.eval_steps) +
+    t.eval_on_start = m.boolean("train.eval_on_start");
+    if ((t.eval_steps > 0 || t.eval_on_start) && !c.data.eval_source)
+        throw Error(ErrorKind::manifest, c.manifest_path + ": " +
+                                             (t.eval_steps > 0 ? "train.eval_steps = " + std::to_string(t.eval_steps)
+                                                               : std::string("train.eval_on_start = true")) +
                                              " evaluates on held-out prompts: set data.eval_source (a JSONL file or "
-                                             "builtin:NAME), or train.eval_steps = 0");
+                                             "builtin:NAME), or train.eval_steps = 0 and train.eval_on_start = false");
 
     c.rollouts_path = m.optional_string("rollouts.path");
     c.output.dir = m.string("output.dir");

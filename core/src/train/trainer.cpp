@@ -621,6 +621,12 @@ int64_t Trainer::run() {
     int64_t ran = 0;
     std::optional<double> first_reward, last_reward;
     auto start = Clock::now();
+    if (c.train.eval_on_start && s.progress.global_step == 0) {  // the starting point, as a line of step 0
+        const auto metrics = s.evaluate_held_out();
+        s.log->write_metrics(0, metrics);
+        if (s.options.log && s.options.rank == 0 && metrics.count("eval_reward"))
+            *s.options.log << "grove: before training, eval_reward " << metrics.at("eval_reward") << "\n";
+    }
     while (s.progress.global_step < s.total) {
         // a signal before this run's first step leaves nothing new to save (one process; ranks
         // agree on stopping after a step, below)

@@ -1007,6 +1007,25 @@ TEST(Trainer, EvaluationEveryNStepsEqualsEvaluatingThatStepsCheckpoint) {
                     "train.eval_steps = 2 evaluates on held-out prompts: set data.eval_source");
 }
 
+// train.eval_on_start (TRL's eval_on_start): the starting point, as a step-0 line of metrics.jsonl
+// holding only the evaluation, equal to `grove eval` of the model before training.
+TEST(Trainer, EvaluationOnStartIsAStepZeroLine) {
+    auto m = manifest("eval_on_start",
+                      {"train.max_steps=1", "train.per_device_train_batch_size=4", "data.eval_source=\"prompts.jsonl\"",
+                       "train.eval_on_start=true", "train.num_generations_eval=2"});
+    grove::Trainer(m, fresh()).run();
+    const auto lines = metric_lines(m.string("output.dir") + "/metrics.jsonl");
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0]["step"], 0);
+    EXPECT_FALSE(lines[0].contains("loss")) << lines[0].dump();
+    EXPECT_FALSE(lines[1].contains("eval_reward")) << "eval_steps = 0: no evaluation after the start";
+    grove::EvaluationRequest request = grove::evaluation_request(m);
+    request.samples = 2;
+    const grove::EvaluationResult before = grove::evaluate(request);  // model.path: the untrained model
+    EXPECT_NEAR(lines[0]["eval_reward"].get<double>(), before.reward, 1e-12);
+    EXPECT_NEAR(lines[0]["eval_completions/mean_length"].get<double>(), before.mean_length, 1e-12);
+}
+
 // Two processes evaluate the same batches with the same seeds as one: with 12 prompts x 8 samples
 // in batches of 64 completions, rank 0 takes the first batch and rank 1 the second (learning rate
 // 0 keeps both runs' weights identical, so the completions are too).
