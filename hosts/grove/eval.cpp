@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -24,8 +25,9 @@ int eval(const std::vector<std::string>& args) {
         "data", po::value<std::string>(), "prompts: JSONL file or builtin:NAME (without a manifest)")(
         "reward", po::value<std::vector<std::string>>()->composing(), "PLUGIN[:weight] (repeatable; without a manifest)")(
         "greedy", "argmax decoding (default: sample at the manifest's temperature)")(
-        "samples", po::value<int64_t>()->default_value(1), "completions per prompt")("max-new-tokens", po::value<int64_t>(),
-                                                                                     "longest completion")(
+        "samples", po::value<int64_t>()->default_value(1),
+        "completions per prompt (default: the manifest's train.num_generations_eval, else 1)")(
+        "max-new-tokens", po::value<int64_t>(), "longest completion")(
         "temperature", po::value<double>(), "sampling temperature")("limit", po::value<int64_t>()->default_value(0),
                                                                     "evaluate the first N prompts only")(
         "seed", po::value<uint64_t>(), "sampling seed")("json", "print JSON with every row")("save", po::value<std::string>(),
@@ -39,10 +41,13 @@ int eval(const std::vector<std::string>& args) {
               "(MANIFEST | --model DIR --data FILE|builtin:NAME --reward PLUGIN[:weight] ...) [--greedy|--samples K] [--json] "
               "[--save F.json] [--compare F.json]");
     EvaluationRequest q;
+    std::optional<int64_t> manifest_samples;  // train.num_generations_eval, when the manifest sets it
     if (vm.count("manifest")) {
         std::vector<std::string> overrides;
         if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
-        q = evaluation_request(Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment()));
+        const Manifest manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+        q = evaluation_request(manifest);
+        manifest_samples = manifest.optional_integer("train.num_generations_eval");
     } else {
         if (!vm.count("model") || !vm.count("data") || !vm.count("reward"))
             throw Error(ErrorKind::usage, "grove eval: give a MANIFEST, or --model, --data and at least one --reward");
@@ -71,7 +76,9 @@ int eval(const std::vector<std::string>& args) {
     if (vm.count("temperature")) q.sampling.temperature = vm["temperature"].as<double>();
     if (vm.count("seed")) q.sampling.seed = vm["seed"].as<uint64_t>();
     q.sampling.greedy = vm.count("greedy") > 0;
-    q.samples = vm["samples"].as<int64_t>();
+    // without --samples, a sampled evaluation takes the manifest's num_generations_eval, as training's does
+    q.samples =
+        vm["samples"].defaulted() && manifest_samples && !q.sampling.greedy ? *manifest_samples : vm["samples"].as<int64_t>();
     q.limit = vm["limit"].as<int64_t>();
     if (vm.count("no-environment")) q.environment.reset();
     if (q.samples < 1) throw Error(ErrorKind::usage, "grove eval: --samples must be >= 1");

@@ -56,6 +56,16 @@ TEST(Eval, SamplesPerPromptAndManifestMode) {
     auto j = nlohmann::json::parse(r.out);
     for (const auto& row : j["rows"])  // target mode: -|len - 2|
         EXPECT_DOUBLE_EQ(row["rewards"]["length_penalty"].get<double>(), -std::abs(row["length"].get<double>() - 2));
+    // the manifest's train.num_generations_eval is the default of --samples (not for --greedy)
+    auto rows_of = [&](const std::string& args) {
+        auto run = grove::test::run_grove("eval " + dir + "/grove.toml --limit 3 --set train.num_generations_eval=2 " + args +
+                                          " --json 2>/dev/null");
+        EXPECT_EQ(run.exit_code, 0) << run.out;
+        return nlohmann::json::parse(run.out)["rows"].size();
+    };
+    EXPECT_EQ(rows_of(""), 6u);
+    EXPECT_EQ(rows_of("--samples 1"), 3u);
+    EXPECT_EQ(rows_of("--greedy"), 3u);
     auto bad = grove::test::run_grove("eval --model " + kModel + " --data builtin:arithmetic-test");
     EXPECT_EQ(bad.exit_code, 2);
     EXPECT_NE(bad.out.find("give a MANIFEST, or --model, --data and at least one --reward"), std::string::npos) << bad.out;
