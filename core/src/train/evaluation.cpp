@@ -54,16 +54,23 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     return evaluate(LoadedEvaluator{*model, *tokenizer, rewards, environment.get()}, q);
 }
 
+namespace {
+// The reward columns: the plugins', then the environment's own score of each episode when asked.
+std::vector<PluginUse> reward_columns(const LoadedEvaluator& loaded, const EvaluationRequest& q) {
+    std::vector<PluginUse> uses = q.rewards;
+    if (loaded.environment && q.environment_reward) uses.push_back(*q.environment_reward);
+    return uses;
+}
+}  // namespace
+
 EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest& q, ProcessGroup* group) {
     Model& model = loaded.model;
     const Tokenizer& tokenizer = loaded.tokenizer;
     const RewardSet& rewards = loaded.rewards;
     Environment* environment = loaded.environment;
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer.config());
-    // the reward columns: the plugins', then the environment's own score of each episode when asked
-    std::vector<PluginUse> uses = q.rewards;
+    const std::vector<PluginUse> uses = reward_columns(loaded, q);
     const bool scores_environment = environment && q.environment_reward;
-    if (scores_environment) uses.push_back(*q.environment_reward);
     std::vector<float> environment_scores;
     auto rows = load_prompts(q.data_source, q.prompt_column);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
@@ -184,8 +191,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
 
 std::map<std::string, double> evaluation_metrics(const EvaluationResult& result, const LoadedEvaluator& loaded,
                                                  const EvaluationRequest& q, ProcessGroup* group) {
-    std::vector<PluginUse> uses = q.rewards;
-    if (loaded.environment && q.environment_reward) uses.push_back(*q.environment_reward);
+    const std::vector<PluginUse> uses = reward_columns(loaded, q);
     // every rank's rows as one table: its rewards, then length, truncated, tool calls and 1 (a row;
     // ranks with fewer rows pad with zeros, dropped below)
     const int64_t K = int64_t(uses.size()), columns = K + 4, rows = int64_t(result.rows.size());

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "grove/manifest.hpp"
@@ -58,6 +59,9 @@ double difference_from_trl(const nlohmann::json& c, const std::string& rollouts,
         ++compared;
     }
     EXPECT_GT(compared, 10u);
+    // the figures docs/grpo.md quotes
+    std::cout << name << " on " << fs::path(rollouts).filename().string() << (sync ? "" : ", sync_ref_model off")
+              << ": largest weight difference from TRL " << worst << "\n";
     return worst;
 }
 
