@@ -1,6 +1,6 @@
 // A Hugging Face model folder's config.json as Grove reads it: the architecture (causal LMs and
-// sequence classifiers of the Llama family) and its sizes. No libtorch, so hosts can check a folder
-// without loading the model.
+// sequence classifiers of the Llama, Qwen2, Qwen3 and Mistral families) and its sizes. No libtorch,
+// so hosts can check a folder without loading the model.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, mistral
+    std::string model_type;            // llama, qwen2, qwen3, mistral
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -38,6 +38,7 @@ struct ModelConfig {
     bool attention_bias = false;  // q/k/v (and o for llama's attention_bias) projections have biases
     bool o_proj_bias = false;
     bool mlp_bias = false;
+    bool qk_norm = false;                // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
     std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
     std::optional<int64_t> bos_token_id;
     std::optional<int64_t> pad_token_id;

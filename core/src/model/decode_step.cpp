@@ -139,6 +139,18 @@ std::vector<at::Tensor> project(const at::Tensor& x, const at::Tensor& weight, c
     return out;
 }
 
+// Qwen3's q_norm and k_norm on the projections {q, k, v} [B, heads * D]; v is made contiguous too,
+// so that k and v keep one row stride (the rotary kernel takes one for both).
+void normalize_heads(std::vector<at::Tensor>& qkv, const at::Tensor& q_norm, const at::Tensor& k_norm, double eps) {
+    const at::Tensor* weights[] = {&q_norm, &k_norm};
+    for (size_t i = 0; i < 2; ++i) {
+        const int64_t B = qkv[i].size(0), D = weights[i]->size(0);
+        at::Tensor heads = qkv[i].contiguous().view({-1, D});
+        qkv[i] = add_rms_norm(heads, at::Tensor(), *weights[i], eps).view({B, -1});
+    }
+    qkv[2] = qkv[2].contiguous();
+}
+
 }  // namespace
 
 at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& position, const at::Tensor& visible,
@@ -157,7 +169,8 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = *layers_[l];
         at::Tensor x = add_rms_norm(h, delta, layer.input_norm, c.rms_norm_eps);
-        const auto qkv = project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
+        auto qkv = project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
+        if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, c.rms_norm_eps);
         const at::Tensor queries =
             rotary_into_cache(qkv[0], qkv[1], qkv[2], row_cos, row_sin, cache.keys[l], cache.values[l], cache.column);
         delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], visible, cache.split_attention));

@@ -12,6 +12,7 @@ namespace grove {
 
 struct Model::Layer {
     at::Tensor input_norm, post_attention_norm;
+    at::Tensor q_norm, k_norm;  // [head_dim], Qwen3 only: undefined for the other families
     Linear q, k, v, o, gate, up, down;
     // Generation copies only (Model::generation_copy): q, k and v's weights as one matrix and gate
     // and up's as another, so that a decode step runs one GEMM for each; the Linears' weights (and
@@ -26,5 +27,8 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 // The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// Qwen3's q_norm / k_norm: the RMS norm of each head_dim-wide head of x [..., heads * head_dim].
+at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 }  // namespace grove

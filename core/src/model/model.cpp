@@ -122,9 +122,11 @@ json read_json(const fs::path& path) {
 const std::map<std::string, std::string> kSupported = {
     {"LlamaForCausalLM", "llama"},
     {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
+    {"Qwen3ForSequenceClassification", "qwen3"},
     {"MistralForSequenceClassification", "mistral"}};
 
 std::string supported_list() {
@@ -186,7 +188,10 @@ ModelConfig load_model_config(const std::string& folder) {
     c.num_hidden_layers = get<int64_t>(j, "num_hidden_layers", file);
     c.num_attention_heads = get<int64_t>(j, "num_attention_heads", file);
     c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, file);
-    c.head_dim = get_or<int64_t>(j, "head_dim", c.hidden_size / std::max<int64_t>(1, c.num_attention_heads), file);
+    // Qwen3Config's head_dim defaults to 128 rather than hidden_size / heads
+    const int64_t default_head_dim =
+        c.model_type == "qwen3" ? 128 : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
+    c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
     c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096, file);
     c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, file);
     c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, file);
@@ -198,6 +203,9 @@ ModelConfig load_model_config(const std::string& folder) {
     } else if (c.model_type == "llama") {
         c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
         c.mlp_bias = get_or<bool>(j, "mlp_bias", false, file);
+    } else if (c.model_type == "qwen3") {
+        c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+        c.qk_norm = true;  // Qwen3: an RMS norm over each head of q and k, before the rotary embedding
     }
     for (int64_t v : {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
                       c.num_key_value_heads, c.head_dim})
@@ -428,6 +436,10 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         auto layer = std::make_unique<Layer>();
         layer->input_norm = place(weights.take(p + ".input_layernorm.weight", {c.hidden_size}));
         layer->post_attention_norm = place(weights.take(p + ".post_attention_layernorm.weight", {c.hidden_size}));
+        if (c.qk_norm) {
+            layer->q_norm = place(weights.take(p + ".self_attn.q_norm.weight", {c.head_dim}));
+            layer->k_norm = place(weights.take(p + ".self_attn.k_norm.weight", {c.head_dim}));
+        }
         layer->q = linear(p + ".self_attn.q_proj", q_out, c.hidden_size, c.attention_bias);
         layer->k = linear(p + ".self_attn.k_proj", kv_out, c.hidden_size, c.attention_bias);
         layer->v = linear(p + ".self_attn.v_proj", kv_out, c.hidden_size, c.attention_bias);
@@ -511,6 +523,10 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
         auto layer = std::make_unique<Layer>();
         layer->input_norm = cast(from->input_norm);
         layer->post_attention_norm = cast(from->post_attention_norm);
+        if (from->q_norm.defined()) {
+            layer->q_norm = cast(from->q_norm);
+            layer->k_norm = cast(from->k_norm);
+        }
         for (auto [to, source] : {std::pair{&layer->q, &from->q},
                                   {&layer->k, &from->k},
                                   {&layer->v, &from->v},
@@ -546,6 +562,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return weight * h.to(x.scalar_type());
 }
 
+at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+    return rms_norm(x.unflatten(-1, {-1, weight.size(0)}), weight, eps).flatten(-2);
+}
+
 // How the positions of one forward pass see each other.
 struct Model::Attention {
     // a padded batch: [B, 1, T, S], key j visible to query i
@@ -564,6 +584,10 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     at::Tensor h = h_in;
     at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
     at::Tensor q = layer.q(x), k = layer.k(x), v = layer.v(x);  // [B, T, heads * head_dim]
+    if (layer.q_norm.defined()) {
+        q = head_rms_norm(q, layer.q_norm, c.rms_norm_eps);
+        k = head_rms_norm(k, layer.k_norm, c.rms_norm_eps);
+    }
     // the decode kernels: rotary in place on the fresh projections, and (one new position with a
     // cache) the attention on the cache
     const bool rotary_kernel = decode_kernels_apply(q) && q.is_contiguous() && k.is_contiguous() && cos.is_contiguous() &&
@@ -789,6 +813,10 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
         for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o}) {
             out.emplace_back(lin->name + ".weight", lin->weight);
             if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);
+        }
+        if (l.q_norm.defined()) {
+            out.emplace_back(p + ".self_attn.q_norm.weight", l.q_norm);
+            out.emplace_back(p + ".self_attn.k_norm.weight", l.k_norm);
         }
         out.emplace_back(p + ".post_attention_layernorm.weight", l.post_attention_norm);
         for (const Linear* lin : {&l.gate, &l.up, &l.down}) {

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig,
-                          MistralConfig, Qwen2Config)
+                          MistralConfig, Qwen2Config, Qwen3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -32,6 +32,9 @@ CONFIGS = {
     # Qwen2: q/k/v biases, tied embeddings
     "qwen2_tied": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                               rope_theta=1000000.0, use_sliding_window=False, **COMMON),
+    # Qwen3: q_norm / k_norm on each head, head_dim (24) not hidden_size / heads (16), o_proj bias
+    "qwen3_qknorm": Qwen3Config(num_attention_heads=4, num_key_value_heads=2, head_dim=24, attention_bias=True,
+                                tie_word_embeddings=True, rope_theta=1000000.0, use_sliding_window=False, **COMMON),
     # Mistral: plain multi-head attention
     "mistral_mha": MistralConfig(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
                                  sliding_window=None, **COMMON),
@@ -88,6 +91,8 @@ REWARD_CONFIGS = {
     "llama_reward": LlamaConfig(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
                                 **COMMON),
     "qwen2_reward": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
+                                tie_word_embeddings=True, use_sliding_window=False, **COMMON),
+    "qwen3_reward": Qwen3Config(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_labels=1, pad_token_id=0,
                                 tie_word_embeddings=True, use_sliding_window=False, **COMMON),
 }
 REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),

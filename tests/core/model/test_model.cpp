@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "mistral_mha"};
+const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -263,7 +263,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
-    for (const std::string name : {"llama_gqa", "qwen2_tied"}) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
