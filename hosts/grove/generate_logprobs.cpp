@@ -90,7 +90,8 @@ int generate(const std::vector<std::string>& args) {
         "prompt", po::value<std::string>(), "one prompt")("input", po::value<std::string>(),
                                                           "JSONL file, one {\"prompt\": text or messages} per line")(
         "chat", "wrap text prompts as a user message and apply the chat template")(
-        "chat-template", po::value<std::string>()->default_value("auto"), "auto, chatml, llama3, llama2, plain")(
+        "chat-template", po::value<std::string>()->default_value("auto"), "auto, chatml, qwen3, llama3, llama2, plain")(
+        "no-thinking", "qwen3: an empty <think> block ends the prompt (enable_thinking=False)")(
         "n", po::value<int64_t>()->default_value(1), "completions per prompt")(
         "max-new-tokens", po::value<int64_t>()->default_value(128), "longest completion")("greedy", "argmax decoding")(
         "temperature", po::value<double>()->default_value(1.0), "sampling temperature")(
@@ -123,7 +124,8 @@ int generate(const std::vector<std::string>& args) {
         rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
     else
         rows = load_prompts(vm["input"].as<std::string>());
-    ChatTemplate family = chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config());
+    ChatTemplate family =
+        chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config(), vm.count("no-thinking") == 0);
     const std::unique_ptr<Environment> environment = environment_option(vm);  // its tools join the prompts
 
     std::vector<std::vector<int64_t>> prompts;

@@ -21,6 +21,7 @@
 #include "grove/plugin_host.hpp"
 #include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
+#include "grove/tokenizer.hpp"
 
 namespace grove::cli {
 
@@ -301,6 +302,7 @@ int check(const std::vector<std::string>& args) {
     instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
     const grove::RunConfig config = grove::RunConfig::from(manifest);  // the rules across keys
     config.check_adapter(adapter.name, (adapter.flags & GROVE_PLUGIN_TRAINS_BASE_WEIGHTS) != 0);
+    if (!config.model.enable_thinking) config.chat_template(grove::Tokenizer::load(config.model.path)->config());
     std::unique_ptr<grove::Environment> environment;
     if (config.environment.use)
         environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());

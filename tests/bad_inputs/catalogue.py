@@ -144,6 +144,8 @@ case("manifest", "sync_ref_model without a reference (beta = 0)", "check grove.t
      run_folder('[loss]\nsync_ref_model = true\n'))
 case("manifest", "sync_ref_model with LoRA", "check grove.toml", 3, "use plugin = \"full\", or remove sync_ref_model",
      run_folder('[loss]\nsync_ref_model = true\nbeta = 0.1\n[adapter]\nplugin = "lora"\n'))
+case("manifest", "enable_thinking = false for a template without that switch",
+     "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,
      "set data.eval_source", run_folder())
 case("plugins", "an unknown reward plugin", "check grove.toml", 4, "no plugin named 'formt'",

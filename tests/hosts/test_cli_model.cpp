@@ -41,6 +41,28 @@ TEST(CliModel, GenerateGreedyMatchesTransformersPlainAndChat) {
     EXPECT_EQ(row["completion_ids"], ref["chat"]["completion_ids"]);
 }
 
+// Qwen3's template with enable_thinking=False (TRL's chat_template_kwargs): the prompt ends in an
+// empty <think> block, token for token as transformers renders and tokenizes it. A template without
+// the switch refuses it rather than ignoring it.
+TEST(CliModel, GenerateWithoutThinkingMatchesTransformers) {
+    auto ref = reference_json()["chat_qwen3_no_thinking"];
+    auto r =
+        run_grove("generate --model " + kModel +
+                  " --prompt 'What is 2 + 2?' --chat --chat-template qwen3 --no-thinking --greedy --max-new-tokens 6 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto row = nlohmann::json::parse(r.out);
+    EXPECT_EQ(row["prompt_ids"], ref["prompt_ids"]);
+    EXPECT_EQ(row["completion_ids"], ref["completion_ids"]);
+    auto thinking = run_grove("generate --model " + kModel +
+                              " --prompt 'What is 2 + 2?' --chat --chat-template qwen3 --greedy --max-new-tokens 6 --json");
+    ASSERT_EQ(thinking.exit_code, 0) << thinking.out;
+    EXPECT_NE(nlohmann::json::parse(thinking.out)["prompt_ids"], ref["prompt_ids"]) << "the switch changes the prompt";
+    auto refused = run_grove("generate --model " + kModel + " --prompt 'What is 2 + 2?' --chat --no-thinking --json");
+    EXPECT_EQ(refused.exit_code, 2) << refused.out;
+    EXPECT_NE(refused.out.find("chat template (recognised as chatml) has no thinking switch"), std::string::npos)
+        << refused.out;
+}
+
 TEST(CliModel, GenerateSeveralSamplesIsSeeded) {
     std::string args =
         "generate --model " + kModel + " --prompt 'Hello' --n 3 --max-new-tokens 5 --temperature 1.5 --json --seed ";

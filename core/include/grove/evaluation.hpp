@@ -20,6 +20,7 @@ struct EvaluationRequest {
     std::string data_source;  // JSONL or builtin:NAME
     std::string prompt_column = "prompt";
     std::string chat_template = "auto";
+    bool enable_thinking = true;     // model.enable_thinking
     std::vector<PluginUse> rewards;  // name, plugin, weight, config
     std::vector<std::string> plugin_dirs;
     SamplingOptions sampling;  // greedy or sampling; eos/pad filled from the checkpoint

@@ -14,6 +14,9 @@
 
 namespace grove {
 
+enum class ChatTemplate;
+struct TokenizerConfig;
+
 enum class ImportanceSamplingLevel { token, sequence };
 // TRL's vllm_importance_sampling_mode, plus none (off)
 enum class SamplingCorrection { none, token_truncate, token_mask, sequence_truncate, sequence_mask };
@@ -25,6 +28,7 @@ enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"
 
 struct ModelSection {
     std::string path, dtype, device, chat_template;
+    bool enable_thinking = true;  // false: Qwen3's enable_thinking=False
     bool gradient_checkpointing = false;
 };
 
@@ -125,6 +129,9 @@ struct RunConfig {
     // the policy, so an adapter that keeps the base model as its reference (LoRA) is refused, naming
     // [adapter]. `grove train` and `grove check` both call it.
     void check_adapter(const std::string& adapter_name, bool trains_base_weights) const;
+    // model.chat_template resolved against the checkpoint's tokenizer_config.json, with
+    // model.enable_thinking; a switch the template lacks is a manifest error naming the file.
+    ChatTemplate chat_template(const TokenizerConfig& tokenizer) const;
 };
 
 // The manifest's names of the enums (the schema's choices); a name outside them throws

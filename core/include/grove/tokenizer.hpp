@@ -61,19 +61,25 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
                          const TokenizerTrainOptions& options);
 
 // Chat templates of the common families, rendered natively (no Jinja): each produces exactly what
-// transformers' apply_chat_template produces with that family's reference template.
-enum class ChatTemplate { chatml, llama3, llama2, plain };
+// transformers' apply_chat_template produces with that family's reference template. qwen3 is
+// Qwen3's template (reasoning in <think> blocks); qwen3_thinking_off is the same template rendered
+// with enable_thinking=False (TRL's chat_template_kwargs), whose generation prompt closes an empty
+// <think> block so the model answers directly.
+enum class ChatTemplate { chatml, llama3, llama2, plain, qwen3, qwen3_thinking_off };
 
 struct ChatMessage {
-    std::string role;  // system, user, assistant
+    std::string role;  // system, user, assistant (qwen3 also: tool)
     std::string content;
 };
 
-// "auto" recognises the family from the checkpoint's template text (ChatML markers, Llama 3 header
-// ids, [INST]); "none"/"plain" joins contents. Unknown names are refused with the list.
-ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config);
+// "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's
+// enable_thinking switch or without, Llama 3 header ids, [INST]); "none"/"plain" joins contents.
+// Unknown names are refused with the list. `enable_thinking` false picks qwen3_thinking_off, and is
+// refused for a family that has no such switch.
+ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config, bool enable_thinking = true);
 // `tools_json` (an environment's tool schemas, a JSON array; empty: none) is rendered as the model's
-// template renders apply_chat_template(tools=...): for chatml, Qwen2.5's "# Tools" system turn.
+// template renders apply_chat_template(tools=...): for chatml, Qwen2.5's "# Tools" system turn; for
+// qwen3, the same turn without Qwen2.5's default system prompt.
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json = "");
 

@@ -56,7 +56,11 @@ const std::vector<KeySpec>& manifest_schema() {
         pick(key("model", "device", T::string, "\"auto\"", "auto = cuda when available, else cpu"), "auto|cpu|cuda"),
         pick(key("model", "chat_template", T::string, "\"auto\"",
                  "auto = recognised from the checkpoint; none = prompts are used as plain text"),
-             "auto|chatml|llama3|llama2|plain|none"),
+             "auto|chatml|qwen3|llama3|llama2|plain|none"),
+        trl(key("model", "enable_thinking", T::boolean, "true",
+                "false: the qwen3 template's generation prompt closes an empty <think> block, so the model answers "
+                "without reasoning (refused for templates without that switch)"),
+            "chat_template_kwargs.enable_thinking"),
         trl(key("model", "gradient_checkpointing", T::boolean, "false",
                 "keep only each layer's input and recompute its activations in backward: less memory, one more "
                 "forward pass, the same gradients (TRL's default is true)"),

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "grove/error.hpp"
+#include "grove/tokenizer.hpp"
 
 namespace grove {
 
@@ -25,6 +26,14 @@ void RunConfig::check_adapter(const std::string& adapter_name, bool trains_base_
                                              adapter_name +
                                              "' adapter the reference is the frozen base model (as in TRL, which refuses "
                                              "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
+}
+
+ChatTemplate RunConfig::chat_template(const TokenizerConfig& tokenizer) const {
+    try {
+        return chat_template_from_name(model.chat_template, tokenizer, model.enable_thinking);
+    } catch (const Error& e) {
+        throw Error(ErrorKind::manifest, manifest_path + ": " + e.what());
+    }
 }
 
 ImportanceSamplingLevel importance_sampling_level_from_name(const std::string& name) {
@@ -69,6 +78,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.model.dtype = m.string("model.dtype");
     c.model.device = m.string("model.device");
     c.model.chat_template = m.string("model.chat_template");
+    c.model.enable_thinking = m.boolean("model.enable_thinking");
     c.model.gradient_checkpointing = m.boolean("model.gradient_checkpointing");
 
     c.data.source = m.optional_string("data.source");

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "grove/error.hpp"
@@ -683,18 +684,21 @@ std::string python_json(const nlohmann::ordered_json& value) {
     return value.dump();
 }
 
-// The system turn of a ChatML conversation with tools, as Qwen2.5's template writes it (the Hermes
-// tool format): the system prompt (or Qwen's default), then every tool's schema, then the call format.
-std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const std::string& tools_json) {
+// The system turn of a ChatML conversation with tools, as Qwen2.5's and Qwen3's templates write it
+// (the Hermes tool format): the system prompt, then every tool's schema, then the call format. With
+// no system message, Qwen2.5 writes its default prompt (`default_system`); Qwen3 writes none.
+std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const std::string& tools_json,
+                              const std::optional<std::string>& default_system) {
     const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
     if (tools.is_discarded() || !tools.is_array())
         throw Error(ErrorKind::input, "the environment's tools are not a JSON array of function schemas");
     std::string out = "<|im_start|>system\n";
-    out += !messages.empty() && messages[0].role == "system"
-               ? messages[0].content
-               : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    if (!messages.empty() && messages[0].role == "system")
+        out += messages[0].content + "\n\n";
+    else if (default_system)
+        out += *default_system + "\n\n";
     out +=
-        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
         "function signatures within <tools></tools> XML tags:\n<tools>";
     for (const auto& tool : tools) out += "\n" + python_json(tool);
     out +=
@@ -703,37 +707,142 @@ std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const st
         "<args-json-object>}\n</tool_call><|im_end|>\n";
     return out;
 }
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+std::string strip_newlines(std::string s, bool front, bool back) {
+    if (back) s.erase(s.find_last_not_of('\n') + 1);
+    if (front) s.erase(0, std::min(s.size(), s.find_first_not_of('\n')));
+    return s;
+}
+
+// An assistant turn of Qwen3's template: content with a <think> block is split into the reasoning
+// and the answer; turns after the last user query keep their reasoning (the last turn always gets a
+// block, empty or not), earlier turns lose it.
+std::string qwen3_assistant_turn(const std::string& message, bool after_last_query, bool last) {
+    std::string content = message, reasoning;
+    const size_t close = content.find("</think>");
+    if (close != std::string::npos) {
+        const std::string before = strip_newlines(content.substr(0, close), false, true);
+        const size_t open = before.rfind("<think>");
+        reasoning = strip_newlines(open == std::string::npos ? before : before.substr(open + 7), true, false);
+        content = strip_newlines(content.substr(content.rfind("</think>") + 8), true, false);
+    }
+    if (after_last_query && (last || !reasoning.empty()))
+        return "<|im_start|>assistant\n<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
+               strip_newlines(content, true, false);
+    return "<|im_start|>assistant\n" + content;
+}
+
+// Qwen3's template (enable_thinking only changes the generation prompt).
+std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking,
+                         const std::string& tools_json) {
+    std::string out;
+    const bool leading_system = !messages.empty() && messages[0].role == "system";
+    if (!tools_json.empty())
+        out = chatml_tools_turn(messages, tools_json, std::nullopt);
+    else if (leading_system)
+        out = "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
+    // the last user message that is not a tool response wrapped as a user turn
+    size_t last_query = messages.empty() ? 0 : messages.size() - 1;
+    for (size_t i = messages.size(); i-- > 0;)
+        if (messages[i].role == "user" &&
+            !(starts_with(messages[i].content, "<tool_response>") && ends_with(messages[i].content, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        const bool last = i + 1 == messages.size();
+        if (m.role == "user" || (m.role == "system" && i > 0)) {
+            out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+        } else if (m.role == "assistant") {
+            out += qwen3_assistant_turn(m.content, i > last_query, last) + "<|im_end|>\n";
+        } else if (m.role == "tool") {  // consecutive tool messages share one user turn
+            if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+            out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+            if (last || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+        } else if (m.role != "system") {
+            throw Error(ErrorKind::input,
+                        "qwen3 chat template: role \"" + m.role + "\" is not one it renders (system, user, assistant, tool)");
+        }
+    }
+    if (add_generation_prompt) out += thinking ? "<|im_start|>assistant\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    return out;
+}
 }  // namespace
 
-ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config) {
+namespace {
+const char* family_name(ChatTemplate family) {
+    switch (family) {
+        case ChatTemplate::chatml:
+            return "chatml";
+        case ChatTemplate::llama3:
+            return "llama3";
+        case ChatTemplate::llama2:
+            return "llama2";
+        case ChatTemplate::plain:
+            return "plain";
+        case ChatTemplate::qwen3:
+            return "qwen3";
+        case ChatTemplate::qwen3_thinking_off:
+            return "qwen3 (enable_thinking false)";
+    }
+    return "?";
+}
+
+ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig& config) {
+    const std::vector<std::string> names = {"auto", "chatml", "qwen3", "llama3", "llama2", "plain", "none"};
     if (name == "chatml") return ChatTemplate::chatml;
+    if (name == "qwen3") return ChatTemplate::qwen3;
     if (name == "llama3") return ChatTemplate::llama3;
     if (name == "llama2") return ChatTemplate::llama2;
     if (name == "plain" || name == "none") return ChatTemplate::plain;
     if (name == "auto") {
         const std::string& t = config.chat_template;
-        if (t.find("<|im_start|>") != std::string::npos) return ChatTemplate::chatml;
+        if (t.find("<|im_start|>") != std::string::npos)
+            return t.find("enable_thinking") != std::string::npos ? ChatTemplate::qwen3 : ChatTemplate::chatml;
         if (t.find("<|start_header_id|>") != std::string::npos) return ChatTemplate::llama3;
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
         return ChatTemplate::plain;
     }
-    throw Error(ErrorKind::usage, "unknown chat template \"" + name + "\"" +
-                                      did_you_mean(name, {"auto", "chatml", "llama3", "llama2", "plain", "none"}) +
-                                      "; use auto, chatml, llama3, llama2, plain or none");
+    throw Error(ErrorKind::usage, "unknown chat template \"" + name + "\"" + did_you_mean(name, names) +
+                                      "; use auto, chatml, qwen3, llama3, llama2, plain or none");
+}
+}  // namespace
+
+ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config, bool enable_thinking) {
+    const ChatTemplate family = chat_template_family(name, config);
+    if (enable_thinking) return family;
+    if (family == ChatTemplate::qwen3) return ChatTemplate::qwen3_thinking_off;
+    const std::string which = name == "auto"
+                                  ? std::string("the checkpoint's chat template (recognised as ") + family_name(family) + ")"
+                                  : "the chat template \"" + name + "\"";
+    throw Error(ErrorKind::usage, "enable_thinking = false (model.enable_thinking, grove generate --no-thinking): " + which +
+                                      " has no thinking switch; only qwen3 has one, and transformers would ignore the "
+                                      "setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
 }
 
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json) {
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
-    if (!tools_json.empty() && family != ChatTemplate::chatml)
+    if (!tools_json.empty() && family != ChatTemplate::chatml && family != ChatTemplate::qwen3 &&
+        family != ChatTemplate::qwen3_thinking_off)
         throw Error(ErrorKind::input,
-                    "the environment has tools, which Grove renders only with the chatml chat template (the Qwen2.5 / "
-                    "Hermes tool format); set model.chat_template = \"chatml\" for a ChatML model, or describe the tools "
-                    "in the dataset's system prompt");
+                    "the environment has tools, which Grove renders only with the chatml and qwen3 chat templates (the "
+                    "Qwen / Hermes tool format); set model.chat_template = \"chatml\" or \"qwen3\" for such a model, or "
+                    "describe the tools in the dataset's system prompt");
     switch (family) {
+        case ChatTemplate::qwen3:
+        case ChatTemplate::qwen3_thinking_off:
+            return render_qwen3(messages, add_generation_prompt, family == ChatTemplate::qwen3, tools_json);
         case ChatTemplate::chatml:
-            if (!tools_json.empty()) out = chatml_tools_turn(messages, tools_json);
+            if (!tools_json.empty())
+                out = chatml_tools_turn(messages, tools_json,
+                                        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
             for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size(); ++i)
                 out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
             if (add_generation_prompt) out += "<|im_start|>assistant\n";

@@ -31,6 +31,7 @@ EvaluationRequest evaluation_request(const RunConfig& c) {
     r.data_source = *source;
     r.prompt_column = c.data.prompt_column;
     r.chat_template = c.model.chat_template;
+    r.enable_thinking = c.model.enable_thinking;
     r.rewards = c.rewards;
     r.plugin_dirs = c.plugin_dirs;
     r.sampling = sampling_options(c);
@@ -68,7 +69,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
     const Tokenizer& tokenizer = loaded.tokenizer;
     const RewardSet& rewards = loaded.rewards;
     Environment* environment = loaded.environment;
-    ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer.config());
+    ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer.config(), q.enable_thinking);
     const std::vector<PluginUse> uses = reward_columns(loaded, q);
     const bool scores_environment = environment && q.environment_reward;
     std::vector<float> environment_scores;

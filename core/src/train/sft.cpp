@@ -119,7 +119,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     prepare_output_folder(output, start.clear);
     auto model = Model::load(c.model.path, c.model.device, c.model.dtype);
     auto tokenizer = Tokenizer::load(c.model.path);
-    ChatTemplate chat = chat_template_from_name(c.model.chat_template, tokenizer->config());
+    ChatTemplate chat = c.chat_template(tokenizer->config());
     auto source = c.data.source;
     if (!source) throw Error(ErrorKind::manifest, c.manifest_path + ": grove sft needs data.source");
     auto rows = load_prompts(*source, c.data.prompt_column);

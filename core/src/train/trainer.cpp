@@ -240,7 +240,7 @@ void Trainer::State::load() {
 
 std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     const RunConfig& c = config;
-    const ChatTemplate chat = chat_template_from_name(c.model.chat_template, tokenizer->config());
+    const ChatTemplate chat = c.chat_template(tokenizer->config());
     if (c.rollouts_path)
         return std::make_unique<PromptSource>(read_rollouts(*c.rollouts_path, c.generation.num_generations, *tokenizer,
                                                             model->config().vocab_size, rewards->names()),
@@ -274,13 +274,12 @@ ScoredRollout Trainer::State::generate_and_score(int64_t round) {
     progress.sampler = prompts->position();
     const int64_t first_row = int64_t(options.rank) * int64_t(rows.size());
     const bool replay = !rows.empty() && rows[0].replay;
-    Rollout rollout =
-        replay        ? replay_rollout(std::move(rows), o, first_row)
-        : environment ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
-                                          {c.environment.max_turns, c.generation.max_completion_length, progress.global_step,
-                                           chat_template_from_name(c.model.chat_template, tokenizer->config())},
-                                          first_row, c.environment.reward.has_value())
-                      : generate_rollout(*model, std::move(rows), o, first_row);
+    Rollout rollout = replay        ? replay_rollout(std::move(rows), o, first_row)
+                      : environment ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
+                                                        {c.environment.max_turns, c.generation.max_completion_length,
+                                                         progress.global_step, c.chat_template(tokenizer->config())},
+                                                        first_row, c.environment.reward.has_value())
+                                    : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
     memory.close("generate", model->device());
 

@@ -9,6 +9,7 @@ import os
 import sys
 
 import torch
+import trl
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
@@ -72,12 +73,18 @@ def save_tokenizer(folder):
 
 
 def cli_reference(folder, model):
-    """What transformers generates greedily for a text prompt, plain and with the chat template."""
+    """What transformers generates greedily for a text prompt: plain, with the chat template, and with
+    Qwen3's template (as TRL ships it) and enable_thinking=False."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
+        qwen3 = f.read()
+    question = [{"role": "user", "content": "What is 2 + 2?"}]
     out = {}
     for name, text in [("plain", "What is 2 + 2?"),
-                       ("chat", tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}],
-                                                              tokenize=False, add_generation_prompt=True))]:
+                       ("chat", tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)),
+                       ("chat_qwen3_no_thinking", tokenizer.apply_chat_template(
+                           question, chat_template=qwen3, tokenize=False, add_generation_prompt=True,
+                           enable_thinking=False))]:
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=(name == "plain")).input_ids
         with torch.no_grad():
             generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import trl
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -49,6 +50,29 @@ LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messag
           "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
           "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
           "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}")
+# Qwen3's own template, as TRL ships it for recognising Qwen3 checkpoints
+with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
+    QWEN3 = f.read()
+TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
+                                           "parameters": {"type": "object", "properties": {"a": {"type": "number"},
+                                                                                         "b": {"type": "number"}},
+                                                          "required": ["a", "b"]}}},
+         {"type": "function", "function": {"name": "now", "description": "The time, ünïcode kept.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+# assistant turns with reasoning before and after the last real user query, tool responses (as tool
+# messages and as a user message that is one), and a system message after the first
+QWEN3_CONVERSATIONS = [
+    ([{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "<think>\nplan\n</think>\n\nA1"},
+      {"role": "user", "content": "Q2"}], True),
+    ([{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "\n<think>a<think>b\n\n</think>\nA1 </think> x"}],
+     False),
+    ([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "call"},
+      {"role": "tool", "content": "42"}, {"role": "tool", "content": "43"}, {"role": "assistant", "content": "no think"},
+      {"role": "assistant", "content": "<think>r</think>done"}], True),
+    ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think>r1</think>a1"},
+      {"role": "user", "content": "<tool_response>\n7\n</tool_response>"},
+      {"role": "assistant", "content": "<think>r2</think>a2"}, {"role": "system", "content": "late system"}], True),
+]
 CONVERSATIONS = [
     ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 3 + 4?"}], True),
     ([{"role": "user", "content": "  Hi there \n"}, {"role": "assistant", "content": " Hello! "},
@@ -110,8 +134,16 @@ def chat_templates(folder):
                                             add_generation_prompt=add_generation_prompt)
             out.append({"family": family, "messages": messages, "add_generation_prompt": add_generation_prompt,
                         "text": text})
+    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
+        for kwargs in [{}, {"enable_thinking": False}, {"tools": TOOLS}, {"tools": TOOLS, "enable_thinking": False}]:
+            text = fast.apply_chat_template(messages, chat_template=QWEN3, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt, **kwargs)
+            out.append({"family": "qwen3", "messages": messages, "add_generation_prompt": add_generation_prompt,
+                        "enable_thinking": kwargs.get("enable_thinking", True),
+                        "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
+                        "text": text})
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
-        json.dump({"cases": out, "templates": {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2}}, f,
+        json.dump({"cases": out, "templates": {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3}}, f,
                   ensure_ascii=False, indent=1)
 
 

@@ -66,13 +66,15 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
     for (const auto& c : data["cases"]) {
         std::vector<grove::ChatMessage> messages;
         for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-        auto family = grove::chat_template_from_name(c["family"], tokenizer->config());
-        EXPECT_EQ(grove::render_chat(family, messages, c["add_generation_prompt"], tokenizer->config()),
+        auto family = grove::chat_template_from_name(c["family"], tokenizer->config(), c.value("enable_thinking", true));
+        EXPECT_EQ(grove::render_chat(family, messages, c["add_generation_prompt"], tokenizer->config(),
+                                     c.value("tools_json", std::string())),
                   c["text"].get<std::string>())
-            << c["family"] << " " << c["messages"].dump();
+            << c["family"] << " " << c["messages"].dump() << " enable_thinking " << c.value("enable_thinking", true)
+            << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 8);
+    EXPECT_GE(checked, 8 + 7 * 4);
 }
 
 TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
@@ -80,6 +82,11 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     grove::TokenizerConfig config;
     config.chat_template = data["templates"]["chatml"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml);
+    EXPECT_THROW(grove::chat_template_from_name("auto", config, /*enable_thinking=*/false), grove::Error)
+        << "ChatML has no thinking switch";
+    config.chat_template = data["templates"]["qwen3"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3);
+    EXPECT_EQ(grove::chat_template_from_name("auto", config, false), grove::ChatTemplate::qwen3_thinking_off);
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
     config.chat_template = data["templates"]["llama2"];
