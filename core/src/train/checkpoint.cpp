@@ -403,6 +403,7 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         SafetensorsFile reference(file.string());
         at::NoGradGuard no_grad;
         for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name));
+        state.reference_restored = true;
     }
     const fs::path buffer_file = fs::path(dir) / buffer_file_name(rank_);
     state.unused_micro_batches.clear();

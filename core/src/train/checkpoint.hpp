@@ -48,9 +48,10 @@ struct CheckpointedState {
     const std::vector<int>& owners;
     // The reference model's tensors by name (beta > 0 with the full adapter), or none. A run that
     // moves them (`reference_moves`: sync_ref_model) saves them in reference.safetensors; a resume
-    // restores them whenever the checkpoint has that file.
+    // restores them whenever the checkpoint has that file, and sets `reference_restored`.
     std::vector<std::pair<std::string, at::Tensor>> reference = {};
     bool reference_moves = false;
+    bool reference_restored = false;
 };
 
 // "checkpoint-<step>" and back; nullopt for any other folder name.

@@ -472,6 +472,10 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         CheckpointedState state = s.checkpointed_state();
         s.checkpoints->restore(*resume_from, state);
         s.checkpoints->warn_of_changed_settings(*resume_from, options.rank == 0 ? options.log : nullptr);
+        if (state.reference_restored && !s.config.loss.sync_ref_model && options.rank == 0 && options.log)
+            *options.log << "grove: note: " << *resume_from
+                         << " holds the reference that loss.sync_ref_model moved; the run keeps it, fixed from here on "
+                            "(set loss.sync_ref_model = true to go on moving it)\n";
         s.prompts->restore(s.progress.sampler);
         // only adaptive control carries its coefficient across a resume (TRL); a static one is the manifest's
         if (!s.config.loss.use_adaptive_entropy) s.progress.entropy = EntropyControl{s.config.loss.entropy_coef};

@@ -348,6 +348,14 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
     }
     EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
 
+    // resumed with the sync off: the moved reference is kept, fixed, and the log says so
+    std::ostringstream log;
+    resume.log = &log;
+    grove::Trainer unsynced_resume(grove::Manifest::load(m.path(), unsynced), resume);
+    EXPECT_DOUBLE_EQ(unsynced_resume.step()["kl"], expected[2]["kl"]) << "the reference the sync had moved";
+    EXPECT_NE(unsynced_resume.step()["kl"], expected[3]["kl"]) << "no sync after the resume";
+    EXPECT_CONTAINS(log.str(), "holds the reference that loss.sync_ref_model moved; the run keeps it, fixed");
+
     auto error_of = [](const std::vector<std::string>& overrides) {
         try {
             grove::Trainer refused(manifest("sync_ref_refused", overrides), fresh());
