@@ -20,8 +20,9 @@ struct EvaluationRequest {
     std::string data_source;  // JSONL or builtin:NAME
     std::string prompt_column = "prompt";
     std::string chat_template = "auto";
-    bool enable_thinking = true;     // model.enable_thinking
-    std::vector<PluginUse> rewards;  // name, plugin, weight, config
+    bool enable_thinking = true;        // model.enable_thinking
+    bool cast_lm_head_to_fp32 = false;  // model.cast_lm_head_to_fp32: the output layer in float32
+    std::vector<PluginUse> rewards;     // name, plugin, weight, config
     std::vector<std::string> plugin_dirs;
     SamplingOptions sampling;  // greedy or sampling; eos/pad filled from the checkpoint
     int64_t samples = 1;       // completions per prompt

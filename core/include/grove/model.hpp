@@ -88,8 +88,14 @@ public:
     // early (the batch is as long as its longest completion).
     at::Tensor packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
                                     const std::vector<int64_t>& row_lengths) const;
-    // logits = lm_head(hidden)
+    // logits = lm_head(hidden); float32 when the head is kept in float32
     at::Tensor logits(const at::Tensor& hidden) const;
+    // TRL's cast_lm_head_to_fp32 (the ScaleRL recipe): the output layer's weight is kept in float32
+    // and its product runs in float32 outside autocast, on hidden states cast up (logits(),
+    // token_logprobs). A tied head keeps the embedding matrix in float32 and casts its lookups to
+    // the model's dtype, as TRL does. Nothing changes for a float32 model without autocast.
+    void keep_lm_head_in_float32();
+    bool lm_head_in_float32() const { return lm_head_float32_; }
     at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
                        KVCache* cache = nullptr) const {
         return logits(hidden_states(input_ids, attention_mask, position_ids, cache));
@@ -164,6 +170,8 @@ private:
     at::Tensor inv_freq_;                // [head_dim / 2], float32
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;
+    bool lm_head_float32_ = false;
+    at::Tensor embed(const at::Tensor& ids) const;  // token embeddings in the model's dtype
 };
 
 }  // namespace grove

@@ -61,6 +61,10 @@ const std::vector<KeySpec>& manifest_schema() {
                 "false: the qwen3 template's generation prompt closes an empty <think> block, so the model answers "
                 "without reasoning (refused for templates without that switch)"),
             "chat_template_kwargs.enable_thinking"),
+        trl(key("model", "cast_lm_head_to_fp32", T::boolean, "false",
+                "keep the output layer's weight in float32 and run its product in float32 outside autocast, for the "
+                "policy and the reference (the ScaleRL recipe); no change for a float32 model without autocast"),
+            "cast_lm_head_to_fp32"),
         trl(key("model", "gradient_checkpointing", T::boolean, "false",
                 "keep only each layer's input and recompute its activations in backward: less memory, one more "
                 "forward pass, the same gradients (TRL's default is true)"),

@@ -164,8 +164,8 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
                     "and the cache's column");
     const auto [cos, sin] = rotary_tables(position.view({B, 1}));
     const at::Tensor row_cos = cos.view({B, D}), row_sin = sin.view({B, D});
-    at::Tensor h = at::embedding(embed_tokens_, token.view({B}));  // [B, H]
-    at::Tensor delta;                                              // what the last block adds to h: the next norm adds it
+    at::Tensor h = embed(token.view({B}));  // [B, H]
+    at::Tensor delta;                       // what the last block adds to h: the next norm adds it
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = *layers_[l];
         at::Tensor x = add_rms_norm(h, delta, layer.input_norm, c.rms_norm_eps);

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
+#include "model/autocast.hpp"
 #include "model/decode_kernels.hpp"
 #include "model/sampling.hpp"
 #include "model/static_decode.hpp"
@@ -542,7 +544,11 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
 at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at::Tensor& targets, double temperature,
                           int64_t chunk_rows, at::Tensor* entropy, bool entropy_graph) {
     int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+    // a float32 head (cast_lm_head_to_fp32): the product in float32, outside autocast
+    std::optional<AutocastScope> float_head;
+    if (model.lm_head_in_float32()) float_head.emplace(hidden.device().type(), false, at::kBFloat16);
     at::Tensor flat_hidden = hidden.reshape({B * T, H});
+    if (model.lm_head_in_float32()) flat_hidden = flat_hidden.to(at::kFloat);
     at::Tensor flat_targets = targets.reshape({B * T, 1}).to(hidden.device());
     // On CUDA, a pass that records gradients keeps no logits for the backward (RecomputedLogprobs):
     // memory is what is short there. The CPU keeps autograd's path, where the recomputed product

@@ -466,13 +466,13 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
 }
 
 at::Device Model::device() const { return embed_tokens_.device(); }
-at::ScalarType Model::dtype() const { return embed_tokens_.scalar_type(); }
+at::ScalarType Model::dtype() const { return norm_.scalar_type(); }  // the embedding may be a float32 head
 const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embed_tokens_; }
 
 KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
     KVCache cache;
     cache.capacity = capacity;
-    auto options = embed_tokens_.options();
+    auto options = norm_.options();
     for (size_t i = 0; i < layers_.size(); ++i) {
         cache.keys.push_back(at::empty({batch, config_.num_key_value_heads, capacity, config_.head_dim}, options));
         cache.values.push_back(at::empty({batch, config_.num_key_value_heads, capacity, config_.head_dim}, options));
@@ -518,7 +518,9 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
         if (from.bias) l.bias = cast(*from.bias);
         return l;
     };
-    m->embed_tokens_ = cast(embed_tokens_);
+    // a float32 head stays float32 (a tied one is the embedding matrix)
+    m->lm_head_float32_ = lm_head_float32_;
+    m->embed_tokens_ = lm_head_float32_ && !lm_head_ ? embed_tokens_.detach().clone() : cast(embed_tokens_);
     for (const auto& from : layers_) {
         auto layer = std::make_unique<Layer>();
         layer->input_norm = cast(from->input_norm);
@@ -540,7 +542,7 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
         m->layers_.push_back(std::move(layer));
     }
     m->norm_ = cast(norm_);
-    if (lm_head_) m->lm_head_ = cast(*lm_head_);
+    if (lm_head_) m->lm_head_ = lm_head_float32_ ? lm_head_->detach().clone() : cast(*lm_head_);
     m->inv_freq_ = inv_freq_;
     return m;
 }
@@ -776,7 +778,7 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
         attention.visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
         attention.visible = attention.visible.logical_or(key_pos == query_pos);
     }
-    at::Tensor hidden = decoder_stack(at::embedding(embed_tokens_, input_ids.to(device)), position_ids, attention, cache);
+    at::Tensor hidden = decoder_stack(embed(input_ids.to(device)), position_ids, attention, cache);
     if (cache) cache->length = S;
     return hidden;
 }
@@ -797,11 +799,27 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
                     "packed_hidden_states: row lengths and position ids must cover the " + std::to_string(N) + " tokens");
     at::Device device = embed_tokens_.device();
     attention.slots = at::tensor(slots, at::kLong).to(device);
-    at::Tensor h = at::embedding(embed_tokens_, token_ids.to(device)).unsqueeze(0);
+    at::Tensor h = embed(token_ids.to(device)).unsqueeze(0);
     return decoder_stack(h, position_ids.view({1, N}), attention, nullptr).squeeze(0);
 }
 
-at::Tensor Model::logits(const at::Tensor& hidden) const { return linear_for_scope(hidden, lm_head_weight(), std::nullopt); }
+at::Tensor Model::embed(const at::Tensor& ids) const {
+    at::Tensor h = at::embedding(embed_tokens_, ids);
+    return h.scalar_type() == dtype() ? h : h.to(dtype());
+}
+
+at::Tensor Model::logits(const at::Tensor& hidden) const {
+    if (!lm_head_float32_) return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
+    AutocastScope off(hidden.device().type(), false, at::kBFloat16);
+    return linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt);
+}
+
+void Model::keep_lm_head_in_float32() {
+    at::NoGradGuard no_grad;
+    at::Tensor& head = lm_head_ ? *lm_head_ : embed_tokens_;
+    if (head.scalar_type() != at::kFloat) head = head.to(at::kFloat).requires_grad_(head.requires_grad());
+    lm_head_float32_ = true;
+}
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;

@@ -32,6 +32,7 @@ EvaluationRequest evaluation_request(const RunConfig& c) {
     r.prompt_column = c.data.prompt_column;
     r.chat_template = c.model.chat_template;
     r.enable_thinking = c.model.enable_thinking;
+    r.cast_lm_head_to_fp32 = c.model.cast_lm_head_to_fp32;
     r.rewards = c.rewards;
     r.plugin_dirs = c.plugin_dirs;
     r.sampling = sampling_options(c);
@@ -47,6 +48,7 @@ EvaluationRequest evaluation_request(const RunConfig& c) {
 
 EvaluationResult evaluate(const EvaluationRequest& q) {
     auto model = load_model_or_adapter_checkpoint(q.model_dir, q.device, q.dtype, q.plugin_dirs);
+    if (q.cast_lm_head_to_fp32) model->keep_lm_head_in_float32();
     auto tokenizer = Tokenizer::load(q.model_dir);
     PluginHost host(plugin_search_path(q.plugin_dirs));
     const RewardSet rewards(host, q.rewards, reward_model_factory(model->device().str()));

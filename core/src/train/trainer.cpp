@@ -172,6 +172,7 @@ void Trainer::State::load() {
 
     const std::string device = options.device.value_or(c.model.device);
     model = Model::load(c.model.path, device, c.model.dtype);
+    if (c.model.cast_lm_head_to_fp32) model->keep_lm_head_in_float32();  // before any tensor of it is collected
     if (model->config().sequence_classifier)
         throw Error(ErrorKind::input, c.model.path + " is a " + model->config().architecture +
                                           " (a reward model), not a policy to train: load it with [[rewards]] model = \"" +
@@ -201,6 +202,7 @@ void Trainer::State::load() {
     if (!full) model->attach_adapter(*adapter_host);
     // beta = 0 loads no reference model at all (docs/grpo.md#kl-to-the-reference); LoRA uses the base model
     if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, device, c.model.dtype);
+    if (reference && c.model.cast_lm_head_to_fp32) reference->keep_lm_head_in_float32();  // as TRL casts both
     c.check_adapter(adapter->info().name, full);
 
     params = model->trainable_parameters();

@@ -139,6 +139,43 @@ def save_reward_model(name, config):
                    "conversation_scores": conversation_scores.tolist()}, f)
 
 
+def float32_head_reference(name):
+    """TRL's completion log-probabilities of a bfloat16 model, with cast_lm_head_to_fp32 and without,
+    and the final hidden states the head saw (a hook on the backbone), so that Grove's output layer
+    is compared on exactly TRL's inputs."""
+    import tempfile
+    from datasets import Dataset
+    from tokenizers import models as tokenizer_models
+    from transformers import PreTrainedTokenizerFast
+    from trl import GRPOConfig, GRPOTrainer
+    folder = os.path.join(OUT, name)
+    word_level = Tokenizer(tokenizer_models.WordLevel({f"t{i}": i for i in range(COMMON["vocab_size"])}, unk_token="t0"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="t0", bos_token="t1", eos_token="t2")
+    g = torch.Generator().manual_seed(5)
+    B, P, C, temperature = 3, 4, 5, 0.7
+    ids = torch.randint(4, COMMON["vocab_size"], (B, P + C), generator=g)
+    out = {"input_ids": ids}
+    for cast in (True, False):
+        args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=B, num_generations=B,
+                          max_completion_length=C, temperature=temperature, cast_lm_head_to_fp32=cast,
+                          report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+        trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                              processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a"]}))
+        seen = {}
+        trainer.model.model.register_forward_hook(lambda m, a, o: seen.update(hidden=o.last_hidden_state.detach()))
+        with torch.no_grad():
+            logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, torch.ones_like(ids), C)[0]
+        suffix = "cast" if cast else "plain"
+        out["logps_" + suffix] = logps.float().contiguous()
+        out["hidden_" + suffix] = seen["hidden"][:, P - 1:-1].contiguous()  # the positions that predict the completion
+    out["targets"] = ids[:, P:].contiguous()
+    save_file(out, os.path.join(folder, "float32_head.safetensors"))
+    with open(os.path.join(folder, "float32_head.json"), "w") as f:
+        json.dump({"temperature": temperature}, f)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     torch.manual_seed(1234)
@@ -175,6 +212,8 @@ def main():
             json.dump({"temperature": temperature, **extra}, f)
     for name, config in REWARD_CONFIGS.items():
         save_reward_model(name, config)
+    for name in ("llama_gqa", "qwen2_tied"):  # an untied head, and one tied to the embedding
+        float32_head_reference(name)
     print(f"tiny models written to {OUT}")
 
 

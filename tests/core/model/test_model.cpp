@@ -18,6 +18,7 @@
 #include "grove/model.hpp"
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
+#include "model/autocast.hpp"
 #include "model/decode_kernels.hpp"
 #include "model/sampling.hpp"
 #include "model/static_decode.hpp"
@@ -371,6 +372,48 @@ TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
     for (size_t i = 0; i < plain.size(); ++i)
         EXPECT_LT((plain[i] - checkpointed[i]).abs().max().item<double>(), 1e-6 + 1e-4 * plain[i].abs().max().item<double>())
             << "parameter " << i;
+}
+
+// cast_lm_head_to_fp32 against TRL: on the final hidden states TRL's bfloat16 model computed
+// (make_tiny_models.py hooks them), Grove's output layer gives TRL's completion log-probabilities
+// with the head in float32, and TRL's bf16 ones without; the two differ by far more than the
+// tolerance. An untied head and one tied to the embedding: the tied one keeps the embedding matrix
+// in float32 while its lookups stay bf16, so the hidden states are the plain bf16 model's. Under
+// bf16 autocast a float32 model's head still runs in float32, outside it.
+TEST(Model, Float32HeadGivesTrlsCastLmHeadLogprobs) {
+    auto max_abs = [](const at::Tensor& t) { return t.abs().max().item<double>(); };
+    for (const std::string name : {"llama_gqa", "qwen2_tied"}) {
+        grove::SafetensorsFile file(kModels + "/" + name + "/float32_head.safetensors");
+        auto t = [&](const char* n) { return grove::tensor_from_entry(*file.find(n), file.path()); };
+        const double temperature = 0.7;
+        const at::Tensor targets = t("targets");
+        auto plain = grove::Model::load(kModels + "/" + name, "cpu", "bfloat16");
+        auto cast = grove::Model::load(kModels + "/" + name, "cpu", "bfloat16");
+        cast->keep_lm_head_in_float32();
+        EXPECT_EQ(cast->lm_head_weight().scalar_type(), at::kFloat) << name;
+        EXPECT_EQ(cast->dtype(), at::kBFloat16) << name;
+        at::NoGradGuard no_grad;
+        const at::Tensor ours_cast = grove::token_logprobs(*cast, t("hidden_cast"), targets, temperature);
+        const at::Tensor ours_plain = grove::token_logprobs(*plain, t("hidden_plain"), targets, temperature);
+        EXPECT_LT(max_abs(ours_cast - t("logps_cast")), 1e-5) << name;
+        EXPECT_LT(max_abs(ours_plain - t("logps_plain")), 1e-5) << name;
+        EXPECT_GT(max_abs(ours_cast - t("logps_plain")), 1e-4) << name << ": the tolerance must tell the heads apart";
+
+        const at::Tensor ids = t("input_ids"), mask = at::ones_like(ids);
+        const at::Tensor positions = at::arange(ids.size(1), at::kLong).unsqueeze(0).expand_as(ids);
+        const at::Tensor hidden = cast->hidden_states(ids, mask, positions);
+        EXPECT_TRUE(at::equal(hidden, plain->hidden_states(ids, mask, positions))) << name;
+        EXPECT_EQ(cast->logits(hidden).scalar_type(), at::kFloat) << name;
+
+        auto float32 = grove::Model::load(kModels + "/" + name), float32_cast = grove::Model::load(kModels + "/" + name);
+        float32_cast->keep_lm_head_in_float32();
+        const at::Tensor h = t("hidden_cast").to(at::kFloat);
+        const at::Tensor exact = grove::token_logprobs(*float32, h, targets, temperature);
+        grove::AutocastScope autocast(at::kCPU);
+        EXPECT_LT(max_abs(grove::token_logprobs(*float32_cast, h, targets, temperature) - exact), 1e-6) << name;
+        EXPECT_GT(max_abs(grove::token_logprobs(*float32, h, targets, temperature) - exact), 1e-4)
+            << name << ": autocast rounds the plain head's product to bf16";
+    }
 }
 
 TEST(Model, EosIdsComeFromConfigAndGenerationConfig) {

@@ -74,6 +74,19 @@ grove::TrainerOptions fresh() {
     return o;
 }
 
+// A run of `manifest` that trains `steps` steps and saves a checkpoint, then the trainer that resumes
+// it from that checkpoint (the resume tests' first half).
+std::unique_ptr<grove::Trainer> resumed_after(const grove::Manifest& m, int steps) {
+    {
+        grove::Trainer first(m, fresh());
+        for (int i = 0; i < steps; ++i) first.step();
+        first.save_checkpoint();
+    }
+    grove::TrainerOptions resume;
+    resume.resume = "latest";
+    return std::make_unique<grove::Trainer>(m, resume);
+}
+
 std::map<std::string, at::Tensor> snapshot(grove::Model& model) {
     std::map<std::string, at::Tensor> out;
     for (const auto& [name, t] : model.named_parameters()) out[name] = t.detach().clone();
@@ -370,6 +383,27 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
                     "[adapter]: loss.sync_ref_model moves a reference model, but with the 'lora' adapter");
 }
 
+// model.cast_lm_head_to_fp32 in a run: a bfloat16 policy and its reference with float32 output
+// layers. The head stays float32 and trains; a resume continues exactly (the float32 head is
+// checkpointed as it is). Model.Float32HeadGivesTrlsCastLmHeadLogprobs compares the head with TRL's.
+TEST(Trainer, Float32HeadTrainsAndResumesExactly) {
+    const std::vector<std::string> settings{"train.max_steps=2", "train.per_device_train_batch_size=4",
+                                            "model.dtype=\"bfloat16\"", "model.cast_lm_head_to_fp32=true", "loss.beta=0.1"};
+    grove::Trainer straight(manifest("float32_head_straight", settings), fresh());
+    EXPECT_EQ(straight.model().lm_head_weight().scalar_type(), at::kFloat);
+    EXPECT_EQ(straight.model().dtype(), at::kBFloat16);
+    const at::Tensor before = straight.model().lm_head_weight().detach().clone();
+    std::vector<std::map<std::string, double>> expected{straight.step(), straight.step()};
+    EXPECT_EQ(straight.model().lm_head_weight().scalar_type(), at::kFloat);
+    EXPECT_GT((straight.model().lm_head_weight() - before).abs().max().item<double>(), 0.0) << "the head trains";
+    EXPECT_GT(expected[1]["kl"], 0.0);
+
+    const auto second = resumed_after(manifest("float32_head_resumed", settings), 1);
+    const auto got = second->step();
+    for (const char* key : {"loss", "kl", "grad_norm"}) EXPECT_DOUBLE_EQ(got.at(key), expected[1].at(key)) << key;
+    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+}
+
 // DAPO's dynamic sampling: with two generations per prompt and a reward half the completions get,
 // many groups agree. Filtering them leaves a batch in which every group disagrees; its first round
 // is the batch a run without filtering trains on; with one round allowed, agreeing groups fill the
@@ -407,21 +441,13 @@ TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
     EXPECT_EQ(short_batch.at("dynamic_sampling/filtered_groups"), 0.0) << "every agreeing group was put back";
     EXPECT_EQ(short_batch.at("frac_reward_zero_std"), plain_first.at("frac_reward_zero_std")) << "the same batch, reordered";
 
-    auto m = manifest("dynamic_resumed", settings);
-    {
-        grove::Trainer first(m, fresh());
-        first.step();
-        first.save_checkpoint();
-    }
-    grove::TrainerOptions resume;
-    resume.resume = "latest";
-    grove::Trainer second(m, resume);
+    const auto second = resumed_after(manifest("dynamic_resumed", settings), 1);
     for (int i = 1; i < 3; ++i) {
-        auto got = second.step();
+        auto got = second->step();
         for (const char* key : {"loss", "reward", "grad_norm", "dynamic_sampling/rounds"})
             EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
     }
-    EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(filtered.model())), 0.0);
+    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(filtered.model())), 0.0);
 }
 
 // A reward model's scores equal transformers' sequence-classification logits as TRL computes them
