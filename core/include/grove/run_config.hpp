@@ -30,6 +30,7 @@ struct ModelSection {
     std::string path, dtype, device, chat_template;
     bool enable_thinking = true;  // false: Qwen3's enable_thinking=False
     bool cast_lm_head_to_fp32 = false;
+    bool disable_dropout = false;
     bool gradient_checkpointing = false;
 };
 

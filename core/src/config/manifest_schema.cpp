@@ -65,6 +65,10 @@ const std::vector<KeySpec>& manifest_schema() {
                 "keep the output layer's weight in float32 and run its product in float32 outside autocast, for the "
                 "policy and the reference (the ScaleRL recipe); no change for a float32 model without autocast"),
             "cast_lm_head_to_fp32"),
+        trl(key("model", "disable_dropout", T::boolean, "false",
+                "no dropout anywhere, the adapter's included (as TRL sets every dropout's p to 0), so the policy's "
+                "log-probabilities while training equal those it sampled with"),
+            "disable_dropout"),
         trl(key("model", "gradient_checkpointing", T::boolean, "false",
                 "keep only each layer's input and recompute its activations in backward: less memory, one more "
                 "forward pass, the same gradients (TRL's default is true)"),

@@ -80,6 +80,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.model.chat_template = m.string("model.chat_template");
     c.model.enable_thinking = m.boolean("model.enable_thinking");
     c.model.cast_lm_head_to_fp32 = m.boolean("model.cast_lm_head_to_fp32");
+    c.model.disable_dropout = m.boolean("model.disable_dropout");
     c.model.gradient_checkpointing = m.boolean("model.gradient_checkpointing");
 
     c.data.source = m.optional_string("data.source");

@@ -522,7 +522,7 @@ std::map<std::string, double> Trainer::step() {
         }
         auto t1 = Clock::now();
         const int64_t index = p.micro_step % S;
-        s.adapter_host->set_training(true);
+        s.adapter_host->set_training(!c.model.disable_dropout);  // dropout (the adapter's) only while training
         MicroStepResult r;
         try {
             const ReductionCounts counts = s.reduction_counts(index);

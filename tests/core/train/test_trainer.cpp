@@ -907,6 +907,25 @@ TEST(Trainer, GradientCheckpointingGivesTheSameSteps) {
     }
 }
 
+// model.disable_dropout (TRL sets every dropout's p to 0, LoRA's included): a LoRA run with dropout
+// 0.5 trains exactly as one with dropout 0, and differently without the option.
+TEST(Trainer, DisableDropoutTrainsAsNoDropout) {
+    auto run = [](const std::string& name, const std::string& dropout, bool disable) {
+        grove::Trainer t(manifest(name, {"train.max_steps=2", "train.per_device_train_batch_size=4", "adapter.plugin=\"lora\"",
+                                         "adapter.config={ r = 4, alpha = 8.0, dropout = " + dropout +
+                                             ", target_modules = [\"q_proj\", \"v_proj\", \"down_proj\"] }",
+                                         std::string("model.disable_dropout=") + (disable ? "true" : "false")}),
+                         fresh());
+        std::vector<double> losses{t.step().at("loss"), t.step().at("loss")};
+        return std::pair{losses, snapshot(t.model())};
+    };
+    const auto none = run("dropout_none", "0.0", false), disabled = run("dropout_disabled", "0.5", true),
+               kept = run("dropout_kept", "0.5", false);
+    EXPECT_EQ(disabled.first, none.first);
+    EXPECT_EQ(max_difference(disabled.second, none.second), 0.0);
+    EXPECT_GT(max_difference(kept.second, none.second), 1e-6) << "dropout 0.5 changes the update when it is on";
+}
+
 // train.mixed_precision = "bf16" (TRL's bf16 = True) on fixed rollouts: the forward runs in bfloat16,
 // so the gradient differs slightly from float32's, while weights and optimizer stay float32.
 TEST(Trainer, Bf16AutocastKeepsFloat32WeightsAndStaysClose) {
