@@ -1,11 +1,12 @@
 """Generation throughput, Grove vs transformers, same model, machine, batch and lengths, one run.
 
     .venv/bin/python bench/generate.py [--batch 16] [--prompt-len 32] [--new-tokens 128] [--dtype float32]
-                                       [--device cpu] [--shape smollm2-135m|qwen2.5-0.5b|tiny] [--repeats 3]
+                                       [--device cpu] [--shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|tiny] [--repeats 3]
 
 Builds a randomly initialised checkpoint of the chosen shape (SmolLM2-135M's by default: 30 layers,
 hidden 576, 9 heads / 3 KV heads, vocabulary 49152, tied embeddings; Qwen2.5-0.5B's: 24 layers, hidden
-896, 14 heads / 2 KV heads, q/k/v biases, vocabulary 151936, tied), then times
+896, 14 heads / 2 KV heads, q/k/v biases, vocabulary 151936, tied; Qwen3-0.6B's: 28 layers, hidden 1024,
+16 heads / 8 KV heads of 128, q/k norms, vocabulary 151936, tied), then times
 transformers' generate (sampling, KV cache, min_new_tokens = max_new_tokens so no row stops early)
 and build/bin/grove_bench_generate on the same prompts' shape, alternately, --repeats times. Prints
 tokens/s for both in each pair, the pairs' ratios and their median; on CUDA also both sides' peak
@@ -21,7 +22,7 @@ import tempfile
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
 SHAPES = {
     "smollm2-135m": dict(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -30,6 +31,9 @@ SHAPES = {
     "qwen2.5-0.5b": dict(family="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
                          num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True,
                          rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6),
+    "qwen3-0.6b": dict(family="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                       rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6),
     "tiny": dict(family="llama", vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=1024),
 }
@@ -37,7 +41,7 @@ SHAPES = {
 
 def model_config(name):
     shape = dict(SHAPES[name])
-    config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config}[shape.pop("family")]
+    config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[shape.pop("family")]
     return config_class(**shape, bos_token_id=1, eos_token_id=2)
 
 
