@@ -53,7 +53,7 @@ private:
 std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_size);
 
 // transformers.get_scheduler's multiplier of the peak rate at optimizer step `step` (0-based):
-// linear warmup, then linear decay to 0, cosine, or constant.
-double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total);
+// linear warmup (none for constant), then linear decay to 0, cosine to 0 or to min_lr_rate, or none.
+double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, double min_lr_rate = 0.0);
 
 }  // namespace grove

@@ -22,7 +22,8 @@ enum class ImportanceSamplingLevel { token, sequence };
 enum class SamplingCorrection { none, token_truncate, token_mask, sequence_truncate, sequence_mask };
 enum class ScaleRewards { group, batch, none };
 enum class RewardAggregation { sum_then_normalize, normalize_then_sum };
-enum class LrSchedule { linear, cosine, constant };
+// transformers' lr_scheduler_type names; constant has no warmup there, constant_with_warmup has
+enum class LrSchedule { linear, cosine, constant, constant_with_warmup, cosine_with_min_lr };
 enum class MixedPrecision { automatic, bf16, off };  // "auto" | "bf16" | "no"
 enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"
 
@@ -77,6 +78,7 @@ struct TrainSection {
     double learning_rate = 1e-6;
     LrSchedule lr_scheduler_type = LrSchedule::linear;
     int64_t warmup_steps = 0;
+    double min_lr_rate = 0.0;  // cosine_with_min_lr's floor, as a fraction of learning_rate
     double warmup_ratio = 0.0, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
            max_grad_norm = 1.0;
     int64_t max_steps = -1;

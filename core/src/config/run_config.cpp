@@ -56,8 +56,11 @@ RewardAggregation reward_aggregation_from_name(const std::string& name) {
                                                {"normalize_then_sum", RewardAggregation::normalize_then_sum}});
 }
 LrSchedule lr_schedule_from_name(const std::string& name) {
-    return enum_from<LrSchedule>(
-        name, {{"linear", LrSchedule::linear}, {"cosine", LrSchedule::cosine}, {"constant", LrSchedule::constant}});
+    return enum_from<LrSchedule>(name, {{"linear", LrSchedule::linear},
+                                        {"cosine", LrSchedule::cosine},
+                                        {"constant", LrSchedule::constant},
+                                        {"constant_with_warmup", LrSchedule::constant_with_warmup},
+                                        {"cosine_with_min_lr", LrSchedule::cosine_with_min_lr}});
 }
 MixedPrecision mixed_precision_from_name(const std::string& name) {
     return enum_from<MixedPrecision>(
@@ -140,6 +143,12 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.lr_scheduler_type = lr_schedule_from_name(m.string("train.lr_scheduler_type"));
     t.warmup_steps = m.integer("train.warmup_steps");
     t.warmup_ratio = m.number("train.warmup_ratio");
+    t.min_lr_rate = m.number("train.min_lr_rate");
+    if (t.min_lr_rate != 0.0 && t.lr_scheduler_type != LrSchedule::cosine_with_min_lr)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": train.min_lr_rate is the floor of lr_scheduler_type = "
+                                             "\"cosine_with_min_lr\" and no other schedule (transformers "
+                                             "refuses it too): set that schedule, or remove min_lr_rate");
     t.weight_decay = m.number("train.weight_decay");
     t.adam_beta1 = m.number("train.adam_beta1");
     t.adam_beta2 = m.number("train.adam_beta2");

@@ -89,11 +89,14 @@ std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_s
     return owners;
 }
 
-double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total) {
+double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, double min_lr_rate) {
+    if (schedule == LrSchedule::constant) return 1.0;  // transformers' get_constant_schedule: no warmup
     if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
-    if (schedule == LrSchedule::constant) return 1.0;
+    if (schedule == LrSchedule::constant_with_warmup) return 1.0;
     double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
-    if (schedule == LrSchedule::cosine) return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+    const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+    if (schedule == LrSchedule::cosine) return std::max(0.0, cosine);
+    if (schedule == LrSchedule::cosine_with_min_lr) return std::max(0.0, cosine * (1 - min_lr_rate) + min_lr_rate);
     return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
 }
 

@@ -172,7 +172,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
                                                 std::to_string(step + 1) + "; lower train.learning_rate");
         loss.backward();
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
-        double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, step, warmup, total);
+        double lr = c.train.learning_rate *
+                    learning_rate_multiplier(c.train.lr_scheduler_type, step, warmup, total, c.train.min_lr_rate);
         optimizer.step(lr);
         optimizer.zero_grad();
         progress.global_step = step + 1;

@@ -574,8 +574,8 @@ std::map<std::string, double> Trainer::step() {
         throw Error(ErrorKind::runtime, "the gradient norm became " + std::to_string(grad_norm) + " at step " +
                                             std::to_string(p.global_step + 1) +
                                             "; no update was applied; the last checkpoint in " + c.output.dir + " is intact");
-    const double lr =
-        c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, p.global_step, s.warmup, s.total);
+    const double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, p.global_step, s.warmup,
+                                                                       s.total, c.train.min_lr_rate);
     s.optimizer->step(lr);
     s.optimizer->zero_grad();
     if (!s.owners.empty()) {  // ZeRO stage 1: each rank updated its share; everyone gets every tensor

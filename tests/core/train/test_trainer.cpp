@@ -23,6 +23,7 @@
 #include "grove/evaluation.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
+#include "grove/optimizer.hpp"
 #include "grove/policy_loss.hpp"
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
@@ -381,6 +382,42 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
                     "loss.sync_ref_model = true moves the reference model, but loss.beta = 0");
     EXPECT_CONTAINS(error_of({"loss.sync_ref_model=true", "loss.beta=0.1", "adapter.plugin=\"lora\""}),
                     "[adapter]: loss.sync_ref_model moves a reference model, but with the 'lora' adapter");
+}
+
+// Every train.lr_scheduler_type against the multipliers transformers' own get_scheduler computes
+// (in a subprocess): 3 warmup steps of 10, min_lr_rate 0.1 for cosine_with_min_lr, and constant
+// without its warmup, as transformers ignores it there. min_lr_rate with another schedule is refused.
+TEST(Schedules, EqualTransformersGetScheduler) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/schedules";
+    fs::create_directories(dir);
+    std::ofstream(dir + "/schedules.py") << R"(import json, sys, torch
+from transformers import get_scheduler
+out = {}
+for name in ["linear", "cosine", "cosine_with_min_lr", "constant", "constant_with_warmup"]:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    kwargs = {"min_lr_rate": 0.1} if name == "cosine_with_min_lr" else {}
+    schedule = get_scheduler(name, optimizer, num_warmup_steps=3, num_training_steps=10, scheduler_specific_kwargs=kwargs)
+    out[name] = [schedule.lr_lambdas[0](step) for step in range(12)]
+json.dump(out, open(sys.argv[1], "w"))
+)";
+    const auto r = grove::test::run_command(std::string(GROVE_PYTHON) + " " + dir + "/schedules.py " + dir + "/out.json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    std::ifstream in(dir + "/out.json");
+    const auto expected = nlohmann::json::parse(in);
+    const std::pair<const char*, grove::LrSchedule> schedules[] = {
+        {"linear", grove::LrSchedule::linear},
+        {"cosine", grove::LrSchedule::cosine},
+        {"cosine_with_min_lr", grove::LrSchedule::cosine_with_min_lr},
+        {"constant", grove::LrSchedule::constant},
+        {"constant_with_warmup", grove::LrSchedule::constant_with_warmup}};
+    for (const auto& [name, schedule] : schedules)
+        for (int64_t step = 0; step < 12; ++step)
+            EXPECT_NEAR(grove::learning_rate_multiplier(schedule, step, 3, 10, 0.1), expected[name][size_t(step)].get<double>(),
+                        1e-12)
+                << name << " step " << step;
+    EXPECT_CONTAINS(
+        grove::test::error_message([] { grove::RunConfig::from(manifest("min_lr_refused", {"train.min_lr_rate=0.1"})); }),
+        "train.min_lr_rate is the floor of lr_scheduler_type = \"cosine_with_min_lr\"");
 }
 
 // model.cast_lm_head_to_fp32 in a run: a bfloat16 policy and its reference with float32 output
