@@ -23,7 +23,7 @@ import traceback
 import torch
 
 SECTIONS = ["environment", "correctness", "training", "distributed", "generation", "step"]
-TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "mistral_mha"]
+TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha"]
 RANDOM_SHAPES = ["smollm2-135m", "qwen2.5-0.5b"]
 
 
@@ -213,10 +213,19 @@ def graphs_match_the_eager_loop(ctx, figures):
                      "Once upon a time there", "a b", "Hello"] * 3:
             f.write(json.dumps({"prompt": text}) + "\n")
 
-    def generate(flags, dtype, engine, tokens=40):
-        out = ctx.grove("generate", "--model", ctx.model("llama_gqa"), "--input", prompts, *flags, "--max-new-tokens",
+    def generate(flags, dtype, engine, tokens=40, model="llama_gqa"):
+        out = ctx.grove("generate", "--model", ctx.model(model), "--input", prompts, *flags, "--max-new-tokens",
                         tokens, "--json", "--device", ctx.device, "--dtype", dtype, *engine)
         return [json.loads(line) for line in out.splitlines()]
+
+    # Qwen3's per-head q/k norms in the engine's step (greedy; the sampling modes run on llama_gqa below)
+    for dtype in ["float32", "bfloat16"]:
+        graphs, eager = (generate(["--greedy"], dtype, engine, model="qwen3_qknorm") for engine in [[], ["--no-cuda-graphs"]])
+        key = f"qwen3_graphs_vs_eager_greedy_{dtype}"
+        if dtype == "float32":
+            failures += rows_identical(graphs, eager, key, "qwen3 graphs vs eager (greedy, float32)", figures)
+        else:
+            failures += rows_agree_until_they_part(graphs, eager, key, True, figures)
 
     modes = {"greedy": ["--greedy"], "top_k": ["--temperature", 1.3, "--top-k", 50, "--seed", 3],
              "repetition_penalty": ["--temperature", 1.0, "--repetition-penalty", 1.3, "--seed", 4],
@@ -226,10 +235,7 @@ def graphs_match_the_eager_loop(ctx, figures):
             graphs, eager = (generate(flags, dtype, engine) for engine in [[], ["--no-cuda-graphs"]])
             key = f"graphs_vs_eager_{mode}_{dtype}"
             if dtype == "float32":
-                same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(graphs, eager))
-                figures[f"{key}_rows_identical"] = f"{same}/{len(graphs)}"
-                if same != len(graphs):
-                    failures.append(f"graphs vs eager ({mode}, {dtype}): {len(graphs) - same} rows differ")
+                failures += rows_identical(graphs, eager, key, f"graphs vs eager ({mode}, {dtype})", figures)
             else:
                 failures += rows_agree_until_they_part(graphs, eager, key, mode == "greedy", figures)
             # the candidates over 120 tokens, in which rows end at EOS and the batch moves to smaller buckets
@@ -240,6 +246,13 @@ def graphs_match_the_eager_loop(ctx, figures):
             failures += rows_agree_until_they_part(split, graphs, f"split_vs_graphs_{mode}_{dtype}", mode == "greedy",
                                                    figures)
     return failures
+
+
+def rows_identical(rows, reference, key, what, figures):
+    """Two engines' rows token for token (float32, where nothing may differ)."""
+    same = sum(a["completion_ids"] == b["completion_ids"] for a, b in zip(rows, reference))
+    figures[f"{key}_rows_identical"] = f"{same}/{len(rows)}"
+    return [] if same == len(rows) else [f"{what}: {len(rows) - same} rows differ"]
 
 
 def rows_agree_until_they_part(rows, reference, key, greedy, figures):
