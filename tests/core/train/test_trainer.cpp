@@ -1225,6 +1225,39 @@ TEST(Trainer, TwoProcessesResumeExactlyInsideAGenerationBatch) {
               0.0);
 }
 
+// A Qwen3 checkpoint trains with its chat template and model.enable_thinking = false (TRL's
+// chat_template_kwargs): every logged prompt ends in the empty <think> block, and the saved folder
+// keeps Qwen3's q/k norms (Model.SavedFolderLoadsBackAndInTransformers loads one in transformers).
+TEST(Trainer, Qwen3TrainsOnPromptsWithoutThinking) {
+    const grove::Manifest base = manifest("qwen3_no_thinking", {});
+    const std::string dir = fs::path(base.path()).parent_path().string();
+    {
+        std::ofstream chat(dir + "/chat.jsonl");
+        for (int i = 0; i < 4; ++i)
+            chat << nlohmann::json({{"prompt", {{{"role", "user"}, {"content", "What is " + std::to_string(i) + " + 2?"}}}}})
+                        .dump()
+                 << "\n";
+    }
+    grove::Trainer trainer(
+        grove::Manifest::load(base.path(),
+                              {"model.path=\"" + std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_qknorm\"",
+                               "model.chat_template=\"qwen3\"", "model.enable_thinking=false", "data.source=\"chat.jsonl\"",
+                               "train.max_steps=1", "train.per_device_train_batch_size=4", "logging.log_completions=true"}),
+        fresh());
+    trainer.step();
+    const auto rows = metric_lines(dir + "/out/completions.jsonl");
+    ASSERT_EQ(rows.size(), 4u);
+    for (const auto& row : rows) {
+        const std::string prompt = row["prompt"].get<std::string>();
+        EXPECT_NE(prompt.find("<|im_start|>user\nWhat is "), std::string::npos) << prompt;
+        EXPECT_EQ(prompt.substr(prompt.size() - 41), "<|im_start|>assistant\n<think>\n\n</think>\n\n") << prompt;
+    }
+    const std::string saved = dir + "/saved";
+    trainer.model().save(saved);
+    EXPECT_EQ(grove::load_model_config(saved).model_type, "qwen3");
+    EXPECT_TRUE(grove::SafetensorsFile(saved + "/model.safetensors").find("model.layers.1.self_attn.k_norm.weight"));
+}
+
 // What a reward logs per row (TRL's log_extra; the fixture plugin logs each row's index in its
 // batch, in two calls) reaches completions.jsonl under "extra", beside the row's rewards.
 TEST(Trainer, ValuesARewardLogsPerRowReachTheCompletionsLog) {
