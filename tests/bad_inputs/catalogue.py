@@ -189,6 +189,12 @@ case("data", "a row without the prompt column", TRAIN, 5, "prompts.jsonl:1",
      run_folder(prompts='{"question": "a"}\n'))
 case("data", "a chat message without content", TRAIN, 5, "prompts.jsonl:1: chat messages need string \"role\" and \"content\"",
      run_folder(prompts='{"prompt": [{"role": "user"}]}\n'))
+case("data", "a chat message with tool calls, which no native template renders", TRAIN, 5,
+     "prompts.jsonl:1: a message's \"tool_calls\" is not rendered by Grove's chat templates",
+     run_folder(prompts='{"prompt": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "", '
+                        '"tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}]}]}\n'))
+case("manifest", "cosine_with_min_lr without its floor", "check grove.toml --set train.lr_scheduler_type=\"cosine_with_min_lr\"",
+     3, "set it (e.g. 0.1), or use \"cosine\"", run_folder())
 case("data", "a prompt that is a number", TRAIN, 5, "\"prompt\" must be text or a list of messages",
      run_folder(prompts='{"prompt": 5}\n'))
 case("data", "an empty dataset", TRAIN, 5, "prompts.jsonl",

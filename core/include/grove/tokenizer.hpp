@@ -65,7 +65,8 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // Qwen3's template (reasoning in <think> blocks); qwen3_thinking_off is the same template rendered
 // with enable_thinking=False (TRL's chat_template_kwargs), whose generation prompt closes an empty
 // <think> block so the model answers directly.
-enum class ChatTemplate { chatml, llama3, llama2, plain, qwen3, qwen3_thinking_off };
+// qwen3_instruct is Qwen3-Instruct-2507's: Qwen3's turns without any <think> handling.
+enum class ChatTemplate { chatml, llama3, llama2, plain, qwen3, qwen3_thinking_off, qwen3_instruct };
 
 struct ChatMessage {
     std::string role;  // system, user, assistant (qwen3 also: tool)
@@ -82,5 +83,10 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 // qwen3, the same turn without Qwen2.5's default system prompt.
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json = "");
+// An environment's observation that ends by opening an assistant turn (ChatML's
+// "<|im_start|>assistant\n", as tool responses do), continued as the template's generation prompt
+// continues it: with qwen3_thinking_off, an empty <think> block follows (TRL renders that suffix with
+// chat_template_kwargs). Any other observation is returned as it is.
+std::string continue_assistant_turn(ChatTemplate family, const std::string& observation);
 
 }  // namespace grove

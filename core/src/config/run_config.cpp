@@ -144,6 +144,11 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.warmup_steps = m.integer("train.warmup_steps");
     t.warmup_ratio = m.number("train.warmup_ratio");
     t.min_lr_rate = m.number("train.min_lr_rate");
+    if (t.min_lr_rate == 0.0 && t.lr_scheduler_type == LrSchedule::cosine_with_min_lr)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": lr_scheduler_type = \"cosine_with_min_lr\" decays to "
+                                             "train.min_lr_rate, which is not set (transformers refuses "
+                                             "it too): set it (e.g. 0.1), or use \"cosine\"");
     if (t.min_lr_rate != 0.0 && t.lr_scheduler_type != LrSchedule::cosine_with_min_lr)
         throw Error(ErrorKind::manifest, c.manifest_path +
                                              ": train.min_lr_rate is the floor of lr_scheduler_type = "

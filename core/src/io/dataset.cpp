@@ -293,6 +293,12 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
                 for (const auto& m : prompt) {
                     if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
                         throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
+                    for (const char* field : {"tool_calls", "reasoning_content"})  // templates render them; Grove's do not
+                        if (m.contains(field) && !m[field].is_null())
+                            throw Error(ErrorKind::input, where + ": a message's \"" + field +
+                                                              "\" is not rendered by Grove's chat templates, so the prompt "
+                                                              "would differ from apply_chat_template's; write it into "
+                                                              "\"content\" as the model should see it");
                     row.messages.push_back({m["role"], m["content"]});
                 }
             } else {

@@ -736,8 +736,9 @@ std::string qwen3_assistant_turn(const std::string& message, bool after_last_que
     return "<|im_start|>assistant\n" + content;
 }
 
-// Qwen3's template (enable_thinking only changes the generation prompt).
-std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking,
+// Qwen3's template (enable_thinking only changes the generation prompt); without `reasoning`,
+// Qwen3-Instruct-2507's, which writes assistant turns as they are.
+std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking, bool reasoning,
                          const std::string& tools_json) {
     std::string out;
     const bool leading_system = !messages.empty() && messages[0].role == "system";
@@ -759,7 +760,8 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
         if (m.role == "user" || (m.role == "system" && i > 0)) {
             out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         } else if (m.role == "assistant") {
-            out += qwen3_assistant_turn(m.content, i > last_query, last) + "<|im_end|>\n";
+            out += (reasoning ? qwen3_assistant_turn(m.content, i > last_query, last) : "<|im_start|>assistant\n" + m.content) +
+                   "<|im_end|>\n";
         } else if (m.role == "tool") {  // consecutive tool messages share one user turn
             if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
             out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
@@ -775,6 +777,24 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
 }  // namespace
 
 namespace {
+bool contains(const std::string& text, const char* piece) { return text.find(piece) != std::string::npos; }
+
+// Which ChatML template a checkpoint's Jinja text is: Qwen3's has the enable_thinking switch;
+// Qwen3-Instruct-2507's renders tool responses but has neither <think> handling nor Qwen2.5's
+// default system prompt; one that opens a <think> block in its generation prompt (Qwen3's
+// Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
+ChatTemplate chatml_family(const std::string& t) {
+    if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
+    if (contains(t, "assistant\\n<think>"))
+        throw Error(ErrorKind::usage,
+                    "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "
+                    "Thinking-2507 models do), which Grove does not render natively: name the template "
+                    "(model.chat_template, grove generate --chat-template) after comparing it with apply_chat_template");
+    if (contains(t, "<tool_response>") && !contains(t, "<think>") && !contains(t, "You are Qwen, created by Alibaba Cloud"))
+        return ChatTemplate::qwen3_instruct;
+    return ChatTemplate::chatml;
+}
+
 const char* family_name(ChatTemplate family) {
     switch (family) {
         case ChatTemplate::chatml:
@@ -789,27 +809,29 @@ const char* family_name(ChatTemplate family) {
             return "qwen3";
         case ChatTemplate::qwen3_thinking_off:
             return "qwen3 (enable_thinking false)";
+        case ChatTemplate::qwen3_instruct:
+            return "qwen3_instruct";
     }
     return "?";
 }
 
 ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig& config) {
-    const std::vector<std::string> names = {"auto", "chatml", "qwen3", "llama3", "llama2", "plain", "none"};
+    const std::vector<std::string> names = {"auto", "chatml", "qwen3", "qwen3_instruct", "llama3", "llama2", "plain", "none"};
     if (name == "chatml") return ChatTemplate::chatml;
     if (name == "qwen3") return ChatTemplate::qwen3;
+    if (name == "qwen3_instruct") return ChatTemplate::qwen3_instruct;
     if (name == "llama3") return ChatTemplate::llama3;
     if (name == "llama2") return ChatTemplate::llama2;
     if (name == "plain" || name == "none") return ChatTemplate::plain;
     if (name == "auto") {
         const std::string& t = config.chat_template;
-        if (t.find("<|im_start|>") != std::string::npos)
-            return t.find("enable_thinking") != std::string::npos ? ChatTemplate::qwen3 : ChatTemplate::chatml;
+        if (t.find("<|im_start|>") != std::string::npos) return chatml_family(t);
         if (t.find("<|start_header_id|>") != std::string::npos) return ChatTemplate::llama3;
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
         return ChatTemplate::plain;
     }
     throw Error(ErrorKind::usage, "unknown chat template \"" + name + "\"" + did_you_mean(name, names) +
-                                      "; use auto, chatml, qwen3, llama3, llama2, plain or none");
+                                      "; use auto, chatml, qwen3, qwen3_instruct, llama3, llama2, plain or none");
 }
 }  // namespace
 
@@ -825,12 +847,18 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
                                       "setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
 }
 
+std::string continue_assistant_turn(ChatTemplate family, const std::string& observation) {
+    const std::string opening = "<|im_start|>assistant\n";
+    if (family != ChatTemplate::qwen3_thinking_off || !ends_with(observation, opening)) return observation;
+    return observation + "<think>\n\n</think>\n\n";
+}
+
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json) {
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
     if (!tools_json.empty() && family != ChatTemplate::chatml && family != ChatTemplate::qwen3 &&
-        family != ChatTemplate::qwen3_thinking_off)
+        family != ChatTemplate::qwen3_thinking_off && family != ChatTemplate::qwen3_instruct)
         throw Error(ErrorKind::input,
                     "the environment has tools, which Grove renders only with the chatml and qwen3 chat templates (the "
                     "Qwen / Hermes tool format); set model.chat_template = \"chatml\" or \"qwen3\" for such a model, or "
@@ -838,7 +866,9 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
     switch (family) {
         case ChatTemplate::qwen3:
         case ChatTemplate::qwen3_thinking_off:
-            return render_qwen3(messages, add_generation_prompt, family == ChatTemplate::qwen3, tools_json);
+            return render_qwen3(messages, add_generation_prompt, family == ChatTemplate::qwen3, true, tools_json);
+        case ChatTemplate::qwen3_instruct:
+            return render_qwen3(messages, add_generation_prompt, true, false, tools_json);
         case ChatTemplate::chatml:
             if (!tools_json.empty())
                 out = chatml_tools_turn(messages, tools_json,

@@ -199,7 +199,9 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
             r.episode.stats.tool_failures += answers.tool_failures[k];
             r.episode.stats.environment_seconds += seconds / double(waiting_episodes.size());
             const std::vector<int64_t> observation =
-                answers.observations[k].empty() ? std::vector<int64_t>() : tokenizer.encode(answers.observations[k], false);
+                answers.observations[k].empty()
+                    ? std::vector<int64_t>()
+                    : tokenizer.encode(continue_assistant_turn(limits.chat_template, answers.observations[k]), false);
             if (answers.done[k] || observation.empty()) {  // nothing to go on from
                 r.running = false;
                 continue;

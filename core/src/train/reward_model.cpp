@@ -23,10 +23,12 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
         if (!config.sequence_classifier)
             throw Error(ErrorKind::input, folder + " is a " + config.architecture +
                                               ", not a reward model: [[rewards]] model = needs LlamaForSequenceClassification, "
-                                              "Qwen2ForSequenceClassification or MistralForSequenceClassification");
+                                              "Qwen2ForSequenceClassification, Qwen3ForSequenceClassification or "
+                                              "MistralForSequenceClassification");
         folder_ = folder;
         model_ = Model::load(folder, device, "float32");
         tokenizer_ = Tokenizer::load(folder);
+        chat_template_ = chat_template_from_name("auto", tokenizer_->config());
     } catch (const Error& e) {
         throw Error(e.kind(), origin + ": " + e.what());
     }
@@ -38,14 +40,13 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
                                           "'s tokenizer has neither a pad nor an EOS token, so the last real token of "
                                           "a padded row cannot be found; set pad_token in its tokenizer_config.json");
     pad_token_id_ = *pad;
-    chat_template_ = chat_template_from_name("auto", t);
 }
 
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
     if (chat_template_ == ChatTemplate::plain)  // TRL renders the checkpoint's own Jinja template; we cannot
         throw Error(ErrorKind::input, folder_ +
                                           ": the prompts are conversations, and this reward model's chat template "
-                                          "is none of the families Grove renders (ChatML, Llama 3, Llama 2), so its "
+                                          "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2), so its "
                                           "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});

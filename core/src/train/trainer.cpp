@@ -109,6 +109,7 @@ struct Trainer::State {
 
     // what trains, and with what
     std::unique_ptr<Model> model, reference;  // reference only for beta > 0 with the full adapter
+    bool reference_was_moved = false;         // restored from a checkpoint that sync_ref_model had moved
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<PluginHost> host;
     std::unique_ptr<RewardSet> rewards;
@@ -238,6 +239,12 @@ void Trainer::State::load() {
     total = c.train.max_steps > 0 ? c.train.max_steps
                                   : int64_t(std::ceil(c.train.num_train_epochs * double(micro_steps_per_epoch) / double(A)));
     warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
+    if (warmup > 0 && c.train.lr_scheduler_type == LrSchedule::constant && options.rank == 0 && options.log)
+        *options.log << "grove: warning: train.lr_scheduler_type = \"constant\" has no warmup, as in transformers (Grove "
+                        "warmed it up before 2026-11-25), so the "
+                     << warmup
+                     << " warmup steps are not taken; use "
+                        "\"constant_with_warmup\" to warm up\n";
 }
 
 std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
@@ -448,7 +455,8 @@ std::map<std::string, double> Trainer::State::evaluate_held_out() {
 CheckpointedState Trainer::State::checkpointed_state() {
     CheckpointedState state{progress, buffer, params, *optimizer, owners};
     if (reference) state.reference = reference->named_parameters();
-    state.reference_moves = config.loss.sync_ref_model;
+    // a moved reference stays in every checkpoint, even once the sync is off, so later resumes keep it
+    state.reference_moves = config.loss.sync_ref_model || reference_was_moved;
     return state;
 }
 
@@ -474,6 +482,7 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
         CheckpointedState state = s.checkpointed_state();
         s.checkpoints->restore(*resume_from, state);
         s.checkpoints->warn_of_changed_settings(*resume_from, options.rank == 0 ? options.log : nullptr);
+        s.reference_was_moved = state.reference_restored;
         if (state.reference_restored && !s.config.loss.sync_ref_model && options.rank == 0 && options.log)
             *options.log << "grove: note: " << *resume_from
                          << " holds the reference that loss.sync_ref_model moved; the run keeps it, fixed from here on "

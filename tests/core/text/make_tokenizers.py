@@ -53,6 +53,8 @@ LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messag
 # Qwen3's own template, as TRL ships it for recognising Qwen3 checkpoints
 with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
     QWEN3 = f.read()
+with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3_instruct_2507.jinja")) as f:
+    QWEN3_INSTRUCT = f.read()
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
                                            "parameters": {"type": "object", "properties": {"a": {"type": "number"},
                                                                                          "b": {"type": "number"}},
@@ -142,8 +144,16 @@ def chat_templates(folder):
                         "enable_thinking": kwargs.get("enable_thinking", True),
                         "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                         "text": text})
+    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
+        for kwargs in [{}, {"tools": TOOLS}]:
+            text = fast.apply_chat_template(messages, chat_template=QWEN3_INSTRUCT, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt, **kwargs)
+            out.append({"family": "qwen3_instruct", "messages": messages, "add_generation_prompt": add_generation_prompt,
+                        "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
+                        "text": text})
+    templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
-        json.dump({"cases": out, "templates": {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3}}, f,
+        json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)
 
 

@@ -74,7 +74,20 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 8 + 7 * 4);
+    EXPECT_GE(checked, 8 + 7 * 4 + 7 * 2);
+}
+
+// A tool response that opens the next assistant turn continues it as the generation prompt does:
+// with Qwen3's enable_thinking=False, the empty <think> block the template writes there (as TRL
+// renders that suffix with chat_template_kwargs); nothing is added otherwise.
+TEST(ChatTemplate, ObservationsOpeningAnAssistantTurnContinueAsTheGenerationPrompt) {
+    const std::string observation =
+        "\n<|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, observation),
+              observation + "<think>\n\n</think>\n\n");
+    for (auto family : {grove::ChatTemplate::qwen3, grove::ChatTemplate::chatml})
+        EXPECT_EQ(grove::continue_assistant_turn(family, observation), observation);
+    EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, "[the door opens]"), "[the door opens]");
 }
 
 TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
@@ -87,6 +100,11 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     config.chat_template = data["templates"]["qwen3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3);
     EXPECT_EQ(grove::chat_template_from_name("auto", config, false), grove::ChatTemplate::qwen3_thinking_off);
+    config.chat_template = data["templates"]["qwen3_instruct"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3_instruct);
+    // a generation prompt that opens <think> (Qwen3's Thinking-2507 models) is not guessed at
+    config.chat_template = "{{- '<|im_start|>assistant\\n<think>\\n' }}";
+    EXPECT_THROW(grove::chat_template_from_name("auto", config), grove::Error);
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
     config.chat_template = data["templates"]["llama2"];

@@ -369,6 +369,8 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
     EXPECT_DOUBLE_EQ(unsynced_resume.step()["kl"], expected[2]["kl"]) << "the reference the sync had moved";
     EXPECT_NE(unsynced_resume.step()["kl"], expected[3]["kl"]) << "no sync after the resume";
     EXPECT_CONTAINS(log.str(), "holds the reference that loss.sync_ref_model moved; the run keeps it, fixed");
+    const std::string later = unsynced_resume.save_checkpoint();
+    EXPECT_TRUE(fs::exists(fs::path(later) / "reference.safetensors")) << "a later resume must find it too";
 
     auto error_of = [](const std::vector<std::string>& overrides) {
         try {
