@@ -65,8 +65,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // Qwen3's template (reasoning in <think> blocks); qwen3_thinking_off is the same template rendered
 // with enable_thinking=False (TRL's chat_template_kwargs), whose generation prompt closes an empty
 // <think> block so the model answers directly.
-// qwen3_instruct is Qwen3-Instruct-2507's: Qwen3's turns without any <think> handling.
-enum class ChatTemplate { chatml, llama3, llama2, plain, qwen3, qwen3_thinking_off, qwen3_instruct };
+// qwen3_instruct is Qwen3-Instruct-2507's: Qwen3's turns without any <think> handling. llama3_1 and
+// llama3_2 are Llama 3.1 / 3.2 Instruct's, whose system turn carries a date (3.2: today's).
+enum class ChatTemplate { chatml, llama3, llama2, plain, qwen3, qwen3_thinking_off, qwen3_instruct, llama3_1, llama3_2 };
 
 struct ChatMessage {
     std::string role;  // system, user, assistant (qwen3 also: tool)

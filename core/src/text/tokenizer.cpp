@@ -8,6 +8,7 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -736,6 +737,36 @@ std::string qwen3_assistant_turn(const std::string& message, bool after_last_que
     return "<|im_start|>assistant\n" + content;
 }
 
+// The date a Llama 3.2 template writes: transformers' strftime_now("%d %b %Y"), local time
+std::string today() {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char text[32];
+    std::strftime(text, sizeof text, "%d %b %Y", &local);
+    return text;
+}
+
+// Llama 3.1 / 3.2 Instruct's templates without tools: a system turn that always opens with the
+// knowledge cut-off and a date (3.1: its fixed default; 3.2: today's), then the system message;
+// Llama 3's turns; tool results (role tool or ipython) as ipython turns holding their JSON text.
+std::string render_llama3_dated(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos,
+                                const std::string& date) {
+    const bool leading_system = !messages.empty() && messages[0].role == "system";
+    std::string out =
+        bos + "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " + date +
+        "\n\n" + (leading_system ? trim(messages[0].content) : "") + "<|eot_id|>";
+    for (size_t i = leading_system; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "tool" || m.role == "ipython")  // Jinja's `is iterable` holds for text: it is written as JSON
+            out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + nlohmann::json(m.content).dump() + "<|eot_id|>";
+        else
+            out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+    }
+    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    return out;
+}
+
 // Qwen3's template (enable_thinking only changes the generation prompt); without `reasoning`,
 // Qwen3-Instruct-2507's, which writes assistant turns as they are.
 std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking, bool reasoning,
@@ -811,27 +842,38 @@ const char* family_name(ChatTemplate family) {
             return "qwen3 (enable_thinking false)";
         case ChatTemplate::qwen3_instruct:
             return "qwen3_instruct";
+        case ChatTemplate::llama3_1:
+            return "llama3_1";
+        case ChatTemplate::llama3_2:
+            return "llama3_2";
     }
     return "?";
 }
 
 ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig& config) {
-    const std::vector<std::string> names = {"auto", "chatml", "qwen3", "qwen3_instruct", "llama3", "llama2", "plain", "none"};
+    const std::vector<std::string> names = {"auto",     "chatml",   "qwen3",  "qwen3_instruct", "llama3",
+                                            "llama3_1", "llama3_2", "llama2", "plain",          "none"};
     if (name == "chatml") return ChatTemplate::chatml;
     if (name == "qwen3") return ChatTemplate::qwen3;
     if (name == "qwen3_instruct") return ChatTemplate::qwen3_instruct;
     if (name == "llama3") return ChatTemplate::llama3;
+    if (name == "llama3_1") return ChatTemplate::llama3_1;
+    if (name == "llama3_2") return ChatTemplate::llama3_2;
     if (name == "llama2") return ChatTemplate::llama2;
     if (name == "plain" || name == "none") return ChatTemplate::plain;
     if (name == "auto") {
         const std::string& t = config.chat_template;
         if (t.find("<|im_start|>") != std::string::npos) return chatml_family(t);
-        if (t.find("<|start_header_id|>") != std::string::npos) return ChatTemplate::llama3;
+        if (contains(t, "<|start_header_id|>")) {  // Llama 3; 3.1 and 3.2 date their system turn
+            if (!contains(t, "Cutting Knowledge Date")) return ChatTemplate::llama3;
+            return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
+        }
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
         return ChatTemplate::plain;
     }
-    throw Error(ErrorKind::usage, "unknown chat template \"" + name + "\"" + did_you_mean(name, names) +
-                                      "; use auto, chatml, qwen3, qwen3_instruct, llama3, llama2, plain or none");
+    throw Error(ErrorKind::usage,
+                "unknown chat template \"" + name + "\"" + did_you_mean(name, names) +
+                    "; use auto, chatml, qwen3, qwen3_instruct, llama3, llama3_1, llama3_2, llama2, plain or none");
 }
 }  // namespace
 
@@ -869,6 +911,10 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             return render_qwen3(messages, add_generation_prompt, family == ChatTemplate::qwen3, true, tools_json);
         case ChatTemplate::qwen3_instruct:
             return render_qwen3(messages, add_generation_prompt, true, false, tools_json);
+        case ChatTemplate::llama3_1:
+            return render_llama3_dated(messages, add_generation_prompt, bos, "26 Jul 2024");
+        case ChatTemplate::llama3_2:
+            return render_llama3_dated(messages, add_generation_prompt, bos, today());
         case ChatTemplate::chatml:
             if (!tools_json.empty())
                 out = chatml_tools_turn(messages, tools_json,

@@ -4,6 +4,7 @@ transformers' apply_chat_template output. Grove's tokenizer tests compare agains
 
     .venv/bin/python tests/core/text/make_tokenizers.py OUT_DIR
 """
+import datetime
 import json
 import os
 import subprocess
@@ -55,6 +56,13 @@ with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.j
     QWEN3 = f.read()
 with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3_instruct_2507.jinja")) as f:
     QWEN3_INSTRUCT = f.read()
+# Llama 3.1 / 3.2 Instruct's own templates (TRL ships them too); 3.2's writes today's date
+LLAMA3_DATED = {}
+for name in ["llama3_1", "llama3_2"]:
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")) as f:
+        LLAMA3_DATED[name] = f.read()
+LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
+                       {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
                                            "parameters": {"type": "object", "properties": {"a": {"type": "number"},
                                                                                          "b": {"type": "number"}},
@@ -151,7 +159,17 @@ def chat_templates(folder):
             out.append({"family": "qwen3_instruct", "messages": messages, "add_generation_prompt": add_generation_prompt,
                         "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                         "text": text})
-    templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT}
+    for name, template in LLAMA3_DATED.items():
+        for messages, add_generation_prompt in CONVERSATIONS + LLAMA3_TOOL_TURNS:
+            date = datetime.datetime.now().strftime("%d %b %Y")
+            text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt)
+            assert datetime.datetime.now().strftime("%d %b %Y") == date, "rendered at midnight: run again"
+            # the date the template wrote, for the test to put its own day in
+            out.append({"family": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
+                        "date": date if name == "llama3_2" else "", "text": text})
+    templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
+                 **LLAMA3_DATED}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)
