@@ -21,8 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     config.eos_token = "</s>";
     grove_fuzz::expect_clean_outcome("chat template", [&] {
         for (const grove::PromptRow& prompt : grove::load_prompts(path))
-            for (auto family : {grove::ChatTemplate::chatml, grove::ChatTemplate::llama3, grove::ChatTemplate::llama2,
-                                grove::ChatTemplate::plain})
+            for (auto family :
+                 {grove::ChatTemplate::chatml, grove::ChatTemplate::qwen3, grove::ChatTemplate::qwen3_thinking_off,
+                  grove::ChatTemplate::qwen3_instruct, grove::ChatTemplate::llama3, grove::ChatTemplate::llama3_1,
+                  grove::ChatTemplate::llama3_2, grove::ChatTemplate::llama2, grove::ChatTemplate::plain})
                 for (bool generation_prompt : {true, false})
                     grove::render_chat(family, prompt.messages, generation_prompt, config, tools);
     });
