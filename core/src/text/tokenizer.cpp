@@ -709,6 +709,21 @@ std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const st
     return out;
 }
 
+// The system prompt a ChatML checkpoint's template writes when a conversation opens without one
+// (Qwen2.5's "You are Qwen, ...", SmolLM2's "You are a helpful AI assistant named SmolLM, ..."): the
+// text of a literal '<|im_start|>system\n...<|im_end|>' in the template (its newline escaped or
+// not), or none.
+std::optional<std::string> chatml_default_system(const std::string& template_text) {
+    for (const std::string opening : {"<|im_start|>system\\n", "<|im_start|>system\n"})
+        for (size_t at = template_text.find(opening); at != std::string::npos; at = template_text.find(opening, at + 1)) {
+            const size_t start = at + opening.size(), end = template_text.find("<|im_end|>", start);
+            if (end == std::string::npos) break;
+            const std::string text = template_text.substr(start, end - start);
+            if (!text.empty() && text.find_first_of("'\"\\{}+") == std::string::npos) return text;  // a plain literal
+        }
+    return std::nullopt;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -919,6 +934,9 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             if (!tools_json.empty())
                 out = chatml_tools_turn(messages, tools_json,
                                         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+            else if (const auto system = chatml_default_system(config.chat_template);
+                     system && !messages.empty() && messages[0].role != "system")
+                out = "<|im_start|>system\n" + *system + "<|im_end|>\n";
             for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size(); ++i)
                 out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
             if (add_generation_prompt) out += "<|im_start|>assistant\n";

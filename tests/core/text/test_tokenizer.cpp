@@ -79,18 +79,21 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
     for (const auto& c : data["cases"]) {
         std::vector<grove::ChatMessage> messages;
         for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-        auto family = grove::chat_template_from_name(c["family"], tokenizer->config(), c.value("enable_thinking", true));
+        grove::TokenizerConfig config = tokenizer->config();  // a checkpoint's own template, where the case names one
+        if (c.contains("checkpoint_template"))
+            config.chat_template = data["templates"][c["checkpoint_template"].get<std::string>()];
+        auto family = grove::chat_template_from_name(c["family"], config, c.value("enable_thinking", true));
         std::string expected = c["text"];
         if (const std::string date = c.value("date", std::string()); !date.empty())  // Llama 3.2: today's date
             expected.replace(expected.find("Today Date: " + date), 12 + date.size(), "Today Date: " + today());
-        EXPECT_EQ(grove::render_chat(family, messages, c["add_generation_prompt"], tokenizer->config(),
-                                     c.value("tools_json", std::string())),
-                  expected)
+        EXPECT_EQ(
+            grove::render_chat(family, messages, c["add_generation_prompt"], config, c.value("tools_json", std::string())),
+            expected)
             << c["family"] << " " << c["messages"].dump() << " enable_thinking " << c.value("enable_thinking", true)
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 8 + 7 * 4 + 7 * 2 + 2 * 4);
+    EXPECT_GE(checked, 8 + 7 * 4 + 7 * 2 + 2 * 4 + 3);
 }
 
 // A tool response that opens the next assistant turn continues it as the generation prompt does:
@@ -123,6 +126,11 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_THROW(grove::chat_template_from_name("auto", config), grove::Error);
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
+    for (const char* chatml : {"qwen2_5", "smollm2"})
+        if (data["templates"].contains(chatml)) {
+            config.chat_template = data["templates"][chatml];
+            EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml) << chatml;
+        }
     config.chat_template = data["templates"]["llama3_1"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3_1);
     config.chat_template = data["templates"]["llama3_2"];
