@@ -806,6 +806,16 @@ std::string today() {
     return text;
 }
 
+// The date a Llama 3.1 template writes when given none: its `set date_string = "..."` (Meta's is
+// "26 Jul 2024"; templates re-saved by other tools may spell it otherwise)
+std::string llama3_default_date(const std::string& template_text) {
+    const std::string key = "set date_string = \"";
+    const size_t at = template_text.find(key);
+    if (at == std::string::npos) return "26 Jul 2024";
+    const size_t start = at + key.size(), end = template_text.find('"', start);
+    return end == std::string::npos ? "26 Jul 2024" : template_text.substr(start, end - start);
+}
+
 // Llama 3.1 / 3.2 Instruct's templates without tools: a system turn that always opens with the
 // knowledge cut-off and a date (3.1: its fixed default; 3.2: today's), then the system message;
 // Llama 3's turns; tool results (role tool or ipython) as ipython turns holding their JSON text.
@@ -971,7 +981,7 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
         case ChatTemplate::qwen3_instruct:
             return render_qwen3(messages, add_generation_prompt, true, false, tools_json);
         case ChatTemplate::llama3_1:
-            return render_llama3_dated(messages, add_generation_prompt, bos, "26 Jul 2024");
+            return render_llama3_dated(messages, add_generation_prompt, bos, llama3_default_date(config.chat_template));
         case ChatTemplate::llama3_2:
             return render_llama3_dated(messages, add_generation_prompt, bos, today());
         case ChatTemplate::chatml:

@@ -189,6 +189,14 @@ def chat_templates(folder):
             # the date the template wrote, for the test to put its own day in
             out.append({"family": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
                         "date": date if name == "llama3_2" else "", "text": text})
+    # a Llama 3.1 template re-saved with its default date spelt otherwise (as Unsloth's is): that date is written
+    llama3_1_long_date = LLAMA3_DATED["llama3_1"].replace('"26 Jul 2024"', '"26 July 2024"')
+    assert llama3_1_long_date != LLAMA3_DATED["llama3_1"]
+    for messages, add_generation_prompt in CONVERSATIONS[:1]:
+        out.append({"family": "llama3_1", "checkpoint_template": "llama3_1_long_date", "messages": messages,
+                    "add_generation_prompt": add_generation_prompt,
+                    "text": fast.apply_chat_template(messages, chat_template=llama3_1_long_date, tokenize=False,
+                                                     add_generation_prompt=add_generation_prompt)})
     for name, template in CHATML_WITH_DEFAULTS.items():
         for messages, add_generation_prompt in CONVERSATIONS:
             text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
@@ -196,7 +204,7 @@ def chat_templates(folder):
             out.append({"family": "chatml", "checkpoint_template": name, "messages": messages,
                         "add_generation_prompt": add_generation_prompt, "text": text})
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
-                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS}
+                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)
