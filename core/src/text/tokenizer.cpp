@@ -895,41 +895,24 @@ ChatTemplate chatml_family(const std::string& t) {
     return ChatTemplate::chatml;
 }
 
-const char* family_name(ChatTemplate family) {
-    switch (family) {
-        case ChatTemplate::chatml:
-            return "chatml";
-        case ChatTemplate::llama3:
-            return "llama3";
-        case ChatTemplate::llama2:
-            return "llama2";
-        case ChatTemplate::plain:
-            return "plain";
-        case ChatTemplate::qwen3:
-            return "qwen3";
-        case ChatTemplate::qwen3_thinking_off:
-            return "qwen3 (enable_thinking false)";
-        case ChatTemplate::qwen3_instruct:
-            return "qwen3_instruct";
-        case ChatTemplate::llama3_1:
-            return "llama3_1";
-        case ChatTemplate::llama3_2:
-            return "llama3_2";
-    }
+// Each family's name in a manifest or on the command line, in the order errors list them
+// (qwen3_thinking_off has none: it is qwen3 with enable_thinking = false)
+constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {
+    {"chatml", ChatTemplate::chatml}, {"qwen3", ChatTemplate::qwen3},       {"qwen3_instruct", ChatTemplate::qwen3_instruct},
+    {"llama3", ChatTemplate::llama3}, {"llama3_1", ChatTemplate::llama3_1}, {"llama3_2", ChatTemplate::llama3_2},
+    {"llama2", ChatTemplate::llama2}, {"plain", ChatTemplate::plain}};
+
+std::string family_name(ChatTemplate family) {
+    if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
+    for (const auto& [name, value] : kFamilyNames)
+        if (value == family) return name;
     return "?";
 }
 
 ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig& config) {
-    const std::vector<std::string> names = {"auto",     "chatml",   "qwen3",  "qwen3_instruct", "llama3",
-                                            "llama3_1", "llama3_2", "llama2", "plain",          "none"};
-    if (name == "chatml") return ChatTemplate::chatml;
-    if (name == "qwen3") return ChatTemplate::qwen3;
-    if (name == "qwen3_instruct") return ChatTemplate::qwen3_instruct;
-    if (name == "llama3") return ChatTemplate::llama3;
-    if (name == "llama3_1") return ChatTemplate::llama3_1;
-    if (name == "llama3_2") return ChatTemplate::llama3_2;
-    if (name == "llama2") return ChatTemplate::llama2;
-    if (name == "plain" || name == "none") return ChatTemplate::plain;
+    for (const auto& [known, family] : kFamilyNames)
+        if (name == known) return family;
+    if (name == "none") return ChatTemplate::plain;
     if (name == "auto") {
         const std::string& t = config.chat_template;
         if (t.find("<|im_start|>") != std::string::npos) return chatml_family(t);
@@ -940,9 +923,11 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
         return ChatTemplate::plain;
     }
-    throw Error(ErrorKind::usage,
-                "unknown chat template \"" + name + "\"" + did_you_mean(name, names) +
-                    "; use auto, chatml, qwen3, qwen3_instruct, llama3, llama3_1, llama3_2, llama2, plain or none");
+    std::vector<std::string> names{"auto"};
+    for (const auto& [known, family] : kFamilyNames) names.push_back(known);
+    const std::string listed = join(names, ", ") + " or none";
+    names.push_back("none");
+    throw Error(ErrorKind::usage, "unknown chat template \"" + name + "\"" + did_you_mean(name, names) + "; use " + listed);
 }
 }  // namespace
 

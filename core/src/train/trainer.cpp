@@ -111,6 +111,7 @@ struct Trainer::State {
     std::unique_ptr<Model> model, reference;  // reference only for beta > 0 with the full adapter
     bool reference_was_moved = false;         // restored from a checkpoint that sync_ref_model had moved
     std::unique_ptr<Tokenizer> tokenizer;
+    ChatTemplate chat_template = ChatTemplate::plain;  // model.chat_template resolved against the tokenizer
     std::unique_ptr<PluginHost> host;
     std::unique_ptr<RewardSet> rewards;
     std::unique_ptr<PluginInstance> adapter, reduction, objective;
@@ -183,6 +184,7 @@ void Trainer::State::load() {
         (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
         autocast_device = model->device().type();
     tokenizer = Tokenizer::load(c.model.path);
+    chat_template = c.chat_template(tokenizer->config());
 
     host = std::make_unique<PluginHost>(plugin_search_path(c.plugin_dirs));
     rewards = std::make_unique<RewardSet>(*host, c.rewards, reward_model_factory(model->device().str()));
@@ -249,7 +251,6 @@ void Trainer::State::load() {
 
 std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     const RunConfig& c = config;
-    const ChatTemplate chat = c.chat_template(tokenizer->config());
     if (c.rollouts_path)
         return std::make_unique<PromptSource>(read_rollouts(*c.rollouts_path, c.generation.num_generations, *tokenizer,
                                                             model->config().vocab_size, rewards->names()),
@@ -258,7 +259,7 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     for (const PromptRow& row : load_prompts(*c.data.source, c.data.prompt_column)) {
         BatchRow r;
         r.prompt_messages = row.messages;
-        r.prompt_text = prompt_text(row, chat, tokenizer->config(), environment ? environment->tools_json() : "");
+        r.prompt_text = prompt_text(row, chat_template, tokenizer->config(), environment ? environment->tools_json() : "");
         r.prompt_ids = tokenizer->encode(r.prompt_text, false);  // as TRL: templates carry their own specials
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
         r.columns_json = row.columns_json;
@@ -286,7 +287,7 @@ ScoredRollout Trainer::State::generate_and_score(int64_t round) {
     Rollout rollout = replay        ? replay_rollout(std::move(rows), o, first_row)
                       : environment ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
                                                         {c.environment.max_turns, c.generation.max_completion_length,
-                                                         progress.global_step, c.chat_template(tokenizer->config())},
+                                                         progress.global_step, chat_template},
                                                         first_row, c.environment.reward.has_value())
                                     : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
