@@ -18,6 +18,7 @@ set(GROVE_CORE_SOURCES
   src/io/rollouts_file.cpp
   src/io/json_values.cpp
   src/io/file_checksum.cpp
+  src/io/tensorboard_events.cpp
   src/io/loopback_port.cpp
   src/text/text_util.cpp
   src/text/tokenizer.cpp

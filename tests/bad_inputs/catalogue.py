@@ -140,6 +140,8 @@ case("manifest", "a scheduler name with a typo", "check grove.toml", 3, "cosine"
      lambda d: write(f"{d}/grove.toml", manifest().replace("max_steps = 1", 'max_steps = 1\nlr_scheduler_type = "cosin"')))
 case("manifest", "min_lr_rate with a schedule that has no floor", "check grove.toml --set train.min_lr_rate=0.1", 3,
      "set that schedule, or remove min_lr_rate", run_folder())
+case("manifest", "a report_to integration Grove does not write (TRL's wandb)", "check grove.toml", 3,
+     'use one of "none", "tensorboard"', run_folder('[logging]\nreport_to = "wandb"\n'))
 case("manifest", "an unknown --set key", "check grove.toml --set train.learnin_rate=1", 3, "learnin_rate",
      run_folder())
 case("manifest", "sync_ref_model without a reference (beta = 0)", "check grove.toml", 3, "set loss.beta > 0",

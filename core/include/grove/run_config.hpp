@@ -101,6 +101,7 @@ struct OutputSection {
 struct LoggingSection {
     int64_t logging_steps = 10;
     bool log_completions = false, save_rollouts = false;
+    bool tensorboard = false;  // report_to = "tensorboard"
     std::optional<int64_t> num_completions_to_print;
 };
 

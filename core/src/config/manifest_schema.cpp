@@ -334,6 +334,11 @@ const std::vector<KeySpec>& manifest_schema() {
         key("logging", "save_rollouts", T::boolean, "false",
             "write every generated row (prompt_ids, completion_ids, sampling_logprobs, rewards) to rollouts.jsonl, "
             "which [rollouts] path can replay"),
+        trl(pick(key("logging", "report_to", T::string, "\"none\"",
+                     "tensorboard: also write every step's metrics as TensorBoard scalars to OUTPUT/runs, tagged as "
+                     "transformers' TensorBoardCallback tags them (train/reward, eval/reward); none: metrics.jsonl only"),
+                 "none|tensorboard"),
+            "report_to"),
         trl(range(key("logging", "num_completions_to_print", T::integer, nullptr,
                       "completions written to completions.jsonl per generation batch (its first N rows); unset = all"),
                   0, kInf),

@@ -182,6 +182,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.logging.logging_steps = m.integer("logging.logging_steps");
     c.logging.log_completions = m.boolean("logging.log_completions");
     c.logging.save_rollouts = m.boolean("logging.save_rollouts");
+    c.logging.tensorboard = m.string("logging.report_to") == "tensorboard";
     c.logging.num_completions_to_print = m.optional_integer("logging.num_completions_to_print");
 
     c.rewards = m.rewards();

@@ -33,7 +33,7 @@ void drop_steps_after(const std::string& jsonl_file, int64_t step) {
     fs::rename(temporary, jsonl_file);
 }
 
-RunLog::RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, bool save_rollouts) {
+RunLog::RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, Files files) {
     if (!open) return;
     const bool append = resume.has_value();
     if (append) {  // what the run logged after its checkpoint is logged again as it reruns those steps
@@ -55,10 +55,13 @@ RunLog::RunLog(const std::string& output_dir, bool open, std::optional<Resume> r
     };
     open_log(metrics_, "metrics.jsonl");
     open_log(completions_, "completions.jsonl");
-    if (save_rollouts) {
+    if (files.save_rollouts) {
         open_log(rollouts_, "rollouts.jsonl");
         rollouts_path_ = (fs::path(output_dir) / "rollouts.jsonl").string();
     }
+    if (files.tensorboard)
+        tensorboard_ = std::make_unique<TensorBoardWriter>((fs::path(output_dir) / "runs").string(),
+                                                           resume ? std::optional<int64_t>(resume->step) : std::nullopt);
 }
 
 namespace {
@@ -77,6 +80,7 @@ void RunLog::write_metrics(int64_t step, const std::map<std::string, double>& me
     for (const auto& [k, v] : metrics) line[k] = std::isfinite(v) ? json(v) : json(nullptr);
     metrics_ << line.dump() << "\n";
     require_written(metrics_, "metrics.jsonl");
+    if (tensorboard_) tensorboard_->write_scalars(step, metrics);
 }
 
 void RunLog::write_completions(int64_t step, const Rollout& rollout, const ScoredBatch& scored, std::optional<int64_t> limit) {

@@ -1,12 +1,16 @@
 // The run's files besides checkpoints, written by rank 0 only: metrics.jsonl (one line per
-// optimizer step), completions.jsonl (sample completions with their rewards and advantages) and
-// rollouts.jsonl (every row as [rollouts] path can replay it).
+// optimizer step), completions.jsonl (sample completions with their rewards and advantages),
+// rollouts.jsonl (every row as [rollouts] path can replay it) and, with logging.report_to =
+// "tensorboard", the metrics again as a TensorBoard event file in runs/.
 #pragma once
 
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "grove/tensorboard.hpp"
 
 #include "train/rollout.hpp"
 #include "train/scoring.hpp"
@@ -25,8 +29,11 @@ public:
         int64_t step = 0;
         std::optional<int64_t> rollouts_bytes;
     };
+    struct Files {
+        bool save_rollouts = false, tensorboard = false;
+    };
     // Opens the files (appending when resuming); `open` false gives a log that writes nothing.
-    RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, bool save_rollouts);
+    RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, Files files);
 
     void write_metrics(int64_t step, const std::map<std::string, double>& metrics);
     // This rank's first `limit` rows (all when unset).
@@ -39,6 +46,7 @@ public:
 private:
     std::ofstream metrics_, completions_, rollouts_;
     std::string rollouts_path_;
+    std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace grove

@@ -13,6 +13,7 @@
 #include "grove/model.hpp"
 #include "grove/optimizer.hpp"
 #include "grove/run_config.hpp"
+#include "grove/tensorboard.hpp"
 #include "grove/tokenizer.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_log.hpp"
@@ -156,6 +157,11 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         drop_steps_after((fs::path(output) / "metrics.jsonl").string(), progress.global_step);
     }
     std::ofstream metrics(fs::path(output) / "metrics.jsonl", start.resume_from ? std::ios::app : std::ios::trunc);
+    std::unique_ptr<TensorBoardWriter> tensorboard;
+    if (c.logging.tensorboard)
+        tensorboard = std::make_unique<TensorBoardWriter>(
+            (fs::path(output) / "runs").string(),
+            start.resume_from ? std::optional<int64_t>(progress.global_step) : std::nullopt);
     auto export_model = [&](const std::string& folder) {
         model->save(folder);
         copy_tokenizer_files(c.model.path, folder);
@@ -179,9 +185,13 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         progress.global_step = step + 1;
         progress.sampler = order.position();
         result.losses.push_back(value);
-        metrics << json({{"step", step + 1}, {"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}}).dump() << "\n";
+        const std::map<std::string, double> logged{{"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}};
+        json line(logged);
+        line["step"] = step + 1;
+        metrics << line.dump() << "\n";
         if (!metrics.flush())
             throw Error(ErrorKind::runtime, output + "/metrics.jsonl: write failed; free space, then --resume");
+        if (tensorboard) tensorboard->write_scalars(step + 1, logged);
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n"
                  << std::flush;

@@ -497,7 +497,8 @@ Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(n
     if (options.resume)
         log_resume = RunLog::Resume{s.progress.global_step,
                                     s.progress.global_step == 0 ? std::optional<int64_t>(0) : s.progress.rollouts_bytes};
-    s.log = std::make_unique<RunLog>(output, options.rank == 0, log_resume, s.config.logging.save_rollouts);
+    s.log = std::make_unique<RunLog>(output, options.rank == 0, log_resume,
+                                     RunLog::Files{s.config.logging.save_rollouts, s.config.logging.tensorboard});
     test_kill_point("startup", s.progress.global_step);
 }
 

@@ -12,6 +12,7 @@
 #include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/safetensors.hpp"
+#include "grove/tensorboard.hpp"
 #include "grove/sft.hpp"
 #include "grove/tokenizer.hpp"
 #include "model/tensor_io.hpp"
@@ -121,7 +122,8 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
                                         "[generation]\nnum_generations = 4\n"
                                         "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\n"
                                         "lr_scheduler_type = \"constant\"\nweight_decay = 0.1\n"
-                                        "[output]\nsave_steps = 2\n[logging]\nlogging_steps = 1\n";
+                                        "[output]\nsave_steps = 2\n[logging]\nlogging_steps = 1\n"
+                                        "report_to = \"tensorboard\"\n";
     auto sft = [&](const std::string& out, const std::string& extra) {
         return grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + out + "\"' " + extra + " 2>&1");
     };
@@ -146,6 +148,10 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
                                                                    << resumed.out;
 
     EXPECT_EQ(steps_logged(dir + "/resumed"), (std::vector<int64_t>{1, 2, 3, 4}));
+    std::vector<int64_t> tensorboard_steps;  // logging.report_to: the event file holds each step once too
+    for (const auto& event : grove::read_event_file(dir + "/resumed/runs/events.out.tfevents.grove"))
+        if (event.has_step) tensorboard_steps.push_back(event.step);
+    EXPECT_EQ(tensorboard_steps, (std::vector<int64_t>{1, 2, 3, 4}));
     auto a = weights(dir + "/straight"), b = weights(dir + "/resumed");
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;

@@ -32,6 +32,7 @@
 #include "grove/plugin_host.hpp"
 #include "grove/tokenizer.hpp"
 #include "grove/reward_model.hpp"
+#include "grove/tensorboard.hpp"
 #include "grove/tokenizer.hpp"
 #include "plugin_test_support.hpp"
 
@@ -1328,6 +1329,28 @@ TEST(Trainer, ResumeFromAnEarlierCheckpointLogsEveryStepOnce) {
     // rerun steps write the same rows again
     EXPECT_FALSE(straight_rollouts.empty());
     EXPECT_EQ(file_text(out + "/rollouts.jsonl"), straight_rollouts);
+}
+
+// logging.report_to = "tensorboard": TensorBoard's own loader finds every value of metrics.jsonl,
+// evaluation's included, under transformers' tags and at its step, and a resume from an earlier
+// checkpoint leaves each step in the event file once (tests/core/train/check_tensorboard.py).
+TEST(Trainer, TensorBoardHoldsTheMetricsOnceAcrossAResume) {
+    auto m = manifest("tensorboard", {"train.max_steps=4", "output.save_steps=2", "logging.report_to=\"tensorboard\"",
+                                      "data.eval_source=\"prompts.jsonl\"", "train.eval_steps=2"});
+    grove::Trainer(m, fresh()).run();
+    const std::string out = m.string("output.dir");
+    const auto events = grove::read_event_file(out + "/runs/events.out.tfevents.grove");
+    ASSERT_EQ(events.size(), 5u) << "the file version, then steps 1 to 4";
+    grove::TrainerOptions resume;
+    resume.resume = out + "/checkpoint-2";
+    grove::Trainer(m, resume).run();
+    std::vector<int64_t> steps;
+    for (const auto& event : grove::read_event_file(out + "/runs/events.out.tfevents.grove"))
+        if (event.has_step) steps.push_back(event.step);
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+    const std::string command =
+        std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_tensorboard.py " + out;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 // A checkpoint inside a generation batch, written by a resumed run before it generated anything,
