@@ -138,6 +138,8 @@ case("manifest", "generation_batch_size and steps_per_generation that disagree",
                                                            "steps_per_generation = 3")))
 case("manifest", "a scheduler name with a typo", "check grove.toml", 3, "cosine",
      lambda d: write(f"{d}/grove.toml", manifest().replace("max_steps = 1", 'max_steps = 1\nlr_scheduler_type = "cosin"')))
+case("manifest", "cosine_with_min_lr without its floor", "check grove.toml --set train.lr_scheduler_type=\"cosine_with_min_lr\"",
+     3, "set it (e.g. 0.1), or use \"cosine\"", run_folder())
 case("manifest", "min_lr_rate with a schedule that has no floor", "check grove.toml --set train.min_lr_rate=0.1", 3,
      "set that schedule, or remove min_lr_rate", run_folder())
 case("manifest", "a report_to integration Grove does not write (TRL's wandb)", "check grove.toml", 3,
@@ -195,8 +197,6 @@ case("data", "a chat message with tool calls, which no native template renders",
      "prompts.jsonl:1: a message's \"tool_calls\" is not rendered by Grove's chat templates",
      run_folder(prompts='{"prompt": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "", '
                         '"tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}]}]}\n'))
-case("manifest", "cosine_with_min_lr without its floor", "check grove.toml --set train.lr_scheduler_type=\"cosine_with_min_lr\"",
-     3, "set it (e.g. 0.1), or use \"cosine\"", run_folder())
 case("data", "a prompt that is a number", TRAIN, 5, "\"prompt\" must be text or a list of messages",
      run_folder(prompts='{"prompt": 5}\n'))
 case("data", "an empty dataset", TRAIN, 5, "prompts.jsonl",

@@ -67,7 +67,20 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // <think> block so the model answers directly.
 // qwen3_instruct is Qwen3-Instruct-2507's: Qwen3's turns without any <think> handling. llama3_1 and
 // llama3_2 are Llama 3.1 / 3.2 Instruct's, whose system turn carries a date (3.2: today's).
-enum class ChatTemplate { chatml, llama3, llama2, plain, qwen3, qwen3_thinking_off, qwen3_instruct, llama3_1, llama3_2 };
+// opens_thinking is what auto finds in a template whose generation prompt opens a <think> block
+// (Qwen3's Thinking-2507 models): recognised, so text prompts still work, but never rendered.
+enum class ChatTemplate {
+    chatml,
+    llama3,
+    llama2,
+    plain,
+    qwen3,
+    qwen3_thinking_off,
+    qwen3_instruct,
+    llama3_1,
+    llama3_2,
+    opens_thinking
+};
 
 struct ChatMessage {
     std::string role;  // system, user, assistant (qwen3 also: tool)

@@ -146,14 +146,14 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.min_lr_rate = m.number("train.min_lr_rate");
     if (t.min_lr_rate == 0.0 && t.lr_scheduler_type == LrSchedule::cosine_with_min_lr)
         throw Error(ErrorKind::manifest, c.manifest_path +
-                                             ": lr_scheduler_type = \"cosine_with_min_lr\" decays to "
-                                             "train.min_lr_rate, which is not set (transformers refuses "
-                                             "it too): set it (e.g. 0.1), or use \"cosine\"");
+                                             ": train.lr_scheduler_type = \"cosine_with_min_lr\" decays to "
+                                             "train.min_lr_rate, which is 0 (its default): set it (e.g. 0.1), or "
+                                             "use \"cosine\", which decays to 0");
     if (t.min_lr_rate != 0.0 && t.lr_scheduler_type != LrSchedule::cosine_with_min_lr)
         throw Error(ErrorKind::manifest, c.manifest_path +
-                                             ": train.min_lr_rate is the floor of lr_scheduler_type = "
-                                             "\"cosine_with_min_lr\" and no other schedule (transformers "
-                                             "refuses it too): set that schedule, or remove min_lr_rate");
+                                             ": train.min_lr_rate is the floor of train.lr_scheduler_type = "
+                                             "\"cosine_with_min_lr\" and of no other schedule: set that schedule, "
+                                             "or remove min_lr_rate");
     t.weight_decay = m.number("train.weight_decay");
     t.adam_beta1 = m.number("train.adam_beta1");
     t.adam_beta2 = m.number("train.adam_beta2");

@@ -293,8 +293,11 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
                 for (const auto& m : prompt) {
                     if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
                         throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
-                    for (const char* field : {"tool_calls", "reasoning_content"})  // templates render them; Grove's do not
-                        if (m.contains(field) && !m[field].is_null())
+                    // templates render them; Grove's do not. An empty tool_calls list is false in Jinja, so
+                    // nothing (datasets exported from tool-calling chats carry one)
+                    for (const char* field : {"tool_calls", "reasoning_content"})
+                        if (m.contains(field) && !m[field].is_null() &&
+                            !(m[field].is_array() && m[field].empty() && std::string(field) == "tool_calls"))
                             throw Error(ErrorKind::input, where + ": a message's \"" + field +
                                                               "\" is not rendered by Grove's chat templates, so the prompt "
                                                               "would differ from apply_chat_template's; write it into "

@@ -742,11 +742,13 @@ std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const st
 
 // The system prompt a ChatML checkpoint's template writes when a conversation opens without one
 // (Qwen2.5's "You are Qwen, ...", Qwen2.5-Math's "Please reason step by step, ...", SmolLM2's "You
-// are a helpful AI assistant named SmolLM, ..."): the text of a string literal
-// '<|im_start|>system\n...<|im_end|>' in the template, Jinja's escapes undone, or none.
+// are a helpful AI assistant named SmolLM, ..."): the text '<|im_start|>system\n...<|im_end|>' of a
+// string literal in the template (Jinja's escapes undone) or of its plain text, or none. Text that
+// an expression or a tag interrupts ('...' + x, {{ x }}) is not a default.
 std::optional<std::string> chatml_default_system(const std::string& template_text) {
     for (const std::string opening : {"<|im_start|>system\\n", "<|im_start|>system\n"})
         for (size_t at = template_text.find(opening); at != std::string::npos; at = template_text.find(opening, at + 1)) {
+            const bool in_literal = opening.back() != '\n';  // the escaped newline is inside a quoted string
             std::string text;
             for (size_t i = at + opening.size(); i < template_text.size();) {
                 if (template_text.compare(i, 10, "<|im_end|>") == 0) {
@@ -754,8 +756,11 @@ std::optional<std::string> chatml_default_system(const std::string& template_tex
                     break;
                 }
                 const char c = template_text[i];
-                if (c == '\'' || c == '"') break;  // the literal ends first: an expression follows, not a default
-                if (c == '\\' && i + 1 < template_text.size()) {  // \n, \t, \\, \', \"
+                if (in_literal ? (c == '\'' || c == '"')
+                               : (template_text.compare(i, 2, "{{") == 0 || template_text.compare(i, 2, "{%") == 0 ||
+                                  template_text.compare(i, 2, "{#") == 0))
+                    break;                                                      // an expression follows, not a default
+                if (in_literal && c == '\\' && i + 1 < template_text.size()) {  // \n, \t, \\, \', \"
                     const char escaped = template_text[i + 1];
                     text += escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped;
                     i += 2;
@@ -885,11 +890,7 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
 ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
-    if (contains(t, "assistant\\n<think>"))
-        throw Error(ErrorKind::usage,
-                    "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "
-                    "Thinking-2507 models do), which Grove does not render natively: name the template "
-                    "(model.chat_template, grove generate --chat-template) after comparing it with apply_chat_template");
+    if (contains(t, "assistant\\n<think>")) return ChatTemplate::opens_thinking;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
         return ChatTemplate::qwen3_instruct;
     return ChatTemplate::chatml;
@@ -904,6 +905,7 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {
 
 std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
+    if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
     for (const auto& [name, value] : kFamilyNames)
         if (value == family) return name;
     return "?";
@@ -970,11 +972,12 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
         case ChatTemplate::llama3_2:
             return render_llama3_dated(messages, add_generation_prompt, bos, today());
         case ChatTemplate::chatml:
-            if (!tools_json.empty())
-                out = chatml_tools_turn(messages, tools_json,
-                                        "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
-            else if (const auto system = chatml_default_system(config.chat_template);
-                     system && !messages.empty() && messages[0].role != "system")
+            if (const auto system = chatml_default_system(config.chat_template); !tools_json.empty())
+                // Qwen2.5's tools turn opens with the template's default (Qwen2.5-Math's is its own)
+                out =
+                    chatml_tools_turn(messages, tools_json,
+                                      system.value_or("You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+            else if (system && !messages.empty() && messages[0].role != "system")
                 out = "<|im_start|>system\n" + *system + "<|im_end|>\n";
             for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size(); ++i)
                 out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
@@ -1012,6 +1015,12 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";
             return out;
+        case ChatTemplate::opens_thinking:
+            throw Error(ErrorKind::usage,
+                        "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "
+                        "Thinking-2507 models do), which Grove does not render natively: name the template "
+                        "(model.chat_template, grove generate --chat-template) after comparing it with "
+                        "apply_chat_template, or use text prompts");
     }
     return out;
 }

@@ -43,7 +43,8 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
 }
 
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
-    if (chat_template_ == ChatTemplate::plain)  // TRL renders the checkpoint's own Jinja template; we cannot
+    // TRL renders the checkpoint's own Jinja template; we cannot
+    if (chat_template_ == ChatTemplate::plain || chat_template_ == ChatTemplate::opens_thinking)
         throw Error(ErrorKind::input, folder_ +
                                           ": the prompts are conversations, and this reward model's chat template "
                                           "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2), so its "

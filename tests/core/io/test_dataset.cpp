@@ -3,6 +3,7 @@
 // splits are disjoint and stable, and difficulty options are validated.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -212,4 +213,19 @@ TEST(Dataset, PromptAsJsonIsTheDatasetsForm) {
               "\"a\xef\xbf\xbd"
               "b\"");
     EXPECT_EQ(nlohmann::json::parse(grove::prompt_json("é 中", {})).get<std::string>(), "é 中");
+}
+
+// A message's tool_calls or reasoning_content would be rendered by the checkpoint's template and not
+// by Grove's, so it is refused; an empty tool_calls list is false in Jinja, so nothing, and loads.
+TEST(Dataset, AnEmptyToolCallsListIsNothing) {
+    const std::string file = std::string(GROVE_TEST_BINARY_DIR) + "/dataset_tool_calls.jsonl";
+    std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?", "tool_calls": []}]})" << "\n";
+    const auto rows = grove::load_prompts(file);
+    ASSERT_EQ(rows.size(), 1u);
+    ASSERT_EQ(rows[0].messages.size(), 1u);
+    EXPECT_EQ(rows[0].messages[0].content, "2+2?");
+    for (const char* field : {R"("tool_calls": [{"type": "function"}])", R"("reasoning_content": "")"}) {
+        std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?", )" << field << "}]}\n";
+        EXPECT_THROW(grove::load_prompts(file), grove::Error) << field;
+    }
 }

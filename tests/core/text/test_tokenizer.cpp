@@ -109,6 +109,24 @@ TEST(ChatTemplate, ObservationsOpeningAnAssistantTurnContinueAsTheGenerationProm
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, "[the door opens]"), "[the door opens]");
 }
 
+// A ChatML template's default system prompt is literal text only: one in the template's plain text
+// (outside {{ }}) counts; a system turn whose text is an expression does not, in plain text or
+// in a string literal.
+TEST(ChatTemplate, ADefaultSystemPromptIsLiteralText) {
+    grove::TokenizerConfig config;
+    const std::vector<grove::ChatMessage> user_only{{"user", "hi"}};
+    config.chat_template = "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe brief.<|im_end|>\n{% endif %}";
+    EXPECT_EQ(grove::render_chat(grove::ChatTemplate::chatml, user_only, true, config),
+              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    for (const char* expression : {"<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>",
+                                   "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>' }}"}) {
+        config.chat_template = expression;
+        EXPECT_EQ(grove::render_chat(grove::ChatTemplate::chatml, user_only, true, config),
+                  "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+            << expression;
+    }
+}
+
 TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     auto data = read(kDir + "/chat_templates.json");
     grove::TokenizerConfig config;
@@ -121,9 +139,13 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_EQ(grove::chat_template_from_name("auto", config, false), grove::ChatTemplate::qwen3_thinking_off);
     config.chat_template = data["templates"]["qwen3_instruct"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3_instruct);
-    // a generation prompt that opens <think> (Qwen3's Thinking-2507 models) is not guessed at
+    // a generation prompt that opens <think> (Qwen3's Thinking-2507 models) is recognised, so text
+    // prompts work, but a conversation is not rendered by guesswork
     config.chat_template = "{{- '<|im_start|>assistant\\n<think>\\n' }}";
-    EXPECT_THROW(grove::chat_template_from_name("auto", config), grove::Error);
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::opens_thinking);
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::render_chat(grove::ChatTemplate::opens_thinking, {{"user", "hi"}}, true, config); }),
+                    "opens a <think> block in its generation prompt");
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
     for (const char* chatml : {"qwen2_5", "qwen2_5_math", "smollm2"})

@@ -420,7 +420,7 @@ json.dump(out, open(sys.argv[1], "w"))
                 << name << " step " << step;
     EXPECT_CONTAINS(
         grove::test::error_message([] { grove::RunConfig::from(manifest("min_lr_refused", {"train.min_lr_rate=0.1"})); }),
-        "train.min_lr_rate is the floor of lr_scheduler_type = \"cosine_with_min_lr\"");
+        "train.min_lr_rate is the floor of train.lr_scheduler_type = \"cosine_with_min_lr\"");
 }
 
 // model.cast_lm_head_to_fp32 in a run: a bfloat16 policy and its reference with float32 output
