@@ -56,4 +56,18 @@ std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_s
 // linear warmup (none for constant), then linear decay to 0, cosine to 0 or to min_lr_rate, or none.
 double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, double min_lr_rate = 0.0);
 
+// A run's learning rate over its `total` optimizer steps, as transformers' Trainer builds the schedule
+// from TrainingArguments: train.warmup_steps warm up, else warmup_ratio x total rounded up.
+struct LearningRateSchedule {
+    LrSchedule type = LrSchedule::linear;
+    double peak = 0.0, min_lr_rate = 0.0;
+    int64_t warmup = 0, total = 0;
+
+    static LearningRateSchedule of(const TrainSection& train, int64_t total);
+    // the rate of optimizer step `step` (0-based)
+    double rate(int64_t step) const { return peak * learning_rate_multiplier(type, step, warmup, total, min_lr_rate); }
+    // a warning line when warmup was asked of "constant", which has none (as in transformers); else empty
+    std::string ignored_warmup_warning() const;
+};
+
 }  // namespace grove

@@ -100,4 +100,21 @@ double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmu
     return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
 }
 
+LearningRateSchedule LearningRateSchedule::of(const TrainSection& train, int64_t total) {
+    LearningRateSchedule s;
+    s.type = train.lr_scheduler_type;
+    s.peak = train.learning_rate;
+    s.min_lr_rate = train.min_lr_rate;
+    s.total = total;
+    s.warmup = train.warmup_steps > 0 ? train.warmup_steps : int64_t(std::ceil(train.warmup_ratio * double(total)));
+    return s;
+}
+
+std::string LearningRateSchedule::ignored_warmup_warning() const {
+    if (warmup == 0 || type != LrSchedule::constant) return "";
+    return "grove: warning: train.lr_scheduler_type = \"constant\" has no warmup, as in transformers (Grove warmed it "
+           "up before 2026-11-25), so the " +
+           std::to_string(warmup) + " warmup steps are not taken; use \"constant_with_warmup\" to warm up\n";
+}
+
 }  // namespace grove

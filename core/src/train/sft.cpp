@@ -142,7 +142,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     int64_t batch = c.train.per_device_train_batch_size;
     int64_t total = c.train.max_steps;
     if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
-    int64_t warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
+    const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
+    if (log) *log << schedule.ignored_warmup_warning();
 
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
@@ -178,8 +179,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
                                                 std::to_string(step + 1) + "; lower train.learning_rate");
         loss.backward();
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
-        double lr = c.train.learning_rate *
-                    learning_rate_multiplier(c.train.lr_scheduler_type, step, warmup, total, c.train.min_lr_rate);
+        const double lr = schedule.rate(step);
         optimizer.step(lr);
         optimizer.zero_grad();
         progress.global_step = step + 1;

@@ -123,7 +123,8 @@ struct Trainer::State {
     std::vector<int> owners;  // ZeRO stage 1: the rank that updates params[i]; empty: every rank, all of them
     std::unique_ptr<PromptSource> prompts;
     SamplingOptions sampling;  // stop and pad tokens filled; the seed is set per generation batch
-    int64_t total = 0, warmup = 0;
+    int64_t total = 0;
+    LearningRateSchedule schedule;
 
     // where the run is
     TrainingProgress progress;
@@ -240,13 +241,8 @@ void Trainer::State::load() {
     const int64_t micro_steps_per_epoch = int64_t(prompts->prompt_count()) / prompts_per_generation * S * c.loss.num_iterations;
     total = c.train.max_steps > 0 ? c.train.max_steps
                                   : int64_t(std::ceil(c.train.num_train_epochs * double(micro_steps_per_epoch) / double(A)));
-    warmup = c.train.warmup_steps > 0 ? c.train.warmup_steps : int64_t(std::ceil(c.train.warmup_ratio * double(total)));
-    if (warmup > 0 && c.train.lr_scheduler_type == LrSchedule::constant && options.rank == 0 && options.log)
-        *options.log << "grove: warning: train.lr_scheduler_type = \"constant\" has no warmup, as in transformers (Grove "
-                        "warmed it up before 2026-11-25), so the "
-                     << warmup
-                     << " warmup steps are not taken; use "
-                        "\"constant_with_warmup\" to warm up\n";
+    schedule = LearningRateSchedule::of(c.train, total);
+    if (options.rank == 0 && options.log) *options.log << schedule.ignored_warmup_warning();
 }
 
 std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
@@ -585,8 +581,7 @@ std::map<std::string, double> Trainer::step() {
         throw Error(ErrorKind::runtime, "the gradient norm became " + std::to_string(grad_norm) + " at step " +
                                             std::to_string(p.global_step + 1) +
                                             "; no update was applied; the last checkpoint in " + c.output.dir + " is intact");
-    const double lr = c.train.learning_rate * learning_rate_multiplier(c.train.lr_scheduler_type, p.global_step, s.warmup,
-                                                                       s.total, c.train.min_lr_rate);
+    const double lr = s.schedule.rate(p.global_step);
     s.optimizer->step(lr);
     s.optimizer->zero_grad();
     if (!s.owners.empty()) {  // ZeRO stage 1: each rank updated its share; everyone gets every tensor

@@ -389,7 +389,8 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
 
 // Every train.lr_scheduler_type against the multipliers transformers' own get_scheduler computes
 // (in a subprocess): 3 warmup steps of 10, min_lr_rate 0.1 for cosine_with_min_lr, and constant
-// without its warmup, as transformers ignores it there. min_lr_rate with another schedule is refused.
+// without its warmup, as transformers ignores it there (with a warning); a run's warmup steps from
+// warmup_ratio as TrainingArguments counts them. min_lr_rate with another schedule is refused.
 TEST(Schedules, EqualTransformersGetScheduler) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/schedules";
     fs::create_directories(dir);
@@ -401,9 +402,12 @@ for name in ["linear", "cosine", "cosine_with_min_lr", "constant", "constant_wit
     kwargs = {"min_lr_rate": 0.1} if name == "cosine_with_min_lr" else {}
     schedule = get_scheduler(name, optimizer, num_warmup_steps=3, num_training_steps=10, scheduler_specific_kwargs=kwargs)
     out[name] = [schedule.lr_lambdas[0](step) for step in range(12)]
+from transformers import TrainingArguments
+out["warmup_of_ratio"] = TrainingArguments(output_dir=sys.argv[2], warmup_ratio=0.25).get_warmup_steps(10)
 json.dump(out, open(sys.argv[1], "w"))
 )";
-    const auto r = grove::test::run_command(std::string(GROVE_PYTHON) + " " + dir + "/schedules.py " + dir + "/out.json");
+    const auto r = grove::test::run_command(std::string(GROVE_PYTHON) + " " + dir + "/schedules.py " + dir + "/out.json " +
+                                            dir + "/arguments");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     std::ifstream in(dir + "/out.json");
     const auto expected = nlohmann::json::parse(in);
@@ -418,6 +422,23 @@ json.dump(out, open(sys.argv[1], "w"))
             EXPECT_NEAR(grove::learning_rate_multiplier(schedule, step, 3, 10, 0.1), expected[name][size_t(step)].get<double>(),
                         1e-12)
                 << name << " step " << step;
+    // a run's warmup: warmup_ratio of its steps rounded up, as TrainingArguments.get_warmup_steps; warmup_steps wins
+    grove::TrainSection train;
+    train.learning_rate = 0.5;
+    train.warmup_ratio = 0.25;
+    const auto by_ratio = grove::LearningRateSchedule::of(train, 10);
+    EXPECT_EQ(by_ratio.warmup, expected["warmup_of_ratio"].get<int64_t>());
+    EXPECT_DOUBLE_EQ(by_ratio.rate(4),
+                     0.5 * grove::learning_rate_multiplier(grove::LrSchedule::linear, 4, by_ratio.warmup, 10));
+    EXPECT_EQ(by_ratio.ignored_warmup_warning(), "");
+    train.warmup_steps = 4;
+    train.lr_scheduler_type = grove::LrSchedule::constant;
+    const auto constant = grove::LearningRateSchedule::of(train, 10);
+    EXPECT_EQ(constant.warmup, 4);
+    EXPECT_DOUBLE_EQ(constant.rate(0), 0.5);
+    EXPECT_CONTAINS(constant.ignored_warmup_warning(), "the 4 warmup steps are not taken; use \"constant_with_warmup\"");
+    train.lr_scheduler_type = grove::LrSchedule::constant_with_warmup;
+    EXPECT_EQ(grove::LearningRateSchedule::of(train, 10).ignored_warmup_warning(), "");
     EXPECT_CONTAINS(
         grove::test::error_message([] { grove::RunConfig::from(manifest("min_lr_refused", {"train.min_lr_rate=0.1"})); }),
         "train.min_lr_rate is the floor of train.lr_scheduler_type = \"cosine_with_min_lr\"");
