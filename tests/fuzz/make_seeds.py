@@ -101,7 +101,8 @@ def tokenizer_seeds():
               "chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}{% endfor %}"}
     write("tokenizer", "byte_level_bpe", tok.to_str())
     write("tokenizer", "byte_level_bpe_with_config", tok.to_str() + "\0" + json.dumps(config))
-    for family in ("llama3_style", "qwen2_style"):  # made by tests/core/text/make_tokenizers.py when present
+    # made by tests/core/text/make_tokenizers.py when present
+    for family in ("llama3_style", "qwen2_style", "sp_json_legacy", "sp_json_metaspace_first"):
         for f in glob.glob(os.path.join(ROOT, "build/tests/tokenizers/generated", family, "tokenizer.json")):
             shutil.copy(f, os.path.join(CORPUS, "tokenizer", family))
 

@@ -150,13 +150,118 @@ private:
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 struct PreTokenizerStep {
-    enum Kind { split, byte_level, digits } kind = split;
+    enum Kind { split, byte_level, digits, metaspace } kind = split;
     std::shared_ptr<Regex> regex;  // split; byte_level with use_regex
     bool isolated = true;          // split behaviour: Isolated (keep matches and gaps) or Removed (gaps only)
     bool invert = false;
     bool add_prefix_space = false;
     bool individual_digits = false;
+    // metaspace: spaces become `replacement`, which is prepended always, to the text's first piece
+    // only ("first"), or never; with metaspace_split, each replacement starts a piece
+    enum class Prepend { always, first, never } prepend = Prepend::always;
+    std::string replacement;
+    bool metaspace_split = false;
 };
+
+// sentencepiece-style normalizers of tokenizer.json, applied in order to each text between added tokens
+struct NormalizerStep {
+    enum Kind { nfc, prepend, replace } kind = nfc;
+    std::string from, to;  // replace: every `from` by `to`; prepend: `to` before non-empty text
+};
+
+// tokenizer.json's decoders other than ByteLevel, applied in order to the list of token strings
+// (the `tokenizers` library's decode chain), which is then joined
+struct DecoderStep {
+    enum Kind { replace, byte_fallback, fuse, strip, metaspace } kind = fuse;
+    std::string from, to;         // replace
+    std::string content;          // strip: the character removed, up to `start` at the front, `stop` at the back
+    int64_t start = 0, stop = 0;  // strip
+    std::string replacement;      // metaspace: it becomes a space, dropped in the first token when prepending
+    bool drops_first_prefix = false;
+};
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+    if (from.empty()) return text;
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+        text.replace(at, from.size(), to);
+    return text;
+}
+
+bool is_valid_utf8(const std::string& bytes) {
+    for (size_t i = 0; i < bytes.size();) {
+        const unsigned char lead = (unsigned char)bytes[i];
+        const size_t n = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 0;
+        if (n == 0 || i + n > bytes.size()) return false;
+        for (size_t k = 1; k < n; ++k)
+            if (((unsigned char)bytes[i + k] >> 6) != 0x2) return false;
+        const uint32_t cp = n == 1   ? lead
+                            : n == 2 ? ((lead & 0x1fu) << 6) | (bytes[i + 1] & 0x3f)
+                            : n == 3 ? ((lead & 0x0fu) << 12) | ((bytes[i + 1] & 0x3fu) << 6) | (bytes[i + 2] & 0x3f)
+                                     : ((lead & 0x07u) << 18) | ((bytes[i + 1] & 0x3fu) << 12) | ((bytes[i + 2] & 0x3fu) << 6) |
+                                           (bytes[i + 3] & 0x3f);
+        const uint32_t shortest[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < shortest[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;  // overlong, surrogate
+        i += n;
+    }
+    return true;
+}
+
+// The `tokenizers` library's decoders, one step over the token strings.
+std::vector<std::string> apply_decoder(const DecoderStep& step, std::vector<std::string> tokens) {
+    switch (step.kind) {
+        case DecoderStep::replace:
+            for (auto& t : tokens) t = replace_all(t, step.from, step.to);
+            return tokens;
+        case DecoderStep::byte_fallback: {  // runs of <0xXX> become their bytes; bytes that are not UTF-8, one U+FFFD each
+            std::vector<std::string> out;
+            std::string bytes;
+            size_t byte_tokens = 0;
+            auto flush = [&] {
+                if (byte_tokens == 0) return;
+                if (is_valid_utf8(bytes))
+                    out.push_back(bytes);
+                else
+                    for (size_t i = 0; i < byte_tokens; ++i) out.push_back("\xef\xbf\xbd");
+                bytes.clear();
+                byte_tokens = 0;
+            };
+            for (auto& t : tokens) {
+                unsigned value = 0;
+                if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit((unsigned char)t[3]) &&
+                    std::isxdigit((unsigned char)t[4]) && std::sscanf(t.c_str() + 3, "%2x", &value) == 1) {
+                    bytes += char(value);
+                    ++byte_tokens;
+                } else {
+                    flush();
+                    out.push_back(std::move(t));
+                }
+            }
+            flush();
+            return out;
+        }
+        case DecoderStep::fuse: {
+            std::string joined;
+            for (const auto& t : tokens) joined += t;
+            return {joined};
+        }
+        case DecoderStep::strip:
+            for (auto& t : tokens) {
+                std::vector<std::string> chars = utf8_chars(t);
+                size_t begin = 0, end = chars.size();
+                while (begin < end && begin < size_t(step.start) && chars[begin] == step.content) ++begin;
+                while (end > begin && chars.size() - end < size_t(step.stop) && chars[end - 1] == step.content) --end;
+                std::string kept;
+                for (size_t i = begin; i < end; ++i) kept += chars[i];
+                t = kept;
+            }
+            return tokens;
+        case DecoderStep::metaspace:
+            for (size_t i = 0; i < tokens.size(); ++i)
+                tokens[i] = replace_all(tokens[i], step.replacement, i == 0 && step.drops_first_prefix ? "" : " ");
+            return tokens;
+    }
+    return tokens;
+}
 
 // Splits each piece by the step. Byte-level mapping is applied separately (it does not split).
 std::vector<std::string> apply_split(const PreTokenizerStep& step, const std::vector<std::string>& pieces) {
@@ -198,7 +303,7 @@ struct AddedToken {
     bool lstrip, rstrip;
 };
 
-// ---- byte-level BPE from tokenizer.json --------------------------------------------------------
+// ---- BPE from tokenizer.json: byte-level (GPT-2 style) or sentencepiece-style ("▁" for spaces) -
 class BpeTokenizer : public Tokenizer {
 public:
     BpeTokenizer(const json& j, const std::string& file) {
@@ -255,15 +360,28 @@ public:
 
         parse_normalizer(j.value("normalizer", json()), file);
         parse_pre_tokenizer(j.value("pre_tokenizer", json()), file);
-        if (!byte_level_)
-            throw bad_tokenizer(file,
-                                "only byte-level BPE tokenizer.json files are supported (no ByteLevel pre-tokenizer found); "
-                                "for sentencepiece-style checkpoints Grove reads tokenizer.model");
+        // sentencepiece-style files (Llama 2, Mistral, TinyLlama as transformers converts them): spaces
+        // become "▁" in a normalizer or a Metaspace pre-tokenizer, and tokens are text, not mapped bytes
+        const bool metaspace = std::any_of(steps_.begin(), steps_.end(),
+                                           [](const PreTokenizerStep& p) { return p.kind == PreTokenizerStep::metaspace; }) ||
+                               std::any_of(normalizers_.begin(), normalizers_.end(), [](const NormalizerStep& n) {
+                                   return n.kind == NormalizerStep::replace && n.from == " ";
+                               });
+        if (byte_level_ == metaspace)
+            throw bad_tokenizer(file, byte_level_ ? "mixes a ByteLevel pre-tokenizer with sentencepiece-style spaces"
+                                                  : "only byte-level BPE files (a ByteLevel pre-tokenizer) and "
+                                                    "sentencepiece-style ones (spaces as \"▁\": a Metaspace pre-tokenizer "
+                                                    "or a Replace normalizer) are supported");
         const json& post = j.value("post_processor", json());
         parse_post_processor(post, file);
         const json& decoder = j.value("decoder", json());
-        if (!decoder.is_null() && decoder.value("type", "") != "ByteLevel")
-            throw bad_tokenizer(file, "decoder \"" + decoder.value("type", "") + "\" is not supported (supported: ByteLevel)");
+        if (byte_level_) {
+            if (!decoder.is_null() && decoder.value("type", "") != "ByteLevel")
+                throw bad_tokenizer(file, "decoder \"" + decoder.value("type", "") +
+                                              "\" is not supported with a ByteLevel pre-tokenizer (supported: ByteLevel)");
+        } else {
+            parse_decoder(decoder, file);
+        }
     }
 
     std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const override {
@@ -285,7 +403,7 @@ public:
             std::string_view segment = text.substr(pos, end - pos);
             if (found && found->lstrip)
                 while (!segment.empty() && std::isspace((unsigned char)segment.back())) segment.remove_suffix(1);
-            encode_segment(segment, ids);
+            encode_segment(segment, pos == 0, ids);
             if (!found) break;
             ids.push_back(found->id);
             pos = best + found->content.size();
@@ -297,6 +415,7 @@ public:
     }
 
     std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+        if (!byte_level_) return decode_with_steps(ids, skip_special_tokens);
         std::string out, pending;
         auto flush = [&] {
             for (const auto& ch : utf8_chars(pending)) {
@@ -334,16 +453,84 @@ public:
     }
 
 private:
+    // every token through the decoder steps, added tokens too, as the `tokenizers` library decodes
+    std::string decode_with_steps(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+        std::vector<std::string> tokens;
+        for (int64_t id : ids) {
+            if (id < 0 || id >= int64_t(id_to_token_.size())) continue;
+            if (skip_special_tokens && is_special(id)) continue;
+            tokens.push_back(id_to_token_[size_t(id)]);
+        }
+        for (const auto& step : decoders_) tokens = apply_decoder(step, std::move(tokens));
+        std::string out;
+        for (const auto& t : tokens) out += t;
+        return out;
+    }
+
+    static std::string string_pattern(const json& step, const std::string& file, const char* what) {
+        const json& pattern = step.at("pattern");
+        if (!pattern.contains("String"))
+            throw bad_tokenizer(file, std::string(what) + " with a Regex pattern is not supported (a String pattern is)");
+        return pattern["String"].get<std::string>();
+    }
+
     void parse_normalizer(const json& n, const std::string& file) {
         if (n.is_null()) return;
         std::string type = n.value("type", "");
         if (type == "Sequence") {
             for (const auto& step : n.at("normalizers")) parse_normalizer(step, file);
         } else if (type == "NFC") {
-            nfc_ = true;
+            normalizers_.push_back({NormalizerStep::nfc, "", ""});
+        } else if (type == "Prepend") {
+            normalizers_.push_back({NormalizerStep::prepend, "", n.at("prepend").get<std::string>()});
+        } else if (type == "Replace") {
+            normalizers_.push_back(
+                {NormalizerStep::replace, string_pattern(n, file, "Replace normalizer"), n.at("content").get<std::string>()});
         } else {
-            throw bad_tokenizer(file, "normalizer \"" + type + "\" is not supported (supported: NFC)");
+            throw bad_tokenizer(file,
+                                "normalizer \"" + type + "\" is not supported (supported: NFC, Prepend, Replace, Sequence)");
         }
+    }
+
+    void parse_decoder(const json& d, const std::string& file) {
+        if (d.is_null()) return;  // the tokens joined
+        const std::string type = d.value("type", "");
+        DecoderStep step;
+        if (type == "Sequence") {
+            for (const auto& inner : d.at("decoders")) parse_decoder(inner, file);
+            return;
+        } else if (type == "Replace") {
+            step = {DecoderStep::replace, string_pattern(d, file, "Replace decoder"), d.at("content").get<std::string>()};
+        } else if (type == "ByteFallback") {
+            step.kind = DecoderStep::byte_fallback;
+        } else if (type == "Fuse") {
+            step.kind = DecoderStep::fuse;
+        } else if (type == "Strip") {
+            step.kind = DecoderStep::strip;
+            step.content = d.at("content").get<std::string>();
+            step.start = d.value("start", int64_t(0));
+            step.stop = d.value("stop", int64_t(0));
+        } else if (type == "Metaspace") {
+            step.kind = DecoderStep::metaspace;
+            step.replacement = d.value("replacement", std::string("\xe2\x96\x81"));
+            step.drops_first_prefix = metaspace_prepend(d, file) != PreTokenizerStep::Prepend::never;
+        } else {
+            throw bad_tokenizer(file, "decoder \"" + type +
+                                          "\" is not supported (supported: ByteLevel; or Replace, ByteFallback, Fuse, "
+                                          "Strip, Metaspace and Sequence for sentencepiece-style files)");
+        }
+        decoders_.push_back(step);
+    }
+
+    // Metaspace's prepend_scheme, or the older add_prefix_space (true: always)
+    static PreTokenizerStep::Prepend metaspace_prepend(const json& m, const std::string& file) {
+        if (!m.contains("prepend_scheme"))
+            return m.value("add_prefix_space", true) ? PreTokenizerStep::Prepend::always : PreTokenizerStep::Prepend::never;
+        const std::string scheme = m["prepend_scheme"].get<std::string>();
+        if (scheme == "always") return PreTokenizerStep::Prepend::always;
+        if (scheme == "first") return PreTokenizerStep::Prepend::first;
+        if (scheme == "never") return PreTokenizerStep::Prepend::never;
+        throw bad_tokenizer(file, "Metaspace prepend_scheme \"" + scheme + "\" is not one of always, first, never");
     }
 
     void parse_pre_tokenizer(const json& p, const std::string& file) {
@@ -379,9 +566,16 @@ private:
             s.kind = PreTokenizerStep::digits;
             s.individual_digits = p.value("individual_digits", false);
             steps_.push_back(s);
+        } else if (type == "Metaspace") {
+            PreTokenizerStep s;
+            s.kind = PreTokenizerStep::metaspace;
+            s.replacement = p.value("replacement", std::string("\xe2\x96\x81"));
+            s.prepend = metaspace_prepend(p, file);
+            s.metaspace_split = p.value("split", true);
+            steps_.push_back(s);
         } else {
-            throw bad_tokenizer(
-                file, "pre-tokenizer \"" + type + "\" is not supported (supported: ByteLevel, Split, Digits, Sequence)");
+            throw bad_tokenizer(file, "pre-tokenizer \"" + type +
+                                          "\" is not supported (supported: ByteLevel, Split, Digits, Metaspace, Sequence)");
         }
     }
 
@@ -411,17 +605,48 @@ private:
         }
     }
 
-    void encode_segment(std::string_view segment, std::vector<int64_t>& ids) const {
+    static std::string nfc(const std::string& text) {
+        UErrorCode status = U_ZERO_ERROR;
+        const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
+        icu::UnicodeString normalized = normalizer->normalize(icu::UnicodeString::fromUTF8(text), status);
+        if (!U_SUCCESS(status)) return text;
+        std::string out;
+        normalized.toUTF8String(out);
+        return out;
+    }
+
+    // Metaspace: spaces as the replacement, prepended as the scheme says (`first`: only to the text
+    // that starts the input, not to one after an added token), split before each replacement
+    static std::vector<std::string> metaspace(const PreTokenizerStep& step, std::vector<std::string> pieces,
+                                              bool starts_input) {
+        std::vector<std::string> out;
+        for (size_t i = 0; i < pieces.size(); ++i) {
+            std::string piece = replace_all(pieces[i], " ", step.replacement);
+            const bool prepend = step.prepend == PreTokenizerStep::Prepend::always ||
+                                 (step.prepend == PreTokenizerStep::Prepend::first && starts_input && i == 0);
+            if (prepend && piece.compare(0, step.replacement.size(), step.replacement) != 0) piece.insert(0, step.replacement);
+            if (!step.metaspace_split) {
+                out.push_back(piece);
+                continue;
+            }
+            size_t begin = 0;
+            for (size_t at = piece.find(step.replacement, 1); at != std::string::npos;
+                 at = piece.find(step.replacement, at + 1)) {
+                out.push_back(piece.substr(begin, at - begin));
+                begin = at;
+            }
+            out.push_back(piece.substr(begin));
+        }
+        return out;
+    }
+
+    void encode_segment(std::string_view segment, bool starts_input, std::vector<int64_t>& ids) const {
         if (segment.empty()) return;
         std::string text(segment);
-        if (nfc_) {
-            UErrorCode status = U_ZERO_ERROR;
-            const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-            icu::UnicodeString normalized = nfc->normalize(icu::UnicodeString::fromUTF8(text), status);
-            if (U_SUCCESS(status)) {
-                text.clear();
-                normalized.toUTF8String(text);
-            }
+        for (const auto& n : normalizers_) {
+            if (n.kind == NormalizerStep::nfc) text = nfc(text);
+            if (n.kind == NormalizerStep::prepend && !text.empty()) text.insert(0, n.to);
+            if (n.kind == NormalizerStep::replace) text = replace_all(text, n.from, n.to);
         }
         std::vector<std::string> pieces{text};
         for (const auto& step : steps_) {
@@ -429,11 +654,17 @@ private:
                 if (step.add_prefix_space && !pieces.empty() && !pieces.front().empty() && pieces.front()[0] != ' ')
                     pieces.front().insert(0, " ");
                 if (step.regex) pieces = apply_split(step, pieces);
+            } else if (step.kind == PreTokenizerStep::metaspace) {
+                pieces = metaspace(step, std::move(pieces), starts_input);
             } else {
                 pieces = apply_split(step, pieces);
             }
         }
         for (const auto& piece : pieces) {
+            if (!byte_level_) {
+                bpe(piece, ids);
+                continue;
+            }
             std::string mapped;
             for (unsigned char c : piece) mapped += byte_map().to_unicode[c];
             bpe(mapped, ids);
@@ -497,10 +728,12 @@ private:
     std::unordered_map<std::string, int> merge_ranks_;
     std::vector<AddedToken> added_;
     std::unordered_map<int64_t, size_t> added_by_id_;
+    std::vector<NormalizerStep> normalizers_;
     std::vector<PreTokenizerStep> steps_;
+    std::vector<DecoderStep> decoders_;  // sentencepiece-style files; byte-level ones decode by the byte map
     std::vector<int64_t> prefix_ids_, suffix_ids_;
     std::optional<int64_t> unk_;
-    bool byte_fallback_ = false, ignore_merges_ = false, byte_level_ = false, nfc_ = false;
+    bool byte_fallback_ = false, ignore_merges_ = false, byte_level_ = false;
 };
 
 // ---- sentencepiece -----------------------------------------------------------------------------

@@ -136,8 +136,15 @@ def byte_level(name, pre, normalizer=None, post=None, string_merges=False, ignor
     config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
+    write_cases(tok, folder, CORPUS + SPECIAL_TEXTS)
+    return folder
+
+
+def write_cases(tok, folder, texts):
+    """What the `tokenizers` library makes of each text: ids with and without special tokens, and the
+    ids decoded with special tokens skipped and kept."""
     cases = []
-    for text in CORPUS + SPECIAL_TEXTS:
+    for text in texts:
         ids = tok.encode(text, add_special_tokens=True).ids
         cases.append({"text": text, "ids": ids,
                       "ids_plain": tok.encode(text, add_special_tokens=False).ids,
@@ -145,7 +152,6 @@ def byte_level(name, pre, normalizer=None, post=None, string_merges=False, ignor
                       "decoded_keep": tok.decode(ids, skip_special_tokens=False)})
     with open(os.path.join(folder, "expected.json"), "w") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
-    return folder
 
 
 def llama3_post(tok):
@@ -234,6 +240,30 @@ def sentencepiece_model():
         json.dump(cases, f, ensure_ascii=False, indent=1)
 
 
+# chat markers added as special tokens, as Phi-3 / Zephyr-style checkpoints have them, and texts with
+# them, with Llama 2's markers (plain text there) and with runs of bytes the vocabulary lacks
+SP_SPECIALS = ["<|user|>", "<|end|>", "<|assistant|>"]
+SP_SPECIAL_TEXTS = ["<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>\n", "<s>[INST] Hi there [/INST] Hello</s>",
+                    " <|user|>  spaced <|end|>x", "<|assistant|>", "ab\u2581cd \u2581\u2581 e", "Ω≈ç√∫ 𝔘𝔫𝔦"]
+
+
+def sentencepiece_json():
+    """tokenizer.json as transformers converts a sentencepiece model (LlamaTokenizerFast), the form
+    Llama 2, Mistral and TinyLlama checkpoints ship: the legacy one (Prepend and Replace normalizers,
+    a Strip decoder) and the Metaspace pre-tokenizer (prepending to the input's first text, or
+    never); references from the `tokenizers` library that reads the same file."""
+    from transformers import LlamaTokenizerFast
+    model = os.path.join(OUT, "sentencepiece", "tokenizer.model")
+    for name, legacy, add_prefix_space in [("sp_json_legacy", True, True), ("sp_json_metaspace_first", False, True),
+                                           ("sp_json_metaspace_never", False, None)]:
+        fast = LlamaTokenizerFast(vocab_file=model, legacy=legacy, add_prefix_space=add_prefix_space, from_slow=True)
+        fast.add_special_tokens({"additional_special_tokens": SP_SPECIALS})
+        folder = os.path.join(OUT, name)
+        fast.save_pretrained(folder)
+        os.remove(os.path.join(folder, "tokenizer.model"))  # Grove must read the tokenizer.json
+        write_cases(Tokenizer.from_file(os.path.join(folder, "tokenizer.json")), folder, CORPUS + SP_SPECIAL_TEXTS)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     byte_level("gpt2_style", pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), string_merges=True)
@@ -248,6 +278,7 @@ def main():
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]))
     chat_templates(llama3)
     sentencepiece_model()
+    sentencepiece_json()
     print(f"tokenizers written to {OUT}")
 
 

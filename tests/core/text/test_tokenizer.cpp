@@ -25,20 +25,34 @@ nlohmann::json read(const std::string& path) {
 }
 }  // namespace
 
-TEST(Tokenizer, ByteLevelBpeMatchesTokenizersLibrary) {
-    for (const char* family : {"gpt2_style", "llama3_style", "qwen2_style", "smollm2_style"}) {
-        auto tokenizer = grove::Tokenizer::load(kDir + "/" + family);
-        auto cases = read(kDir + "/" + family + "/expected.json");
-        ASSERT_GT(cases.size(), 10u);
-        for (const auto& c : cases) {
-            std::string text = c["text"];
-            EXPECT_EQ(tokenizer->encode(text, true), c["ids"].get<std::vector<int64_t>>()) << family << ": " << text;
-            EXPECT_EQ(tokenizer->encode(text, false), c["ids_plain"].get<std::vector<int64_t>>()) << family << ": " << text;
-            auto ids = c["ids"].get<std::vector<int64_t>>();
-            EXPECT_EQ(tokenizer->decode(ids, true), c["decoded_skip"].get<std::string>()) << family << ": " << text;
-            EXPECT_EQ(tokenizer->decode(ids, false), c["decoded_keep"].get<std::string>()) << family << ": " << text;
-        }
+namespace {
+// Every case make_tokenizers.py recorded for a folder's tokenizer.json with the `tokenizers` library
+void expect_matches_tokenizers_library(const std::string& family) {
+    auto tokenizer = grove::Tokenizer::load(kDir + "/" + family);
+    auto cases = read(kDir + "/" + family + "/expected.json");
+    ASSERT_GT(cases.size(), 10u);
+    for (const auto& c : cases) {
+        std::string text = c["text"];
+        EXPECT_EQ(tokenizer->encode(text, true), c["ids"].get<std::vector<int64_t>>()) << family << ": " << text;
+        EXPECT_EQ(tokenizer->encode(text, false), c["ids_plain"].get<std::vector<int64_t>>()) << family << ": " << text;
+        auto ids = c["ids"].get<std::vector<int64_t>>();
+        EXPECT_EQ(tokenizer->decode(ids, true), c["decoded_skip"].get<std::string>()) << family << ": " << text;
+        EXPECT_EQ(tokenizer->decode(ids, false), c["decoded_keep"].get<std::string>()) << family << ": " << text;
     }
+}
+}  // namespace
+
+TEST(Tokenizer, ByteLevelBpeMatchesTokenizersLibrary) {
+    for (const char* family : {"gpt2_style", "llama3_style", "qwen2_style", "smollm2_style"})
+        expect_matches_tokenizers_library(family);
+}
+
+// tokenizer.json as Llama 2, Mistral and TinyLlama checkpoints ship it (transformers' conversion of
+// their sentencepiece model): legacy normalizers, and Metaspace prepending to the first text or never,
+// each with added chat markers, byte fallback and its decoders.
+TEST(Tokenizer, SentencepieceStyleTokenizerJsonMatchesTokenizersLibrary) {
+    for (const char* family : {"sp_json_legacy", "sp_json_metaspace_first", "sp_json_metaspace_never"})
+        expect_matches_tokenizers_library(family);
 }
 
 TEST(Tokenizer, SpecialTokensResolveFromTokenizerConfigAndPadMayEqualEos) {
@@ -188,8 +202,16 @@ TEST(Tokenizer, BrokenFilesNameTheFileAndComponent) {
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})");
     EXPECT_NE(message.find("pre-tokenizer regex does not compile"), std::string::npos) << message;
     message =
-        error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
-    EXPECT_NE(message.find("pre-tokenizer \"Metaspace\" is not supported"), std::string::npos) << message;
+        error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Whitespace"}})");
+    EXPECT_NE(message.find("pre-tokenizer \"Whitespace\" is not supported"), std::string::npos) << message;
+    // neither byte-level nor sentencepiece-style: what the file's spaces become is unknown
+    message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+    EXPECT_NE(message.find("only byte-level BPE files (a ByteLevel pre-tokenizer) and sentencepiece-style ones"),
+              std::string::npos)
+        << message;
+    message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"},
+        "decoder": {"type": "WordPiece"}})");
+    EXPECT_NE(message.find("decoder \"WordPiece\" is not supported"), std::string::npos) << message;
     std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
         "pre_tokenizer": {"type": "ByteLevel"}})";
     std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "</s>"})";
