@@ -63,6 +63,24 @@ TEST(CliModel, GenerateWithoutThinkingMatchesTransformers) {
         << refused.out;
 }
 
+// A Mistral checkpoint's folder as transformers saves it: tokenizer.json converted from the
+// sentencepiece model (legacy normalizers, byte fallback) beside tokenizer.model, and the [INST]
+// template in chat_template.jinja, which auto recognises (tokenizer_config.json has none). Prompt
+// and greedy ids equal transformers', plain and chat.
+TEST(CliModel, AMistralFolderGeneratesAsTransformers) {
+    const std::string model = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/mistral_mha";
+    std::ifstream in(model + "/reference.json");
+    const auto ref = nlohmann::json::parse(in);
+    for (const char* mode : {"plain", "chat"}) {
+        auto r = run_grove("generate --model " + model + " --prompt 'What is 2 + 2?' --greedy --max-new-tokens 6 --json" +
+                           (std::string(mode) == "chat" ? " --chat" : ""));
+        ASSERT_EQ(r.exit_code, 0) << r.out;
+        auto row = nlohmann::json::parse(r.out);
+        EXPECT_EQ(row["prompt_ids"], ref[mode]["prompt_ids"]) << mode;
+        EXPECT_EQ(row["completion_ids"], ref[mode]["completion_ids"]) << mode;
+    }
+}
+
 TEST(CliModel, GenerateSeveralSamplesIsSeeded) {
     std::string args =
         "generate --model " + kModel + " --prompt 'Hello' --n 3 --max-new-tokens 5 --temperature 1.5 --json --seed ";

@@ -824,6 +824,13 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& folder) {
     } catch (const json::exception& e) {
         throw bad_tokenizer(config_file.string(), std::string("unexpected structure: ") + e.what());
     }
+    // newer transformers versions save the template in a file of its own, which takes priority over
+    // tokenizer_config.json's when transformers loads the folder
+    if (const fs::path template_file = fs::path(folder) / "chat_template.jinja"; fs::exists(template_file)) {
+        std::ifstream in(template_file, std::ios::binary);
+        if (!in) throw bad_tokenizer(template_file.string(), "cannot be read");
+        c.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
     auto resolve = [&](const std::optional<std::string>& token, const char* key) -> std::optional<int64_t> {
         if (!token) return std::nullopt;
         auto id = tokenizer->token_to_id(*token);
@@ -846,7 +853,8 @@ void check_tokenizer_files(const std::string& folder) {
 }
 
 void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+    for (const char* f :
+         {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
         fs::path from = fs::path(from_dir) / f;
         if (fs::exists(from)) fs::copy_file(from, fs::path(to_dir) / f, fs::copy_options::overwrite_existing);
     }

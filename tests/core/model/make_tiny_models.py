@@ -72,25 +72,56 @@ def save_tokenizer(folder):
                                     "{{ '<|im_start|>assistant\\n' }}{% endif %}"}, f)
 
 
-def cli_reference(folder, model):
-    """What transformers generates greedily for a text prompt: plain, with the chat template, and with
-    Qwen3's template (as TRL ships it) and enable_thinking=False."""
+# Mistral-7B-Instruct-v0.1's template: [INST] turns after the BOS
+MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+                    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+                    "{{ message['content'] + eos_token + ' ' }}{% endif %}{% endfor %}")
+
+
+def save_sentencepiece_style_tokenizer(folder):
+    """A sentencepiece BPE model (byte fallback) sized to the tiny vocabulary, converted to tokenizer.json
+    by transformers as Mistral's and Llama 2's checkpoints ship it (LlamaTokenizerFast, legacy), with
+    both files in the folder, as theirs have."""
+    import subprocess
+    import tempfile
+    from transformers import LlamaTokenizerFast
+    with tempfile.TemporaryDirectory() as work:
+        corpus = os.path.join(work, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("What is 2 + 2? The answer is 4.\nHello world, hello there. [INST] [/INST]\n" * 50)
+        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
+                        f"--vocab_size={COMMON['vocab_size']}", "--model_type=bpe", "--byte_fallback=true",
+                        "--minloglevel=2"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tokenizer = LlamaTokenizerFast(vocab_file=os.path.join(work, "tokenizer.model"), legacy=True,
+                                       add_prefix_space=True, from_slow=True)
+        tokenizer.chat_template = MISTRAL_TEMPLATE
+        tokenizer.save_pretrained(folder)
+
+
+def chat_reference(folder, model, names):
+    """What transformers generates greedily for a question in the folder's own chat template (\"chat\")
+    and in others (by name), and for the plain question."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
-        qwen3 = f.read()
     question = [{"role": "user", "content": "What is 2 + 2?"}]
     out = {}
     for name, text in [("plain", "What is 2 + 2?"),
-                       ("chat", tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)),
-                       ("chat_qwen3_no_thinking", tokenizer.apply_chat_template(
-                           question, chat_template=qwen3, tokenize=False, add_generation_prompt=True,
-                           enable_thinking=False))]:
+                       *((name, tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True,
+                                                              **kwargs)) for name, kwargs in names.items())]:
         ids = tokenizer(text, return_tensors="pt", add_special_tokens=(name == "plain")).input_ids
         with torch.no_grad():
             generated = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                        max_new_tokens=6, min_new_tokens=6, pad_token_id=0, eos_token_id=None)
         out[name] = {"prompt_ids": ids[0].tolist(), "completion_ids": generated[0, ids.shape[1]:].tolist()}
     return out
+
+
+def cli_reference(folder, model):
+    """What transformers generates greedily for a text prompt: plain, with the chat template, and with
+    Qwen3's template (as TRL ships it) and enable_thinking=False."""
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
+        qwen3 = f.read()
+    return chat_reference(folder, model, {"chat": {}, "chat_qwen3_no_thinking": {"chat_template": qwen3,
+                                                                                 "enable_thinking": False}})
 
 
 # reward models: one score (num_labels = 1) from the last real token, as TRL's reward_funcs use them
@@ -210,6 +241,9 @@ def main():
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)
+        if name == "mistral_mha":  # a Mistral checkpoint's folder: tokenizer.json and .model, [INST] chat
+            save_sentencepiece_style_tokenizer(folder)
+            extra = chat_reference(folder, model, {"chat": {}})
         with open(os.path.join(folder, "reference.json"), "w") as f:
             json.dump({"temperature": temperature, **extra}, f)
     for name, config in REWARD_CONFIGS.items():
