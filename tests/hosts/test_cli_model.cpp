@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -79,6 +80,28 @@ TEST(CliModel, AMistralFolderGeneratesAsTransformers) {
         EXPECT_EQ(row["prompt_ids"], ref[mode]["prompt_ids"]) << mode;
         EXPECT_EQ(row["completion_ids"], ref[mode]["completion_ids"]) << mode;
     }
+}
+
+// A tokenizer whose ids go past the model's vocabulary (not the checkpoint's own) is an input error
+// that says so, not an index error inside the embedding.
+TEST(CliModel, APromptIdOutsideTheVocabularyIsAnInputError) {
+    const std::string model = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/mistral_mha";
+    const std::string copy = std::string(GROVE_TEST_BINARY_DIR) + "/models/foreign_tokenizer";
+    std::filesystem::remove_all(copy);
+    std::filesystem::copy(model, copy);
+    nlohmann::json tokenizer;
+    std::ifstream(copy + "/tokenizer.json") >> tokenizer;
+    tokenizer["added_tokens"].push_back({{"id", 400},
+                                         {"content", "<|foreign|>"},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", true}});
+    std::ofstream(copy + "/tokenizer.json") << tokenizer.dump();
+    auto r = run_grove("generate --model " + copy + " --prompt 'Hello <|foreign|>' --greedy --max-new-tokens 2 --json");
+    EXPECT_EQ(r.exit_code, 5) << r.out;
+    EXPECT_NE(r.out.find("a prompt holds token id 400, outside the model's vocabulary [0, 320)"), std::string::npos) << r.out;
 }
 
 TEST(CliModel, GenerateSeveralSamplesIsSeeded) {

@@ -60,12 +60,19 @@ at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token) {
     return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
 }
 
-LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns) {
+LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns,
+                    int64_t vocab_size) {
     if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
     const int64_t N = int64_t(prompts.size());
     LeftPadded out;
     for (const auto& p : prompts) {
         if (p.empty()) throw Error(ErrorKind::usage, "generate: a prompt has no tokens");
+        for (int64_t id : p)  // the embedding would index past its rows
+            if (id < 0 || id >= vocab_size)
+                throw Error(ErrorKind::input, "generate: a prompt holds token id " + std::to_string(id) +
+                                                  ", outside the model's vocabulary [0, " + std::to_string(vocab_size) +
+                                                  "): the tokenizer files do not belong to this model (config.json's "
+                                                  "vocab_size); use the checkpoint's own tokenizer");
         out.width = std::max<int64_t>(out.width, int64_t(p.size()));
     }
     const auto long_options = at::TensorOptions().dtype(at::kLong);
@@ -307,7 +314,8 @@ DecodeSession::DecodeSession(const Model& model, const std::vector<std::vector<i
     DecodeKernelScope decode_kernels;
     State& s = *s_;
     // left-padded prompts, mask, positions counted from each row's first real token
-    detail::LeftPadded padded = detail::left_pad(prompts, o.pad_token_id, std::max<int64_t>(capacity, 1));
+    detail::LeftPadded padded =
+        detail::left_pad(prompts, o.pad_token_id, std::max<int64_t>(capacity, 1), model.config().vocab_size);
     const int64_t N = s.N = int64_t(prompts.size()), P = padded.width;
     State::Batch& live = s.live;
     at::Tensor ids = padded.ids.to(s.device);

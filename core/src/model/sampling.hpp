@@ -28,7 +28,9 @@ struct LeftPadded {
     at::Tensor ids, mask;
     int64_t width = 0;
 };
-LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns);
+// A prompt id outside [0, vocab_size) is refused: the tokenizer is not the model's.
+LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns,
+                    int64_t vocab_size);
 
 // token_logprobs' path on CUDA when gradients are recorded: log p(targets [M, 1]) of hidden rows
 // [M, H] through the output layer `weight` [V, H] at `temperature`, `chunk_rows` rows at a time, with

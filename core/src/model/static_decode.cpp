@@ -406,7 +406,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     // off: the generation weights already have the dtype the engine generates in
     const AutocastScope autocast_off(device.type(), false, at::autocast::get_autocast_dtype(device.type()));
 
-    DecodeState state(model, detail::left_pad(prompts, o.pad_token_id, o.max_new_tokens), o);
+    DecodeState state(model, detail::left_pad(prompts, o.pad_token_id, o.max_new_tokens, model.config().vocab_size), o);
     state.start();
     StepRunner runner(state, o.capture_sampling);
     const int64_t C = o.max_new_tokens;
