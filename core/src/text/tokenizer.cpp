@@ -372,6 +372,16 @@ public:
                                                   : "only byte-level BPE files (a ByteLevel pre-tokenizer) and "
                                                     "sentencepiece-style ones (spaces as \"▁\": a Metaspace pre-tokenizer "
                                                     "or a Replace normalizer) are supported");
+        // tokenizers matches an added token marked "normalized": true on the normalized text (where a
+        // Prepend or Replace normalizer changes what it matches); Grove matches on the raw text only
+        if (!byte_level_ && !normalizers_.empty())
+            for (const auto& t : j.value("added_tokens", json::array()))
+                if (t.value("normalized", false))
+                    throw bad_tokenizer(file, "added token \"" + t.value("content", std::string()) +
+                                                  "\" is matched on normalized text (\"normalized\": true), which "
+                                                  "Grove does not do; save the tokenizer again with a current "
+                                                  "transformers (AutoTokenizer.from_pretrained, then save_pretrained), "
+                                                  "which marks it false");
         const json& post = j.value("post_processor", json());
         parse_post_processor(post, file);
         const json& decoder = j.value("decoder", json());
@@ -457,13 +467,14 @@ private:
     std::string decode_with_steps(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
         std::vector<std::string> tokens;
         for (int64_t id : ids) {
-            if (id < 0 || id >= int64_t(id_to_token_.size())) continue;
+            if (id < 0 || id >= int64_t(id_to_token_.size()) || id_to_token_[size_t(id)].empty()) continue;  // no token
             if (skip_special_tokens && is_special(id)) continue;
             tokens.push_back(id_to_token_[size_t(id)]);
         }
         for (const auto& step : decoders_) tokens = apply_decoder(step, std::move(tokens));
         std::string out;
-        for (const auto& t : tokens) out += t;
+        for (size_t i = 0; i < tokens.size(); ++i)  // without a decoder, tokenizers joins the tokens with spaces
+            out += (i > 0 && decoders_.empty() ? " " : "") + tokens[i];
         return out;
     }
 

@@ -55,6 +55,15 @@ TEST(Tokenizer, SentencepieceStyleTokenizerJsonMatchesTokenizersLibrary) {
         expect_matches_tokenizers_library(family);
 }
 
+// Without a decoder, tokenizers joins the tokens with spaces (checked with tokenizers 0.22: "▁hi ▁ h")
+TEST(Tokenizer, SentencepieceStyleWithoutADecoderJoinsWithSpaces) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/tokenizers/no_decoder";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"\u2581hi": 0, "\u2581": 1, "h": 2},
+        "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})";
+    EXPECT_EQ(grove::Tokenizer::load(dir)->decode({0, 1, 2}, false), "\u2581hi \u2581 h");
+}
+
 TEST(Tokenizer, SpecialTokensResolveFromTokenizerConfigAndPadMayEqualEos) {
     auto tokenizer = grove::Tokenizer::load(kDir + "/llama3_style");
     const auto& c = tokenizer->config();
@@ -212,6 +221,11 @@ TEST(Tokenizer, BrokenFilesNameTheFileAndComponent) {
     message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"},
         "decoder": {"type": "WordPiece"}})");
     EXPECT_NE(message.find("decoder \"WordPiece\" is not supported"), std::string::npos) << message;
+    // an added token matched on normalized text (older Llama 2 files): tokenizers' matching is not Grove's
+    message = error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+        "added_tokens": [{"id": 1, "content": "</s>", "special": true, "normalized": true}]})");
+    EXPECT_NE(message.find("added token \"</s>\" is matched on normalized text"), std::string::npos) << message;
     std::ofstream(dir + "/tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
         "pre_tokenizer": {"type": "ByteLevel"}})";
     std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "</s>"})";
