@@ -104,6 +104,12 @@ public:
     // A sequence classifier's head (score.weight, [num_labels, hidden]); undefined for a causal LM.
     const at::Tensor& score_weight() const { return score_; }
 
+    // Throws an input error naming the limit when a sequence of `tokens` positions (padding
+    // included) would reach what Grove does not compute like transformers: past the checkpoint's
+    // sliding window, or past a longrope checkpoint's original_max_position_embeddings (where
+    // transformers switches to the long factors). Every forward pass checks; generation checks its
+    // longest sequence before it starts.
+    void check_sequence_length(int64_t tokens) const;
     KVCache make_cache(int64_t batch, int64_t capacity) const;
     // One decode step on static shapes (the graph decode engine, static_decode.hpp): token and
     // position [B, 1] long, visible [B, capacity] bool; writes the step's keys and values at
@@ -124,6 +130,8 @@ public:
     std::vector<at::Tensor> trainable_parameters() const;
     // Every linear layer of the decoder stack, for adapters.
     std::vector<Linear*> linear_layers();
+    // Their module names without the layer prefix, once each: q_proj, ..., or Phi-3's qkv_proj, ...
+    std::vector<std::string> linear_module_names();
     void attach_adapter(AdapterHost& host);
     bool has_adapters() const;
     bool adapters_can_merge() const;  // every attached adapter can give its merged delta
@@ -168,6 +176,7 @@ private:
     std::optional<at::Tensor> lm_head_;  // absent when tied, or for a sequence classifier
     at::Tensor score_;                   // a sequence classifier's head
     at::Tensor inv_freq_;                // [head_dim / 2], float32
+    double rotary_scale_ = 1.0;          // cos and sin times this (longrope's attention factor)
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;

@@ -1,5 +1,5 @@
 // A Hugging Face model folder's config.json as Grove reads it: the architecture (causal LMs and
-// sequence classifiers of the Llama, Qwen2, Qwen3 and Mistral families) and its sizes. No libtorch,
+// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral and Phi-3 families) and its sizes. No libtorch,
 // so hosts can check a folder without loading the model.
 #pragma once
 
@@ -11,15 +11,20 @@
 namespace grove {
 
 struct RopeScaling {
-    std::string type;  // "" (none) or "llama3"
+    std::string type;  // "" (none), "llama3" or "longrope"
     double factor = 1.0;
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     int64_t original_max_position_embeddings = 8192;
+    // longrope (Phi-3.5, Phi-3 128k): each frequency divided by its short factor, cos and sin scaled
+    // by attention_factor. transformers switches to the long factors past
+    // original_max_position_embeddings; Grove refuses longer sequences (Model::check_sequence_length).
+    std::vector<double> short_factor;
+    double attention_factor = 1.0;
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral
+    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -38,7 +43,11 @@ struct ModelConfig {
     bool attention_bias = false;  // q/k/v (and o for llama's attention_bias) projections have biases
     bool o_proj_bias = false;
     bool mlp_bias = false;
-    bool qk_norm = false;                // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
+    bool qk_norm = false;            // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
+    bool fused_projections = false;  // Phi-3: q, k, v as one qkv_proj, gate and up as one gate_up_proj
+    // The checkpoint's sliding-window attention span (0: none). Grove does not apply the window, so
+    // it refuses sequences longer than it, where transformers' results would differ.
+    int64_t sliding_window = 0;
     std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
     std::optional<int64_t> bos_token_id;
     std::optional<int64_t> pad_token_id;

@@ -79,7 +79,8 @@ enum class ChatTemplate {
     qwen3_instruct,
     llama3_1,
     llama3_2,
-    opens_thinking
+    opens_thinking,
+    phi3
 };
 
 struct ChatMessage {
@@ -88,7 +89,8 @@ struct ChatMessage {
 };
 
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's
-// enable_thinking switch or without, Llama 3 header ids, [INST]); "none"/"plain" joins contents.
+// enable_thinking switch or without, Llama 3 header ids, [INST], Phi-3's <|user|> turns);
+// "none"/"plain" joins contents.
 // Unknown names are refused with the list. `enable_thinking` false picks qwen3_thinking_off, and is
 // refused for a family that has no such switch.
 ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config, bool enable_thinking = true);

@@ -56,7 +56,7 @@ const std::vector<KeySpec>& manifest_schema() {
         pick(key("model", "device", T::string, "\"auto\"", "auto = cuda when available, else cpu"), "auto|cpu|cuda"),
         pick(key("model", "chat_template", T::string, "\"auto\"",
                  "auto = recognised from the checkpoint; none = prompts are used as plain text"),
-             "auto|chatml|qwen3|qwen3_instruct|llama3|llama3_1|llama3_2|llama2|plain|none"),
+             "auto|chatml|qwen3|qwen3_instruct|llama3|llama3_1|llama3_2|llama2|phi3|plain|none"),
         trl(key("model", "enable_thinking", T::boolean, "true",
                 "false: the qwen3 template's generation prompt closes an empty <think> block, so the model answers "
                 "without reasoning (refused for templates without that switch)"),
@@ -114,8 +114,8 @@ const std::vector<KeySpec>& manifest_schema() {
 
         key("rewards[]", "plugin", T::string, nullptr, "reward plugin: a name, or a path to its library (or set model)"),
         key("rewards[]", "model", T::string, nullptr,
-            "a reward model instead: a Hugging Face sequence-classification folder (Llama, Qwen2 or Mistral "
-            "ForSequenceClassification), relative to the manifest; its score of prompt + completion is the reward"),
+            "a reward model instead: a Hugging Face sequence-classification folder (Llama, Qwen2, Qwen3, Mistral "
+            "or Phi-3 ForSequenceClassification), relative to the manifest; its score of prompt + completion is the reward"),
         trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),
         key("rewards[]", "name", T::string, nullptr, "name in metrics (rewards/<name>/mean); defaults to the plugin name"),
         pick(key("rewards[]", "role", T::string, nullptr,

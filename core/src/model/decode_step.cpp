@@ -169,13 +169,15 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = *layers_[l];
         at::Tensor x = add_rms_norm(h, delta, layer.input_norm, c.rms_norm_eps);
-        auto qkv = project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
+        auto qkv =
+            layer.fused() ? layer.project_qkv(x) : project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
         if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, c.rms_norm_eps);
         const at::Tensor queries =
             rotary_into_cache(qkv[0], qkv[1], qkv[2], row_cos, row_sin, cache.keys[l], cache.values[l], cache.column);
         delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], visible, cache.split_attention));
         x = add_rms_norm(h, delta, layer.post_attention_norm, c.rms_norm_eps);
-        const auto gate_up = project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});
+        const auto gate_up = layer.fused() ? layer.project_gate_up(x)
+                                           : project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});
         delta = layer.down(silu_mul(gate_up[0], gate_up[1]));
     }
     return logits(add_rms_norm(h, delta, norm_, c.rms_norm_eps));

@@ -60,6 +60,12 @@ at::Tensor log_probability(const at::Tensor& scaled, const at::Tensor& token) {
     return (scaled.gather(-1, token.unsqueeze(-1)) - at::logsumexp(scaled, -1, true)).squeeze(-1);
 }
 
+void check_generation_length(const Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens) {
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    model.check_sequence_length(int64_t(longest) + max_new_tokens - 1);
+}
+
 LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns,
                     int64_t vocab_size) {
     if (prompts.empty()) throw Error(ErrorKind::usage, "generate: no prompts");
@@ -524,6 +530,7 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
 
 GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
+    detail::check_generation_length(model, prompts, o.max_new_tokens);
     // the engine merges adapters into its generation weights: one without merged_delta stays eager
     if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled() && model.adapters_can_merge())
         return static_generate(model, prompts, o);

@@ -124,10 +124,12 @@ const std::map<std::string, std::string> kSupported = {
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
+    {"Phi3ForCausalLM", "phi3"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
-    {"MistralForSequenceClassification", "mistral"}};
+    {"MistralForSequenceClassification", "mistral"},
+    {"Phi3ForSequenceClassification", "phi3"}};
 
 std::string supported_list() {
     std::vector<std::string> names;
@@ -159,6 +161,61 @@ void add_ids(const json& value, std::vector<int64_t>& out) {
     else if (value.is_array())
         for (const auto& v : value)
             if (v.is_number_integer()) out.push_back(v.get<int64_t>());
+}
+
+// Phi-3: fused projections, no biases; what Grove does not compute is refused by name
+void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c) {
+    c.fused_projections = true;
+    for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"})
+        if (get_or<double>(j, key, 0.0, file) != 0.0)
+            throw Error(ErrorKind::input, file + ": " + key +
+                                              " is not 0: Grove applies no dropout inside the model; set it to 0.0 "
+                                              "(as released Phi-3 checkpoints have it)");
+    const double partial = get_or<double>(j, "partial_rotary_factor", 1.0, file);
+    if (partial != 1.0)
+        throw Error(ErrorKind::input, file + ": partial_rotary_factor " + std::to_string(partial) +
+                                          " is not supported (Phi-4-mini): Grove rotates every dimension of a head");
+}
+
+// The attention span transformers applies, 0 for none: Mistral's and Phi-3's sliding_window (Mistral
+// without the key: MistralConfig's default, 4096), Qwen2 / Qwen3's only under use_sliding_window.
+int64_t sliding_window_of(const json& j, const std::string& file, const std::string& model_type) {
+    if (model_type == "qwen2" || model_type == "qwen3")
+        return get_or<bool>(j, "use_sliding_window", false, file) ? get_or<int64_t>(j, "sliding_window", 4096, file) : 0;
+    if (model_type == "mistral" && !j.contains("sliding_window")) return 4096;
+    if (model_type == "mistral" || model_type == "phi3") {
+        const int64_t window = get_or<int64_t>(j, "sliding_window", 0, file);
+        if (window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
+        return window;
+    }
+    return 0;
+}
+
+// transformers' _compute_longrope_parameters, for sequences up to original_max_position_embeddings
+// (the short factors)
+void read_longrope(const json& j, const json& scaling, const std::string& file, ModelConfig& c) {
+    const std::string where = file + " rope_scaling";
+    RopeScaling& s = c.rope_scaling;
+    s.type = "longrope";
+    s.short_factor = get<std::vector<double>>(scaling, "short_factor", where);
+    if (int64_t(s.short_factor.size()) != c.head_dim / 2)
+        throw Error(ErrorKind::input, where + ": short_factor has " + std::to_string(s.short_factor.size()) +
+                                          " values; head_dim / 2 = " + std::to_string(c.head_dim / 2) + " expected");
+    // Phi-3 keeps the pre-training length at the top level (transformers 5: in rope_parameters); the
+    // attention factor then follows from the ratio of the two lengths rather than "factor"
+    int64_t original = get_or<int64_t>(scaling, "original_max_position_embeddings", 0, where);
+    if (original == 0) original = get_or<int64_t>(j, "original_max_position_embeddings", 0, file);
+    double factor = 0;
+    if (original > 0) {
+        factor = double(c.max_position_embeddings) / double(original);
+    } else {
+        original = c.max_position_embeddings;
+        factor = get<double>(scaling, "factor", where);
+    }
+    s.original_max_position_embeddings = original;
+    s.factor = factor;
+    const double suggested = factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(double(original)));
+    s.attention_factor = get_or<double>(scaling, "attention_factor", suggested, where);
 }
 
 }  // namespace
@@ -206,7 +263,14 @@ ModelConfig load_model_config(const std::string& folder) {
     } else if (c.model_type == "qwen3") {
         c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
         c.qk_norm = true;  // Qwen3: an RMS norm over each head of q and k, before the rotary embedding
+    } else if (c.model_type == "phi3") {
+        read_phi3_specifics(j, file, c);
     }
+    const std::string activation = get_or<std::string>(j, "hidden_act", "silu", file);
+    if (activation != "silu")
+        throw Error(ErrorKind::input, file + ": hidden_act \"" + activation +
+                                          "\" is not supported: Grove's MLP is SwiGLU (silu), as in every family it reads");
+    c.sliding_window = sliding_window_of(j, file, c.model_type);
     for (int64_t v : {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
                       c.num_key_value_heads, c.head_dim})
         if (v <= 0) throw Error(ErrorKind::input, file + ": sizes must be positive");
@@ -230,9 +294,11 @@ ModelConfig load_model_config(const std::string& folder) {
             c.rope_scaling.high_freq_factor = get<double>(*scaling, "high_freq_factor", file + " rope_scaling");
             c.rope_scaling.original_max_position_embeddings =
                 get<int64_t>(*scaling, "original_max_position_embeddings", file + " rope_scaling");
+        } else if (type == "longrope") {
+            read_longrope(j, *scaling, file, c);
         } else if (type != "default") {
             throw Error(ErrorKind::input,
-                        file + ": rope_scaling type \"" + type + "\" is not supported (supported: none, llama3)");
+                        file + ": rope_scaling type \"" + type + "\" is not supported (supported: none, llama3, longrope)");
         }
     }
     if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
@@ -440,12 +506,17 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
             layer->q_norm = place(weights.take(p + ".self_attn.q_norm.weight", {c.head_dim}));
             layer->k_norm = place(weights.take(p + ".self_attn.k_norm.weight", {c.head_dim}));
         }
-        layer->q = linear(p + ".self_attn.q_proj", q_out, c.hidden_size, c.attention_bias);
-        layer->k = linear(p + ".self_attn.k_proj", kv_out, c.hidden_size, c.attention_bias);
-        layer->v = linear(p + ".self_attn.v_proj", kv_out, c.hidden_size, c.attention_bias);
+        if (c.fused_projections) {
+            layer->qkv = linear(p + ".self_attn.qkv_proj", q_out + 2 * kv_out, c.hidden_size, c.attention_bias);
+            layer->gate_up = linear(p + ".mlp.gate_up_proj", 2 * c.intermediate_size, c.hidden_size, c.mlp_bias);
+        } else {
+            layer->q = linear(p + ".self_attn.q_proj", q_out, c.hidden_size, c.attention_bias);
+            layer->k = linear(p + ".self_attn.k_proj", kv_out, c.hidden_size, c.attention_bias);
+            layer->v = linear(p + ".self_attn.v_proj", kv_out, c.hidden_size, c.attention_bias);
+            layer->gate = linear(p + ".mlp.gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
+            layer->up = linear(p + ".mlp.up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
+        }
         layer->o = linear(p + ".self_attn.o_proj", c.hidden_size, q_out, c.o_proj_bias);
-        layer->gate = linear(p + ".mlp.gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
-        layer->up = linear(p + ".mlp.up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
         layer->down = linear(p + ".mlp.down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
         m->layers_.push_back(std::move(layer));
     }
@@ -457,6 +528,11 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
     at::Tensor inv_freq =
         1.0 / at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / double(c.head_dim));
     if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);
+    if (c.rope_scaling.type == "longrope") {
+        inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) *
+                          at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / double(c.head_dim)));
+        m->rotary_scale_ = c.rope_scaling.attention_factor;
+    }
     m->inv_freq_ = inv_freq.to(device);
     // cuDNN's attention builds a graph per shape, on the host: decoding grows the key length every
     // step, and that planning took 2.3 ms per call, 60% of a decode step (measured on an H100). The
@@ -468,6 +544,26 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
 at::Device Model::device() const { return embed_tokens_.device(); }
 at::ScalarType Model::dtype() const { return norm_.scalar_type(); }  // the embedding may be a float32 head
 const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embed_tokens_; }
+
+void Model::check_sequence_length(int64_t tokens) const {
+    const ModelConfig& c = config_;
+    const std::string model = c.architecture + " (" + c.model_type + ")";
+    if (c.sliding_window > 0 && tokens > c.sliding_window)
+        throw Error(ErrorKind::input,
+                    "a sequence of " + std::to_string(tokens) + " tokens is longer than this " + model +
+                        " checkpoint's sliding_window (" + std::to_string(c.sliding_window) +
+                        "): Grove does not apply sliding-window attention, so it would not compute what transformers "
+                        "does; keep prompt + completion (max_prompt_length + max_completion_length) within " +
+                        std::to_string(c.sliding_window) + " tokens");
+    const int64_t original = c.rope_scaling.original_max_position_embeddings;
+    if (c.rope_scaling.type == "longrope" && tokens > original)
+        throw Error(ErrorKind::input,
+                    "a sequence of " + std::to_string(tokens) + " tokens is longer than this " + model +
+                        " checkpoint's original_max_position_embeddings (" + std::to_string(original) +
+                        "), where transformers switches its longrope rotary embedding to the long factors, which Grove "
+                        "does not apply; keep prompt + completion (max_prompt_length + max_completion_length) within " +
+                        std::to_string(original) + " tokens");
+}
 
 KVCache Model::make_cache(int64_t batch, int64_t capacity) const {
     KVCache cache;
@@ -500,6 +596,21 @@ void concatenate(const std::vector<Linear*>& linears, at::Tensor& weight, std::o
         row += rows;
     }
 }
+
+// The inverse for a fused linear (Phi-3's qkv_proj, gate_up_proj): its weight (and bias) becomes the
+// matrix, and each part views its rows in order.
+void split(const Linear& fused, const std::vector<std::pair<Linear*, int64_t>>& parts, at::Tensor& weight,
+           std::optional<at::Tensor>& bias) {
+    weight = fused.weight;
+    bias = fused.bias;
+    int64_t row = 0;
+    for (auto [part, rows] : parts) {
+        part->name = fused.name;
+        part->weight = weight.narrow(0, row, rows);
+        if (bias) part->bias = bias->narrow(0, row, rows);
+        row += rows;
+    }
+}
 }  // namespace
 
 std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
@@ -529,22 +640,75 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
             layer->q_norm = cast(from->q_norm);
             layer->k_norm = cast(from->k_norm);
         }
-        for (auto [to, source] : {std::pair{&layer->q, &from->q},
-                                  {&layer->k, &from->k},
-                                  {&layer->v, &from->v},
-                                  {&layer->o, &from->o},
-                                  {&layer->gate, &from->gate},
-                                  {&layer->up, &from->up},
-                                  {&layer->down, &from->down}})
-            *to = copy_linear(*source);
-        concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
-        concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
+        layer->o = copy_linear(from->o);
+        layer->down = copy_linear(from->down);
+        if (from->fused()) {  // the copy's layout either way: separate linears viewing one matrix
+            const int64_t q_rows = config_.num_attention_heads * config_.head_dim,
+                          kv_rows = config_.num_key_value_heads * config_.head_dim;
+            split(copy_linear(from->qkv), {{&layer->q, q_rows}, {&layer->k, kv_rows}, {&layer->v, kv_rows}}, layer->qkv_weight,
+                  layer->qkv_bias);
+            split(copy_linear(from->gate_up),
+                  {{&layer->gate, config_.intermediate_size}, {&layer->up, config_.intermediate_size}}, layer->gate_up_weight,
+                  layer->gate_up_bias);
+        } else {
+            for (auto [to, source] : {std::pair{&layer->q, &from->q},
+                                      {&layer->k, &from->k},
+                                      {&layer->v, &from->v},
+                                      {&layer->gate, &from->gate},
+                                      {&layer->up, &from->up}})
+                *to = copy_linear(*source);
+            concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
+            concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
+        }
         m->layers_.push_back(std::move(layer));
     }
     m->norm_ = cast(norm_);
     if (lm_head_) m->lm_head_ = lm_head_float32_ ? lm_head_->detach().clone() : cast(*lm_head_);
     m->inv_freq_ = inv_freq_;
+    m->rotary_scale_ = rotary_scale_;
     return m;
+}
+
+std::vector<Linear*> Model::Layer::attention_linears() {
+    if (fused()) return {&qkv, &o};
+    return {&q, &k, &v, &o};
+}
+
+std::vector<Linear*> Model::Layer::mlp_linears() {
+    if (fused()) return {&gate_up, &down};
+    return {&gate, &up, &down};
+}
+
+std::vector<Linear*> Model::Layer::linears() {
+    std::vector<Linear*> all = attention_linears(), mlp = mlp_linears();
+    all.insert(all.end(), mlp.begin(), mlp.end());
+    return all;
+}
+
+namespace {
+// The consecutive column blocks of y [..., sum(widths)]
+std::vector<at::Tensor> split_columns(const at::Tensor& y, std::initializer_list<int64_t> widths) {
+    std::vector<at::Tensor> out;
+    int64_t column = 0;
+    for (int64_t width : widths) {
+        out.push_back(y.narrow(-1, column, width));
+        column += width;
+    }
+    return out;
+}
+}  // namespace
+
+// Phi-3 slices qkv_proj's output [q | k | v] and chunks gate_up_proj's [gate | up] in halves
+std::vector<at::Tensor> Model::Layer::project_qkv(const at::Tensor& x) const {
+    if (!fused()) return {q(x), k(x), v(x)};
+    const int64_t q_width = o.weight.size(1), kv_width = (qkv.weight.size(0) - q_width) / 2;
+    return split_columns(qkv(x), {q_width, kv_width, kv_width});
+}
+
+std::vector<at::Tensor> Model::Layer::project_gate_up(const at::Tensor& x) const {
+    if (!fused()) return {gate(x), up(x)};
+    const int64_t width = down.weight.size(1);
+    return split_columns(gate_up(x), {width, width});
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -585,7 +749,8 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     const int64_t B = h_in.size(0), T = h_in.size(1), S = (cache ? cache->length : 0) + T;
     at::Tensor h = h_in;
     at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
-    at::Tensor q = layer.q(x), k = layer.k(x), v = layer.v(x);  // [B, T, heads * head_dim]
+    auto qkv = layer.project_qkv(x);  // [B, T, heads * head_dim] each
+    at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
     if (layer.q_norm.defined()) {
         q = head_rms_norm(q, layer.q_norm, c.rms_norm_eps);
         k = head_rms_norm(k, layer.k_norm, c.rms_norm_eps);
@@ -676,7 +841,8 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
 
 // SwiGLU: down(silu(gate(x)) * up(x))
 at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
-    at::Tensor gate = layer.gate(x), up = layer.up(x);
+    const auto gate_up = layer.project_gate_up(x);
+    const at::Tensor &gate = gate_up[0], &up = gate_up[1];
     if (decode_kernels_apply(gate) && gate.is_contiguous() && up.is_contiguous()) {
         kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.data_ptr<float>(), gate.numel());  // in place
         return layer.down(gate);
@@ -740,7 +906,12 @@ std::pair<at::Tensor, at::Tensor> Model::rotary_tables(const at::Tensor& positio
     // in float32, cast like transformers does
     at::Tensor freqs = position_ids.to(device()).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
     at::Tensor emb = at::cat({freqs, freqs}, -1);
-    return {emb.cos().to(dtype()).unsqueeze(1), emb.sin().to(dtype()).unsqueeze(1)};
+    at::Tensor cos = emb.cos(), sin = emb.sin();
+    if (rotary_scale_ != 1.0) {
+        cos = cos * rotary_scale_;
+        sin = sin * rotary_scale_;
+    }
+    return {cos.to(dtype()).unsqueeze(1), sin.to(dtype()).unsqueeze(1)};
 }
 
 at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention,
@@ -764,6 +935,7 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
     if (attention_mask.size(0) != B || attention_mask.size(1) != S)
         throw Error(ErrorKind::runtime, "attention_mask must be [batch, cached + new positions]");
     if (cache && S > cache->capacity) throw Error(ErrorKind::runtime, "KV cache capacity exceeded");
+    check_sequence_length(S);
 
     // [B, 1, T, S]: key j visible to query i iff j is not padding and j <= past + i. A query that
     // sees nothing (a padding position) sees itself, so softmax never divides by zero.
@@ -790,6 +962,7 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
     attention.rows = int64_t(row_lengths.size());
     attention.width = 1;
     for (int64_t length : row_lengths) attention.width = std::max(attention.width, length);
+    check_sequence_length(attention.width);
     std::vector<int64_t> slots;
     slots.reserve(size_t(N));
     for (int64_t r = 0; r < attention.rows; ++r)
@@ -828,7 +1001,7 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
         const Layer& l = *layers_[i];
         std::string p = "model.layers." + std::to_string(i);
         out.emplace_back(p + ".input_layernorm.weight", l.input_norm);
-        for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o}) {
+        for (const Linear* lin : layers_[i]->attention_linears()) {  // unique_ptr: a non-const Layer
             out.emplace_back(lin->name + ".weight", lin->weight);
             if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);
         }
@@ -837,7 +1010,7 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
             out.emplace_back(p + ".self_attn.k_norm.weight", l.k_norm);
         }
         out.emplace_back(p + ".post_attention_layernorm.weight", l.post_attention_norm);
-        for (const Linear* lin : {&l.gate, &l.up, &l.down}) {
+        for (const Linear* lin : layers_[i]->mlp_linears()) {
             out.emplace_back(lin->name + ".weight", lin->weight);
             if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);
         }
@@ -856,7 +1029,7 @@ std::vector<at::Tensor> Model::trainable_parameters() const {
     for (const auto& [name, tensor] : named_parameters())
         if (tensor.requires_grad()) out.push_back(tensor);
     for (const auto& layer : layers_)
-        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+        for (const Linear* lin : layer->linears())
             if (lin->adapter)
                 for (const auto& [name, tensor] : lin->adapter->parameters())
                     if (tensor.requires_grad()) out.push_back(tensor);
@@ -866,14 +1039,22 @@ std::vector<at::Tensor> Model::trainable_parameters() const {
 std::vector<Linear*> Model::linear_layers() {
     std::vector<Linear*> out;
     for (auto& l : layers_)
-        for (Linear* lin : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) out.push_back(lin);
+        for (Linear* lin : l->linears()) out.push_back(lin);
     return out;
+}
+
+std::vector<std::string> Model::linear_module_names() {
+    std::vector<std::string> names;
+    for (const Linear* lin : linear_layers()) {
+        std::string name = lin->name.substr(lin->name.rfind('.') + 1);
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    return names;
 }
 
 void Model::attach_adapter(AdapterHost& host) {
     for (size_t i = 0; i < layers_.size(); ++i)
-        for (Linear* lin : {&layers_[i]->q, &layers_[i]->k, &layers_[i]->v, &layers_[i]->o, &layers_[i]->gate, &layers_[i]->up,
-                            &layers_[i]->down}) {
+        for (Linear* lin : layers_[i]->linears()) {
             LinearLayer layer{lin->name, uint32_t(i), lin->weight, lin->bias};
             lin->adapter = host.attach(layer);
             lin->adapters_enabled = &adapters_enabled_;
@@ -882,14 +1063,14 @@ void Model::attach_adapter(AdapterHost& host) {
 
 bool Model::has_adapters() const {
     for (const auto& layer : layers_)
-        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+        for (const Linear* lin : layer->linears())
             if (lin->adapter) return true;
     return false;
 }
 
 bool Model::adapters_can_merge() const {
     for (const auto& layer : layers_)
-        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+        for (const Linear* lin : layer->linears())
             if (lin->adapter && !lin->adapter->can_merge()) return false;
     return true;
 }
@@ -897,7 +1078,7 @@ bool Model::adapters_can_merge() const {
 void Model::merge_adapters() {
     at::NoGradGuard no_grad;
     for (auto& layer : layers_)
-        for (Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down}) {
+        for (Linear* lin : layer->linears()) {
             if (!lin->adapter) continue;
             lin->weight.add_(lin->adapter->merged_delta().to(lin->weight.device(), lin->weight.scalar_type()));
             lin->adapter.reset();
@@ -907,7 +1088,7 @@ void Model::merge_adapters() {
 std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (const auto& layer : layers_)
-        for (const Linear* lin : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down})
+        for (const Linear* lin : layer->linears())
             if (lin->adapter)
                 for (const auto& p : lin->adapter->parameters()) out.push_back(p);
     return out;

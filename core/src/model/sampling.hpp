@@ -32,6 +32,10 @@ struct LeftPadded {
 LeftPadded left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_token_id, int64_t extra_columns,
                     int64_t vocab_size);
 
+// Before generating: Model::check_sequence_length on the longest sequence the model will be fed,
+// the longest prompt and max_new_tokens - 1 (the last token is sampled, never fed).
+void check_generation_length(const Model& model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens);
+
 // token_logprobs' path on CUDA when gradients are recorded: log p(targets [M, 1]) of hidden rows
 // [M, H] through the output layer `weight` [V, H] at `temperature`, `chunk_rows` rows at a time, with
 // the same gradients as autograd's path but no logits kept for the backward (it recomputes them).

@@ -392,6 +392,7 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
                                  const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
+    detail::check_generation_length(policy, prompts, o.max_new_tokens);
     at::NoGradGuard no_grad;
     const at::Device device = policy.device();
     // the model's device is the current one: streams, synchronisation and capture act on the current device

@@ -1148,12 +1148,30 @@ ChatTemplate chatml_family(const std::string& t) {
     return ChatTemplate::chatml;
 }
 
+// Phi-3 / Phi-3.5 Instruct: "<|role|>\n" + content + "<|end|>\n" per turn, then the generation
+// prompt or the EOS token. Phi-3.5's template skips an empty system message, Phi-3's writes it. The
+// templates drop any other role without a word; Grove refuses it rather than lose a tool's output.
+std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& eos,
+                        const std::string& checkpoint_template) {
+    const bool skips_empty_system = contains(checkpoint_template, "'system' and message['content']");
+    std::string out;
+    for (const auto& m : messages) {
+        if (m.role != "system" && m.role != "user" && m.role != "assistant")
+            throw Error(ErrorKind::input, "phi3 chat template: role \"" + m.role +
+                                              "\" is not supported (Phi-3's template drops it silently; its roles are "
+                                              "system, user and assistant)");
+        if (m.role == "system" && m.content.empty() && skips_empty_system) continue;
+        out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+    }
+    return out + (add_generation_prompt ? "<|assistant|>\n" : eos);
+}
+
 // Each family's name in a manifest or on the command line, in the order errors list them
 // (qwen3_thinking_off has none: it is qwen3 with enable_thinking = false)
 constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {
     {"chatml", ChatTemplate::chatml}, {"qwen3", ChatTemplate::qwen3},       {"qwen3_instruct", ChatTemplate::qwen3_instruct},
     {"llama3", ChatTemplate::llama3}, {"llama3_1", ChatTemplate::llama3_1}, {"llama3_2", ChatTemplate::llama3_2},
-    {"llama2", ChatTemplate::llama2}, {"plain", ChatTemplate::plain}};
+    {"llama2", ChatTemplate::llama2}, {"phi3", ChatTemplate::phi3},         {"plain", ChatTemplate::plain}};
 
 std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
@@ -1175,6 +1193,9 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
         }
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
+        // Phi-3 / 3.5: "<|user|>\n" turns (Phi-4-mini's have no newline and are not this family)
+        if (contains(t, "<|user|>") && (contains(t, "<|assistant|>\n") || contains(t, "<|assistant|>\\n")))
+            return ChatTemplate::phi3;
         return ChatTemplate::plain;
     }
     std::vector<std::string> names{"auto"};
@@ -1263,6 +1284,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             }
             return out;
         }
+        case ChatTemplate::phi3:
+            return render_phi3(messages, add_generation_prompt, eos, config.chat_template);
         case ChatTemplate::plain:
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";

@@ -34,6 +34,7 @@
 #include "train/dynamic_sampling.hpp"
 #include "train/episodes.hpp"
 #include "train/micro_batches.hpp"
+#include "text/text_util.hpp"
 #include "train/policy_step.hpp"
 #include "train/rollout.hpp"
 #include "train/run_log.hpp"
@@ -211,11 +212,10 @@ void Trainer::State::load() {
 
     params = model->trainable_parameters();
     if (params.empty())
-        throw Error(ErrorKind::plugin,
-                    c.adapter.origin + ": the adapter '" + adapter->info().name +
-                        "' left no trainable parameter: "
-                        "check its target_modules against the model's layer names (q_proj, k_proj, v_proj, o_proj, "
-                        "gate_proj, up_proj, down_proj)");
+        throw Error(ErrorKind::plugin, c.adapter.origin + ": the adapter '" + adapter->info().name +
+                                           "' left no trainable parameter: check its target_modules against the model's "
+                                           "layer names (" +
+                                           join(model->linear_module_names(), ", ") + ")");
     std::vector<bool> updated;  // empty: all
     if (c.train.shard_optimizer_state && options.group) {
         owners = shard_owners(params, options.world_size);

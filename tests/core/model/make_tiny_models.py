@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig,
-                          MistralConfig, Qwen2Config, Qwen3Config)
+                          MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -39,6 +39,14 @@ CONFIGS = {
     # Mistral: plain multi-head attention
     "mistral_mha": MistralConfig(num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
                                  sliding_window=None, **COMMON),
+    # Phi-3.5 style: fused qkv_proj and gate_up_proj, longrope (short factors below
+    # original_max_position_embeddings, cos and sin scaled by sqrt(1 + ln 4 / ln 64)), a sliding window
+    # longer than any sequence here
+    "phi3_longrope": Phi3Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                                pad_token_id=0, sliding_window=96, original_max_position_embeddings=64,
+                                rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                                              "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]},
+                                **COMMON),
 }
 
 
@@ -132,6 +140,8 @@ REWARD_CONFIGS = {
                                 tie_word_embeddings=True, use_sliding_window=False, **COMMON),
     "qwen3_reward": Qwen3Config(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_labels=1, pad_token_id=0,
                                 tie_word_embeddings=True, use_sliding_window=False, **COMMON),
+    "phi3_reward": Phi3Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
+                              tie_word_embeddings=False, **COMMON),
 }
 REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),
                ("What is 2 + 2?", " 5"), ("", "Hello"), ("Hello world", "")]
@@ -218,6 +228,9 @@ def main():
             for p in model.parameters():  # larger weights than the default init, so logits differ visibly
                 p.normal_(0.0, 0.08)
             # biases and norms too
+            if name == "phi3_longrope":  # sharper attention, so that the rotary scale changes logits by > 1e-3
+                for layer in model.model.layers:
+                    layer.self_attn.qkv_proj.weight.normal_(0.0, 0.3)
         model.save_pretrained(folder, safe_serialization=True)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
@@ -236,7 +249,7 @@ def main():
                    "greedy": completion.contiguous(), "logprobs": logprobs.contiguous()},
                   os.path.join(folder, "reference.safetensors"))
         extra = {}
-        if name == "qwen3_qknorm":  # the device kit's graph engine check generates from text with it
+        if name in ("qwen3_qknorm", "phi3_longrope"):  # text generation (the device kit), LoRA training
             save_tokenizer(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)

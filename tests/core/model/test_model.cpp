@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
@@ -29,7 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha"};
+const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha", "phi3_longrope"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -264,7 +265,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
-    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm"}) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
@@ -298,7 +299,8 @@ TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
             ASSERT_TRUE(at::equal(engine.completion_ids, eager.completion_ids)) << where;
             EXPECT_TRUE(at::equal(engine.completion_mask, eager.completion_mask)) << where;
             EXPECT_LT((engine.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
-            // a generation copy's step: q/k/v and gate/up as one GEMM each (concatenated weights)
+            // a generation copy's step: q/k/v and gate/up as one GEMM each (concatenated weights, or
+            // Phi-3's fused ones split into views)
             const auto copied = grove::static_generate(*generation_copy, prompts, options);
             ASSERT_TRUE(at::equal(copied.completion_ids, eager.completion_ids)) << where << " (generation copy)";
             EXPECT_EQ(copied.lengths, eager.lengths) << where << " (generation copy)";
@@ -502,6 +504,63 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
     fs::create_directories(none);
     fs::copy(kModels + "/llama_gqa/config.json", none + "/config.json");
     EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::load(none); }), "no model.safetensors");
+}
+
+// Phi-3's checkpoints: what Grove does not compute as transformers does is refused, naming the key
+// and the limit, rather than computed differently. The tiny Phi-3 has original_max_position_embeddings
+// 64 (longrope switches to its long factors past it) and sliding_window 96.
+TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
+    auto model = grove::Model::load(kModels + "/phi3_longrope");
+    auto forward = [&](int64_t length) {
+        at::NoGradGuard no_grad;
+        at::Tensor ids = at::full({1, length}, 5, at::kLong);
+        model->forward(ids, at::ones_like(ids), at::arange(length, at::kLong).unsqueeze(0));
+    };
+    EXPECT_NO_THROW(forward(64));
+    auto message = grove::test::error_message([&] { forward(65); });
+    EXPECT_CONTAINS(message,
+                    "a sequence of 65 tokens is longer than this Phi3ForCausalLM (phi3) checkpoint's "
+                    "original_max_position_embeddings (64)");
+    EXPECT_CONTAINS(grove::test::error_message([&] { forward(97); }), "checkpoint's sliding_window (96)");
+    // packed rows and the static engine check too, before computing anything
+    EXPECT_CONTAINS(grove::test::error_message([&] {
+                        at::NoGradGuard no_grad;
+                        model->packed_hidden_states(at::full({70}, 5, at::kLong), at::arange(70, at::kLong), {70});
+                    }),
+                    "a sequence of 70 tokens");
+    // generation checks its longest sequence first: 5 + 60 - 1 = 64 positions are fed (the last
+    // token is sampled, never fed), 5 + 61 - 1 = 65 are too many
+    grove::SamplingOptions options;
+    options.greedy = true;
+    const std::vector<std::vector<int64_t>> prompt{std::vector<int64_t>(5, 7)};
+    options.max_new_tokens = 60;
+    EXPECT_NO_THROW(grove::generate(*model, prompt, options));
+    EXPECT_NO_THROW(grove::static_generate(*model, prompt, options));
+    options.max_new_tokens = 61;
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::generate(*model, prompt, options); }), "a sequence of 65 tokens");
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::static_generate(*model, prompt, options); }),
+                    "a sequence of 65 tokens");
+
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/bad_phi3";
+    auto with = [&](const std::string& key, const std::string& value) {
+        const std::string folder = dir + "/" + key;
+        fs::remove_all(folder);
+        fs::create_directories(folder);
+        for (const char* file : {"model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+            fs::copy(kModels + "/phi3_longrope/" + file, folder + "/" + file);
+        std::ifstream in(kModels + "/phi3_longrope/config.json");
+        auto config = nlohmann::json::parse(in);
+        config[key] = nlohmann::json::parse(value);
+        std::ofstream(folder + "/config.json") << config.dump(2);
+        return grove::test::error_message([&] { grove::Model::load(folder); });
+    };
+    EXPECT_CONTAINS(with("partial_rotary_factor", "0.75"), "partial_rotary_factor 0.750000 is not supported");
+    EXPECT_CONTAINS(with("resid_pdrop", "0.1"), "resid_pdrop is not 0");
+    EXPECT_CONTAINS(with("hidden_act", "\"gelu\""), "hidden_act \"gelu\" is not supported");
+    EXPECT_CONTAINS(with("rope_scaling", R"({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]})"),
+                    "short_factor has 1 values; head_dim / 2 = 8 expected");
+    EXPECT_CONTAINS(with("rope_scaling", R"({"type": "dynamic", "factor": 2.0})"),
+                    "rope_scaling type \"dynamic\" is not supported (supported: none, llama3, longrope)");
 }
 
 TEST(Safetensors, HeaderFieldsAreValidated) {

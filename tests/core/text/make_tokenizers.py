@@ -80,6 +80,12 @@ LLAMA3_DATED = {}
 for name in ["llama3_1", "llama3_2"]:
     with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")) as f:
         LLAMA3_DATED[name] = f.read()
+# Phi-3 and Phi-3.5 Instruct's templates as TRL ships them: 3.5's skips an empty system message
+PHI3 = {}
+for name in ["phi3", "phi3_5"]:
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")) as f:
+        PHI3[name] = f.read()
+PHI3_TURNS = [([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}], True)]
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
@@ -203,6 +209,12 @@ def chat_templates(folder):
                     "add_generation_prompt": add_generation_prompt,
                     "text": fast.apply_chat_template(messages, chat_template=llama3_1_long_date, tokenize=False,
                                                      add_generation_prompt=add_generation_prompt)})
+    for name, template in PHI3.items():
+        for messages, add_generation_prompt in CONVERSATIONS + PHI3_TURNS:
+            out.append({"family": "phi3", "checkpoint_template": name, "messages": messages,
+                        "add_generation_prompt": add_generation_prompt,
+                        "text": fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                         add_generation_prompt=add_generation_prompt)})
     for name, template in CHATML_WITH_DEFAULTS.items():
         for messages, add_generation_prompt in CONVERSATIONS:
             text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
@@ -210,7 +222,7 @@ def chat_templates(folder):
             out.append({"family": "chatml", "checkpoint_template": name, "messages": messages,
                         "add_generation_prompt": add_generation_prompt, "text": text})
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
-                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date}
+                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)

@@ -116,7 +116,7 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4);
+    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 2 * 5);
 }
 
 // A tool response that opens the next assistant turn continues it as the generation prompt does:
@@ -176,6 +176,13 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
             config.chat_template = data["templates"][chatml];
             EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml) << chatml;
         }
+    for (const char* phi3 : {"phi3", "phi3_5"}) {
+        config.chat_template = data["templates"][phi3];
+        EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::phi3) << phi3;
+    }
+    EXPECT_CONTAINS(
+        grove::test::error_message([&] { grove::render_chat(grove::ChatTemplate::phi3, {{"tool", "4"}}, true, config); }),
+        "phi3 chat template: role \"tool\" is not supported");
     config.chat_template = data["templates"]["llama3_1"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3_1);
     config.chat_template = data["templates"]["llama3_2"];

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -214,6 +215,47 @@ TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
         EXPECT_EQ(e.kind(), grove::ErrorKind::input);
         EXPECT_NE(std::string(e.what()).find("lora_A.weight\" has shape [4, "), std::string::npos) << e.what();
     }
+}
+
+// Phi-3 keeps q, k, v in one qkv_proj and gate, up in one gate_up_proj: LoRA attaches to those under
+// PEFT's names, so PEFT loads the adapter on transformers' Phi3ForCausalLM with Grove's logits, and
+// naming Llama's modules is refused with the model's own names.
+TEST(Trainer, Phi3LoraOnTheFusedProjectionsLoadsInPeft) {
+    const std::string phi3 = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/phi3_longrope";
+    grove::Trainer t(manifest("phi3_lora", {"model.path=\"" + phi3 + "\"", "adapter.plugin=\"lora\"",
+                                            "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"qkv_proj\", "
+                                            "\"gate_up_proj\"] }",
+                                            "train.max_steps=2", "train.per_device_train_batch_size=8"}),
+                     fresh());
+    std::set<std::string> adapted;
+    for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
+    EXPECT_EQ(adapted.size(), 2u * 2u * 2u);  // 2 layers x (qkv, gate_up) x (A, B)
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.self_attn.qkv_proj.lora_A.weight"));
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.0.mlp.gate_up_proj.lora_B.weight"));
+    const auto before = snapshot(t.model());
+    t.step();
+    t.step();
+    EXPECT_GT(max_difference(snapshot(t.model()), before), 0.0) << "the adapter trained";
+    const std::string checkpoint = t.save_checkpoint();
+    at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0);
+    at::Tensor logits;
+    {
+        at::NoGradGuard no_grad;
+        logits = t.model().forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
+    }
+    const std::string file = checkpoint + "/grove_logits.safetensors";
+    grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
+    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
+                                checkpoint + " " + phi3 + " " + file;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    // Llama's names match nothing here: the error lists the model's modules
+    const auto message = grove::test::error_message([&] {
+        grove::Trainer wrong(manifest("phi3_lora_wrong", {"model.path=\"" + phi3 + "\"", "adapter.plugin=\"lora\"",
+                                                          "adapter.config={ target_modules = [\"q_proj\", \"v_proj\"] }"}),
+                             fresh());
+    });
+    EXPECT_CONTAINS(message, "left no trainable parameter");
+    EXPECT_CONTAINS(message, "(qkv_proj, o_proj, gate_up_proj, down_proj)");
 }
 
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
@@ -513,9 +555,9 @@ TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
 
 // A reward model's scores equal transformers' sequence-classification logits as TRL computes them
 // (prompt + completion without special tokens, right-padded, the last real token's first logit), on
-// the tiny Llama, Qwen2 and Qwen3 classifiers make_tiny_models.py writes, texts of unequal lengths included.
+// the tiny Llama, Qwen2, Qwen3 and Phi-3 classifiers make_tiny_models.py writes, texts of unequal lengths included.
 TEST(RewardModel, ScoresEqualTransformersSequenceClassification) {
-    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward"}) {
+    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward"}) {
         const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
         std::ifstream in(folder + "/reference.json");
         const auto reference = nlohmann::json::parse(in);
