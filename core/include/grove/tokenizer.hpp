@@ -68,7 +68,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // qwen3_instruct is Qwen3-Instruct-2507's: Qwen3's turns without any <think> handling. llama3_1 and
 // llama3_2 are Llama 3.1 / 3.2 Instruct's, whose system turn carries a date (3.2: today's).
 // opens_thinking is what auto finds in a template whose generation prompt opens a <think> block
-// (Qwen3's Thinking-2507 models): recognised, so text prompts still work, but never rendered.
+// (Qwen3's Thinking-2507 models): recognised, so text prompts still work, but never rendered;
+// chatml_im_sep likewise for ChatML markers with <|im_sep|> between role and content (Phi-4), which
+// plain ChatML would render with a newline there.
 enum class ChatTemplate {
     chatml,
     llama3,
@@ -80,7 +82,8 @@ enum class ChatTemplate {
     llama3_1,
     llama3_2,
     opens_thinking,
-    phi3
+    phi3,
+    chatml_im_sep
 };
 
 struct ChatMessage {

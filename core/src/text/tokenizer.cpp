@@ -1141,6 +1141,7 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // system prompt (Qwen2.5's and Qwen2.5-Math's have one); one that opens a <think> block in its generation prompt (Qwen3's
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
 ChatTemplate chatml_family(const std::string& t) {
+    if (contains(t, "<|im_sep|>")) return ChatTemplate::chatml_im_sep;
     if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
     if (contains(t, "assistant\\n<think>")) return ChatTemplate::opens_thinking;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
@@ -1176,6 +1177,7 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {
 std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
     if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
+    if (family == ChatTemplate::chatml_im_sep) return "ChatML with <|im_sep|> (Phi-4)";
     for (const auto& [name, value] : kFamilyNames)
         if (value == family) return name;
     return "?";
@@ -1290,6 +1292,11 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";
             return out;
+        case ChatTemplate::chatml_im_sep:
+            throw Error(ErrorKind::usage,
+                        "the checkpoint's chat template separates role and content with <|im_sep|> (Phi-4), which Grove "
+                        "does not render natively (plain ChatML would write a newline there): use text prompts rendered "
+                        "with apply_chat_template");
         case ChatTemplate::opens_thinking:
             throw Error(ErrorKind::usage,
                         "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "

@@ -44,11 +44,13 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
 
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
     // TRL renders the checkpoint's own Jinja template; we cannot
-    if (chat_template_ == ChatTemplate::plain || chat_template_ == ChatTemplate::opens_thinking)
-        throw Error(ErrorKind::input, folder_ +
-                                          ": the prompts are conversations, and this reward model's chat template "
-                                          "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2), so its "
-                                          "input would differ from TRL's: use text prompts or a reward plugin");
+    if (chat_template_ == ChatTemplate::plain || chat_template_ == ChatTemplate::opens_thinking ||
+        chat_template_ == ChatTemplate::chatml_im_sep)
+        throw Error(ErrorKind::input,
+                    folder_ +
+                        ": the prompts are conversations, and this reward model's chat template "
+                        "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3), so its "
+                        "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});
     return render_chat(chat_template_, messages, false, tokenizer_->config());

@@ -183,6 +183,14 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_CONTAINS(
         grove::test::error_message([&] { grove::render_chat(grove::ChatTemplate::phi3, {{"tool", "4"}}, true, config); }),
         "phi3 chat template: role \"tool\" is not supported");
+    // Phi-4's ChatML puts <|im_sep|> where ChatML has a newline: recognised, never rendered as ChatML
+    config.chat_template =
+        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '<|im_sep|>' + "
+        "message['content'] + '<|im_end|>'}}{% endfor %}";
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml_im_sep);
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::render_chat(grove::ChatTemplate::chatml_im_sep, {{"user", "hi"}}, true, config); }),
+                    "separates role and content with <|im_sep|> (Phi-4)");
     config.chat_template = data["templates"]["llama3_1"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3_1);
     config.chat_template = data["templates"]["llama3_2"];
