@@ -35,6 +35,7 @@ struct ModelConfig {
     int64_t num_attention_heads = 0;
     int64_t num_key_value_heads = 0;
     int64_t head_dim = 0;
+    int64_t rotary_dim = 0;  // the leading dimensions of each head that are rotated: head_dim, or less (Phi-4-mini)
     int64_t max_position_embeddings = 0;
     double rms_norm_eps = 1e-6;
     double rope_theta = 10000.0;

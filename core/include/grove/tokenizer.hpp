@@ -69,8 +69,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // llama3_2 are Llama 3.1 / 3.2 Instruct's, whose system turn carries a date (3.2: today's).
 // opens_thinking is what auto finds in a template whose generation prompt opens a <think> block
 // (Qwen3's Thinking-2507 models): recognised, so text prompts still work, but never rendered;
-// chatml_im_sep likewise for ChatML markers with <|im_sep|> between role and content (Phi-4), which
-// plain ChatML would render with a newline there.
+// chatml_im_sep likewise for a template with <|im_sep|> markers and <think> handling (Phi-4-reasoning).
+// phi3 is Phi-3 / 3.5 Instruct's ("<|user|>\n"), phi4 Phi-4's (ChatML with <|im_sep|> between role
+// and content), phi4_mini Phi-4-mini-instruct's ("<|user|>" without a newline).
 enum class ChatTemplate {
     chatml,
     llama3,
@@ -83,7 +84,9 @@ enum class ChatTemplate {
     llama3_2,
     opens_thinking,
     phi3,
-    chatml_im_sep
+    chatml_im_sep,
+    phi4,
+    phi4_mini
 };
 
 struct ChatMessage {
@@ -92,7 +95,7 @@ struct ChatMessage {
 };
 
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's
-// enable_thinking switch or without, Llama 3 header ids, [INST], Phi-3's <|user|> turns);
+// enable_thinking switch or without, Llama 3 header ids, [INST], Phi's <|user|> turns and <|im_sep|>);
 // "none"/"plain" joins contents.
 // Unknown names are refused with the list. `enable_thinking` false picks qwen3_thinking_off, and is
 // refused for a family that has no such switch.

@@ -54,14 +54,14 @@ at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor
 }
 
 // The rotary embedding of q [B, heads * D] (returned as [B, heads, D]) and of k, written with v at
-// the cache's column.
+// the cache's column. A partial rotary embedding (cos narrower than a head) takes the ATen path.
 at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
                              const at::Tensor& sin, at::Tensor& keys, at::Tensor& values, const at::Tensor& column) {
     const int64_t B = q.size(0), kv_heads = keys.size(1), capacity = keys.size(2), D = keys.size(3), heads = q.size(1) / D;
 #ifdef GROVE_CUDA_DECODE
     const auto type = kernel_dtype({q, k, v, cos, sin, keys, values});
-    if (type && k.stride(0) == v.stride(0) && cos.is_contiguous() && sin.is_contiguous() && keys.is_contiguous() &&
-        values.is_contiguous() && column.is_cuda()) {
+    if (type && cos.size(-1) == D && k.stride(0) == v.stride(0) && cos.is_contiguous() && sin.is_contiguous() &&
+        keys.is_contiguous() && values.is_contiguous() && column.is_cuda()) {
         at::Tensor queries = at::empty({B, heads, D}, q.options());
         check(cuda_kernels::rotary_into_cache(*type, q.data_ptr(), k.data_ptr(), v.data_ptr(), q.stride(0), k.stride(0),
                                               cos.data_ptr(), sin.data_ptr(), queries.data_ptr(), keys.data_ptr(),
@@ -71,7 +71,7 @@ at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at:
         return queries;
     }
 #endif
-    const at::Tensor row_cos = cos.view({B, 1, D}), row_sin = sin.view({B, 1, D});
+    const at::Tensor row_cos = cos.view({B, 1, -1}), row_sin = sin.view({B, 1, -1});
     const at::Tensor q_heads = q.view({B, heads, D}), k_heads = k.view({B, kv_heads, D});
     keys.index_copy_(2, column, apply_rotary(k_heads, row_cos, row_sin).unsqueeze(2));
     values.index_copy_(2, column, v.view({B, kv_heads, 1, D}));
@@ -156,14 +156,14 @@ void normalize_heads(std::vector<at::Tensor>& qkv, const at::Tensor& q_norm, con
 at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& position, const at::Tensor& visible,
                                      KVCache& cache) const {
     const ModelConfig& c = config_;
-    const int64_t B = token.size(0), D = c.head_dim;
+    const int64_t B = token.size(0);
     if (token.numel() != B || position.numel() != B || visible.scalar_type() != at::kBool || visible.dim() != 2 ||
         visible.size(0) != B || visible.size(1) != cache.capacity || !cache.column.defined())
         throw Error(ErrorKind::runtime,
                     "decode_step_logits: one token and position per row, a [rows, capacity] bool mask "
                     "and the cache's column");
     const auto [cos, sin] = rotary_tables(position.view({B, 1}));
-    const at::Tensor row_cos = cos.view({B, D}), row_sin = sin.view({B, D});
+    const at::Tensor row_cos = cos.view({B, -1}), row_sin = sin.view({B, -1});
     at::Tensor h = embed(token.view({B}));  // [B, H]
     at::Tensor delta;                       // what the last block adds to h: the next norm adds it
     for (size_t l = 0; l < layers_.size(); ++l) {

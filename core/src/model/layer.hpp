@@ -37,7 +37,8 @@ struct Model::Layer {
 };
 
 // The rotary embedding of x as transformers applies it: x * cos + rotate_half(x) * sin, with
-// rotate_half(x) = cat(-x[..., half:], x[..., :half]); each op rounds in x's dtype.
+// rotate_half(x) = cat(-x[..., half:], x[..., :half]); each op rounds in x's dtype. Where cos is
+// narrower than x (partial_rotary_factor), only x's leading dimensions are rotated.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it.

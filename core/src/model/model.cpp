@@ -171,10 +171,14 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
             throw Error(ErrorKind::input, file + ": " + key +
                                               " is not 0: Grove applies no dropout inside the model; set it to 0.0 "
                                               "(as released Phi-3 checkpoints have it)");
+    // transformers: int(head_dim * partial_rotary_factor) leading dimensions of each head are rotated
     const double partial = get_or<double>(j, "partial_rotary_factor", 1.0, file);
-    if (partial != 1.0)
+    c.rotary_dim = int64_t(double(c.head_dim) * partial);
+    if (!(partial > 0 && partial <= 1) || c.rotary_dim % 2 != 0 || c.rotary_dim == 0)
         throw Error(ErrorKind::input, file + ": partial_rotary_factor " + std::to_string(partial) +
-                                          " is not supported (Phi-4-mini): Grove rotates every dimension of a head");
+                                          " must be in (0, 1] and leave an even, non-zero number of dimensions of "
+                                          "head_dim " +
+                                          std::to_string(c.head_dim) + " to rotate");
 }
 
 // The attention span transformers applies, 0 for none: Mistral's and Phi-3's sliding_window (Mistral
@@ -198,9 +202,10 @@ void read_longrope(const json& j, const json& scaling, const std::string& file, 
     RopeScaling& s = c.rope_scaling;
     s.type = "longrope";
     s.short_factor = get<std::vector<double>>(scaling, "short_factor", where);
-    if (int64_t(s.short_factor.size()) != c.head_dim / 2)
-        throw Error(ErrorKind::input, where + ": short_factor has " + std::to_string(s.short_factor.size()) +
-                                          " values; head_dim / 2 = " + std::to_string(c.head_dim / 2) + " expected");
+    if (int64_t(s.short_factor.size()) != c.rotary_dim / 2)
+        throw Error(ErrorKind::input, where + ": short_factor has " + std::to_string(s.short_factor.size()) + " values; " +
+                                          std::to_string(c.rotary_dim / 2) +
+                                          " expected (half the rotated dimensions of a head)");
     // Phi-3 keeps the pre-training length at the top level (transformers 5: in rope_parameters); the
     // attention factor then follows from the ratio of the two lengths rather than "factor"
     int64_t original = get_or<int64_t>(scaling, "original_max_position_embeddings", 0, where);
@@ -279,6 +284,7 @@ ModelConfig load_model_config(const std::string& folder) {
                                           ") must be a multiple of num_key_value_heads (" +
                                           std::to_string(c.num_key_value_heads) + ")");
     if (c.head_dim % 2 != 0) throw Error(ErrorKind::input, file + ": head_dim must be even for rotary embeddings");
+    if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
     const json* scaling = nullptr;
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
         scaling = &j["rope_scaling"];
@@ -506,17 +512,21 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
             layer->q_norm = place(weights.take(p + ".self_attn.q_norm.weight", {c.head_dim}));
             layer->k_norm = place(weights.take(p + ".self_attn.k_norm.weight", {c.head_dim}));
         }
+        // in checkpoint order: Model::initialize draws its random weights in this order
         if (c.fused_projections) {
             layer->qkv = linear(p + ".self_attn.qkv_proj", q_out + 2 * kv_out, c.hidden_size, c.attention_bias);
-            layer->gate_up = linear(p + ".mlp.gate_up_proj", 2 * c.intermediate_size, c.hidden_size, c.mlp_bias);
         } else {
             layer->q = linear(p + ".self_attn.q_proj", q_out, c.hidden_size, c.attention_bias);
             layer->k = linear(p + ".self_attn.k_proj", kv_out, c.hidden_size, c.attention_bias);
             layer->v = linear(p + ".self_attn.v_proj", kv_out, c.hidden_size, c.attention_bias);
+        }
+        layer->o = linear(p + ".self_attn.o_proj", c.hidden_size, q_out, c.o_proj_bias);
+        if (c.fused_projections) {
+            layer->gate_up = linear(p + ".mlp.gate_up_proj", 2 * c.intermediate_size, c.hidden_size, c.mlp_bias);
+        } else {
             layer->gate = linear(p + ".mlp.gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
             layer->up = linear(p + ".mlp.up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
         }
-        layer->o = linear(p + ".self_attn.o_proj", c.hidden_size, q_out, c.o_proj_bias);
         layer->down = linear(p + ".mlp.down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
         m->layers_.push_back(std::move(layer));
     }
@@ -525,12 +535,12 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         m->score_ = place(weights.take("score.weight", {c.num_labels, c.hidden_size}));
     else if (!c.tie_word_embeddings)
         m->lm_head_ = place(weights.take("lm_head.weight", {c.vocab_size, c.hidden_size}));
-    at::Tensor inv_freq =
-        1.0 / at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / double(c.head_dim));
+    const at::Tensor frequency_powers =
+        at::pow(c.rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim));
+    at::Tensor inv_freq = 1.0 / frequency_powers;
     if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);
     if (c.rope_scaling.type == "longrope") {
-        inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) *
-                          at::pow(c.rope_theta, at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / double(c.head_dim)));
+        inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) * frequency_powers);
         m->rotary_scale_ = c.rope_scaling.attention_factor;
     }
     m->inv_freq_ = inv_freq.to(device);
@@ -712,6 +722,9 @@ std::vector<at::Tensor> Model::Layer::project_gate_up(const at::Tensor& x) const
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const int64_t rotated = cos.size(-1), width = x.size(-1);
+    if (rotated < width)  // a partial rotary embedding: the rest of each head passes through
+        return at::cat({apply_rotary(x.narrow(-1, 0, rotated), cos, sin), x.narrow(-1, rotated, width - rotated)}, -1);
     const int64_t half = x.size(-1) / 2;
     return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
 }

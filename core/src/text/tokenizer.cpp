@@ -1141,7 +1141,7 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // system prompt (Qwen2.5's and Qwen2.5-Math's have one); one that opens a <think> block in its generation prompt (Qwen3's
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
 ChatTemplate chatml_family(const std::string& t) {
-    if (contains(t, "<|im_sep|>")) return ChatTemplate::chatml_im_sep;
+    if (contains(t, "<|im_sep|>")) return contains(t, "<think>") ? ChatTemplate::chatml_im_sep : ChatTemplate::phi4;
     if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
     if (contains(t, "assistant\\n<think>")) return ChatTemplate::opens_thinking;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
@@ -1149,18 +1149,23 @@ ChatTemplate chatml_family(const std::string& t) {
     return ChatTemplate::chatml;
 }
 
+// Phi-3's and Phi-4's templates drop any role but these without a word; Grove refuses it rather
+// than lose a tool's output.
+void refuse_other_roles(const char* family, const ChatMessage& m) {
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+        throw Error(ErrorKind::input, std::string(family) + " chat template: role \"" + m.role +
+                                          "\" is not supported (the template drops it silently; its roles are system, "
+                                          "user and assistant)");
+}
+
 // Phi-3 / Phi-3.5 Instruct: "<|role|>\n" + content + "<|end|>\n" per turn, then the generation
-// prompt or the EOS token. Phi-3.5's template skips an empty system message, Phi-3's writes it. The
-// templates drop any other role without a word; Grove refuses it rather than lose a tool's output.
+// prompt or the EOS token. Phi-3.5's template skips an empty system message, Phi-3's writes it.
 std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& eos,
                         const std::string& checkpoint_template) {
     const bool skips_empty_system = contains(checkpoint_template, "'system' and message['content']");
     std::string out;
     for (const auto& m : messages) {
-        if (m.role != "system" && m.role != "user" && m.role != "assistant")
-            throw Error(ErrorKind::input, "phi3 chat template: role \"" + m.role +
-                                              "\" is not supported (Phi-3's template drops it silently; its roles are "
-                                              "system, user and assistant)");
+        refuse_other_roles("phi3", m);
         if (m.role == "system" && m.content.empty() && skips_empty_system) continue;
         out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
     }
@@ -1169,15 +1174,22 @@ std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_gener
 
 // Each family's name in a manifest or on the command line, in the order errors list them
 // (qwen3_thinking_off has none: it is qwen3 with enable_thinking = false)
-constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {
-    {"chatml", ChatTemplate::chatml}, {"qwen3", ChatTemplate::qwen3},       {"qwen3_instruct", ChatTemplate::qwen3_instruct},
-    {"llama3", ChatTemplate::llama3}, {"llama3_1", ChatTemplate::llama3_1}, {"llama3_2", ChatTemplate::llama3_2},
-    {"llama2", ChatTemplate::llama2}, {"phi3", ChatTemplate::phi3},         {"plain", ChatTemplate::plain}};
+constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", ChatTemplate::chatml},
+                                                                 {"qwen3", ChatTemplate::qwen3},
+                                                                 {"qwen3_instruct", ChatTemplate::qwen3_instruct},
+                                                                 {"llama3", ChatTemplate::llama3},
+                                                                 {"llama3_1", ChatTemplate::llama3_1},
+                                                                 {"llama3_2", ChatTemplate::llama3_2},
+                                                                 {"llama2", ChatTemplate::llama2},
+                                                                 {"phi3", ChatTemplate::phi3},
+                                                                 {"phi4", ChatTemplate::phi4},
+                                                                 {"phi4_mini", ChatTemplate::phi4_mini},
+                                                                 {"plain", ChatTemplate::plain}};
 
 std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
     if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
-    if (family == ChatTemplate::chatml_im_sep) return "ChatML with <|im_sep|> (Phi-4)";
+    if (family == ChatTemplate::chatml_im_sep) return "ChatML with <|im_sep|> and <think> (Phi-4-reasoning)";
     for (const auto& [name, value] : kFamilyNames)
         if (value == family) return name;
     return "?";
@@ -1195,9 +1207,10 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
         }
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
-        // Phi-3 / 3.5: "<|user|>\n" turns (Phi-4-mini's have no newline and are not this family)
-        if (contains(t, "<|user|>") && (contains(t, "<|assistant|>\n") || contains(t, "<|assistant|>\\n")))
-            return ChatTemplate::phi3;
+        // Phi-3 / 3.5: "<|assistant|>\n" (the newline literal or escaped); Phi-4-mini: "<|assistant|>"
+        if (contains(t, "<|assistant|>") && contains(t, "<|end|>"))
+            return contains(t, "<|assistant|>\n") || contains(t, "<|assistant|>\\n") ? ChatTemplate::phi3
+                                                                                     : ChatTemplate::phi4_mini;
         return ChatTemplate::plain;
     }
     std::vector<std::string> names{"auto"};
@@ -1292,11 +1305,19 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";
             return out;
+        case ChatTemplate::phi4:  // Phi-4: no newlines, other roles dropped as phi3's are
+            for (const auto& m : messages) {
+                refuse_other_roles("phi4", m);
+                out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+            }
+            return add_generation_prompt ? out + "<|im_start|>assistant<|im_sep|>" : out;
+        case ChatTemplate::phi4_mini:  // every role as "<|role|>", the template's own rule
+            for (const auto& m : messages) out += "<|" + m.role + "|>" + m.content + "<|end|>";
+            return out + (add_generation_prompt ? "<|assistant|>" : eos);
         case ChatTemplate::chatml_im_sep:
             throw Error(ErrorKind::usage,
-                        "the checkpoint's chat template separates role and content with <|im_sep|> (Phi-4), which Grove "
-                        "does not render natively (plain ChatML would write a newline there): use text prompts rendered "
-                        "with apply_chat_template");
+                        "the checkpoint's chat template has <|im_sep|> markers and <think> handling (as Phi-4-reasoning's), "
+                        "which Grove does not render natively: use text prompts rendered with apply_chat_template");
         case ChatTemplate::opens_thinking:
             throw Error(ErrorKind::usage,
                         "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "

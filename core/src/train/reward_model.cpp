@@ -49,7 +49,7 @@ std::string RewardModel::conversation_text(const std::vector<ChatMessage>& promp
         throw Error(ErrorKind::input,
                     folder_ +
                         ": the prompts are conversations, and this reward model's chat template "
-                        "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3), so its "
+                        "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3, Phi-4), so its "
                         "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});

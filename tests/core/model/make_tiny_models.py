@@ -47,6 +47,9 @@ CONFIGS = {
                                 rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
                                               "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]},
                                 **COMMON),
+    # Phi-4-mini style: a partial rotary embedding (12 of each head's 16 dimensions), tied embeddings
+    "phi3_partial": Phi3Config(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True, pad_token_id=0,
+                               partial_rotary_factor=0.75, sliding_window=None, rope_theta=250000.0, **COMMON),
 }
 
 
@@ -228,7 +231,7 @@ def main():
             for p in model.parameters():  # larger weights than the default init, so logits differ visibly
                 p.normal_(0.0, 0.08)
             # biases and norms too
-            if name == "phi3_longrope":  # sharper attention, so that the rotary scale changes logits by > 1e-3
+            if name.startswith("phi3"):  # sharper attention: a wrong rotary embedding changes logits by > 1e-3
                 for layer in model.model.layers:
                     layer.self_attn.qkv_proj.weight.normal_(0.0, 0.3)
         model.save_pretrained(folder, safe_serialization=True)

@@ -30,7 +30,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha", "phi3_longrope"};
+const char* const kNames[] = {"llama_gqa",   "llama3_rope",   "qwen2_tied",  "qwen3_qknorm",
+                              "mistral_mha", "phi3_longrope", "phi3_partial"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -265,7 +266,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
-    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope"}) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
@@ -554,11 +555,12 @@ TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
         std::ofstream(folder + "/config.json") << config.dump(2);
         return grove::test::error_message([&] { grove::Model::load(folder); });
     };
-    EXPECT_CONTAINS(with("partial_rotary_factor", "0.75"), "partial_rotary_factor 0.750000 is not supported");
+    EXPECT_CONTAINS(with("partial_rotary_factor", "0.1"), "partial_rotary_factor 0.100000 must be in (0, 1] and leave an even");
+    EXPECT_CONTAINS(with("partial_rotary_factor", "0.5"), "short_factor has 8 values; 4 expected");
     EXPECT_CONTAINS(with("resid_pdrop", "0.1"), "resid_pdrop is not 0");
     EXPECT_CONTAINS(with("hidden_act", "\"gelu\""), "hidden_act \"gelu\" is not supported");
     EXPECT_CONTAINS(with("rope_scaling", R"({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]})"),
-                    "short_factor has 1 values; head_dim / 2 = 8 expected");
+                    "short_factor has 1 values; 8 expected");
     EXPECT_CONTAINS(with("rope_scaling", R"({"type": "dynamic", "factor": 2.0})"),
                     "rope_scaling type \"dynamic\" is not supported (supported: none, llama3, longrope)");
 }

@@ -86,6 +86,18 @@ for name in ["phi3", "phi3_5"]:
     with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")) as f:
         PHI3[name] = f.read()
 PHI3_TURNS = [([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}], True)]
+# Phi-4's and Phi-4-mini-instruct's templates as their checkpoints ship them (tokenizer_config.json's
+# chat_template; TRL ships neither)
+PHI3["phi4"] = ("{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
+                "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+                "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}"
+                "{{'<|im_start|>assistant<|im_sep|>' + message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}"
+                "{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}{% endif %}")
+PHI3["phi4_mini"] = ("{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and "
+                     "message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + "
+                     "message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
+                     "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+                     "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
@@ -210,8 +222,10 @@ def chat_templates(folder):
                     "text": fast.apply_chat_template(messages, chat_template=llama3_1_long_date, tokenize=False,
                                                      add_generation_prompt=add_generation_prompt)})
     for name, template in PHI3.items():
-        for messages, add_generation_prompt in CONVERSATIONS + PHI3_TURNS:
-            out.append({"family": "phi3", "checkpoint_template": name, "messages": messages,
+        tool_turn = [([{"role": "user", "content": "Add 2 and 2."}, {"role": "tool", "content": "4"}], True)]
+        for messages, add_generation_prompt in CONVERSATIONS + PHI3_TURNS + (tool_turn if name == "phi4_mini" else []):
+            out.append({"family": name if name.startswith("phi4") else "phi3", "checkpoint_template": name,
+                        "messages": messages,
                         "add_generation_prompt": add_generation_prompt,
                         "text": fast.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                          add_generation_prompt=add_generation_prompt)})

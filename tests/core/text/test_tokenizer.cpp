@@ -116,7 +116,7 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 2 * 5);
+    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1);
 }
 
 // A tool response that opens the next assistant turn continues it as the generation prompt does:
@@ -176,21 +176,22 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
             config.chat_template = data["templates"][chatml];
             EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml) << chatml;
         }
-    for (const char* phi3 : {"phi3", "phi3_5"}) {
-        config.chat_template = data["templates"][phi3];
-        EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::phi3) << phi3;
+    for (const auto& [name, family] : {std::pair{"phi3", grove::ChatTemplate::phi3},
+                                       {"phi3_5", grove::ChatTemplate::phi3},
+                                       {"phi4", grove::ChatTemplate::phi4},
+                                       {"phi4_mini", grove::ChatTemplate::phi4_mini}}) {
+        config.chat_template = data["templates"][name];
+        EXPECT_EQ(grove::chat_template_from_name("auto", config), family) << name;
     }
-    EXPECT_CONTAINS(
-        grove::test::error_message([&] { grove::render_chat(grove::ChatTemplate::phi3, {{"tool", "4"}}, true, config); }),
-        "phi3 chat template: role \"tool\" is not supported");
-    // Phi-4's ChatML puts <|im_sep|> where ChatML has a newline: recognised, never rendered as ChatML
-    config.chat_template =
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '<|im_sep|>' + "
-        "message['content'] + '<|im_end|>'}}{% endfor %}";
+    for (auto family : {grove::ChatTemplate::phi3, grove::ChatTemplate::phi4})  // their templates drop the turn
+        EXPECT_CONTAINS(grove::test::error_message([&] { grove::render_chat(family, {{"tool", "4"}}, true, config); }),
+                        "chat template: role \"tool\" is not supported");
+    // <|im_sep|> with <think> handling (Phi-4-reasoning's): recognised, never rendered
+    config.chat_template = "{{'<|im_start|>system<|im_sep|>You are Phi. <think> ...<|im_end|>'}}";
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml_im_sep);
     EXPECT_CONTAINS(grove::test::error_message(
                         [&] { grove::render_chat(grove::ChatTemplate::chatml_im_sep, {{"user", "hi"}}, true, config); }),
-                    "separates role and content with <|im_sep|> (Phi-4)");
+                    "<|im_sep|> markers and <think> handling");
     config.chat_template = data["templates"]["llama3_1"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3_1);
     config.chat_template = data["templates"]["llama3_2"];
