@@ -64,12 +64,11 @@ TEST(CliModel, GenerateWithoutThinkingMatchesTransformers) {
         << refused.out;
 }
 
-// A Mistral checkpoint's folder as transformers saves it: tokenizer.json converted from the
-// sentencepiece model (legacy normalizers, byte fallback) beside tokenizer.model, and the [INST]
-// template in chat_template.jinja, which auto recognises (tokenizer_config.json has none). Prompt
-// and greedy ids equal transformers', plain and chat.
-TEST(CliModel, AMistralFolderGeneratesAsTransformers) {
-    const std::string model = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/mistral_mha";
+namespace {
+// grove generate's prompt and greedy ids for "What is 2 + 2?", plain and with the folder's chat
+// template, equal what transformers generated (make_tiny_models.py's chat_reference).
+void expect_generates_as_transformers(const std::string& name) {
+    const std::string model = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
     std::ifstream in(model + "/reference.json");
     const auto ref = nlohmann::json::parse(in);
     for (const char* mode : {"plain", "chat"}) {
@@ -77,10 +76,21 @@ TEST(CliModel, AMistralFolderGeneratesAsTransformers) {
                            (std::string(mode) == "chat" ? " --chat" : ""));
         ASSERT_EQ(r.exit_code, 0) << r.out;
         auto row = nlohmann::json::parse(r.out);
-        EXPECT_EQ(row["prompt_ids"], ref[mode]["prompt_ids"]) << mode;
-        EXPECT_EQ(row["completion_ids"], ref[mode]["completion_ids"]) << mode;
+        EXPECT_EQ(row["prompt_ids"], ref[mode]["prompt_ids"]) << name << " " << mode;
+        EXPECT_EQ(row["completion_ids"], ref[mode]["completion_ids"]) << name << " " << mode;
     }
 }
+}  // namespace
+
+// A Mistral checkpoint's folder as transformers saves it: tokenizer.json converted from the
+// sentencepiece model (legacy normalizers, byte fallback) beside tokenizer.model, and the [INST]
+// template in chat_template.jinja, which auto recognises (tokenizer_config.json has none).
+TEST(CliModel, AMistralFolderGeneratesAsTransformers) { expect_generates_as_transformers("mistral_mha"); }
+
+// A Phi-3.5 checkpoint's folder: a Metaspace tokenizer.json (legacy = false), chat markers that
+// strip the newline after them, EOS <|endoftext|>, Phi-3.5's template in chat_template.jinja, and
+// the model's fused projections and longrope embedding.
+TEST(CliModel, APhi3FolderGeneratesAsTransformers) { expect_generates_as_transformers("phi3_longrope"); }
 
 // A tokenizer whose ids go past the model's vocabulary (not the checkpoint's own) is an input error
 // that says so, not an index error inside the embedding.

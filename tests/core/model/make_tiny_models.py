@@ -109,6 +109,37 @@ def save_sentencepiece_style_tokenizer(folder):
         tokenizer.save_pretrained(folder)
 
 
+PHI3_MARKERS = ["<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"]
+
+
+def save_phi3_tokenizer(folder):
+    """Phi-3.5-mini-instruct's tokenizer, sized to the tiny vocabulary: a sentencepiece BPE model
+    (byte fallback) converted by transformers with legacy=False (Metaspace, prepending to the first
+    text only), its chat markers added as special tokens that strip the whitespace after them (as
+    Phi-3's do) to fill the vocabulary, <|endoftext|> as EOS, and Phi-3.5's template as TRL ships it."""
+    import subprocess
+    import tempfile
+    from tokenizers import AddedToken
+    from transformers import LlamaTokenizerFast
+    with tempfile.TemporaryDirectory() as work:
+        corpus = os.path.join(work, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("What is 2 + 2? The answer is 4.\nHello world, hello there. You are terse.\n" * 50)
+        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
+                        f"--vocab_size={COMMON['vocab_size'] - len(PHI3_MARKERS)}", "--model_type=bpe",
+                        "--byte_fallback=true", "--minloglevel=2"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tokenizer = LlamaTokenizerFast(vocab_file=os.path.join(work, "tokenizer.model"), legacy=False, from_slow=True)
+    tokenizer.add_special_tokens({"additional_special_tokens": [
+        AddedToken(marker, rstrip=marker != "<|endoftext|>", normalized=False, special=True) for marker in PHI3_MARKERS]})
+    tokenizer.eos_token = "<|endoftext|>"
+    tokenizer.pad_token = "<|endoftext|>"
+    assert len(tokenizer) == COMMON["vocab_size"], len(tokenizer)
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "phi3_5.jinja")) as f:
+        tokenizer.chat_template = f.read()
+    tokenizer.save_pretrained(folder)
+
+
 def chat_reference(folder, model, names):
     """What transformers generates greedily for a question in the folder's own chat template (\"chat\")
     and in others (by name), and for the plain question."""
@@ -252,8 +283,11 @@ def main():
                    "greedy": completion.contiguous(), "logprobs": logprobs.contiguous()},
                   os.path.join(folder, "reference.safetensors"))
         extra = {}
-        if name in ("qwen3_qknorm", "phi3_longrope"):  # text generation (the device kit), LoRA training
+        if name == "qwen3_qknorm":  # the device kit's graph engine check generates from text with it
             save_tokenizer(folder)
+        if name == "phi3_longrope":  # a Phi-3.5 checkpoint's folder: Metaspace tokenizer.json, its template
+            save_phi3_tokenizer(folder)
+            extra = chat_reference(folder, model, {"chat": {}})
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)
