@@ -110,6 +110,10 @@ public:
     // transformers switches to the long factors). Every forward pass checks; generation checks its
     // longest sequence before it starts.
     void check_sequence_length(int64_t tokens) const;
+    // The longrope half of that check for a padded batch of `length` columns, as TRL's forward pass
+    // sees it: it passes no position ids, so transformers numbers positions over the padded batch and
+    // switches the whole batch to the long factors when it is longer than the original length.
+    void check_padded_positions(int64_t length) const;
     KVCache make_cache(int64_t batch, int64_t capacity) const;
     // One decode step on static shapes (the graph decode engine, static_decode.hpp): token and
     // position [B, 1] long, visible [B, capacity] bool; writes the step's keys and values at

@@ -69,7 +69,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // llama3_2 are Llama 3.1 / 3.2 Instruct's, whose system turn carries a date (3.2: today's).
 // opens_thinking is what auto finds in a template whose generation prompt opens a <think> block
 // (Qwen3's Thinking-2507 models): recognised, so text prompts still work, but never rendered;
-// chatml_im_sep likewise for a template with <|im_sep|> markers and <think> handling (Phi-4-reasoning).
+// phi_not_rendered likewise for Phi templates of other shapes: <|im_sep|> markers with <think>
+// handling (Phi-4-reasoning), or <|end|> markers without the newline (Phi-3-medium's assistant prompt
+// after every user turn).
 // phi3 is Phi-3 / 3.5 Instruct's ("<|user|>\n"), phi4 Phi-4's (ChatML with <|im_sep|> between role
 // and content), phi4_mini Phi-4-mini-instruct's ("<|user|>" without a newline).
 enum class ChatTemplate {
@@ -84,7 +86,7 @@ enum class ChatTemplate {
     llama3_2,
     opens_thinking,
     phi3,
-    chatml_im_sep,
+    phi_not_rendered,
     phi4,
     phi4_mini
 };

@@ -172,7 +172,9 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                               " is not 0: Grove applies no dropout inside the model; set it to 0.0 "
                                               "(as released Phi-3 checkpoints have it)");
     // transformers: int(head_dim * partial_rotary_factor) leading dimensions of each head are rotated
-    const double partial = get_or<double>(j, "partial_rotary_factor", 1.0, file);
+    double partial = get_or<double>(j, "partial_rotary_factor", 1.0, file);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object())  // transformers 5 keeps it there
+        partial = get_or<double>(j["rope_parameters"], "partial_rotary_factor", partial, file + " rope_parameters");
     c.rotary_dim = int64_t(double(c.head_dim) * partial);
     if (!(partial > 0 && partial <= 1) || c.rotary_dim % 2 != 0 || c.rotary_dim == 0)
         throw Error(ErrorKind::input, file + ": partial_rotary_factor " + std::to_string(partial) +
@@ -206,10 +208,12 @@ void read_longrope(const json& j, const json& scaling, const std::string& file, 
         throw Error(ErrorKind::input, where + ": short_factor has " + std::to_string(s.short_factor.size()) + " values; " +
                                           std::to_string(c.rotary_dim / 2) +
                                           " expected (half the rotated dimensions of a head)");
-    // Phi-3 keeps the pre-training length at the top level (transformers 5: in rope_parameters); the
-    // attention factor then follows from the ratio of the two lengths rather than "factor"
-    int64_t original = get_or<int64_t>(scaling, "original_max_position_embeddings", 0, where);
-    if (original == 0) original = get_or<int64_t>(j, "original_max_position_embeddings", 0, file);
+    // The pre-training length: config.json's top level (Phi3Config: 4096 when absent), which
+    // transformers reads before rope_parameters' (its version 5 layout); the attention factor then
+    // follows from the ratio of the two lengths rather than "factor"
+    int64_t original = get_or<int64_t>(j, "original_max_position_embeddings", 0, file);
+    if (original == 0) original = get_or<int64_t>(scaling, "original_max_position_embeddings", 0, where);
+    if (original == 0 && c.model_type == "phi3") original = 4096;
     double factor = 0;
     if (original > 0) {
         factor = double(c.max_position_embeddings) / double(original);
@@ -255,7 +259,7 @@ ModelConfig load_model_config(const std::string& folder) {
         c.model_type == "qwen3" ? 128 : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
     c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096, file);
-    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, file);
+    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" ? 1e-5 : 1e-6, file);  // config classes' defaults
     c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, file);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
         c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
@@ -272,7 +276,7 @@ ModelConfig load_model_config(const std::string& folder) {
         read_phi3_specifics(j, file, c);
     }
     const std::string activation = get_or<std::string>(j, "hidden_act", "silu", file);
-    if (activation != "silu")
+    if (activation != "silu" && activation != "swish")  // transformers' ACT2FN: both are nn.SiLU
         throw Error(ErrorKind::input, file + ": hidden_act \"" + activation +
                                           "\" is not supported: Grove's MLP is SwiGLU (silu), as in every family it reads");
     c.sliding_window = sliding_window_of(j, file, c.model_type);
@@ -300,7 +304,8 @@ ModelConfig load_model_config(const std::string& folder) {
             c.rope_scaling.high_freq_factor = get<double>(*scaling, "high_freq_factor", file + " rope_scaling");
             c.rope_scaling.original_max_position_embeddings =
                 get<int64_t>(*scaling, "original_max_position_embeddings", file + " rope_scaling");
-        } else if (type == "longrope") {
+        } else if (type == "longrope" || (c.model_type == "phi3" && (type == "su" || type == "yarn"))) {
+            // Phi3Config renames its older configs' "su" and "yarn" to longrope
             read_longrope(j, *scaling, file, c);
         } else if (type != "default") {
             throw Error(ErrorKind::input,
@@ -565,11 +570,17 @@ void Model::check_sequence_length(int64_t tokens) const {
                         "): Grove does not apply sliding-window attention, so it would not compute what transformers "
                         "does; keep prompt + completion (max_prompt_length + max_completion_length) within " +
                         std::to_string(c.sliding_window) + " tokens");
+    check_padded_positions(tokens);
+}
+
+void Model::check_padded_positions(int64_t length) const {
+    const ModelConfig& c = config_;
     const int64_t original = c.rope_scaling.original_max_position_embeddings;
-    if (c.rope_scaling.type == "longrope" && tokens > original)
+    if (c.rope_scaling.type == "longrope" && length > original)
         throw Error(ErrorKind::input,
-                    "a sequence of " + std::to_string(tokens) + " tokens is longer than this " + model +
-                        " checkpoint's original_max_position_embeddings (" + std::to_string(original) +
+                    "a sequence of " + std::to_string(length) + " tokens (padding included) is longer than this " +
+                        c.architecture + " (" + c.model_type + ") checkpoint's original_max_position_embeddings (" +
+                        std::to_string(original) +
                         "), where transformers switches its longrope rotary embedding to the long factors, which Grove "
                         "does not apply; keep prompt + completion (max_prompt_length + max_completion_length) within " +
                         std::to_string(original) + " tokens");

@@ -1141,7 +1141,7 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // system prompt (Qwen2.5's and Qwen2.5-Math's have one); one that opens a <think> block in its generation prompt (Qwen3's
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
 ChatTemplate chatml_family(const std::string& t) {
-    if (contains(t, "<|im_sep|>")) return contains(t, "<think>") ? ChatTemplate::chatml_im_sep : ChatTemplate::phi4;
+    if (contains(t, "<|im_sep|>")) return contains(t, "<think>") ? ChatTemplate::phi_not_rendered : ChatTemplate::phi4;
     if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
     if (contains(t, "assistant\\n<think>")) return ChatTemplate::opens_thinking;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
@@ -1189,7 +1189,7 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", Chat
 std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
     if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
-    if (family == ChatTemplate::chatml_im_sep) return "ChatML with <|im_sep|> and <think> (Phi-4-reasoning)";
+    if (family == ChatTemplate::phi_not_rendered) return "a Phi template of another shape";
     for (const auto& [name, value] : kFamilyNames)
         if (value == family) return name;
     return "?";
@@ -1207,10 +1207,13 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
         }
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
-        // Phi-3 / 3.5: "<|assistant|>\n" (the newline literal or escaped); Phi-4-mini: "<|assistant|>"
-        if (contains(t, "<|assistant|>") && contains(t, "<|end|>"))
-            return contains(t, "<|assistant|>\n") || contains(t, "<|assistant|>\\n") ? ChatTemplate::phi3
-                                                                                     : ChatTemplate::phi4_mini;
+        // Phi-3 / 3.5: "<|assistant|>\n" (the newline literal or escaped); Phi-4-mini: "<|" + role + "|>";
+        // other <|end|> templates (Phi-3-medium's) render otherwise
+        if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) {
+            if (contains(t, "<|assistant|>\n") || contains(t, "<|assistant|>\\n")) return ChatTemplate::phi3;
+            if (contains(t, "'<|' + message['role'] + '|>'")) return ChatTemplate::phi4_mini;
+            return ChatTemplate::phi_not_rendered;
+        }
         return ChatTemplate::plain;
     }
     std::vector<std::string> names{"auto"};
@@ -1314,10 +1317,12 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
         case ChatTemplate::phi4_mini:  // every role as "<|role|>", the template's own rule
             for (const auto& m : messages) out += "<|" + m.role + "|>" + m.content + "<|end|>";
             return out + (add_generation_prompt ? "<|assistant|>" : eos);
-        case ChatTemplate::chatml_im_sep:
+        case ChatTemplate::phi_not_rendered:
             throw Error(ErrorKind::usage,
-                        "the checkpoint's chat template has <|im_sep|> markers and <think> handling (as Phi-4-reasoning's), "
-                        "which Grove does not render natively: use text prompts rendered with apply_chat_template");
+                        "the checkpoint's chat template is a Phi template of a shape Grove does not render natively "
+                        "(Phi-4-reasoning's <|im_sep|> turns with <think> handling, or Phi-3-medium's assistant prompt "
+                        "after every user turn): use text prompts rendered with apply_chat_template, or name a template "
+                        "(model.chat_template) after comparing it with apply_chat_template");
         case ChatTemplate::opens_thinking:
             throw Error(ErrorKind::usage,
                         "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "

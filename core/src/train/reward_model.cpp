@@ -45,7 +45,7 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
     // TRL renders the checkpoint's own Jinja template; we cannot
     if (chat_template_ == ChatTemplate::plain || chat_template_ == ChatTemplate::opens_thinking ||
-        chat_template_ == ChatTemplate::chatml_im_sep)
+        chat_template_ == ChatTemplate::phi_not_rendered)
         throw Error(ErrorKind::input,
                     folder_ +
                         ": the prompts are conversations, and this reward model's chat template "

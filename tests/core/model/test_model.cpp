@@ -520,7 +520,7 @@ TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
     EXPECT_NO_THROW(forward(64));
     auto message = grove::test::error_message([&] { forward(65); });
     EXPECT_CONTAINS(message,
-                    "a sequence of 65 tokens is longer than this Phi3ForCausalLM (phi3) checkpoint's "
+                    "a sequence of 65 tokens (padding included) is longer than this Phi3ForCausalLM (phi3) checkpoint's "
                     "original_max_position_embeddings (64)");
     EXPECT_CONTAINS(grove::test::error_message([&] { forward(97); }), "checkpoint's sliding_window (96)");
     // packed rows and the static engine check too, before computing anything
@@ -529,6 +529,20 @@ TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
                         model->packed_hidden_states(at::full({70}, 5, at::kLong), at::arange(70, at::kLong), {70});
                     }),
                     "a sequence of 70 tokens");
+    // log-probabilities of a padded batch: TRL's forward numbers positions over the padding too, so
+    // 40 + 30 columns switch transformers to the long factors though no row holds more than 45 tokens
+    {
+        at::Tensor prompts = at::full({2, 40}, 7, at::kLong), prompt_mask = at::ones({2, 40}, at::kLong);
+        prompt_mask[1].narrow(0, 0, 35).fill_(0);
+        at::Tensor completions = at::full({2, 30}, 9, at::kLong), completion_mask = at::ones({2, 30}, at::kLong);
+        completion_mask[0].narrow(0, 5, 25).fill_(0);
+        EXPECT_CONTAINS(grove::test::error_message([&] {
+                            grove::completion_logprobs(*model, prompts, prompt_mask, completions, completion_mask, 1.0);
+                        }),
+                        "a sequence of 70 tokens (padding included)");
+        EXPECT_NO_THROW(grove::completion_logprobs(*model, prompts.narrow(1, 0, 34), prompt_mask.narrow(1, 6, 34), completions,
+                                                   completion_mask, 1.0));
+    }
     // generation checks its longest sequence first: 5 + 60 - 1 = 64 positions are fed (the last
     // token is sampled, never fed), 5 + 61 - 1 = 65 are too many
     grove::SamplingOptions options;

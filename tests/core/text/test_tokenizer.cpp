@@ -186,12 +186,19 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     for (auto family : {grove::ChatTemplate::phi3, grove::ChatTemplate::phi4})  // their templates drop the turn
         EXPECT_CONTAINS(grove::test::error_message([&] { grove::render_chat(family, {{"tool", "4"}}, true, config); }),
                         "chat template: role \"tool\" is not supported");
-    // <|im_sep|> with <think> handling (Phi-4-reasoning's): recognised, never rendered
-    config.chat_template = "{{'<|im_start|>system<|im_sep|>You are Phi. <think> ...<|im_end|>'}}";
-    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml_im_sep);
+    // Phi templates of other shapes are recognised, never rendered: <|im_sep|> with <think> handling
+    // (Phi-4-reasoning's), and Phi-3-medium's, which writes the newline as a separate string and the
+    // assistant prompt after every user turn
+    for (const char* other : {"{{'<|im_start|>system<|im_sep|>You are Phi. <think> ...<|im_end|>'}}",
+                              "{% for message in messages %}{% if (message['role'] == 'user') %}{{'<|user|>' + '\n' + "
+                              "message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{% elif (message['role'] == "
+                              "'assistant') %}{{message['content'] + '<|end|>' + '\n'}}{% endif %}{% endfor %}"}) {
+        config.chat_template = other;
+        EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::phi_not_rendered) << other;
+    }
     EXPECT_CONTAINS(grove::test::error_message(
-                        [&] { grove::render_chat(grove::ChatTemplate::chatml_im_sep, {{"user", "hi"}}, true, config); }),
-                    "<|im_sep|> markers and <think> handling");
+                        [&] { grove::render_chat(grove::ChatTemplate::phi_not_rendered, {{"user", "hi"}}, true, config); }),
+                    "a Phi template of a shape Grove does not render natively");
     config.chat_template = data["templates"]["llama3_1"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3_1);
     config.chat_template = data["templates"]["llama3_2"];
