@@ -564,12 +564,13 @@ void Model::check_sequence_length(int64_t tokens) const {
     const ModelConfig& c = config_;
     const std::string model = c.architecture + " (" + c.model_type + ")";
     if (c.sliding_window > 0 && tokens > c.sliding_window)
-        throw Error(ErrorKind::input,
-                    "a sequence of " + std::to_string(tokens) + " tokens is longer than this " + model +
-                        " checkpoint's sliding_window (" + std::to_string(c.sliding_window) +
-                        "): Grove does not apply sliding-window attention, so it would not compute what transformers "
-                        "does; keep prompt + completion (max_prompt_length + max_completion_length) within " +
-                        std::to_string(c.sliding_window) + " tokens");
+        throw Error(
+            ErrorKind::input,
+            "a sequence of " + std::to_string(tokens) + " tokens is longer than this " + model +
+                " checkpoint's sliding_window (" + std::to_string(c.sliding_window) +
+                "): Grove does not apply sliding-window attention, so it would not compute what transformers "
+                "does; shorten the prompts or generation.max_completion_length so that prompt + completion stays within " +
+                std::to_string(c.sliding_window) + " tokens");
     check_padded_positions(tokens);
 }
 
@@ -582,7 +583,8 @@ void Model::check_padded_positions(int64_t length) const {
                         c.architecture + " (" + c.model_type + ") checkpoint's original_max_position_embeddings (" +
                         std::to_string(original) +
                         "), where transformers switches its longrope rotary embedding to the long factors, which Grove "
-                        "does not apply; keep prompt + completion (max_prompt_length + max_completion_length) within " +
+                        "does not apply; shorten the prompts or generation.max_completion_length so that prompt + completion "
+                        "stays within " +
                         std::to_string(original) + " tokens");
 }
 
