@@ -144,6 +144,9 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
     if (log) *log << schedule.ignored_warmup_warning();
+    if (log && c.model.cast_lm_head_to_fp32)  // TRL's SFTConfig has no such option
+        *log << "grove: warning: model.cast_lm_head_to_fp32 is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
+                "does not); grove sft ignores it\n";
 
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over

@@ -164,6 +164,12 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     EXPECT_EQ(again.exit_code, 0) << again.out;
     EXPECT_NE(again.out.find("sft had no steps left"), std::string::npos) << again.out;
 
+    // a GRPO-only setting in the shared manifest is named as ignored, not silently dropped
+    auto cast = sft(dir + "/cast", "--set train.max_steps=1 --set model.cast_lm_head_to_fp32=true");
+    EXPECT_EQ(cast.exit_code, 0) << cast.out;
+    EXPECT_NE(cast.out.find("warning: model.cast_lm_head_to_fp32 is a GRPO setting"), std::string::npos) << cast.out;
+    EXPECT_EQ(sft(dir + "/plain", "--set train.max_steps=1").out.find("cast_lm_head_to_fp32"), std::string::npos);
+
     auto refused = sft(dir + "/straight", "--set train.max_steps=4");
     EXPECT_EQ(refused.exit_code, 2);
     EXPECT_NE(refused.out.find("already holds a run: pass --resume to continue it, --overwrite to replace it"),
