@@ -180,7 +180,6 @@ private:
     std::optional<at::Tensor> lm_head_;  // absent when tied, or for a sequence classifier
     at::Tensor score_;                   // a sequence classifier's head
     at::Tensor inv_freq_;                // [head_dim / 2], float32
-    double rotary_scale_ = 1.0;          // cos and sin times this (longrope's attention factor)
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;

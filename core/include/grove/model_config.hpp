@@ -20,7 +20,7 @@ struct RopeScaling {
     // by attention_factor. transformers switches to the long factors past
     // original_max_position_embeddings; Grove refuses longer sequences (Model::check_sequence_length).
     std::vector<double> short_factor;
-    double attention_factor = 1.0;
+    double attention_factor = 1.0;  // cos and sin are scaled by it: 1 unless longrope
 };
 
 struct ModelConfig {

@@ -130,13 +130,9 @@ std::vector<at::Tensor> project(const at::Tensor& x, const at::Tensor& weight, c
         for (const Linear* l : linears) out.push_back((*l)(x));
         return out;
     }
-    const at::Tensor all = at::linear(x, weight, bias);
-    int64_t column = 0;
-    for (const Linear* l : linears) {
-        out.push_back(all.narrow(1, column, l->weight.size(0)));
-        column += l->weight.size(0);
-    }
-    return out;
+    std::vector<int64_t> widths;
+    for (const Linear* l : linears) widths.push_back(l->weight.size(0));
+    return split_columns(at::linear(x, weight, bias), widths);
 }
 
 // Qwen3's q_norm and k_norm on the projections {q, k, v} [B, heads * D]; v is made contiguous too,

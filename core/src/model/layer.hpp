@@ -44,6 +44,9 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// The consecutive column blocks of y [..., sum(widths)], as views.
+std::vector<at::Tensor> split_columns(const at::Tensor& y, const std::vector<int64_t>& widths);
+
 // Qwen3's q_norm / k_norm: the RMS norm of each head_dim-wide head of x [..., heads * head_dim].
 at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 

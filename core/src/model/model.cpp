@@ -544,10 +544,8 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         at::pow(c.rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim));
     at::Tensor inv_freq = 1.0 / frequency_powers;
     if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);
-    if (c.rope_scaling.type == "longrope") {
+    if (c.rope_scaling.type == "longrope")
         inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) * frequency_powers);
-        m->rotary_scale_ = c.rope_scaling.attention_factor;
-    }
     m->inv_freq_ = inv_freq.to(device);
     // cuDNN's attention builds a graph per shape, on the host: decoding grows the key length every
     // step, and that planning took 2.3 ms per call, 60% of a decode step (measured on an H100). The
@@ -688,7 +686,6 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     m->norm_ = cast(norm_);
     if (lm_head_) m->lm_head_ = lm_head_float32_ ? lm_head_->detach().clone() : cast(*lm_head_);
     m->inv_freq_ = inv_freq_;
-    m->rotary_scale_ = rotary_scale_;
     return m;
 }
 
@@ -708,9 +705,7 @@ std::vector<Linear*> Model::Layer::linears() {
     return all;
 }
 
-namespace {
-// The consecutive column blocks of y [..., sum(widths)]
-std::vector<at::Tensor> split_columns(const at::Tensor& y, std::initializer_list<int64_t> widths) {
+std::vector<at::Tensor> split_columns(const at::Tensor& y, const std::vector<int64_t>& widths) {
     std::vector<at::Tensor> out;
     int64_t column = 0;
     for (int64_t width : widths) {
@@ -719,7 +714,6 @@ std::vector<at::Tensor> split_columns(const at::Tensor& y, std::initializer_list
     }
     return out;
 }
-}  // namespace
 
 // Phi-3 slices qkv_proj's output [q | k | v] and chunks gate_up_proj's [gate | up] in halves
 std::vector<at::Tensor> Model::Layer::project_qkv(const at::Tensor& x) const {
@@ -933,9 +927,9 @@ std::pair<at::Tensor, at::Tensor> Model::rotary_tables(const at::Tensor& positio
     at::Tensor freqs = position_ids.to(device()).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
     at::Tensor emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos(), sin = emb.sin();
-    if (rotary_scale_ != 1.0) {
-        cos = cos * rotary_scale_;
-        sin = sin * rotary_scale_;
+    if (const double scale = config_.rope_scaling.attention_factor; scale != 1.0) {  // longrope's
+        cos = cos * scale;
+        sin = sin * scale;
     }
     return {cos.to(dtype()).unsqueeze(1), sin.to(dtype()).unsqueeze(1)};
 }
