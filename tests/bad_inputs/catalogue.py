@@ -230,10 +230,13 @@ case("model", "config.json is not JSON", LOGPROBS, 5, "config.json",
 case("model", "an architecture Grove does not support", LOGPROBS, 5, "unsupported model",
      both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(architectures=["GPT2LMHeadModel"],
                                                                                 model_type="gpt2"))), IDS))
-case("model", "prompt + completion longer than the checkpoint's sliding_window, which Grove does not apply",
-     "generate --model model --prompt 'What is 2 + 2? What is 3 + 3?' --max-new-tokens 16", 5, "sliding_window (8)",
-     with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(architectures=["MistralForCausalLM"],
-                                                                        model_type="mistral", sliding_window=8))))
+case("model", "prompt + completion past a longrope checkpoint's original_max_position_embeddings (long factors, "
+     "which Grove does not apply)",
+     "generate --model model --prompt 'What is 2 + 2? What is 3 + 3?' --max-new-tokens 16", 5,
+     "original_max_position_embeddings (16)",
+     with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
+         original_max_position_embeddings=16,
+         rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [4.0] * 8}))))
 case("model", "a size written as 1e300 in config.json", LOGPROBS, 5, "is not an integer",
      both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(hidden_size=1e300))), IDS))
 case("model", "tokenizer.json that is not JSON, for a command that never tokenizes", LOGPROBS, 5, "tokenizer.json",

@@ -104,20 +104,17 @@ public:
     // A sequence classifier's head (score.weight, [num_labels, hidden]); undefined for a causal LM.
     const at::Tensor& score_weight() const { return score_; }
 
-    // Throws an input error naming the limit when a sequence of `tokens` positions (padding
-    // included) would reach what Grove does not compute like transformers: past the checkpoint's
-    // sliding window, or past a longrope checkpoint's original_max_position_embeddings (where
-    // transformers switches to the long factors). Every forward pass checks; generation checks its
-    // longest sequence before it starts.
+    // Throws an input error naming the limit when a sequence of `tokens` positions would pass a
+    // longrope checkpoint's original_max_position_embeddings, where transformers switches to the long
+    // factors, which Grove does not apply. Every forward pass checks; generation checks its longest
+    // sequence before it starts; log-probabilities check the padded batch's width, because TRL's
+    // forward passes no position ids, so transformers numbers positions over the padding too.
     void check_sequence_length(int64_t tokens) const;
-    // The longrope half of that check for a padded batch of `length` columns, as TRL's forward pass
-    // sees it: it passes no position ids, so transformers numbers positions over the padded batch and
-    // switches the whole batch to the long factors when it is longer than the original length.
-    void check_padded_positions(int64_t length) const;
     KVCache make_cache(int64_t batch, int64_t capacity) const;
     // One decode step on static shapes (the graph decode engine, static_decode.hpp): token and
     // position [B, 1] long, visible [B, capacity] bool; writes the step's keys and values at
-    // cache.column, attends to the visible columns and returns the logits [B, V]. Nothing in it
+    // cache.column, attends to the visible columns and returns the logits [B, V]. Each row's tokens
+    // sit in consecutive columns up to cache.column (a sliding window counts columns). Nothing in it
     // depends on a host-side length, so it can be captured once and replayed. On CUDA it runs fused
     // kernels (cuda_decode_kernels.hpp), elsewhere the ATen ops they replace.
     at::Tensor decode_step_logits(const at::Tensor& token, const at::Tensor& position, const at::Tensor& visible,
@@ -164,8 +161,9 @@ private:
     // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                              const Attention& attention, KVCache* cache) const;
-    at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, KVCache* cache,
-                      size_t index) const;                          // [B, heads, T, D] each -> [B, T, heads * D]
+    // [B, heads, T, D] each -> [B, T, heads * D], under `visible` (the layer's mask in `attention`)
+    at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, const at::Tensor& visible,
+                      KVCache* cache, size_t index) const;
     at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;  // the layer's SwiGLU block
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
     std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& position_ids) const;  // cos, sin [B, 1, T, D]

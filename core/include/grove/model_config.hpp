@@ -3,6 +3,7 @@
 // so hosts can check a folder without loading the model.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,9 +47,19 @@ struct ModelConfig {
     bool mlp_bias = false;
     bool qk_norm = false;            // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
     bool fused_projections = false;  // Phi-3: q, k, v as one qkv_proj, gate and up as one gate_up_proj
-    // The checkpoint's sliding-window attention span (0: none). Grove does not apply the window, so
-    // it refuses sequences longer than it, where transformers' results would differ.
+    // Sliding-window attention (0: none): a query sees itself and the sliding_window - 1 tokens
+    // before it, in the layers flagged in windowed_layers (every layer for Mistral and Phi-3; Qwen2 /
+    // Qwen3 from layer_types or max_window_layers).
     int64_t sliding_window = 0;
+    std::vector<bool> windowed_layers;  // [num_hidden_layers]
+    bool layer_windowed(size_t layer) const {
+        return sliding_window > 0 && layer < windowed_layers.size() && windowed_layers[layer];
+    }
+    // Whether the window hides some key of a sequence `columns` long from some layer's queries.
+    bool window_hides_keys(int64_t columns) const {
+        return sliding_window > 0 && columns > sliding_window &&
+               std::find(windowed_layers.begin(), windowed_layers.end(), true) != windowed_layers.end();
+    }
     std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
     std::optional<int64_t> bos_token_id;
     std::optional<int64_t> pad_token_id;

@@ -158,6 +158,10 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
         throw Error(ErrorKind::runtime,
                     "decode_step_logits: one token and position per row, a [rows, capacity] bool mask "
                     "and the cache's column");
+    // the sliding-window layers' columns: the last sliding_window up to cache.column (rows are contiguous)
+    at::Tensor windowed;
+    if (c.window_hides_keys(cache.capacity))
+        windowed = visible.logical_and(at::arange(cache.capacity, cache.column.options()) > cache.column - c.sliding_window);
     const auto [cos, sin] = rotary_tables(position.view({B, 1}));
     const at::Tensor row_cos = cos.view({B, -1}), row_sin = sin.view({B, -1});
     at::Tensor h = embed(token.view({B}));  // [B, H]
@@ -170,7 +174,8 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
         if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, c.rms_norm_eps);
         const at::Tensor queries =
             rotary_into_cache(qkv[0], qkv[1], qkv[2], row_cos, row_sin, cache.keys[l], cache.values[l], cache.column);
-        delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], visible, cache.split_attention));
+        const at::Tensor& layer_visible = c.layer_windowed(l) && windowed.defined() ? windowed : visible;
+        delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], layer_visible, cache.split_attention));
         x = add_rms_norm(h, delta, layer.post_attention_norm, c.rms_norm_eps);
         const auto gate_up = layer.fused() ? layer.project_gate_up(x)
                                            : project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});

@@ -601,7 +601,7 @@ at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
                                at::Tensor* entropy, bool entropy_graph) {
     const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), C = completion_ids.size(1), L = P + C;
-    model.check_padded_positions(L);  // TRL scores the padded batch
+    model.check_sequence_length(L);  // TRL scores the padded batch
     const at::Device device = model.device();
     // Only real tokens go through the model, packed row after row (Model::packed_hidden_states).
     at::Tensor keep = at::cat({prompt_mask, completion_mask}, 1).cpu().to(at::kBool);  // [B, L]

@@ -183,18 +183,39 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                           std::to_string(c.head_dim) + " to rotate");
 }
 
-// The attention span transformers applies, 0 for none: Mistral's and Phi-3's sliding_window (Mistral
-// without the key: MistralConfig's default, 4096), Qwen2 / Qwen3's only under use_sliding_window.
-int64_t sliding_window_of(const json& j, const std::string& file, const std::string& model_type) {
-    if (model_type == "qwen2" || model_type == "qwen3")
-        return get_or<bool>(j, "use_sliding_window", false, file) ? get_or<int64_t>(j, "sliding_window", 4096, file) : 0;
-    if (model_type == "mistral" && !j.contains("sliding_window")) return 4096;
-    if (model_type == "mistral" || model_type == "phi3") {
-        const int64_t window = get_or<int64_t>(j, "sliding_window", 0, file);
-        if (window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
-        return window;
+// Sliding-window attention as transformers applies it: Mistral's and Phi-3's sliding_window on every
+// layer (Mistral without the key: MistralConfig's default, 4096); Qwen2 / Qwen3's only under
+// use_sliding_window, on the layers layer_types names "sliding_attention", or else from
+// max_window_layers on (their config classes' rule).
+void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
+    const int64_t layers = c.num_hidden_layers;
+    c.windowed_layers.assign(size_t(std::max<int64_t>(layers, 0)), false);
+    const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+    if (qwen && !get_or<bool>(j, "use_sliding_window", false, file)) return;
+    if (!qwen && c.model_type != "mistral" && c.model_type != "phi3") return;
+    const bool absent = !j.contains("sliding_window");
+    c.sliding_window = absent && c.model_type != "phi3" ? 4096 : get_or<int64_t>(j, "sliding_window", 0, file);
+    if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
+    if (c.sliding_window == 0) return;
+    if (!qwen) {
+        c.windowed_layers.assign(c.windowed_layers.size(), true);
+        return;
     }
-    return 0;
+    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+        const auto types = get<std::vector<std::string>>(j, "layer_types", file);
+        if (int64_t(types.size()) != layers)
+            throw Error(ErrorKind::input, file + ": layer_types has " + std::to_string(types.size()) +
+                                              " entries; num_hidden_layers is " + std::to_string(layers));
+        for (size_t l = 0; l < types.size(); ++l) {
+            if (types[l] != "sliding_attention" && types[l] != "full_attention")
+                throw Error(ErrorKind::input, file + ": layer_types entry \"" + types[l] +
+                                                  "\" is not supported (supported: full_attention, sliding_attention)");
+            c.windowed_layers[l] = types[l] == "sliding_attention";
+        }
+        return;
+    }
+    const int64_t first = get_or<int64_t>(j, "max_window_layers", 28, file);
+    for (int64_t l = std::max<int64_t>(first, 0); l < layers; ++l) c.windowed_layers[size_t(l)] = true;
 }
 
 // transformers' _compute_longrope_parameters, for sequences up to original_max_position_embeddings
@@ -279,7 +300,6 @@ ModelConfig load_model_config(const std::string& folder) {
     if (activation != "silu" && activation != "swish")  // transformers' ACT2FN: both are nn.SiLU
         throw Error(ErrorKind::input, file + ": hidden_act \"" + activation +
                                           "\" is not supported: Grove's MLP is SwiGLU (silu), as in every family it reads");
-    c.sliding_window = sliding_window_of(j, file, c.model_type);
     for (int64_t v : {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
                       c.num_key_value_heads, c.head_dim})
         if (v <= 0) throw Error(ErrorKind::input, file + ": sizes must be positive");
@@ -288,6 +308,7 @@ ModelConfig load_model_config(const std::string& folder) {
                                           ") must be a multiple of num_key_value_heads (" +
                                           std::to_string(c.num_key_value_heads) + ")");
     if (c.head_dim % 2 != 0) throw Error(ErrorKind::input, file + ": head_dim must be even for rotary embeddings");
+    read_sliding_window(j, file, c);
     if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
     const json* scaling = nullptr;
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
@@ -560,24 +581,10 @@ const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : 
 
 void Model::check_sequence_length(int64_t tokens) const {
     const ModelConfig& c = config_;
-    const std::string model = c.architecture + " (" + c.model_type + ")";
-    if (c.sliding_window > 0 && tokens > c.sliding_window)
-        throw Error(
-            ErrorKind::input,
-            "a sequence of " + std::to_string(tokens) + " tokens is longer than this " + model +
-                " checkpoint's sliding_window (" + std::to_string(c.sliding_window) +
-                "): Grove does not apply sliding-window attention, so it would not compute what transformers "
-                "does; shorten the prompts or generation.max_completion_length so that prompt + completion stays within " +
-                std::to_string(c.sliding_window) + " tokens");
-    check_padded_positions(tokens);
-}
-
-void Model::check_padded_positions(int64_t length) const {
-    const ModelConfig& c = config_;
     const int64_t original = c.rope_scaling.original_max_position_embeddings;
-    if (c.rope_scaling.type == "longrope" && length > original)
+    if (c.rope_scaling.type == "longrope" && tokens > original)
         throw Error(ErrorKind::input,
-                    "a sequence of " + std::to_string(length) + " tokens (padding included) is longer than this " +
+                    "a sequence of " + std::to_string(tokens) + " tokens (padding included) is longer than this " +
                         c.architecture + " (" + c.model_type + ") checkpoint's original_max_position_embeddings (" +
                         std::to_string(original) +
                         "), where transformers switches its longrope rotary embedding to the long factors, which Grove "
@@ -756,6 +763,10 @@ at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double e
 struct Model::Attention {
     // a padded batch: [B, 1, T, S], key j visible to query i
     at::Tensor visible;
+    // the sliding-window layers' mask, undefined where the window hides no key: a padded batch's
+    // visible less the keys sliding_window or more real tokens before the query ([B, 1, T, S]);
+    // packed rows: the causal band of the window ([1, 1, width, width])
+    at::Tensor windowed;
     // packed rows (h is [1, N, H]): token n sits in slot slots[n] of a right-padded [rows, width]
     // batch, in which plain causal attention is the padded batch's masked attention
     at::Tensor slots;
@@ -785,16 +796,17 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         kernels::rotary(k.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), B * T, c.num_key_value_heads,
                         c.head_dim);
     }
+    const at::Tensor& visible =
+        c.layer_windowed(index) && attention.windowed.defined() ? attention.windowed : attention.visible;
     const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
                                   cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
-                                  attention.visible.is_contiguous() && attention.visible.scalar_type() == at::kBool &&
-                                  attention.visible.numel() == B * S;
+                                  visible.is_contiguous() && visible.scalar_type() == at::kBool && visible.numel() == B * S;
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention_kernel) {
         attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
         kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
                                   cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(), cache->capacity,
-                                  attention.visible.data_ptr<bool>(), attn.data_ptr<float>(), B, c.num_attention_heads,
+                                  visible.data_ptr<bool>(), attn.data_ptr<float>(), B, c.num_attention_heads,
                                   c.num_key_value_heads, S, c.head_dim, float(1.0 / std::sqrt(double(c.head_dim))),
                                   at::get_num_threads());
     } else {
@@ -805,15 +817,16 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
             q = apply_rotary(q, cos, sin);
             k = apply_rotary(k, cos, sin);
         }
-        attn = attend(q, k, v, attention, cache, index);
+        attn = attend(q, k, v, attention, visible, cache, index);
     }
     h = h + layer.o(attn);
     return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
 }
 
-// ATen's attention for layer_forward: packed rows, or a padded batch (with its cache) under a mask
-at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, KVCache* cache,
-                         size_t index) const {
+// ATen's attention for layer_forward: packed rows (causal, or under the window's band), or a padded
+// batch (with its cache) under its mask
+at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, const at::Tensor& visible,
+                         KVCache* cache, size_t index) const {
     const ModelConfig& c = config_;
     const int64_t B = q.size(0), T = q.size(2), past = cache ? cache->length : 0, S = past + T;
     const bool gqa = c.num_key_value_heads != c.num_attention_heads;
@@ -828,8 +841,10 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
                 .view({attention.rows, attention.width, heads, c.head_dim})
                 .transpose(1, 2);
         };
-        at::Tensor rows =
-            at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v), std::nullopt, 0.0, true, std::nullopt, gqa);
+        const bool band = visible.defined();
+        at::Tensor rows = at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v),
+                                                           band ? std::optional<at::Tensor>(visible) : std::nullopt, 0.0, !band,
+                                                           std::nullopt, gqa);
         attn = rows.transpose(1, 2)
                    .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
                    .index_select(0, attention.slots)
@@ -847,11 +862,10 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
             // fused kernels, which take no grouped heads with a mask (ATen's math path would: 0.5 ms
             // of host time per call on an H100).
             const int64_t group = c.num_attention_heads / c.num_key_value_heads;
-            attn = at::scaled_dot_product_attention(q.reshape({B, c.num_key_value_heads, group, c.head_dim}), k, v,
-                                                    attention.visible)
+            attn = at::scaled_dot_product_attention(q.reshape({B, c.num_key_value_heads, group, c.head_dim}), k, v, visible)
                        .reshape({B, 1, c.num_attention_heads * c.head_dim});
         } else {
-            attn = at::scaled_dot_product_attention(q, k, v, attention.visible, 0.0, false, std::nullopt, gqa)
+            attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, std::nullopt, gqa)
                        .transpose(1, 2)
                        .reshape({B, T, c.num_attention_heads * c.head_dim});
         }
@@ -887,7 +901,7 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
             std::lock_guard<std::mutex> lock(generator.mutex());
             ctx->saved_data["rng"] = generator.get_state();  // dropout must draw the same masks again
         }
-        ctx->save_for_backward({h, cos, sin, attention->visible, attention->slots});
+        ctx->save_for_backward({h, cos, sin, attention->visible, attention->windowed, attention->slots});
         return model->layer_forward(size_t(index), h, cos, sin, *attention, nullptr);  // grad mode is off here
     }
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -895,7 +909,7 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
         const Model* model = reinterpret_cast<const Model*>(ctx->saved_data["model"].toInt());
         int64_t index = ctx->saved_data["index"].toInt();
         auto saved = ctx->get_saved_variables();
-        Attention attention{saved[3], saved[4], ctx->saved_data["rows"].toInt(), ctx->saved_data["width"].toInt()};
+        Attention attention{saved[3], saved[4], saved[5], ctx->saved_data["rows"].toInt(), ctx->saved_data["width"].toInt()};
         at::Tensor h = saved[0].detach().requires_grad_(true);
         at::Generator generator = at::globalContext().defaultGenerator(h.device());
         at::Tensor now;
@@ -970,6 +984,13 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
         attention.visible = (key_pos <= query_pos).logical_and(attention_mask.to(device).to(at::kBool).view({B, 1, 1, S}));
         attention.visible = attention.visible.logical_or(key_pos == query_pos);
     }
+    if (config_.window_hides_keys(S)) {
+        // counted in real tokens, so the columns a multi-turn episode rolled back (masked) do not count
+        const at::Tensor rank = attention_mask.to(device).to(at::kLong).cumsum(1);  // [B, S]
+        const at::Tensor in_window =
+            rank.view({B, 1, 1, S}) > rank.narrow(1, past, T).view({B, 1, T, 1}) - config_.sliding_window;
+        attention.windowed = attention.visible.logical_and(in_window);
+    }
     at::Tensor hidden = decoder_stack(embed(input_ids.to(device)), position_ids, attention, cache);
     if (cache) cache->length = S;
     return hidden;
@@ -992,6 +1013,12 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
                     "packed_hidden_states: row lengths and position ids must cover the " + std::to_string(N) + " tokens");
     at::Device device = embed_tokens_.device();
     attention.slots = at::tensor(slots, at::kLong).to(device);
+    if (config_.window_hides_keys(attention.width)) {
+        const at::Tensor column = at::arange(attention.width, at::TensorOptions().dtype(at::kLong).device(device));
+        const at::Tensor query = column.view({-1, 1}), key = column.view({1, -1});
+        attention.windowed =
+            (key <= query).logical_and(key > query - config_.sliding_window).view({1, 1, attention.width, attention.width});
+    }
     at::Tensor h = embed(token_ids.to(device)).unsqueeze(0);
     return decoder_stack(h, position_ids.view({1, N}), attention, nullptr).squeeze(0);
 }

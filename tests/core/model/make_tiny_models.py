@@ -50,6 +50,14 @@ CONFIGS = {
     # Phi-4-mini style: a partial rotary embedding (12 of each head's 16 dimensions), tied embeddings
     "phi3_partial": Phi3Config(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True, pad_token_id=0,
                                partial_rotary_factor=0.75, sliding_window=None, rope_theta=250000.0, **COMMON),
+    # Mistral v0.1 style: a sliding window (each query sees itself and 3 tokens before it) shorter than
+    # the sequences here
+    "mistral_window": MistralConfig(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                                    sliding_window=4, **COMMON),
+    # Qwen2 with use_sliding_window: a window of 3 on layer 1 only (from max_window_layers = 1 on)
+    "qwen2_window": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                                rope_theta=1000000.0, use_sliding_window=True, sliding_window=3, max_window_layers=1,
+                                **COMMON),
 }
 
 

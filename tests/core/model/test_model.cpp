@@ -30,8 +30,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa",   "llama3_rope",   "qwen2_tied",  "qwen3_qknorm",
-                              "mistral_mha", "phi3_longrope", "phi3_partial"};
+const char* const kNames[] = {"llama_gqa",     "llama3_rope",  "qwen2_tied",     "qwen3_qknorm", "mistral_mha",
+                              "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -206,7 +206,9 @@ TEST(Model, RowsThatStopDoNotChangeTheOthers) {
 // row's next turn is the turn that greedy generation samples from the whole history, re-prefilled.
 // With a repetition penalty too: the observation's tokens count as seen, as they would in the history.
 TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
-    for (const auto& [name, penalty] : {std::pair{"llama_gqa", 1.0}, {"qwen2_tied", 1.0}, {"llama_gqa", 1.3}}) {
+    // (mistral_window: the sliding window counts the tokens kept, not the cache columns rolled back)
+    for (const auto& [name, penalty] :
+         {std::pair{"llama_gqa", 1.0}, {"qwen2_tied", 1.0}, {"llama_gqa", 1.3}, {"mistral_window", 1.0}}) {
         SCOPED_TRACE(std::string(name) + ", repetition_penalty " + std::to_string(penalty));
         auto model = grove::Model::load(kModels + "/" + name);
         auto ref = reference(name);
@@ -266,7 +268,8 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
-    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial"}) {
+    for (const std::string name :
+         {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
@@ -522,7 +525,6 @@ TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
     EXPECT_CONTAINS(message,
                     "a sequence of 65 tokens (padding included) is longer than this Phi3ForCausalLM (phi3) checkpoint's "
                     "original_max_position_embeddings (64)");
-    EXPECT_CONTAINS(grove::test::error_message([&] { forward(97); }), "checkpoint's sliding_window (96)");
     // packed rows and the static engine check too, before computing anything
     EXPECT_CONTAINS(grove::test::error_message([&] {
                         at::NoGradGuard no_grad;
@@ -577,6 +579,47 @@ TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
                     "short_factor has 1 values; 8 expected");
     EXPECT_CONTAINS(with("rope_scaling", R"({"type": "dynamic", "factor": 2.0})"),
                     "rope_scaling type \"dynamic\" is not supported (supported: none, llama3, longrope)");
+}
+
+// Which layers a config's sliding window applies to, as the config classes decide it.
+TEST(Model, SlidingWindowLayersFollowTheConfig) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/window_configs";
+    auto config_with = [&](const std::string& base, const nlohmann::json& changes) {
+        std::ifstream in(kModels + "/" + base + "/config.json");
+        auto config = nlohmann::json::parse(in);
+        for (const auto& [key, value] : changes.items()) {
+            if (value.is_string() && value == "<absent>")
+                config.erase(key);
+            else
+                config[key] = value;
+        }
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+        std::ofstream(dir + "/config.json") << config.dump(2);
+        return grove::load_model_config(dir);
+    };
+    using Layers = std::vector<bool>;
+    auto qwen = config_with("qwen2_window", nlohmann::json::object());
+    EXPECT_EQ(qwen.sliding_window, 3);
+    EXPECT_EQ(qwen.windowed_layers, (Layers{false, true}));  // from max_window_layers = 1 on
+    qwen = config_with("qwen2_window", {{"layer_types", {"sliding_attention", "full_attention"}}});
+    EXPECT_EQ(qwen.windowed_layers, (Layers{true, false}));  // layer_types first
+    EXPECT_EQ(config_with("qwen2_window", {{"use_sliding_window", false}}).sliding_window, 0);
+    EXPECT_EQ(config_with("qwen2_window", {{"sliding_window", "<absent>"}}).sliding_window, 4096);
+    EXPECT_EQ(config_with("qwen2_window", {{"sliding_window", nullptr}}).sliding_window, 0);
+    auto mistral = config_with("mistral_window", {{"sliding_window", "<absent>"}});  // MistralConfig's default
+    EXPECT_EQ(mistral.sliding_window, 4096);
+    EXPECT_EQ(mistral.windowed_layers, (Layers{true, true}));
+    EXPECT_EQ(config_with("mistral_window", {{"sliding_window", nullptr}}).sliding_window, 0);
+    EXPECT_EQ(config_with("phi3_partial", {{"sliding_window", "<absent>"}}).sliding_window, 0);
+    EXPECT_EQ(config_with("llama_gqa", {{"sliding_window", 4}}).sliding_window, 0);  // LlamaConfig has none
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("qwen2_window", {{"layer_types", {"full_attention"}}}); }),
+                    "layer_types has 1 entries; num_hidden_layers is 2");
+    EXPECT_CONTAINS(
+        grove::test::error_message([&] { config_with("qwen2_window", {{"layer_types", {"full_attention", "chunked"}}}); }),
+        "layer_types entry \"chunked\" is not supported (supported: full_attention, sliding_attention)");
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("mistral_window", {{"sliding_window", -1}}); }),
+                    "sliding_window must be positive or null");
 }
 
 TEST(Safetensors, HeaderFieldsAreValidated) {
