@@ -1,5 +1,5 @@
 // A Hugging Face model folder's config.json as Grove reads it: the architecture (causal LMs and
-// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral and Phi-3 families) and its sizes. No libtorch,
+// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral, Phi-3 and SmolLM3 families) and its sizes. No libtorch,
 // so hosts can check a folder without loading the model.
 #pragma once
 
@@ -25,7 +25,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3
+    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -52,6 +52,9 @@ struct ModelConfig {
     // Qwen3 from layer_types or max_window_layers).
     int64_t sliding_window = 0;
     std::vector<bool> windowed_layers;  // [num_hidden_layers]
+    // SmolLM3's NoPE layers: no rotary embedding on their queries and keys (empty: every layer rotates)
+    std::vector<bool> nope_layers;
+    bool layer_rotated(size_t layer) const { return layer >= nope_layers.size() || !nope_layers[layer]; }
     bool layer_windowed(size_t layer) const {
         return sliding_window > 0 && layer < windowed_layers.size() && windowed_layers[layer];
     }

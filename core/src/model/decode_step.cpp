@@ -164,6 +164,8 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
         windowed = visible.logical_and(at::arange(cache.capacity, cache.column.options()) > cache.column - c.sliding_window);
     const auto [cos, sin] = rotary_tables(position.view({B, 1}));
     const at::Tensor row_cos = cos.view({B, -1}), row_sin = sin.view({B, -1});
+    at::Tensor identity_cos, identity_sin;  // NoPE layers (SmolLM3): a rotation by the identity
+    if (!c.nope_layers.empty()) identity_cos = at::ones_like(row_cos), identity_sin = at::zeros_like(row_sin);
     at::Tensor h = embed(token.view({B}));  // [B, H]
     at::Tensor delta;                       // what the last block adds to h: the next norm adds it
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -172,8 +174,10 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
         auto qkv =
             layer.fused() ? layer.project_qkv(x) : project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
         if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, c.rms_norm_eps);
+        const bool rotated = c.layer_rotated(l);
         const at::Tensor queries =
-            rotary_into_cache(qkv[0], qkv[1], qkv[2], row_cos, row_sin, cache.keys[l], cache.values[l], cache.column);
+            rotary_into_cache(qkv[0], qkv[1], qkv[2], rotated ? row_cos : identity_cos, rotated ? row_sin : identity_sin,
+                              cache.keys[l], cache.values[l], cache.column);
         const at::Tensor& layer_visible = c.layer_windowed(l) && windowed.defined() ? windowed : visible;
         delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], layer_visible, cache.split_attention));
         x = add_rms_norm(h, delta, layer.post_attention_norm, c.rms_norm_eps);

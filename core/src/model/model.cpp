@@ -125,11 +125,13 @@ const std::map<std::string, std::string> kSupported = {
     {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
     {"Phi3ForCausalLM", "phi3"},
+    {"SmolLM3ForCausalLM", "smollm3"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
     {"MistralForSequenceClassification", "mistral"},
-    {"Phi3ForSequenceClassification", "phi3"}};
+    {"Phi3ForSequenceClassification", "phi3"},
+    {"SmolLM3ForSequenceClassification", "smollm3"}};
 
 std::string supported_list() {
     std::vector<std::string> names;
@@ -183,21 +185,40 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                           std::to_string(c.head_dim) + " to rotate");
 }
 
+// SmolLM3's NoPE layers: no_rope_layers holds 1 for a layer that rotates, 0 for one that does not;
+// without it every no_rope_layer_interval-th layer is NoPE (SmolLM3Config's rule).
+void read_nope_layers(const json& j, const std::string& file, ModelConfig& c) {
+    const size_t layers = size_t(c.num_hidden_layers);
+    c.nope_layers.assign(layers, false);
+    if (j.contains("no_rope_layers") && !j["no_rope_layers"].is_null()) {
+        const auto flags = get<std::vector<int64_t>>(j, "no_rope_layers", file);
+        if (flags.size() != layers)
+            throw Error(ErrorKind::input, file + ": no_rope_layers has " + std::to_string(flags.size()) +
+                                              " entries; num_hidden_layers is " + std::to_string(layers));
+        for (size_t l = 0; l < layers; ++l) c.nope_layers[l] = flags[l] == 0;
+        return;
+    }
+    const int64_t interval = get_or<int64_t>(j, "no_rope_layer_interval", 4, file);
+    if (interval <= 0) throw Error(ErrorKind::input, file + ": no_rope_layer_interval must be positive");
+    for (size_t l = 0; l < layers; ++l) c.nope_layers[l] = int64_t(l + 1) % interval == 0;
+}
+
 // Sliding-window attention as transformers applies it: Mistral's and Phi-3's sliding_window on every
-// layer (Mistral without the key: MistralConfig's default, 4096); Qwen2 / Qwen3's only under
-// use_sliding_window, on the layers layer_types names "sliding_attention", or else from
-// max_window_layers on (their config classes' rule).
+// layer (Mistral without the key: MistralConfig's default, 4096). Qwen2 / Qwen3 / SmolLM3 only under
+// use_sliding_window, on the layers layer_types names "sliding_attention", or else by their config
+// classes' rule: Qwen from max_window_layers on, SmolLM3 its NoPE layers.
 void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
     const int64_t layers = c.num_hidden_layers;
     c.windowed_layers.assign(size_t(std::max<int64_t>(layers, 0)), false);
     const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
-    if (qwen && !get_or<bool>(j, "use_sliding_window", false, file)) return;
-    if (!qwen && c.model_type != "mistral" && c.model_type != "phi3") return;
+    const bool per_layer = qwen || c.model_type == "smollm3";
+    if (per_layer && !get_or<bool>(j, "use_sliding_window", false, file)) return;
+    if (!per_layer && c.model_type != "mistral" && c.model_type != "phi3") return;
     const bool absent = !j.contains("sliding_window");
-    c.sliding_window = absent && c.model_type != "phi3" ? 4096 : get_or<int64_t>(j, "sliding_window", 0, file);
+    c.sliding_window = absent && (qwen || c.model_type == "mistral") ? 4096 : get_or<int64_t>(j, "sliding_window", 0, file);
     if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
     if (c.sliding_window == 0) return;
-    if (!qwen) {
+    if (!per_layer) {
         c.windowed_layers.assign(c.windowed_layers.size(), true);
         return;
     }
@@ -212,6 +233,10 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
                                                   "\" is not supported (supported: full_attention, sliding_attention)");
             c.windowed_layers[l] = types[l] == "sliding_attention";
         }
+        return;
+    }
+    if (!qwen) {
+        for (size_t l = 0; l < c.windowed_layers.size(); ++l) c.windowed_layers[l] = !c.layer_rotated(l);
         return;
     }
     const int64_t first = get_or<int64_t>(j, "max_window_layers", 28, file);
@@ -281,13 +306,14 @@ ModelConfig load_model_config(const std::string& folder) {
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
     c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096, file);
     c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" ? 1e-5 : 1e-6, file);  // config classes' defaults
-    c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, file);
+    c.rope_theta = get_or<double>(j, "rope_theta", c.model_type == "smollm3" ? 2000000.0 : 10000.0, file);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
         c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
-    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false, file);
+    // the config classes' defaults: SmolLM3Config leaves it to PretrainedConfig's true
+    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", c.model_type == "smollm3", file);
     if (c.model_type == "qwen2") {
         c.attention_bias = true;  // Qwen2: q/k/v have biases, o_proj has none
-    } else if (c.model_type == "llama") {
+    } else if (c.model_type == "llama" || c.model_type == "smollm3") {
         c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
         c.mlp_bias = get_or<bool>(j, "mlp_bias", false, file);
     } else if (c.model_type == "qwen3") {
@@ -308,6 +334,7 @@ ModelConfig load_model_config(const std::string& folder) {
                                           ") must be a multiple of num_key_value_heads (" +
                                           std::to_string(c.num_key_value_heads) + ")");
     if (c.head_dim % 2 != 0) throw Error(ErrorKind::input, file + ": head_dim must be even for rotary embeddings");
+    if (c.model_type == "smollm3") read_nope_layers(j, file, c);
     read_sliding_window(j, file, c);
     if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
     const json* scaling = nullptr;
@@ -951,12 +978,19 @@ std::pair<at::Tensor, at::Tensor> Model::rotary_tables(const at::Tensor& positio
 at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention,
                                 KVCache* cache) const {
     const auto [cos, sin] = rotary_tables(position_ids);
+    // NoPE layers (SmolLM3) rotate by the identity: cos 1, sin 0 leave q and k exactly as they are
+    at::Tensor identity_cos, identity_sin;
+    if (!config_.nope_layers.empty()) identity_cos = at::ones_like(cos), identity_sin = at::zeros_like(sin);
 
     bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
     if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
-    for (size_t l = 0; l < layers_.size(); ++l)
-        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), cos, sin, &attention)
-                       : layer_forward(l, h, cos, sin, attention, cache);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const bool rotated = config_.layer_rotated(l);
+        const at::Tensor& layer_cos = rotated ? cos : identity_cos;
+        const at::Tensor& layer_sin = rotated ? sin : identity_sin;
+        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), layer_cos, layer_sin, &attention)
+                       : layer_forward(l, h, layer_cos, layer_sin, attention, cache);
+    }
     return rms_norm(h, norm_, config_.rms_norm_eps);
 }
 

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig,
-                          MistralConfig, Phi3Config, Qwen2Config, Qwen3Config)
+                          MistralConfig, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -58,6 +58,11 @@ CONFIGS = {
     "qwen2_window": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                                 rope_theta=1000000.0, use_sliding_window=True, sliding_window=3, max_window_layers=1,
                                 **COMMON),
+    # SmolLM3: layer 1 is NoPE (no rotary embedding: every 2nd layer here, every 4th in SmolLM3-3B),
+    # and under use_sliding_window SmolLM3's rule puts the window (4) on the NoPE layers
+    "smollm3_nope": SmolLM3Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                                  pad_token_id=0, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=4,
+                                  **COMMON),
 }
 
 
@@ -184,6 +189,8 @@ REWARD_CONFIGS = {
                                 tie_word_embeddings=True, use_sliding_window=False, **COMMON),
     "phi3_reward": Phi3Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
                               tie_word_embeddings=False, **COMMON),
+    "smollm3_reward": SmolLM3Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
+                                    no_rope_layer_interval=2, **COMMON),
 }
 REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),
                ("What is 2 + 2?", " 5"), ("", "Hello"), ("Hello world", "")]
@@ -273,6 +280,10 @@ def main():
             if name.startswith("phi3"):  # sharper attention: a wrong rotary embedding changes logits by > 1e-3
                 for layer in model.model.layers:
                     layer.self_attn.qkv_proj.weight.normal_(0.0, 0.3)
+            if name.startswith("smollm3"):  # so too for a NoPE layer rotated by mistake
+                for layer in model.model.layers:
+                    layer.self_attn.q_proj.weight.normal_(0.0, 0.3)
+                    layer.self_attn.k_proj.weight.normal_(0.0, 0.3)
         model.save_pretrained(folder, safe_serialization=True)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()

@@ -31,7 +31,7 @@ namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
 const char* const kNames[] = {"llama_gqa",     "llama3_rope",  "qwen2_tied",     "qwen3_qknorm", "mistral_mha",
-                              "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window"};
+                              "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window", "smollm3_nope"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -268,8 +268,8 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
-    for (const std::string name :
-         {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window"}) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window",
+                                   "qwen2_window", "smollm3_nope"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
@@ -613,6 +613,19 @@ TEST(Model, SlidingWindowLayersFollowTheConfig) {
     EXPECT_EQ(config_with("mistral_window", {{"sliding_window", nullptr}}).sliding_window, 0);
     EXPECT_EQ(config_with("phi3_partial", {{"sliding_window", "<absent>"}}).sliding_window, 0);
     EXPECT_EQ(config_with("llama_gqa", {{"sliding_window", 4}}).sliding_window, 0);  // LlamaConfig has none
+    // SmolLM3: the window on the NoPE layers; NoPE every no_rope_layer_interval-th layer without a list
+    auto smollm3 = config_with("smollm3_nope", {{"layer_types", nullptr}});
+    EXPECT_EQ(smollm3.nope_layers, (Layers{false, true}));
+    EXPECT_EQ(smollm3.windowed_layers, (Layers{false, true}));
+    EXPECT_TRUE(smollm3.tie_word_embeddings);  // absent: PretrainedConfig's default
+    smollm3 =
+        config_with("smollm3_nope", {{"layer_types", nullptr}, {"no_rope_layers", nullptr}, {"no_rope_layer_interval", 1}});
+    EXPECT_EQ(smollm3.nope_layers, (Layers{true, true}));
+    EXPECT_EQ(smollm3.windowed_layers, (Layers{true, true}));
+    EXPECT_EQ(config_with("smollm3_nope", {{"use_sliding_window", false}}).sliding_window, 0);
+    EXPECT_EQ(config_with("smollm3_nope", {{"sliding_window", "<absent>"}}).sliding_window, 0);  // SmolLM3Config: None
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("smollm3_nope", {{"no_rope_layers", {1, 0, 1}}}); }),
+                    "no_rope_layers has 3 entries; num_hidden_layers is 2");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("qwen2_window", {{"layer_types", {"full_attention"}}}); }),
                     "layer_types has 1 entries; num_hidden_layers is 2");
     EXPECT_CONTAINS(

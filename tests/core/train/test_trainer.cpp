@@ -555,9 +555,10 @@ TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
 
 // A reward model's scores equal transformers' sequence-classification logits as TRL computes them
 // (prompt + completion without special tokens, right-padded, the last real token's first logit), on
-// the tiny Llama, Qwen2, Qwen3 and Phi-3 classifiers make_tiny_models.py writes, texts of unequal lengths included.
+// the tiny Llama, Qwen2, Qwen3, Phi-3 and SmolLM3 classifiers make_tiny_models.py writes, texts of unequal lengths
+// included.
 TEST(RewardModel, ScoresEqualTransformersSequenceClassification) {
-    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward"}) {
+    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward", "smollm3_reward"}) {
         const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
         std::ifstream in(folder + "/reference.json");
         const auto reference = nlohmann::json::parse(in);
