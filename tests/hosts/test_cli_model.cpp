@@ -92,6 +92,21 @@ TEST(CliModel, AMistralFolderGeneratesAsTransformers) { expect_generates_as_tran
 // the model's fused projections and longrope embedding.
 TEST(CliModel, APhi3FolderGeneratesAsTransformers) { expect_generates_as_transformers("phi3_longrope"); }
 
+// A SmolLM3 folder: NoPE layers, and SmolLM3's template (a dated metadata system turn with its default
+// instructions, think or no-think) recognised from the checkpoint and rendered as transformers does.
+TEST(CliModel, ASmolLM3FolderGeneratesAsTransformers) {
+    expect_generates_as_transformers("smollm3_nope");
+    const std::string model = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/smollm3_nope";
+    std::ifstream in(model + "/reference.json");
+    const auto ref = nlohmann::json::parse(in)["chat_no_thinking"];
+    auto r = run_grove("generate --model " + model +
+                       " --prompt 'What is 2 + 2?' --chat --no-thinking --greedy --max-new-tokens 6 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    auto row = nlohmann::json::parse(r.out);
+    EXPECT_EQ(row["prompt_ids"], ref["prompt_ids"]);
+    EXPECT_EQ(row["completion_ids"], ref["completion_ids"]);
+}
+
 // A tokenizer whose ids go past the model's vocabulary (not the checkpoint's own) is an input error
 // that says so, not an index error inside the embedding.
 TEST(CliModel, APromptIdOutsideTheVocabularyIsAnInputError) {

@@ -88,7 +88,9 @@ enum class ChatTemplate {
     phi3,
     phi_not_rendered,
     phi4,
-    phi4_mini
+    phi4_mini,
+    smollm3,
+    smollm3_thinking_off
 };
 
 struct ChatMessage {
@@ -97,10 +99,10 @@ struct ChatMessage {
 };
 
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's
-// enable_thinking switch or without, Llama 3 header ids, [INST], Phi's <|user|> turns and <|im_sep|>);
-// "none"/"plain" joins contents.
-// Unknown names are refused with the list. `enable_thinking` false picks qwen3_thinking_off, and is
-// refused for a family that has no such switch.
+// enable_thinking switch or without, SmolLM3's metadata system turn, Llama 3 header ids, [INST],
+// Phi's <|user|> turns and <|im_sep|>); "none"/"plain" joins contents.
+// Unknown names are refused with the list. `enable_thinking` false picks qwen3_thinking_off or
+// smollm3_thinking_off, and is refused for a family that has no such switch.
 ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config, bool enable_thinking = true);
 // `tools_json` (an environment's tool schemas, a JSON array; empty: none) is rendered as the model's
 // template renders apply_chat_template(tools=...): for chatml, Qwen2.5's "# Tools" system turn; for
@@ -109,8 +111,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                         const TokenizerConfig& config, const std::string& tools_json = "");
 // An environment's observation that ends by opening an assistant turn (ChatML's
 // "<|im_start|>assistant\n", as tool responses do), continued as the template's generation prompt
-// continues it: with qwen3_thinking_off, an empty <think> block follows (TRL renders that suffix with
-// chat_template_kwargs). Any other observation is returned as it is.
+// continues it: with qwen3_thinking_off and smollm3_thinking_off, an empty <think> block follows (TRL
+// renders that suffix with chat_template_kwargs). Any other observation is returned as it is.
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation);
 
 }  // namespace grove

@@ -933,10 +933,10 @@ std::pair<char32_t, size_t> code_point_at(const std::string& s, size_t i) {
     return {c, length};
 }
 
-// Jinja's `trim`: Python's str.strip(), every Unicode space at both ends
-std::string trim(const std::string& s) {
+// Jinja's `trim`: Python's str.strip(), every Unicode space at both ends (`front` false: rstrip())
+std::string trim(const std::string& s, bool front = true) {
     size_t begin = 0;
-    while (begin < s.size()) {
+    while (front && begin < s.size()) {
         const auto [c, length] = code_point_at(s, begin);
         if (!python_space(c)) break;
         begin += length;
@@ -1053,13 +1053,14 @@ std::string qwen3_assistant_turn(const std::string& message, bool after_last_que
     return "<|im_start|>assistant\n" + content;
 }
 
-// The date a Llama 3.2 template writes: transformers' strftime_now("%d %b %Y"), local time
-std::string today() {
+// The date a template writes with transformers' strftime_now(format), local time: Llama 3.2's
+// "%d %b %Y", SmolLM3's "%d %B %Y"
+std::string today(const char* format) {
     const std::time_t now = std::time(nullptr);
     std::tm local{};
     localtime_r(&now, &local);
-    char text[32];
-    std::strftime(text, sizeof text, "%d %b %Y", &local);
+    char text[64];
+    std::strftime(text, sizeof text, format, &local);
     return text;
 }
 
@@ -1142,6 +1143,7 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
 ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "<|im_sep|>")) return contains(t, "<think>") ? ChatTemplate::phi_not_rendered : ChatTemplate::phi4;
+    if (contains(t, "Knowledge Cutoff Date") && contains(t, "Reasoning Mode")) return ChatTemplate::smollm3;
     if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
     if (contains(t, "assistant\\n<think>")) return ChatTemplate::opens_thinking;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
@@ -1172,6 +1174,99 @@ std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_gener
     return out + (add_generation_prompt ? "<|assistant|>\n" : eos);
 }
 
+// The Jinja string literal opening at t[quote] (' or "), its escapes undone.
+std::optional<std::string> jinja_literal(const std::string& t, size_t quote) {
+    if (quote >= t.size() || (t[quote] != '"' && t[quote] != '\'')) return std::nullopt;
+    std::string text;
+    for (size_t i = quote + 1; i < t.size(); ++i) {
+        if (t[i] == t[quote]) return text;
+        if (t[i] == '\\' && i + 1 < t.size()) {  // \n, \t, \\, \', \"
+            const char escaped = t[++i];
+            text += escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped;
+        } else {
+            text += t[i];
+        }
+    }
+    return std::nullopt;
+}
+
+// The custom instructions a SmolLM3 template writes without a system message, in think and no-think
+// mode: the literals of `{{- "..." -}}` after its `elif reasoning_mode == "/think"` and the `else`
+// that follows (read from the checkpoint, so a fine-tune's own default is kept).
+std::optional<std::pair<std::string, std::string>> smollm3_default_instructions(const std::string& t) {
+    const size_t branch = t.find("elif reasoning_mode == \"/think\"");
+    if (branch == std::string::npos) return std::nullopt;
+    auto literal_after = [&](size_t from) -> std::optional<std::pair<std::string, size_t>> {
+        const size_t open = t.find("{{", from);
+        if (open == std::string::npos) return std::nullopt;
+        const size_t quote = t.find_first_not_of("{- ", open);
+        const auto text = jinja_literal(t, quote);
+        if (!text) return std::nullopt;
+        return std::pair{*text, quote + 1};
+    };
+    const auto thinking = literal_after(branch);
+    if (!thinking) return std::nullopt;
+    const size_t otherwise = t.find("else", thinking->second + thinking->first.size());
+    const auto plain = otherwise == std::string::npos ? std::nullopt : literal_after(otherwise);
+    if (!plain) return std::nullopt;
+    return std::pair{thinking->first, plain->first};
+}
+
+// SmolLM3's template (without tools): a system turn of metadata (today's date, the reasoning mode)
+// and custom instructions, the system message's or a default, left unclosed as the template leaves
+// it, unless the system message asks for /system_override; "/think" or "/no_think" in the system
+// message overrides enable_thinking. In no-think mode every assistant turn and the generation prompt
+// open with an empty <think> block. Tool messages become user turns; the template drops any other
+// role, and a system message after the first, without a word, so Grove refuses them.
+std::string render_smollm3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking,
+                           const std::string& date, const std::string& checkpoint_template) {
+    std::string mode = thinking ? "/think" : "/no_think";
+    std::string out = "<|im_start|>system\n", custom;
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    if (has_system) {
+        const std::string& system = messages[0].content;
+        if (contains(system, "/no_think"))
+            mode = "/no_think";
+        else if (contains(system, "/think"))
+            mode = "/think";
+        custom = trim(replace_all(replace_all(system, "/no_think", ""), "/think", ""), false);
+    }
+    if (has_system && contains(messages[0].content, "/system_override")) {
+        out += trim(replace_all(custom, "/system_override", ""), false) + "<|im_end|>\n";
+    } else {
+        out += "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: " + date + "\nReasoning Mode: " + mode +
+               "\n\n## Custom Instructions\n\n";
+        const auto defaults = smollm3_default_instructions(checkpoint_template);
+        if (!custom.empty())
+            out += custom + "\n\n";
+        else if (!defaults)
+            throw Error(ErrorKind::input,
+                        "smollm3 chat template: the checkpoint's chat template has no SmolLM3 default instructions "
+                        "(the literals after `elif reasoning_mode == \"/think\"` and its `else`) to write for a "
+                        "conversation without a system message; give the dataset's conversations a system message, "
+                        "or use the template this checkpoint was trained with");
+        else
+            out += mode == "/think" ? defaults->first : defaults->second;
+    }
+    const std::string empty_thinking = mode == "/think" ? "" : "<think>\n\n</think>\n";
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "user" || m.role == "tool") {
+            out += "<|im_start|>user\n" + m.content + "<|im_end|>\n";
+        } else if (m.role == "assistant") {
+            out += "<|im_start|>assistant\n" + empty_thinking + strip_newlines(m.content, true, false) + "<|im_end|>\n";
+        } else if (m.role != "system" || i > 0) {
+            throw Error(ErrorKind::input,
+                        "smollm3 chat template: " +
+                            std::string(m.role == "system" ? "a system message after the first" : "role \"" + m.role + "\"") +
+                            " is not supported (the template drops it silently; it renders one "
+                            "leading system message, then user, assistant and tool turns)");
+        }
+    }
+    if (add_generation_prompt) out += "<|im_start|>assistant\n" + empty_thinking;
+    return out;
+}
+
 // Each family's name in a manifest or on the command line, in the order errors list them
 // (qwen3_thinking_off has none: it is qwen3 with enable_thinking = false)
 constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", ChatTemplate::chatml},
@@ -1184,10 +1279,12 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", Chat
                                                                  {"phi3", ChatTemplate::phi3},
                                                                  {"phi4", ChatTemplate::phi4},
                                                                  {"phi4_mini", ChatTemplate::phi4_mini},
+                                                                 {"smollm3", ChatTemplate::smollm3},
                                                                  {"plain", ChatTemplate::plain}};
 
 std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::qwen3_thinking_off) return "qwen3 (enable_thinking false)";
+    if (family == ChatTemplate::smollm3_thinking_off) return "smollm3 (enable_thinking false)";
     if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
     if (family == ChatTemplate::phi_not_rendered) return "a Phi template of another shape";
     for (const auto& [name, value] : kFamilyNames)
@@ -1228,18 +1325,21 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
     const ChatTemplate family = chat_template_family(name, config);
     if (enable_thinking) return family;
     if (family == ChatTemplate::qwen3) return ChatTemplate::qwen3_thinking_off;
+    if (family == ChatTemplate::smollm3) return ChatTemplate::smollm3_thinking_off;
     const std::string which = name == "auto"
                                   ? std::string("the checkpoint's chat template (recognised as ") + family_name(family) + ")"
                                   : "the chat template \"" + name + "\"";
     throw Error(ErrorKind::usage, "enable_thinking = false (model.enable_thinking, grove generate --no-thinking): " + which +
-                                      " has no thinking switch; only qwen3 has one, and transformers would ignore the "
-                                      "setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
+                                      " has no thinking switch; only qwen3 and smollm3 have one, and transformers would "
+                                      "ignore the setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
 }
 
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation) {
     const std::string opening = "<|im_start|>assistant\n";
-    if (family != ChatTemplate::qwen3_thinking_off || !ends_with(observation, opening)) return observation;
-    return observation + "<think>\n\n</think>\n\n";
+    if (!ends_with(observation, opening)) return observation;
+    if (family == ChatTemplate::qwen3_thinking_off) return observation + "<think>\n\n</think>\n\n";
+    if (family == ChatTemplate::smollm3_thinking_off) return observation + "<think>\n\n</think>\n";
+    return observation;
 }
 
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
@@ -1258,10 +1358,14 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             return render_qwen3(messages, add_generation_prompt, family == ChatTemplate::qwen3, true, tools_json);
         case ChatTemplate::qwen3_instruct:
             return render_qwen3(messages, add_generation_prompt, true, false, tools_json);
+        case ChatTemplate::smollm3:
+        case ChatTemplate::smollm3_thinking_off:
+            return render_smollm3(messages, add_generation_prompt, family == ChatTemplate::smollm3, today("%d %B %Y"),
+                                  config.chat_template);
         case ChatTemplate::llama3_1:
             return render_llama3_dated(messages, add_generation_prompt, bos, llama3_default_date(config.chat_template));
         case ChatTemplate::llama3_2:
-            return render_llama3_dated(messages, add_generation_prompt, bos, today());
+            return render_llama3_dated(messages, add_generation_prompt, bos, today("%d %b %Y"));
         case ChatTemplate::chatml:
             if (const auto system = chatml_default_system(config.chat_template); !tools_json.empty())
                 // Qwen2.5's tools turn opens with the template's default (Qwen2.5-Math's is its own)

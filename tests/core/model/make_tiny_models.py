@@ -153,6 +153,15 @@ def save_phi3_tokenizer(folder):
     tokenizer.save_pretrained(folder)
 
 
+def save_smollm3_tokenizer(folder):
+    """The tiny byte-level tokenizer with SmolLM3-3B's chat template (tests/core/text/smollm3.jinja)."""
+    save_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "smollm3.jinja")) as f:
+        tokenizer.chat_template = f.read()
+    tokenizer.save_pretrained(folder)
+
+
 def chat_reference(folder, model, names):
     """What transformers generates greedily for a question in the folder's own chat template (\"chat\")
     and in others (by name), and for the plain question."""
@@ -307,6 +316,9 @@ def main():
         if name == "phi3_longrope":  # a Phi-3.5 checkpoint's folder: Metaspace tokenizer.json, its template
             save_phi3_tokenizer(folder)
             extra = chat_reference(folder, model, {"chat": {}})
+        if name == "smollm3_nope":  # SmolLM3's template writes today's date: the test runs the same day
+            save_smollm3_tokenizer(folder)
+            extra = chat_reference(folder, model, {"chat": {}, "chat_no_thinking": {"enable_thinking": False}})
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)

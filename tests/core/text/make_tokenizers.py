@@ -98,6 +98,22 @@ PHI3["phi4_mini"] = ("{% for message in messages %}{% if message['role'] == 'sys
                      "message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + "
                      "message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
                      "{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+# SmolLM3-3B's template as the checkpoint ships it (TRL ships none; smollm3.jinja beside this script). Without a system message it
+# writes a default that names the model, and with no tools it leaves the system turn unclosed.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "smollm3.jinja")) as f:
+    SMOLLM3 = f.read()
+# the system message's /think and /no_think flags, /system_override, a tool turn, an assistant turn
+# that opens with newlines, and a fine-tune's own default instructions
+SMOLLM3_TURNS = [
+    ([{"role": "system", "content": "Be brief. /no_think  "}, {"role": "user", "content": "Hi"}], True),
+    ([{"role": "system", "content": "Think hard /think"}, {"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "\n\n<think>a</think>b"}], True),
+    ([{"role": "system", "content": "Just this. /system_override \n"}, {"role": "user", "content": "Hi"}], True),
+    ([{"role": "user", "content": "Add 2 and 2."}, {"role": "assistant", "content": "call"},
+      {"role": "tool", "content": "4"}], True),
+]
+SMOLLM3_FINE_TUNED = SMOLLM3.replace("named SmolLM, trained by Hugging Face. Your role", "named Ada, trained by us. Your role")
+assert SMOLLM3_FINE_TUNED != SMOLLM3
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
@@ -229,6 +245,17 @@ def chat_templates(folder):
                         "add_generation_prompt": add_generation_prompt,
                         "text": fast.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                          add_generation_prompt=add_generation_prompt)})
+    for name, template in [("smollm3", SMOLLM3), ("smollm3_fine_tuned", SMOLLM3_FINE_TUNED)]:
+        for messages, add_generation_prompt in CONVERSATIONS + SMOLLM3_TURNS:
+            for enable_thinking in [True, False]:
+                date = datetime.datetime.now().strftime("%d %B %Y")
+                text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                add_generation_prompt=add_generation_prompt,
+                                                enable_thinking=enable_thinking)
+                assert datetime.datetime.now().strftime("%d %B %Y") == date, "rendered at midnight: run again"
+                out.append({"family": "smollm3", "checkpoint_template": name, "messages": messages,
+                            "add_generation_prompt": add_generation_prompt, "enable_thinking": enable_thinking,
+                            "date": date, "date_format": "%d %B %Y", "text": text})
     for name, template in CHATML_WITH_DEFAULTS.items():
         for messages, add_generation_prompt in CONVERSATIONS:
             text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
@@ -236,7 +263,8 @@ def chat_templates(folder):
             out.append({"family": "chatml", "checkpoint_template": name, "messages": messages,
                         "add_generation_prompt": add_generation_prompt, "text": text})
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
-                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3}
+                 **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3,
+                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)

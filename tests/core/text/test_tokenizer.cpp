@@ -87,10 +87,10 @@ TEST(Tokenizer, SentencePieceMatchesSpmEncodeAndRoundTrips) {
 }
 
 namespace {
-std::string today() {  // as transformers' strftime_now("%d %b %Y"), in local time
+std::string today(const std::string& format) {  // as transformers' strftime_now(format), in local time
     const std::time_t now = std::time(nullptr);
     std::ostringstream text;
-    text << std::put_time(std::localtime(&now), "%d %b %Y");
+    text << std::put_time(std::localtime(&now), format.c_str());
     return text.str();
 }
 }  // namespace
@@ -107,8 +107,11 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             config.chat_template = data["templates"][c["checkpoint_template"].get<std::string>()];
         auto family = grove::chat_template_from_name(c["family"], config, c.value("enable_thinking", true));
         std::string expected = c["text"];
-        if (const std::string date = c.value("date", std::string()); !date.empty())  // Llama 3.2: today's date
-            expected.replace(expected.find("Today Date: " + date), 12 + date.size(), "Today Date: " + today());
+        if (const std::string date = c.value("date", std::string()); !date.empty()) {  // Llama 3.2, SmolLM3: today's
+            const size_t at = expected.find("Today Date: " + date);
+            if (at != std::string::npos)  // (not written under /system_override)
+                expected.replace(at, 12 + date.size(), "Today Date: " + today(c.value("date_format", "%d %b %Y")));
+        }
         EXPECT_EQ(
             grove::render_chat(family, messages, c["add_generation_prompt"], config, c.value("tools_json", std::string())),
             expected)
@@ -116,7 +119,7 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1);
+    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1 + 2 * 8 * 2);
 }
 
 // A tool response that opens the next assistant turn continues it as the generation prompt does:
@@ -127,7 +130,10 @@ TEST(ChatTemplate, ObservationsOpeningAnAssistantTurnContinueAsTheGenerationProm
         "\n<|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, observation),
               observation + "<think>\n\n</think>\n\n");
-    for (auto family : {grove::ChatTemplate::qwen3, grove::ChatTemplate::chatml})
+    // SmolLM3's no-think generation prompt ends its empty block with one newline
+    EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::smollm3_thinking_off, observation),
+              observation + "<think>\n\n</think>\n");
+    for (auto family : {grove::ChatTemplate::qwen3, grove::ChatTemplate::chatml, grove::ChatTemplate::smollm3})
         EXPECT_EQ(grove::continue_assistant_turn(family, observation), observation);
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, "[the door opens]"), "[the door opens]");
 }
@@ -162,6 +168,21 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_EQ(grove::chat_template_from_name("auto", config, false), grove::ChatTemplate::qwen3_thinking_off);
     config.chat_template = data["templates"]["qwen3_instruct"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3_instruct);
+    // SmolLM3's has enable_thinking too, and a metadata system turn Qwen3's lacks
+    config.chat_template = data["templates"]["smollm3"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::smollm3);
+    EXPECT_EQ(grove::chat_template_from_name("auto", config, false), grove::ChatTemplate::smollm3_thinking_off);
+    for (const auto& [messages, says] :
+         {std::pair{std::vector<grove::ChatMessage>{{"user", "hi"}, {"system", "late"}}, "a system message after the first"},
+          {std::vector<grove::ChatMessage>{{"user", "hi"}, {"ipython", "4"}}, "role \"ipython\""}})
+        EXPECT_CONTAINS(
+            grove::test::error_message([&] { grove::render_chat(grove::ChatTemplate::smollm3, messages, true, config); }),
+            std::string("smollm3 chat template: ") + says + " is not supported (the template drops it silently");
+    config.chat_template = "{{ 'Knowledge Cutoff Date' }} Reasoning Mode <|im_start|>";  // no default instructions
+    EXPECT_CONTAINS(
+        grove::test::error_message([&] { grove::render_chat(grove::ChatTemplate::smollm3, {{"user", "hi"}}, true, config); }),
+        "has no SmolLM3 default instructions");
+    EXPECT_NO_THROW(grove::render_chat(grove::ChatTemplate::smollm3, {{"system", "S"}, {"user", "hi"}}, true, config));
     // a generation prompt that opens <think> (Qwen3's Thinking-2507 models) is recognised, so text
     // prompts work, but a conversation is not rendered by guesswork
     config.chat_template = "{{- '<|im_start|>assistant\\n<think>\\n' }}";
