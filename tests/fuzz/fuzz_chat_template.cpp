@@ -24,7 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             for (auto family :
                  {grove::ChatTemplate::chatml, grove::ChatTemplate::qwen3, grove::ChatTemplate::qwen3_thinking_off,
                   grove::ChatTemplate::qwen3_instruct, grove::ChatTemplate::llama3, grove::ChatTemplate::llama3_1,
-                  grove::ChatTemplate::llama3_2, grove::ChatTemplate::llama2, grove::ChatTemplate::plain})
+                  grove::ChatTemplate::llama3_2, grove::ChatTemplate::llama2, grove::ChatTemplate::plain,
+                  // last: without the checkpoint's template, a conversation without a system message is refused
+                  grove::ChatTemplate::smollm3, grove::ChatTemplate::smollm3_thinking_off})
                 for (bool generation_prompt : {true, false})
                     grove::render_chat(family, prompt.messages, generation_prompt, config, tools);
     });
