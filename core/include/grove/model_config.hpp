@@ -12,7 +12,7 @@
 namespace grove {
 
 struct RopeScaling {
-    std::string type;  // "" (none), "llama3" or "longrope"
+    std::string type;  // "" (none), "llama3", "longrope", "linear" or "yarn"
     double factor = 1.0;
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
@@ -21,7 +21,9 @@ struct RopeScaling {
     // by attention_factor. transformers switches to the long factors past
     // original_max_position_embeddings; Grove refuses longer sequences (Model::check_sequence_length).
     std::vector<double> short_factor;
-    double attention_factor = 1.0;  // cos and sin are scaled by it: 1 unless longrope
+    double attention_factor = 1.0;         // cos and sin are scaled by it: 1 unless longrope or yarn
+    double beta_fast = 32, beta_slow = 1;  // yarn: the ramp between original and interpolated frequencies
+    bool truncate = true;                  // yarn: the ramp's ends rounded outwards
 };
 
 struct ModelConfig {

@@ -109,10 +109,14 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 // qwen3, the same turn without Qwen2.5's default system prompt.
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json = "");
+// The family a conversation renders in: a SmolLM3 system message that says "/no_think" or "/think"
+// switches thinking off or on whatever enable_thinking says; any other family is itself.
+ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages);
 // An environment's observation that ends by opening an assistant turn (ChatML's
 // "<|im_start|>assistant\n", as tool responses do), continued as the template's generation prompt
-// continues it: with qwen3_thinking_off and smollm3_thinking_off, an empty <think> block follows (TRL
-// renders that suffix with chat_template_kwargs). Any other observation is returned as it is.
+// continues it: with qwen3_thinking_off and smollm3_thinking_off (the conversation's family, from
+// conversation_family), an empty <think> block follows (TRL renders that suffix with
+// chat_template_kwargs). Any other observation is returned as it is.
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation);
 
 }  // namespace grove

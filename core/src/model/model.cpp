@@ -204,15 +204,19 @@ void read_nope_layers(const json& j, const std::string& file, ModelConfig& c) {
 }
 
 // Sliding-window attention as transformers applies it: Mistral's and Phi-3's sliding_window on every
-// layer (Mistral without the key: MistralConfig's default, 4096). Qwen2 / Qwen3 / SmolLM3 only under
-// use_sliding_window, on the layers layer_types names "sliding_attention", or else by their config
-// classes' rule: Qwen from max_window_layers on, SmolLM3 its NoPE layers.
+// layer (Mistral without the key: MistralConfig's default, 4096). Qwen2 / Qwen3 only under
+// use_sliding_window; SmolLM3 under it or an explicit layer_types (its config keeps the window
+// either way, the flag only choosing the layers when layer_types is absent). The layers are those
+// layer_types names "sliding_attention", or else by the config classes' rule: Qwen from
+// max_window_layers on, SmolLM3 its NoPE layers.
 void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
     const int64_t layers = c.num_hidden_layers;
     c.windowed_layers.assign(size_t(std::max<int64_t>(layers, 0)), false);
     const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
     const bool per_layer = qwen || c.model_type == "smollm3";
-    if (per_layer && !get_or<bool>(j, "use_sliding_window", false, file)) return;
+    const bool listed = j.contains("layer_types") && !j["layer_types"].is_null();
+    const bool switched_on = get_or<bool>(j, "use_sliding_window", false, file);
+    if (per_layer && !switched_on && (qwen || !listed)) return;
     if (!per_layer && c.model_type != "mistral" && c.model_type != "phi3") return;
     const bool absent = !j.contains("sliding_window");
     c.sliding_window = absent && (qwen || c.model_type == "mistral") ? 4096 : get_or<int64_t>(j, "sliding_window", 0, file);
@@ -222,7 +226,7 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
         c.windowed_layers.assign(c.windowed_layers.size(), true);
         return;
     }
-    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    if (listed) {
         const auto types = get<std::vector<std::string>>(j, "layer_types", file);
         if (int64_t(types.size()) != layers)
             throw Error(ErrorKind::input, file + ": layer_types has " + std::to_string(types.size()) +
@@ -241,6 +245,28 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
     }
     const int64_t first = get_or<int64_t>(j, "max_window_layers", 28, file);
     for (int64_t l = std::max<int64_t>(first, 0); l < layers; ++l) c.windowed_layers[size_t(l)] = true;
+}
+
+// transformers' _compute_yarn_parameters: the frequencies' blend (computed at load) and the cos /
+// sin scale, given or from factor (and DeepSeek's mscale / mscale_all_dim)
+void read_yarn(const json& scaling, const std::string& file, ModelConfig& c) {
+    const std::string where = file + " rope_scaling";
+    RopeScaling& s = c.rope_scaling;
+    s.type = "yarn";
+    s.factor = get<double>(scaling, "factor", where);
+    if (!(s.factor > 0)) throw Error(ErrorKind::input, where + ": factor must be positive");
+    s.original_max_position_embeddings = get_or<int64_t>(scaling, "original_max_position_embeddings", 0, where);
+    if (s.original_max_position_embeddings <= 0) s.original_max_position_embeddings = c.max_position_embeddings;
+    // transformers reads these with `or`: 0 counts as absent
+    s.beta_fast = get_or<double>(scaling, "beta_fast", 0.0, where);
+    s.beta_slow = get_or<double>(scaling, "beta_slow", 0.0, where);
+    if (s.beta_fast == 0) s.beta_fast = 32;
+    if (s.beta_slow == 0) s.beta_slow = 1;
+    s.truncate = get_or<bool>(scaling, "truncate", true, where);
+    auto mscale = [&](double scale) { return s.factor <= 1 ? 1.0 : 0.1 * scale * std::log(s.factor) + 1.0; };
+    const double m = get_or<double>(scaling, "mscale", 0.0, where), all = get_or<double>(scaling, "mscale_all_dim", 0.0, where);
+    s.attention_factor =
+        get_or<double>(scaling, "attention_factor", m != 0 && all != 0 ? mscale(m) / mscale(all) : mscale(1), where);
 }
 
 // transformers' _compute_longrope_parameters, for sequences up to original_max_position_embeddings
@@ -355,9 +381,15 @@ ModelConfig load_model_config(const std::string& folder) {
         } else if (type == "longrope" || (c.model_type == "phi3" && (type == "su" || type == "yarn"))) {
             // Phi3Config renames its older configs' "su" and "yarn" to longrope
             read_longrope(j, *scaling, file, c);
+        } else if (type == "yarn") {
+            read_yarn(*scaling, file, c);
+        } else if (type == "linear") {  // position interpolation: every frequency divided by factor
+            c.rope_scaling.type = type;
+            c.rope_scaling.factor = get<double>(*scaling, "factor", file + " rope_scaling");
+            if (!(c.rope_scaling.factor > 0)) throw Error(ErrorKind::input, file + " rope_scaling: factor must be positive");
         } else if (type != "default") {
-            throw Error(ErrorKind::input,
-                        file + ": rope_scaling type \"" + type + "\" is not supported (supported: none, llama3, longrope)");
+            throw Error(ErrorKind::input, file + ": rope_scaling type \"" + type +
+                                              "\" is not supported (supported: none, llama3, longrope, linear, yarn)");
         }
     }
     if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
@@ -494,6 +526,26 @@ at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& s) {
     return at::where(medium, smoothed, scaled);
 }
 
+// transformers' _compute_yarn_parameters: the original frequencies (extrapolation) for the fast
+// dimensions, divided by factor (interpolation) for the slow ones, a linear ramp between
+at::Tensor yarn_inv_freq(const at::Tensor& frequency_powers, const ModelConfig& c) {
+    const RopeScaling& s = c.rope_scaling;
+    const double dim = double(c.rotary_dim);
+    auto correction_dim = [&](double rotations) {  // the dimension that turns `rotations` times over the original length
+        return dim * std::log(double(s.original_max_position_embeddings) / (rotations * 2 * M_PI)) /
+               (2 * std::log(c.rope_theta));
+    };
+    double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+    if (s.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    const at::Tensor ramp = ((at::arange(c.rotary_dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+    const at::Tensor extrapolation_share = 1 - ramp;
+    const at::Tensor extrapolation = 1.0 / frequency_powers, interpolation = 1.0 / (s.factor * frequency_powers);
+    return interpolation * (1 - extrapolation_share) + extrapolation * extrapolation_share;
+}
+
 at::Device parse_device(const std::string& device) {
     if (device == "auto") return at::hasCUDA() ? at::Device("cuda") : at::Device("cpu");
     try {
@@ -592,6 +644,8 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         at::pow(c.rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim));
     at::Tensor inv_freq = 1.0 / frequency_powers;
     if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);
+    if (c.rope_scaling.type == "linear") inv_freq = inv_freq / c.rope_scaling.factor;
+    if (c.rope_scaling.type == "yarn") inv_freq = yarn_inv_freq(frequency_powers, c);
     if (c.rope_scaling.type == "longrope")
         inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) * frequency_powers);
     m->inv_freq_ = inv_freq.to(device);
@@ -869,9 +923,15 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
                 .transpose(1, 2);
         };
         const bool band = visible.defined();
-        at::Tensor rows = at::scaled_dot_product_attention(to_rows(q), to_rows(k), to_rows(v),
-                                                           band ? std::optional<at::Tensor>(visible) : std::nullopt, 0.0, !band,
-                                                           std::nullopt, gqa);
+        at::Tensor keys = to_rows(k), values = to_rows(v);
+        if (band && gqa) {  // the fused kernels take a mask but no grouped heads: repeat the KV heads as GQA does
+            const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+            keys = keys.repeat_interleave(group, 1);
+            values = values.repeat_interleave(group, 1);
+        }
+        at::Tensor rows =
+            at::scaled_dot_product_attention(to_rows(q), keys, values, band ? std::optional<at::Tensor>(visible) : std::nullopt,
+                                             0.0, !band, std::nullopt, gqa && !band);
         attn = rows.transpose(1, 2)
                    .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
                    .index_select(0, attention.slots)
@@ -968,7 +1028,7 @@ std::pair<at::Tensor, at::Tensor> Model::rotary_tables(const at::Tensor& positio
     at::Tensor freqs = position_ids.to(device()).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
     at::Tensor emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos(), sin = emb.sin();
-    if (const double scale = config_.rope_scaling.attention_factor; scale != 1.0) {  // longrope's
+    if (const double scale = config_.rope_scaling.attention_factor; scale != 1.0) {  // longrope's, yarn's
         cos = cos * scale;
         sin = sin * scale;
     }

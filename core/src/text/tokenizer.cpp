@@ -1174,12 +1174,13 @@ std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_gener
     return out + (add_generation_prompt ? "<|assistant|>\n" : eos);
 }
 
-// The Jinja string literal opening at t[quote] (' or "), its escapes undone.
-std::optional<std::string> jinja_literal(const std::string& t, size_t quote) {
+// The Jinja string literal opening at t[quote] (' or "), its escapes undone, and the offset of its
+// closing quote.
+std::optional<std::pair<std::string, size_t>> jinja_literal(const std::string& t, size_t quote) {
     if (quote >= t.size() || (t[quote] != '"' && t[quote] != '\'')) return std::nullopt;
     std::string text;
     for (size_t i = quote + 1; i < t.size(); ++i) {
-        if (t[i] == t[quote]) return text;
+        if (t[i] == t[quote]) return std::pair{text, i};
         if (t[i] == '\\' && i + 1 < t.size()) {  // \n, \t, \\, \', \"
             const char escaped = t[++i];
             text += escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped;
@@ -1199,38 +1200,28 @@ std::optional<std::pair<std::string, std::string>> smollm3_default_instructions(
     auto literal_after = [&](size_t from) -> std::optional<std::pair<std::string, size_t>> {
         const size_t open = t.find("{{", from);
         if (open == std::string::npos) return std::nullopt;
-        const size_t quote = t.find_first_not_of("{- ", open);
-        const auto text = jinja_literal(t, quote);
-        if (!text) return std::nullopt;
-        return std::pair{*text, quote + 1};
+        return jinja_literal(t, t.find_first_not_of("{- ", open));
     };
     const auto thinking = literal_after(branch);
     if (!thinking) return std::nullopt;
-    const size_t otherwise = t.find("else", thinking->second + thinking->first.size());
+    const size_t otherwise = t.find("else", thinking->second);
     const auto plain = otherwise == std::string::npos ? std::nullopt : literal_after(otherwise);
     if (!plain) return std::nullopt;
     return std::pair{thinking->first, plain->first};
 }
 
-// SmolLM3's template (without tools): a system turn of metadata (today's date, the reasoning mode)
-// and custom instructions, the system message's or a default, left unclosed as the template leaves
-// it, unless the system message asks for /system_override; "/think" or "/no_think" in the system
-// message overrides enable_thinking. In no-think mode every assistant turn and the generation prompt
+// SmolLM3's template (without tools), `thinking` the conversation's mode (conversation_family): a
+// system turn of metadata (today's date, the reasoning mode) and custom instructions, the system
+// message's or a default, left unclosed as the template leaves it, unless the system message asks
+// for /system_override. In no-think mode every assistant turn and the generation prompt
 // open with an empty <think> block. Tool messages become user turns; the template drops any other
 // role, and a system message after the first, without a word, so Grove refuses them.
 std::string render_smollm3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking,
                            const std::string& date, const std::string& checkpoint_template) {
-    std::string mode = thinking ? "/think" : "/no_think";
+    const std::string mode = thinking ? "/think" : "/no_think";
     std::string out = "<|im_start|>system\n", custom;
     const bool has_system = !messages.empty() && messages[0].role == "system";
-    if (has_system) {
-        const std::string& system = messages[0].content;
-        if (contains(system, "/no_think"))
-            mode = "/no_think";
-        else if (contains(system, "/think"))
-            mode = "/think";
-        custom = trim(replace_all(replace_all(system, "/no_think", ""), "/think", ""), false);
-    }
+    if (has_system) custom = trim(replace_all(replace_all(messages[0].content, "/no_think", ""), "/think", ""), false);
     if (has_system && contains(messages[0].content, "/system_override")) {
         out += trim(replace_all(custom, "/system_override", ""), false) + "<|im_end|>\n";
     } else {
@@ -1334,6 +1325,14 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
                                       "ignore the setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
 }
 
+ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages) {
+    if (family != ChatTemplate::smollm3 && family != ChatTemplate::smollm3_thinking_off) return family;
+    if (messages.empty() || messages[0].role != "system") return family;
+    if (contains(messages[0].content, "/no_think")) return ChatTemplate::smollm3_thinking_off;
+    if (contains(messages[0].content, "/think")) return ChatTemplate::smollm3;
+    return family;
+}
+
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation) {
     const std::string opening = "<|im_start|>assistant\n";
     if (!ends_with(observation, opening)) return observation;
@@ -1351,7 +1350,11 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
         throw Error(ErrorKind::input,
                     "the environment has tools, which Grove renders only with the chatml and qwen3 chat templates (the "
                     "Qwen / Hermes tool format); set model.chat_template = \"chatml\" or \"qwen3\" for such a model, or "
-                    "describe the tools in the dataset's system prompt");
+                    "describe the tools in the dataset's system prompt" +
+                        std::string(family == ChatTemplate::smollm3 || family == ChatTemplate::smollm3_thinking_off
+                                        ? " (SmolLM3's template reads xml_tools, not tools: transformers would leave the "
+                                          "tools out of the prompt without a word)"
+                                        : ""));
     switch (family) {
         case ChatTemplate::qwen3:
         case ChatTemplate::qwen3_thinking_off:
@@ -1360,7 +1363,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             return render_qwen3(messages, add_generation_prompt, true, false, tools_json);
         case ChatTemplate::smollm3:
         case ChatTemplate::smollm3_thinking_off:
-            return render_smollm3(messages, add_generation_prompt, family == ChatTemplate::smollm3, today("%d %B %Y"),
+            return render_smollm3(messages, add_generation_prompt,
+                                  conversation_family(family, messages) == ChatTemplate::smollm3, today("%d %B %Y"),
                                   config.chat_template);
         case ChatTemplate::llama3_1:
             return render_llama3_dated(messages, add_generation_prompt, bos, llama3_default_date(config.chat_template));

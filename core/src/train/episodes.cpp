@@ -201,7 +201,9 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
             const std::vector<int64_t> observation =
                 answers.observations[k].empty()
                     ? std::vector<int64_t>()
-                    : tokenizer.encode(continue_assistant_turn(limits.chat_template, answers.observations[k]), false);
+                    : tokenizer.encode(continue_assistant_turn(conversation_family(limits.chat_template, starts[i].messages),
+                                                               answers.observations[k]),
+                                       false);
             if (answers.done[k] || observation.empty()) {  // nothing to go on from
                 r.running = false;
                 continue;

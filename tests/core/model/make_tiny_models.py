@@ -4,6 +4,7 @@ computed by transformers, never by Grove.
 
     .venv/bin/python tests/core/model/make_tiny_models.py OUT_DIR
 """
+import datetime
 import json
 import os
 import sys
@@ -51,12 +52,14 @@ CONFIGS = {
     "phi3_partial": Phi3Config(num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True, pad_token_id=0,
                                partial_rotary_factor=0.75, sliding_window=None, rope_theta=250000.0, **COMMON),
     # Mistral v0.1 style: a sliding window (each query sees itself and 3 tokens before it) shorter than
-    # the sequences here
+    # the sequences here; linear rotary scaling
     "mistral_window": MistralConfig(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-                                    sliding_window=4, **COMMON),
-    # Qwen2 with use_sliding_window: a window of 3 on layer 1 only (from max_window_layers = 1 on)
+                                    sliding_window=4, rope_scaling={"rope_type": "linear", "factor": 2.0}, **COMMON),
+    # Qwen2 with use_sliding_window: a window of 3 on layer 1 only (from max_window_layers = 1 on); yarn
+    # as Qwen2.5's long-context configs set it (factor 4 over the original length)
     "qwen2_window": Qwen2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                                 rope_theta=1000000.0, use_sliding_window=True, sliding_window=3, max_window_layers=1,
+                                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
                                 **COMMON),
     # SmolLM3: layer 1 is NoPE (no rotary embedding: every 2nd layer here, every 4th in SmolLM3-3B),
     # and under use_sliding_window SmolLM3's rule puts the window (4) on the NoPE layers
@@ -289,7 +292,8 @@ def main():
             if name.startswith("phi3"):  # sharper attention: a wrong rotary embedding changes logits by > 1e-3
                 for layer in model.model.layers:
                     layer.self_attn.qkv_proj.weight.normal_(0.0, 0.3)
-            if name.startswith("smollm3"):  # so too for a NoPE layer rotated by mistake
+            if name.startswith("smollm3") or name in ("mistral_window", "qwen2_window"):  # so too for a NoPE
+                # layer rotated by mistake, and for rotary scaling left out
                 for layer in model.model.layers:
                     layer.self_attn.q_proj.weight.normal_(0.0, 0.3)
                     layer.self_attn.k_proj.weight.normal_(0.0, 0.3)
@@ -316,9 +320,12 @@ def main():
         if name == "phi3_longrope":  # a Phi-3.5 checkpoint's folder: Metaspace tokenizer.json, its template
             save_phi3_tokenizer(folder)
             extra = chat_reference(folder, model, {"chat": {}})
-        if name == "smollm3_nope":  # SmolLM3's template writes today's date: the test runs the same day
+        if name == "smollm3_nope":  # SmolLM3's template writes today's date: the test skips on another day
             save_smollm3_tokenizer(folder)
+            date = datetime.datetime.now().strftime("%d %B %Y")
             extra = chat_reference(folder, model, {"chat": {}, "chat_no_thinking": {"enable_thinking": False}})
+            assert datetime.datetime.now().strftime("%d %B %Y") == date, "rendered at midnight: run again"
+            extra["date"] = date
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)

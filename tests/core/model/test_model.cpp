@@ -578,11 +578,12 @@ TEST(Model, Phi3LimitsAreInputErrorsNamingTheKey) {
     EXPECT_CONTAINS(with("rope_scaling", R"({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]})"),
                     "short_factor has 1 values; 8 expected");
     EXPECT_CONTAINS(with("rope_scaling", R"({"type": "dynamic", "factor": 2.0})"),
-                    "rope_scaling type \"dynamic\" is not supported (supported: none, llama3, longrope)");
+                    "rope_scaling type \"dynamic\" is not supported (supported: none, llama3, longrope, linear, yarn)");
 }
 
-// Which layers a config's sliding window applies to, as the config classes decide it.
-TEST(Model, SlidingWindowLayersFollowTheConfig) {
+// Which layers a config's sliding window applies to, which are NoPE, and the rotary scaling's
+// parameters, as transformers' config classes and rope functions decide them.
+TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/window_configs";
     auto config_with = [&](const std::string& base, const nlohmann::json& changes) {
         std::ifstream in(kModels + "/" + base + "/config.json");
@@ -622,10 +623,40 @@ TEST(Model, SlidingWindowLayersFollowTheConfig) {
         config_with("smollm3_nope", {{"layer_types", nullptr}, {"no_rope_layers", nullptr}, {"no_rope_layer_interval", 1}});
     EXPECT_EQ(smollm3.nope_layers, (Layers{true, true}));
     EXPECT_EQ(smollm3.windowed_layers, (Layers{true, true}));
-    EXPECT_EQ(config_with("smollm3_nope", {{"use_sliding_window", false}}).sliding_window, 0);
+    // without use_sliding_window SmolLM3 keeps the window on the layers an explicit layer_types names
+    smollm3 = config_with("smollm3_nope", {{"use_sliding_window", false}});
+    EXPECT_EQ(smollm3.sliding_window, 4);
+    EXPECT_EQ(smollm3.windowed_layers, (Layers{false, true}));
+    EXPECT_EQ(config_with("smollm3_nope", {{"use_sliding_window", false}, {"layer_types", nullptr}}).sliding_window, 0);
     EXPECT_EQ(config_with("smollm3_nope", {{"sliding_window", "<absent>"}}).sliding_window, 0);  // SmolLM3Config: None
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("smollm3_nope", {{"no_rope_layers", {1, 0, 1}}}); }),
                     "no_rope_layers has 3 entries; num_hidden_layers is 2");
+    // yarn: cos and sin scaled by 0.1 ln(factor) + 1, or DeepSeek's mscale ratio, or as given; the
+    // original length falls back to max_position_embeddings; beta_fast / beta_slow of 0 are the defaults
+    auto yarn = config_with("qwen2_window", nlohmann::json::object()).rope_scaling;
+    EXPECT_EQ(yarn.type, "yarn");
+    EXPECT_DOUBLE_EQ(yarn.attention_factor, 0.1 * std::log(4.0) + 1.0);
+    EXPECT_EQ(yarn.original_max_position_embeddings, 64);
+    yarn = config_with("qwen2_window", {{"rope_scaling",
+                                         {{"type", "yarn"},
+                                          {"factor", 4.0},
+                                          {"mscale", 2.0},
+                                          {"mscale_all_dim", 1.0},
+                                          {"beta_fast", 0},
+                                          {"truncate", false}}}})
+               .rope_scaling;
+    EXPECT_DOUBLE_EQ(yarn.attention_factor, (0.2 * std::log(4.0) + 1.0) / (0.1 * std::log(4.0) + 1.0));
+    EXPECT_EQ(yarn.original_max_position_embeddings, 256);  // max_position_embeddings
+    EXPECT_EQ(yarn.beta_fast, 32);
+    EXPECT_FALSE(yarn.truncate);
+    yarn = config_with("qwen2_window", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1.5}}}})
+               .rope_scaling;
+    EXPECT_DOUBLE_EQ(yarn.attention_factor, 1.5);
+    EXPECT_EQ(config_with("mistral_window", nlohmann::json::object()).rope_scaling.factor, 2.0);  // linear
+    EXPECT_CONTAINS(grove::test::error_message([&] {
+                        config_with("mistral_window", {{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}});
+                    }),
+                    "rope_scaling type \"dynamic\" is not supported (supported: none, llama3, longrope, linear, yarn)");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("qwen2_window", {{"layer_types", {"full_attention"}}}); }),
                     "layer_types has 1 entries; num_hidden_layers is 2");
     EXPECT_CONTAINS(

@@ -133,6 +133,14 @@ TEST(ChatTemplate, ObservationsOpeningAnAssistantTurnContinueAsTheGenerationProm
     // SmolLM3's no-think generation prompt ends its empty block with one newline
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::smollm3_thinking_off, observation),
               observation + "<think>\n\n</think>\n");
+    // ... and a SmolLM3 system message's /no_think or /think decides the conversation's mode
+    EXPECT_EQ(grove::conversation_family(grove::ChatTemplate::smollm3, {{"system", "Be brief /no_think"}, {"user", "hi"}}),
+              grove::ChatTemplate::smollm3_thinking_off);
+    EXPECT_EQ(grove::conversation_family(grove::ChatTemplate::smollm3_thinking_off, {{"system", "/think"}}),
+              grove::ChatTemplate::smollm3);
+    EXPECT_EQ(grove::conversation_family(grove::ChatTemplate::smollm3_thinking_off, {{"user", "/think"}}),
+              grove::ChatTemplate::smollm3_thinking_off);
+    EXPECT_EQ(grove::conversation_family(grove::ChatTemplate::qwen3, {{"system", "/no_think"}}), grove::ChatTemplate::qwen3);
     for (auto family : {grove::ChatTemplate::qwen3, grove::ChatTemplate::chatml, grove::ChatTemplate::smollm3})
         EXPECT_EQ(grove::continue_assistant_turn(family, observation), observation);
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, "[the door opens]"), "[the door opens]");
