@@ -52,20 +52,23 @@ private:
 // computes the same owners.
 std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_size);
 
-// transformers.get_scheduler's multiplier of the peak rate at optimizer step `step` (0-based):
-// linear warmup (none for constant), then linear decay to 0, cosine to 0 or to min_lr_rate, or none.
-double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, double min_lr_rate = 0.0);
+// transformers.get_scheduler's multiplier of the peak rate `peak` at optimizer step `step` (0-based):
+// linear warmup (none for constant), then linear decay to 0, cosine to 0 or to min_lr_rate, cosines
+// with hard restarts, polynomial decay to lr_end, inverse square root, or none.
+double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total,
+                                const LrSchedulerOptions& options = {}, double peak = 1.0);
 
 // A run's learning rate over its `total` optimizer steps, as transformers' Trainer builds the schedule
 // from TrainingArguments: train.warmup_steps warm up, else warmup_ratio x total rounded up.
 struct LearningRateSchedule {
     LrSchedule type = LrSchedule::linear;
-    double peak = 0.0, min_lr_rate = 0.0;
+    double peak = 0.0;
+    LrSchedulerOptions options;
     int64_t warmup = 0, total = 0;
 
     static LearningRateSchedule of(const TrainSection& train, int64_t total);
     // the rate of optimizer step `step` (0-based)
-    double rate(int64_t step) const { return peak * learning_rate_multiplier(type, step, warmup, total, min_lr_rate); }
+    double rate(int64_t step) const { return peak * learning_rate_multiplier(type, step, warmup, total, options, peak); }
     // a warning line when warmup was asked of "constant", which has none (as in transformers); else empty
     std::string ignored_warmup_warning() const;
 };

@@ -23,7 +23,22 @@ enum class SamplingCorrection { none, token_truncate, token_mask, sequence_trunc
 enum class ScaleRewards { group, batch, none };
 enum class RewardAggregation { sum_then_normalize, normalize_then_sum };
 // transformers' lr_scheduler_type names; constant has no warmup there, constant_with_warmup has
-enum class LrSchedule { linear, cosine, constant, constant_with_warmup, cosine_with_min_lr };
+enum class LrSchedule {
+    linear,
+    cosine,
+    constant,
+    constant_with_warmup,
+    cosine_with_min_lr,
+    cosine_with_restarts,
+    polynomial,
+    inverse_sqrt
+};
+// transformers' lr_scheduler_kwargs, each an option of the schedule named beside it
+struct LrSchedulerOptions {
+    double min_lr_rate = 0.0;           // cosine_with_min_lr: its floor, as a fraction of learning_rate
+    int64_t num_cycles = 1;             // cosine_with_restarts: how many cosines (hard restarts) fill the decay
+    double lr_end = 1e-7, power = 1.0;  // polynomial: decays to lr_end (a rate, not a fraction) as (1 - progress)^power
+};
 enum class MixedPrecision { automatic, bf16, off };  // "auto" | "bf16" | "no"
 enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"
 
@@ -78,7 +93,7 @@ struct TrainSection {
     double learning_rate = 1e-6;
     LrSchedule lr_scheduler_type = LrSchedule::linear;
     int64_t warmup_steps = 0;
-    double min_lr_rate = 0.0;  // cosine_with_min_lr's floor, as a fraction of learning_rate
+    LrSchedulerOptions lr_scheduler_kwargs;
     double warmup_ratio = 0.0, weight_decay = 0.0, adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8,
            max_grad_norm = 1.0;
     int64_t max_steps = -1;

@@ -264,14 +264,27 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(range(key("train", "learning_rate", T::number, "1e-6", "peak learning rate (TRL's GRPO default)"), 0, kInf),
             "learning_rate"),
         trl(pick(key("train", "lr_scheduler_type", T::string, "\"linear\"",
-                     "after the warmup: linear decay to 0, cosine, cosine to min_lr_rate, or none; constant has no "
-                     "warmup (as in transformers), constant_with_warmup has"),
-                 "linear|cosine|cosine_with_min_lr|constant|constant_with_warmup"),
+                     "after the warmup: linear decay to 0, cosine, cosine to min_lr_rate, cosines with hard restarts, "
+                     "polynomial decay to lr_end, inverse square root (over the warmup steps, or 10000 without: get_scheduler "
+                     "takes no timescale), or none; constant has no warmup (as in "
+                     "transformers), constant_with_warmup has"),
+                 "linear|cosine|cosine_with_min_lr|cosine_with_restarts|polynomial|inverse_sqrt|constant|"
+                 "constant_with_warmup"),
             "lr_scheduler_type"),
         trl(range(key("train", "min_lr_rate", T::number, "0.0",
                       "cosine_with_min_lr: the rate it decays to, as a fraction of learning_rate"),
                   0, 1),
             "lr_scheduler_kwargs.min_lr_rate"),
+        trl(range(key("train", "num_cycles", T::integer, "1",
+                      "cosine_with_restarts: how many cosines, each from learning_rate to 0, fill the decay"),
+                  1, kMaxCount),
+            "lr_scheduler_kwargs.num_cycles"),
+        trl(range(key("train", "lr_end", T::number, "1e-7", "polynomial: the learning rate it ends at (not a fraction)"), 0,
+                  kInf),
+            "lr_scheduler_kwargs.lr_end"),
+        trl(range(key("train", "power", T::number, "1.0", "polynomial: the decay's power (1: linear to lr_end)"), 0, kInf,
+                  /*min_exclusive=*/true),
+            "lr_scheduler_kwargs.power"),
         trl(range(key("train", "warmup_steps", T::integer, "0", "linear warmup steps; overrides warmup_ratio when > 0"), 0,
                   kInf),
             "warmup_steps"),

@@ -1,5 +1,6 @@
 #include "grove/run_config.hpp"
 
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -17,6 +18,48 @@ Enum enum_from(const std::string& text, std::initializer_list<std::pair<const ch
         valid += std::string(valid.empty() ? "" : ", ") + name;
     }
     throw std::invalid_argument("'" + text + "' is not one of " + valid);
+}
+
+std::string shortest(double value) {  // 1e-07, 0.5: as TOML and Python write numbers
+    std::ostringstream text;
+    text << value;
+    return text.str();
+}
+
+// Each lr_scheduler_kwargs key belongs to one schedule: set with another it would do nothing, so it is
+// refused; cosine_with_min_lr needs its floor, and polynomial must decay (transformers raises too).
+void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifest) {
+    const LrSchedulerOptions& o = t.lr_scheduler_kwargs;
+    const LrSchedulerOptions defaults;
+    const LrSchedule schedule = t.lr_scheduler_type;
+    if (o.min_lr_rate == 0.0 && schedule == LrSchedule::cosine_with_min_lr)
+        throw Error(ErrorKind::manifest, manifest +
+                                             ": train.lr_scheduler_type = \"cosine_with_min_lr\" decays to "
+                                             "train.min_lr_rate, which is 0 (its default): set it (e.g. 0.1), or "
+                                             "use \"cosine\", which decays to 0");
+    if (o.min_lr_rate != 0.0 && schedule != LrSchedule::cosine_with_min_lr)
+        throw Error(ErrorKind::manifest, manifest +
+                                             ": train.min_lr_rate is the floor of train.lr_scheduler_type = "
+                                             "\"cosine_with_min_lr\" and of no other schedule: set that schedule, "
+                                             "or remove min_lr_rate");
+    const struct {
+        const char* key;
+        bool set;
+        LrSchedule owner;
+        const char* owner_name;
+    } options[] = {
+        {"num_cycles", o.num_cycles != defaults.num_cycles, LrSchedule::cosine_with_restarts, "cosine_with_restarts"},
+        {"lr_end", o.lr_end != defaults.lr_end, LrSchedule::polynomial, "polynomial"},
+        {"power", o.power != defaults.power, LrSchedule::polynomial, "polynomial"}};
+    for (const auto& option : options)
+        if (option.set && schedule != option.owner)
+            throw Error(ErrorKind::manifest, manifest + ": train." + option.key +
+                                                 " is an option of train.lr_scheduler_type = \"" + option.owner_name +
+                                                 "\" and of no other schedule: set that schedule, or remove " + option.key);
+    if (schedule == LrSchedule::polynomial && !(t.learning_rate > o.lr_end))
+        throw Error(ErrorKind::manifest, manifest + ": train.lr_end (" + shortest(o.lr_end) +
+                                             ") must be smaller than train.learning_rate (" + shortest(t.learning_rate) +
+                                             "), which the polynomial schedule decays from (transformers refuses it too)");
 }
 }  // namespace
 
@@ -60,7 +103,10 @@ LrSchedule lr_schedule_from_name(const std::string& name) {
                                         {"cosine", LrSchedule::cosine},
                                         {"constant", LrSchedule::constant},
                                         {"constant_with_warmup", LrSchedule::constant_with_warmup},
-                                        {"cosine_with_min_lr", LrSchedule::cosine_with_min_lr}});
+                                        {"cosine_with_min_lr", LrSchedule::cosine_with_min_lr},
+                                        {"cosine_with_restarts", LrSchedule::cosine_with_restarts},
+                                        {"polynomial", LrSchedule::polynomial},
+                                        {"inverse_sqrt", LrSchedule::inverse_sqrt}});
 }
 MixedPrecision mixed_precision_from_name(const std::string& name) {
     return enum_from<MixedPrecision>(
@@ -143,17 +189,12 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.lr_scheduler_type = lr_schedule_from_name(m.string("train.lr_scheduler_type"));
     t.warmup_steps = m.integer("train.warmup_steps");
     t.warmup_ratio = m.number("train.warmup_ratio");
-    t.min_lr_rate = m.number("train.min_lr_rate");
-    if (t.min_lr_rate == 0.0 && t.lr_scheduler_type == LrSchedule::cosine_with_min_lr)
-        throw Error(ErrorKind::manifest, c.manifest_path +
-                                             ": train.lr_scheduler_type = \"cosine_with_min_lr\" decays to "
-                                             "train.min_lr_rate, which is 0 (its default): set it (e.g. 0.1), or "
-                                             "use \"cosine\", which decays to 0");
-    if (t.min_lr_rate != 0.0 && t.lr_scheduler_type != LrSchedule::cosine_with_min_lr)
-        throw Error(ErrorKind::manifest, c.manifest_path +
-                                             ": train.min_lr_rate is the floor of train.lr_scheduler_type = "
-                                             "\"cosine_with_min_lr\" and of no other schedule: set that schedule, "
-                                             "or remove min_lr_rate");
+    LrSchedulerOptions& o = t.lr_scheduler_kwargs;
+    o.min_lr_rate = m.number("train.min_lr_rate");
+    o.num_cycles = m.integer("train.num_cycles");
+    o.lr_end = m.number("train.lr_end");
+    o.power = m.number("train.power");
+    check_lr_scheduler_kwargs(t, c.manifest_path);
     t.weight_decay = m.number("train.weight_decay");
     t.adam_beta1 = m.number("train.adam_beta1");
     t.adam_beta2 = m.number("train.adam_beta2");

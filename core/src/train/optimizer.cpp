@@ -89,14 +89,26 @@ std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_s
     return owners;
 }
 
-double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, double min_lr_rate) {
+double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, const LrSchedulerOptions& o,
+                                double peak) {
     if (schedule == LrSchedule::constant) return 1.0;  // transformers' get_constant_schedule: no warmup
     if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
     if (schedule == LrSchedule::constant_with_warmup) return 1.0;
+    if (schedule == LrSchedule::inverse_sqrt) {  // get_scheduler passes it no kwargs: its timescale is the warmup
+        const double timescale = double(warmup > 0 ? warmup : 10000);
+        return 1.0 / std::sqrt((double(step) + timescale - double(warmup)) / timescale);
+    }
     double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
     const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
     if (schedule == LrSchedule::cosine) return std::max(0.0, cosine);
-    if (schedule == LrSchedule::cosine_with_min_lr) return std::max(0.0, cosine * (1 - min_lr_rate) + min_lr_rate);
+    if (schedule == LrSchedule::cosine_with_min_lr) return std::max(0.0, cosine * (1 - o.min_lr_rate) + o.min_lr_rate);
+    if (schedule == LrSchedule::cosine_with_restarts)
+        return progress >= 1.0 ? 0.0
+                               : std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(double(o.num_cycles) * progress, 1.0))));
+    if (schedule == LrSchedule::polynomial) {
+        if (step > total) return o.lr_end / peak;
+        return ((peak - o.lr_end) * std::pow(1.0 - progress, o.power) + o.lr_end) / peak;
+    }
     return std::max(0.0, double(total - step) / double(std::max<int64_t>(1, total - warmup)));  // linear
 }
 
@@ -104,7 +116,7 @@ LearningRateSchedule LearningRateSchedule::of(const TrainSection& train, int64_t
     LearningRateSchedule s;
     s.type = train.lr_scheduler_type;
     s.peak = train.learning_rate;
-    s.min_lr_rate = train.min_lr_rate;
+    s.options = train.lr_scheduler_kwargs;
     s.total = total;
     s.warmup = train.warmup_steps > 0 ? train.warmup_steps : int64_t(std::ceil(train.warmup_ratio * double(total)));
     return s;

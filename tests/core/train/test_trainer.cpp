@@ -18,6 +18,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "grove/error.hpp"
@@ -430,20 +431,27 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
 }
 
 // Every train.lr_scheduler_type against the multipliers transformers' own get_scheduler computes
-// (in a subprocess): 3 warmup steps of 10, min_lr_rate 0.1 for cosine_with_min_lr, and constant
-// without its warmup, as transformers ignores it there (with a warning); a run's warmup steps from
-// warmup_ratio as TrainingArguments counts them. min_lr_rate with another schedule is refused.
+// (in a subprocess): 3 warmup steps of 10 (steps past the end too), min_lr_rate 0.1 for
+// cosine_with_min_lr, 3 restarts, polynomial decay to 0.1 of a peak of 1 with power 2, inverse_sqrt
+// (to which get_scheduler passes no kwargs: its timescale is the warmup, whatever lr_scheduler_kwargs
+// says), and constant without its warmup, as transformers ignores it
+// there (with a warning); a run's warmup steps from warmup_ratio as TrainingArguments counts them.
+// A schedule's option with another schedule is refused, and so is a polynomial that cannot decay.
 TEST(Schedules, EqualTransformersGetScheduler) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/schedules";
     fs::create_directories(dir);
     std::ofstream(dir + "/schedules.py") << R"(import json, sys, torch
 from transformers import get_scheduler
 out = {}
-for name in ["linear", "cosine", "cosine_with_min_lr", "constant", "constant_with_warmup"]:
+for label, name, kwargs in [("linear", "linear", {}), ("cosine", "cosine", {}),
+                            ("cosine_with_min_lr", "cosine_with_min_lr", {"min_lr_rate": 0.1}),
+                            ("cosine_with_restarts", "cosine_with_restarts", {"num_cycles": 3}),
+                            ("polynomial", "polynomial", {"lr_end": 0.1, "power": 2.0}),
+                            ("inverse_sqrt", "inverse_sqrt", {"timescale": 5}),
+                            ("constant", "constant", {}), ("constant_with_warmup", "constant_with_warmup", {})]:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    kwargs = {"min_lr_rate": 0.1} if name == "cosine_with_min_lr" else {}
     schedule = get_scheduler(name, optimizer, num_warmup_steps=3, num_training_steps=10, scheduler_specific_kwargs=kwargs)
-    out[name] = [schedule.lr_lambdas[0](step) for step in range(12)]
+    out[label] = [schedule.lr_lambdas[0](step) for step in range(12)]
 from transformers import TrainingArguments
 out["warmup_of_ratio"] = TrainingArguments(output_dir=sys.argv[2], warmup_ratio=0.25).get_warmup_steps(10)
 json.dump(out, open(sys.argv[1], "w"))
@@ -453,16 +461,24 @@ json.dump(out, open(sys.argv[1], "w"))
     ASSERT_EQ(r.exit_code, 0) << r.out;
     std::ifstream in(dir + "/out.json");
     const auto expected = nlohmann::json::parse(in);
-    const std::pair<const char*, grove::LrSchedule> schedules[] = {
-        {"linear", grove::LrSchedule::linear},
-        {"cosine", grove::LrSchedule::cosine},
-        {"cosine_with_min_lr", grove::LrSchedule::cosine_with_min_lr},
-        {"constant", grove::LrSchedule::constant},
-        {"constant_with_warmup", grove::LrSchedule::constant_with_warmup}};
-    for (const auto& [name, schedule] : schedules)
+    grove::LrSchedulerOptions options;
+    options.min_lr_rate = 0.1;
+    options.num_cycles = 3;
+    options.lr_end = 0.1;
+    options.power = 2.0;
+    const std::tuple<const char*, grove::LrSchedule, grove::LrSchedulerOptions> schedules[] = {
+        {"linear", grove::LrSchedule::linear, options},
+        {"cosine", grove::LrSchedule::cosine, options},
+        {"cosine_with_min_lr", grove::LrSchedule::cosine_with_min_lr, options},
+        {"cosine_with_restarts", grove::LrSchedule::cosine_with_restarts, options},
+        {"polynomial", grove::LrSchedule::polynomial, options},
+        {"inverse_sqrt", grove::LrSchedule::inverse_sqrt, options},
+        {"constant", grove::LrSchedule::constant, options},
+        {"constant_with_warmup", grove::LrSchedule::constant_with_warmup, options}};
+    for (const auto& [name, schedule, kwargs] : schedules)
         for (int64_t step = 0; step < 12; ++step)
-            EXPECT_NEAR(grove::learning_rate_multiplier(schedule, step, 3, 10, 0.1), expected[name][size_t(step)].get<double>(),
-                        1e-12)
+            EXPECT_NEAR(grove::learning_rate_multiplier(schedule, step, 3, 10, kwargs),
+                        expected[name][size_t(step)].get<double>(), 1e-12)
                 << name << " step " << step;
     // a run's warmup: warmup_ratio of its steps rounded up, as TrainingArguments.get_warmup_steps; warmup_steps wins
     grove::TrainSection train;
@@ -484,6 +500,20 @@ json.dump(out, open(sys.argv[1], "w"))
     EXPECT_CONTAINS(
         grove::test::error_message([] { grove::RunConfig::from(manifest("min_lr_refused", {"train.min_lr_rate=0.1"})); }),
         "train.min_lr_rate is the floor of train.lr_scheduler_type = \"cosine_with_min_lr\"");
+    EXPECT_CONTAINS(
+        grove::test::error_message([] { grove::RunConfig::from(manifest("cycles_refused", {"train.num_cycles=2"})); }),
+        "train.num_cycles is an option of train.lr_scheduler_type = \"cosine_with_restarts\" and of no other schedule");
+    EXPECT_CONTAINS(grove::test::error_message([] {
+                        grove::RunConfig::from(
+                            manifest("lr_end_refused", {"train.lr_scheduler_type=\"polynomial\"", "train.learning_rate=1e-7"}));
+                    }),
+                    "train.lr_end (1e-07) must be smaller than train.learning_rate (1e-07)");
+    // a run's polynomial rate: the multiplier of its own peak (transformers' LambdaLR multiplies by it)
+    const auto polynomial = grove::RunConfig::from(
+        manifest("polynomial", {"train.lr_scheduler_type=\"polynomial\"", "train.lr_end=1e-7", "train.learning_rate=1e-6"}));
+    const auto run = grove::LearningRateSchedule::of(polynomial.train, 10);
+    EXPECT_NEAR(run.rate(10), 1e-7, 1e-18);
+    EXPECT_NEAR(run.rate(5), (1e-6 - 1e-7) * 0.5 + 1e-7, 1e-18);
 }
 
 // model.cast_lm_head_to_fp32 in a run: a bfloat16 policy and its reference with float32 output
