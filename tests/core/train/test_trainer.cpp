@@ -259,6 +259,34 @@ TEST(Trainer, Phi3LoraOnTheFusedProjectionsLoadsInPeft) {
     EXPECT_CONTAINS(message, "(qkv_proj, o_proj, gate_up_proj, down_proj)");
 }
 
+// SmolLM3 (a NoPE layer, a sliding window shorter than every sequence here) trains LoRA and PEFT
+// loads the adapter onto transformers' SmolLM3ForCausalLM with Grove's logits.
+TEST(Trainer, SmolLM3LoraWithAWindowAndANopeLayerLoadsInPeft) {
+    const std::string smollm3 = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/smollm3_nope";
+    grove::Trainer t(manifest("smollm3_lora", {"model.path=\"" + smollm3 + "\"", "adapter.plugin=\"lora\"",
+                                               "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"q_proj\", "
+                                               "\"v_proj\"] }",
+                                               "train.max_steps=2", "train.per_device_train_batch_size=8"}),
+                     fresh());
+    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 2u * 2u);  // 2 layers x (q, v) x (A, B)
+    const auto before = snapshot(t.model());
+    t.step();
+    t.step();
+    EXPECT_GT(max_difference(snapshot(t.model()), before), 0.0) << "the adapter trained";
+    const std::string checkpoint = t.save_checkpoint();
+    at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0);  // 12 tokens: the window (4) hides most
+    at::Tensor logits;
+    {
+        at::NoGradGuard no_grad;
+        logits = t.model().forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
+    }
+    const std::string file = checkpoint + "/grove_logits.safetensors";
+    grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
+    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
+                                checkpoint + " " + smollm3 + " " + file;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
 // steps_per_generation = 2 > accumulation the checkpoint falls inside a generation batch.
 TEST(Trainer, ResumeContinuesExactly) {
