@@ -218,21 +218,18 @@ TEST(Trainer, LoraFreezesTheBaseTrainsEveryAdapterWeightAndLoadsInPeft) {
     }
 }
 
-// Phi-3 keeps q, k, v in one qkv_proj and gate, up in one gate_up_proj: LoRA attaches to those under
-// PEFT's names, so PEFT loads the adapter on transformers' Phi3ForCausalLM with Grove's logits, and
-// naming Llama's modules is refused with the model's own names.
-TEST(Trainer, Phi3LoraOnTheFusedProjectionsLoadsInPeft) {
-    const std::string phi3 = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/phi3_longrope";
-    grove::Trainer t(manifest("phi3_lora", {"model.path=\"" + phi3 + "\"", "adapter.plugin=\"lora\"",
-                                            "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"qkv_proj\", "
-                                            "\"gate_up_proj\"] }",
-                                            "train.max_steps=2", "train.per_device_train_batch_size=8"}),
-                     fresh());
-    std::set<std::string> adapted;
-    for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
-    EXPECT_EQ(adapted.size(), 2u * 2u * 2u);  // 2 layers x (qkv, gate_up) x (A, B)
-    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.self_attn.qkv_proj.lora_A.weight"));
-    EXPECT_TRUE(adapted.count("base_model.model.model.layers.0.mlp.gate_up_proj.lora_B.weight"));
+namespace {
+// A run of the tiny checkpoint `name` that trains LoRA (r 4) on `targets` (a TOML list).
+grove::Manifest lora_run(const std::string& name, const std::string& targets) {
+    return manifest(name + "_lora",
+                    {"model.path=\"" + std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name + "\"",
+                     "adapter.plugin=\"lora\"", "adapter.config={ r = 4, alpha = 8.0, target_modules = " + targets + " }",
+                     "train.max_steps=2", "train.per_device_train_batch_size=8"});
+}
+
+// Two steps move the adapter, and PEFT loads the saved checkpoint onto transformers' model of the
+// tiny checkpoint `name` with Grove's logits over 12 tokens (check_peft.py).
+void expect_trains_and_loads_in_peft(grove::Trainer& t, const std::string& name) {
     const auto before = snapshot(t.model());
     t.step();
     t.step();
@@ -247,14 +244,25 @@ TEST(Trainer, Phi3LoraOnTheFusedProjectionsLoadsInPeft) {
     const std::string file = checkpoint + "/grove_logits.safetensors";
     grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
     const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
-                                checkpoint + " " + phi3 + " " + file;
+                                checkpoint + " " + GROVE_TEST_BINARY_DIR + "/models/tiny/" + name + " " + file;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+}  // namespace
+
+// Phi-3 keeps q, k, v in one qkv_proj and gate, up in one gate_up_proj: LoRA attaches to those under
+// PEFT's names, so PEFT loads the adapter on transformers' Phi3ForCausalLM with Grove's logits, and
+// naming Llama's modules is refused with the model's own names.
+TEST(Trainer, Phi3LoraOnTheFusedProjectionsLoadsInPeft) {
+    grove::Trainer t(lora_run("phi3_longrope", "[\"qkv_proj\", \"gate_up_proj\"]"), fresh());
+    std::set<std::string> adapted;
+    for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
+    EXPECT_EQ(adapted.size(), 2u * 2u * 2u);  // 2 layers x (qkv, gate_up) x (A, B)
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.self_attn.qkv_proj.lora_A.weight"));
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.0.mlp.gate_up_proj.lora_B.weight"));
+    expect_trains_and_loads_in_peft(t, "phi3_longrope");
     // Llama's names match nothing here: the error lists the model's modules
-    const auto message = grove::test::error_message([&] {
-        grove::Trainer wrong(manifest("phi3_lora_wrong", {"model.path=\"" + phi3 + "\"", "adapter.plugin=\"lora\"",
-                                                          "adapter.config={ target_modules = [\"q_proj\", \"v_proj\"] }"}),
-                             fresh());
-    });
+    const auto message = grove::test::error_message(
+        [&] { grove::Trainer wrong(lora_run("phi3_longrope", "[\"q_proj\", \"v_proj\"]"), fresh()); });
     EXPECT_CONTAINS(message, "left no trainable parameter");
     EXPECT_CONTAINS(message, "(qkv_proj, o_proj, gate_up_proj, down_proj)");
 }
@@ -262,29 +270,9 @@ TEST(Trainer, Phi3LoraOnTheFusedProjectionsLoadsInPeft) {
 // SmolLM3 (a NoPE layer, a sliding window shorter than every sequence here) trains LoRA and PEFT
 // loads the adapter onto transformers' SmolLM3ForCausalLM with Grove's logits.
 TEST(Trainer, SmolLM3LoraWithAWindowAndANopeLayerLoadsInPeft) {
-    const std::string smollm3 = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/smollm3_nope";
-    grove::Trainer t(manifest("smollm3_lora", {"model.path=\"" + smollm3 + "\"", "adapter.plugin=\"lora\"",
-                                               "adapter.config={ r = 4, alpha = 8.0, target_modules = [\"q_proj\", "
-                                               "\"v_proj\"] }",
-                                               "train.max_steps=2", "train.per_device_train_batch_size=8"}),
-                     fresh());
+    grove::Trainer t(lora_run("smollm3_nope", "[\"q_proj\", \"v_proj\"]"), fresh());
     EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 2u * 2u);  // 2 layers x (q, v) x (A, B)
-    const auto before = snapshot(t.model());
-    t.step();
-    t.step();
-    EXPECT_GT(max_difference(snapshot(t.model()), before), 0.0) << "the adapter trained";
-    const std::string checkpoint = t.save_checkpoint();
-    at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0);  // 12 tokens: the window (4) hides most
-    at::Tensor logits;
-    {
-        at::NoGradGuard no_grad;
-        logits = t.model().forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
-    }
-    const std::string file = checkpoint + "/grove_logits.safetensors";
-    grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
-    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
-                                checkpoint + " " + smollm3 + " " + file;
-    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    expect_trains_and_loads_in_peft(t, "smollm3_nope");
 }
 
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
