@@ -115,6 +115,10 @@ PluginUse plugin_use_from_toml(const std::string& plugin, const std::string& con
 // configured from its adapter_config.json (r, lora_alpha, lora_dropout, use_rslora, target_modules).
 PluginUse peft_lora_import(const std::string& adapter_config_path);
 
+// A number in the fewest digits (15 to 17) that read back as the same double: 0.9, not
+// 0.90000000000000002; 1e-07.
+std::string format_number(double value);
+
 // docs/manifest.md, generated from the schema (a test keeps the committed file identical).
 std::string manifest_reference_markdown();
 

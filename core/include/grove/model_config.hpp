@@ -51,7 +51,7 @@ struct ModelConfig {
     bool fused_projections = false;  // Phi-3: q, k, v as one qkv_proj, gate and up as one gate_up_proj
     // Sliding-window attention (0: none): a query sees itself and the sliding_window - 1 tokens
     // before it, in the layers flagged in windowed_layers (every layer for Mistral and Phi-3; Qwen2 /
-    // Qwen3 from layer_types or max_window_layers).
+    // Qwen3 from layer_types or max_window_layers; SmolLM3 from layer_types or its NoPE layers).
     int64_t sliding_window = 0;
     std::vector<bool> windowed_layers;  // [num_hidden_layers]
     // SmolLM3's NoPE layers: no rotary embedding on their queries and keys (empty: every layer rotates)

@@ -36,19 +36,6 @@ std::vector<std::string> split(const std::string& text, char separator) {
     return parts;
 }
 
-// The fewest digits (15 to 17) that read back as the same double: 0.9, not 0.90000000000000002.
-std::string format_number(double value) {
-    std::string text;
-    for (int digits = 15; digits <= 17; ++digits) {
-        std::ostringstream os;
-        os.precision(digits);
-        os << value;
-        text = os.str();
-        if (std::strtod(text.c_str(), nullptr) == value) break;
-    }
-    return text;
-}
-
 const char* type_phrase(KeyType type) {
     switch (type) {
         case KeyType::string:
@@ -283,6 +270,18 @@ bool looks_like_plugin_path(const std::string& reference) {
 }
 
 }  // namespace
+
+std::string format_number(double value) {
+    std::string text;
+    for (int digits = 15; digits <= 17; ++digits) {
+        std::ostringstream os;
+        os.precision(digits);
+        os << value;
+        text = os.str();
+        if (std::strtod(text.c_str(), nullptr) == value) break;
+    }
+    return text;
+}
 
 // ---------------------------------------------------------------------------------------------
 Manifest Manifest::load(const std::string& path, const std::vector<std::string>& overrides, int world_size) {

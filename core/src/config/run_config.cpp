@@ -1,6 +1,5 @@
 #include "grove/run_config.hpp"
 
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -18,12 +17,6 @@ Enum enum_from(const std::string& text, std::initializer_list<std::pair<const ch
         valid += std::string(valid.empty() ? "" : ", ") + name;
     }
     throw std::invalid_argument("'" + text + "' is not one of " + valid);
-}
-
-std::string shortest(double value) {  // 1e-07, 0.5: as TOML and Python write numbers
-    std::ostringstream text;
-    text << value;
-    return text.str();
 }
 
 // Each lr_scheduler_kwargs key belongs to one schedule: set with another it would do nothing, so it is
@@ -57,8 +50,8 @@ void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifes
                                                  " is an option of train.lr_scheduler_type = \"" + option.owner_name +
                                                  "\" and of no other schedule: set that schedule, or remove " + option.key);
     if (schedule == LrSchedule::polynomial && !(t.learning_rate > o.lr_end))
-        throw Error(ErrorKind::manifest, manifest + ": train.lr_end (" + shortest(o.lr_end) +
-                                             ") must be smaller than train.learning_rate (" + shortest(t.learning_rate) +
+        throw Error(ErrorKind::manifest, manifest + ": train.lr_end (" + format_number(o.lr_end) +
+                                             ") must be smaller than train.learning_rate (" + format_number(t.learning_rate) +
                                              "), which the polynomial schedule decays from (transformers refuses it too)");
 }
 }  // namespace

@@ -185,16 +185,23 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                           std::to_string(c.head_dim) + " to rotate");
 }
 
+// A list with one entry per layer (no_rope_layers, layer_types), its length checked.
+template <class T>
+std::vector<T> per_layer_list(const json& j, const std::string& key, const std::string& file, const ModelConfig& c) {
+    auto values = get<std::vector<T>>(j, key, file);
+    if (int64_t(values.size()) != c.num_hidden_layers)
+        throw Error(ErrorKind::input, file + ": " + key + " has " + std::to_string(values.size()) +
+                                          " entries; num_hidden_layers is " + std::to_string(c.num_hidden_layers));
+    return values;
+}
+
 // SmolLM3's NoPE layers: no_rope_layers holds 1 for a layer that rotates, 0 for one that does not;
 // without it every no_rope_layer_interval-th layer is NoPE (SmolLM3Config's rule).
 void read_nope_layers(const json& j, const std::string& file, ModelConfig& c) {
     const size_t layers = size_t(c.num_hidden_layers);
     c.nope_layers.assign(layers, false);
     if (j.contains("no_rope_layers") && !j["no_rope_layers"].is_null()) {
-        const auto flags = get<std::vector<int64_t>>(j, "no_rope_layers", file);
-        if (flags.size() != layers)
-            throw Error(ErrorKind::input, file + ": no_rope_layers has " + std::to_string(flags.size()) +
-                                              " entries; num_hidden_layers is " + std::to_string(layers));
+        const auto flags = per_layer_list<int64_t>(j, "no_rope_layers", file, c);
         for (size_t l = 0; l < layers; ++l) c.nope_layers[l] = flags[l] == 0;
         return;
     }
@@ -210,8 +217,8 @@ void read_nope_layers(const json& j, const std::string& file, ModelConfig& c) {
 // layer_types names "sliding_attention", or else by the config classes' rule: Qwen from
 // max_window_layers on, SmolLM3 its NoPE layers.
 void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
-    const int64_t layers = c.num_hidden_layers;
-    c.windowed_layers.assign(size_t(std::max<int64_t>(layers, 0)), false);
+    const size_t layers = size_t(c.num_hidden_layers);  // positive: the sizes are checked first
+    c.windowed_layers.assign(layers, false);
     const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
     const bool per_layer = qwen || c.model_type == "smollm3";
     const bool listed = j.contains("layer_types") && !j["layer_types"].is_null();
@@ -223,15 +230,12 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
     if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
     if (c.sliding_window == 0) return;
     if (!per_layer) {
-        c.windowed_layers.assign(c.windowed_layers.size(), true);
+        c.windowed_layers.assign(layers, true);
         return;
     }
     if (listed) {
-        const auto types = get<std::vector<std::string>>(j, "layer_types", file);
-        if (int64_t(types.size()) != layers)
-            throw Error(ErrorKind::input, file + ": layer_types has " + std::to_string(types.size()) +
-                                              " entries; num_hidden_layers is " + std::to_string(layers));
-        for (size_t l = 0; l < types.size(); ++l) {
+        const auto types = per_layer_list<std::string>(j, "layer_types", file, c);
+        for (size_t l = 0; l < layers; ++l) {
             if (types[l] != "sliding_attention" && types[l] != "full_attention")
                 throw Error(ErrorKind::input, file + ": layer_types entry \"" + types[l] +
                                                   "\" is not supported (supported: full_attention, sliding_attention)");
@@ -240,11 +244,11 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
         return;
     }
     if (!qwen) {
-        for (size_t l = 0; l < c.windowed_layers.size(); ++l) c.windowed_layers[l] = !c.layer_rotated(l);
+        for (size_t l = 0; l < layers; ++l) c.windowed_layers[l] = !c.layer_rotated(l);
         return;
     }
     const int64_t first = get_or<int64_t>(j, "max_window_layers", 28, file);
-    for (int64_t l = std::max<int64_t>(first, 0); l < layers; ++l) c.windowed_layers[size_t(l)] = true;
+    for (size_t l = size_t(std::max<int64_t>(first, 0)); l < layers; ++l) c.windowed_layers[l] = true;
 }
 
 // transformers' _compute_yarn_parameters: the frequencies' blend (computed at load) and the cos /

@@ -992,6 +992,9 @@ std::string chatml_tools_turn(const std::vector<ChatMessage>& messages, const st
     return out;
 }
 
+// The character a Jinja string literal's backslash escape stands for: \n, \t, \\, \', \"
+char jinja_unescaped(char escaped) { return escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped; }
+
 // The system prompt a ChatML checkpoint's template writes when a conversation opens without one
 // (Qwen2.5's "You are Qwen, ...", Qwen2.5-Math's "Please reason step by step, ...", SmolLM2's "You
 // are a helpful AI assistant named SmolLM, ..."): the text '<|im_start|>system\n...<|im_end|>' of a
@@ -1011,10 +1014,9 @@ std::optional<std::string> chatml_default_system(const std::string& template_tex
                 if (in_literal ? (c == '\'' || c == '"')
                                : (template_text.compare(i, 2, "{{") == 0 || template_text.compare(i, 2, "{%") == 0 ||
                                   template_text.compare(i, 2, "{#") == 0))
-                    break;                                                      // an expression follows, not a default
-                if (in_literal && c == '\\' && i + 1 < template_text.size()) {  // \n, \t, \\, \', \"
-                    const char escaped = template_text[i + 1];
-                    text += escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped;
+                    break;  // an expression follows, not a default
+                if (in_literal && c == '\\' && i + 1 < template_text.size()) {
+                    text += jinja_unescaped(template_text[i + 1]);
                     i += 2;
                 } else {
                     text += c;
@@ -1181,9 +1183,8 @@ std::optional<std::pair<std::string, size_t>> jinja_literal(const std::string& t
     std::string text;
     for (size_t i = quote + 1; i < t.size(); ++i) {
         if (t[i] == t[quote]) return std::pair{text, i};
-        if (t[i] == '\\' && i + 1 < t.size()) {  // \n, \t, \\, \', \"
-            const char escaped = t[++i];
-            text += escaped == 'n' ? '\n' : escaped == 't' ? '\t' : escaped;
+        if (t[i] == '\\' && i + 1 < t.size()) {
+            text += jinja_unescaped(t[++i]);
         } else {
             text += t[i];
         }
@@ -1227,7 +1228,7 @@ std::string render_smollm3(const std::vector<ChatMessage>& messages, bool add_ge
     } else {
         out += "## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: " + date + "\nReasoning Mode: " + mode +
                "\n\n## Custom Instructions\n\n";
-        const auto defaults = smollm3_default_instructions(checkpoint_template);
+        const auto defaults = custom.empty() ? smollm3_default_instructions(checkpoint_template) : std::nullopt;
         if (!custom.empty())
             out += custom + "\n\n";
         else if (!defaults)

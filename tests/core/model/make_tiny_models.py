@@ -4,6 +4,7 @@ computed by transformers, never by Grove.
 
     .venv/bin/python tests/core/model/make_tiny_models.py OUT_DIR
 """
+import copy
 import datetime
 import json
 import os
@@ -67,6 +68,30 @@ CONFIGS = {
                                   pad_token_id=0, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=4,
                                   **COMMON),
 }
+
+
+# What leaving out a mechanism would change: the config edits that turn it off, per checkpoint. The
+# script prints how far transformers' logits then move, which docs/models.md quotes; the tests'
+# tolerance is 1e-4.
+WITHOUT = {
+    "mistral_window": {"the window": {"sliding_window": None}, "linear scaling": {"rope_scaling": None}},
+    "qwen2_window": {"the window": {"layer_types": ["full_attention"] * 2}, "yarn": {"rope_scaling": None}},
+    "smollm3_nope": {"the window": {"layer_types": ["full_attention"] * 2}, "NoPE": {"no_rope_layers": [1, 1]}},
+}
+
+
+def print_sensitivity(name, config, model, ids, mask, positions, logits):
+    for mechanism, edits in WITHOUT.get(name, {}).items():
+        altered = copy.deepcopy(config)
+        for key, value in edits.items():
+            setattr(altered, key, value)
+        with torch.random.fork_rng():  # the other checkpoints' random weights stay as they are
+            other = AutoModelForCausalLM.from_config(altered, attn_implementation="eager").eval()
+        other.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            moved = other(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float() - logits
+        print(f"{name}: without {mechanism}, transformers' logits move by "
+              f"{moved.abs().amax(-1)[mask.bool()].max().item():.2g}")
 
 
 def left_padded_batch():
@@ -311,6 +336,7 @@ def main():
                         position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0)).logits.float()
             out = out[:, ids.shape[1] - 1:-1, :] / temperature
             logprobs = torch.log_softmax(out, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        print_sensitivity(name, config, model, ids, mask, positions, logits)
         save_file({"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits": logits.contiguous(),
                    "greedy": completion.contiguous(), "logprobs": logprobs.contiguous()},
                   os.path.join(folder, "reference.safetensors"))
