@@ -1,8 +1,9 @@
 // The policy: one libtorch implementation of the Llama-family decoder (Llama 2/3 incl. llama3 rope
-// scaling, Qwen2/2.5 with q/k/v biases, Mistral, SmolLM/SmolLM2, TinyLlama), loaded from and saved
-// to a Hugging Face folder. Numerics follow transformers' modeling_llama / modeling_qwen2: RMSNorm in
-// float32, rotary embeddings computed in float32, SwiGLU, grouped-query attention via
-// at::scaled_dot_product_attention.
+// scaling, Qwen2/2.5 with q/k/v biases, Qwen3, Mistral, Phi-3, SmolLM/SmolLM2/SmolLM3, TinyLlama, and
+// Gemma 3's text model with its four norms per layer), loaded from and saved to a Hugging Face
+// folder. Numerics follow transformers' modeling_llama / modeling_qwen2 / modeling_gemma3: RMSNorm in
+// float32, rotary embeddings computed in float32, SwiGLU (GeGLU for Gemma), grouped-query attention
+// via at::scaled_dot_product_attention.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -157,6 +158,7 @@ private:
     struct Layer;
     struct Attention;
     struct CheckpointedLayer;
+    struct RotaryTables;
     Model() = default;
     // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
@@ -164,9 +166,10 @@ private:
     // [B, heads, T, D] each -> [B, T, heads * D], under `visible` (the layer's mask in `attention`)
     at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, const at::Tensor& visible,
                       KVCache* cache, size_t index) const;
-    at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;  // the layer's SwiGLU block
+    at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;         // the layer's gated MLP block
+    at::Tensor norm(const at::Tensor& x, const at::Tensor& weight) const;  // the family's RMS norm
+    RotaryTables rotary_tables(const at::Tensor& position_ids) const;      // position_ids [B, T]
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.
-    std::pair<at::Tensor, at::Tensor> rotary_tables(const at::Tensor& position_ids) const;  // cos, sin [B, 1, T, D]
     at::Tensor decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention, KVCache* cache) const;
     static std::unique_ptr<Model> build(const std::string& folder,
                                         const std::function<at::Tensor(const std::string&, std::vector<int64_t>)>& source,
@@ -178,6 +181,7 @@ private:
     std::optional<at::Tensor> lm_head_;  // absent when tied, or for a sequence classifier
     at::Tensor score_;                   // a sequence classifier's head
     at::Tensor inv_freq_;                // [head_dim / 2], float32
+    at::Tensor local_inv_freq_;          // Gemma 3's sliding layers' (rope_local_base_freq); undefined otherwise
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;

@@ -1,5 +1,6 @@
 // A Hugging Face model folder's config.json as Grove reads it: the architecture (causal LMs and
-// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral, Phi-3 and SmolLM3 families) and its sizes. No libtorch,
+// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral, Phi-3 and SmolLM3 families, and Gemma 3's
+// text model) and its sizes. No libtorch,
 // so hosts can check a folder without loading the model.
 #pragma once
 
@@ -27,7 +28,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3
+    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -49,14 +50,27 @@ struct ModelConfig {
     bool mlp_bias = false;
     bool qk_norm = false;            // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
     bool fused_projections = false;  // Phi-3: q, k, v as one qkv_proj, gate and up as one gate_up_proj
+    // Gemma 3: every RMS norm scales by (1 + weight), in float32 before the cast back; each layer
+    // also norms the attention's and the MLP's outputs (post_attention_layernorm,
+    // post_feedforward_layernorm) and the MLP's input has its own norm (pre_feedforward_layernorm).
+    bool gemma_norms = false;
+    enum class Activation { silu, gelu_tanh } activation = Activation::silu;  // the gated MLP's: SwiGLU or GeGLU
+    double embedding_scale = 1.0;  // token embeddings are multiplied by it (Gemma: sqrt(hidden_size))
+    double attention_scale = 0.0;  // the queries' scale: head_dim^-1/2, Gemma's query_pre_attn_scalar^-1/2
+    // Gemma 3's sliding layers rotate with their own base and no scaling (0: every layer rotates alike)
+    double local_rope_theta = 0.0;
     // Sliding-window attention (0: none): a query sees itself and the sliding_window - 1 tokens
     // before it, in the layers flagged in windowed_layers (every layer for Mistral and Phi-3; Qwen2 /
     // Qwen3 from layer_types or max_window_layers; SmolLM3 from layer_types or its NoPE layers).
     int64_t sliding_window = 0;
-    std::vector<bool> windowed_layers;  // [num_hidden_layers]
+    std::vector<bool> windowed_layers;  // [num_hidden_layers]; Gemma 3: its sliding layers even with no window
     // SmolLM3's NoPE layers: no rotary embedding on their queries and keys (empty: every layer rotates)
     std::vector<bool> nope_layers;
     bool layer_rotated(size_t layer) const { return layer >= nope_layers.size() || !nope_layers[layer]; }
+    // Whether the layer takes the local rotary embedding (Gemma 3: its sliding layers, even without a window)
+    bool layer_rotated_locally(size_t layer) const {
+        return local_rope_theta > 0 && layer < windowed_layers.size() && windowed_layers[layer];
+    }
     bool layer_windowed(size_t layer) const {
         return sliding_window > 0 && layer < windowed_layers.size() && windowed_layers[layer];
     }

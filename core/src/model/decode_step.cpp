@@ -36,11 +36,12 @@ void check(const char* error, const char* kernel) {
 }
 #endif
 
-// h += delta (when defined), then the RMS norm of h.
-at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor& weight, double eps) {
+// h += delta (when defined), then the RMS norm of h (`offset`: Gemma's, by 1 + weight, which the
+// CUDA kernel does not compute).
+at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor& weight, double eps, bool offset) {
 #ifdef GROVE_CUDA_DECODE
     const auto type = delta.defined() ? kernel_dtype({h, delta, weight}) : kernel_dtype({h, weight});
-    if (type && h.is_contiguous() && (!delta.defined() || delta.is_contiguous())) {
+    if (type && !offset && h.is_contiguous() && (!delta.defined() || delta.is_contiguous())) {
         at::Tensor y = at::empty_like(h);
         const int64_t H = h.size(-1);
         check(cuda_kernels::add_rms_norm(*type, h.data_ptr(), delta.defined() ? delta.data_ptr() : nullptr, weight.data_ptr(),
@@ -50,7 +51,7 @@ at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor
     }
 #endif
     if (delta.defined()) h.add_(delta);
-    return rms_norm(h, weight, eps);
+    return rms_norm(h, weight, eps, offset);
 }
 
 // The rotary embedding of q [B, heads * D] (returned as [B, heads, D]) and of k, written with v at
@@ -81,7 +82,7 @@ at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at:
 // One query per head, queries [B, heads, D], on the visible columns of the cache: [B, heads * D].
 // `split`: on CUDA, the columns may be split over several blocks (cuda_kernels::decode_attention).
 at::Tensor decode_attention(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-                            const at::Tensor& visible, bool split) {
+                            const at::Tensor& visible, double scale, bool split) {
     const int64_t B = queries.size(0), heads = queries.size(1), kv_heads = keys.size(1), capacity = keys.size(2),
                   D = keys.size(3);
 #ifdef GROVE_CUDA_DECODE
@@ -94,8 +95,8 @@ at::Tensor decode_attention(const at::Tensor& queries, const at::Tensor& keys, c
         if (workspace_bytes > 0) workspace = at::empty({int64_t(workspace_bytes)}, queries.options().dtype(at::kByte));
         check(cuda_kernels::decode_attention(*type, queries.data_ptr(), keys.data_ptr(), values.data_ptr(),
                                              visible.data_ptr<bool>(), out.data_ptr(), B, heads, kv_heads, D, capacity,
-                                             float(1.0 / std::sqrt(double(D))), split,
-                                             workspace.defined() ? workspace.data_ptr() : nullptr, current_stream()),
+                                             float(scale), split, workspace.defined() ? workspace.data_ptr() : nullptr,
+                                             current_stream()),
               "decode_attention");
         return out;
     }
@@ -103,14 +104,15 @@ at::Tensor decode_attention(const at::Tensor& queries, const at::Tensor& keys, c
     // each KV head's group of query heads as that head's queries: the fused SDPA kernels take no
     // grouped heads under a mask
     return at::scaled_dot_product_attention(queries.reshape({B, kv_heads, heads / kv_heads, D}), keys, values,
-                                            visible.view({B, 1, 1, capacity}))
+                                            visible.view({B, 1, 1, capacity}), 0.0, false, scale)
         .reshape({B, heads * D});
 }
 
-at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
+// act(gate) * up; the CUDA kernel computes silu's
+at::Tensor activation_mul(const at::Tensor& gate, const at::Tensor& up, ModelConfig::Activation activation) {
 #ifdef GROVE_CUDA_DECODE
     const auto type = kernel_dtype({gate, up});
-    if (type && gate.stride(0) == up.stride(0)) {
+    if (type && activation == ModelConfig::Activation::silu && gate.stride(0) == up.stride(0)) {
         const int64_t rows = gate.size(0), I = gate.size(1);
         at::Tensor out = at::empty({rows, I}, gate.options());
         check(cuda_kernels::silu_mul(*type, gate.data_ptr(), up.data_ptr(), gate.stride(0), out.data_ptr(), rows, I,
@@ -119,7 +121,7 @@ at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
         return out;
     }
 #endif
-    return at::silu(gate) * up;
+    return gated_activation(gate, up, activation);
 }
 
 // [B, H] through the linears' concatenated weight (one GEMM) when the layer has it, else each.
@@ -135,14 +137,15 @@ std::vector<at::Tensor> project(const at::Tensor& x, const at::Tensor& weight, c
     return split_columns(at::linear(x, weight, bias), widths);
 }
 
-// Qwen3's q_norm and k_norm on the projections {q, k, v} [B, heads * D]; v is made contiguous too,
-// so that k and v keep one row stride (the rotary kernel takes one for both).
-void normalize_heads(std::vector<at::Tensor>& qkv, const at::Tensor& q_norm, const at::Tensor& k_norm, double eps) {
+// q_norm and k_norm (Qwen3, Gemma 3) on the projections {q, k, v} [B, heads * D]; v is made
+// contiguous too, so that k and v keep one row stride (the rotary kernel takes one for both).
+void normalize_heads(std::vector<at::Tensor>& qkv, const at::Tensor& q_norm, const at::Tensor& k_norm, double eps,
+                     bool offset) {
     const at::Tensor* weights[] = {&q_norm, &k_norm};
     for (size_t i = 0; i < 2; ++i) {
         const int64_t B = qkv[i].size(0), D = weights[i]->size(0);
         at::Tensor heads = qkv[i].contiguous().view({-1, D});
-        qkv[i] = add_rms_norm(heads, at::Tensor(), *weights[i], eps).view({B, -1});
+        qkv[i] = add_rms_norm(heads, at::Tensor(), *weights[i], eps, offset).view({B, -1});
     }
     qkv[2] = qkv[2].contiguous();
 }
@@ -162,30 +165,35 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
     at::Tensor windowed;
     if (c.window_hides_keys(cache.capacity))
         windowed = visible.logical_and(at::arange(cache.capacity, cache.column.options()) > cache.column - c.sliding_window);
-    const auto [cos, sin] = rotary_tables(position.view({B, 1}));
-    const at::Tensor row_cos = cos.view({B, -1}), row_sin = sin.view({B, -1});
-    at::Tensor identity_cos, identity_sin;  // NoPE layers (SmolLM3): a rotation by the identity
-    if (!c.nope_layers.empty()) identity_cos = at::ones_like(row_cos), identity_sin = at::zeros_like(row_sin);
+    const RotaryTables tables = rotary_tables(position.view({B, 1}));
+    const double eps = c.rms_norm_eps;
+    const bool gemma = c.gemma_norms;       // (1 + weight) norms, and the attention's and MLP's outputs normed too
     at::Tensor h = embed(token.view({B}));  // [B, H]
     at::Tensor delta;                       // what the last block adds to h: the next norm adds it
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = *layers_[l];
-        at::Tensor x = add_rms_norm(h, delta, layer.input_norm, c.rms_norm_eps);
+        at::Tensor x = add_rms_norm(h, delta, layer.input_norm, eps, gemma);
         auto qkv =
             layer.fused() ? layer.project_qkv(x) : project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
-        if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, c.rms_norm_eps);
-        const bool rotated = c.layer_rotated(l);
-        const at::Tensor queries =
-            rotary_into_cache(qkv[0], qkv[1], qkv[2], rotated ? row_cos : identity_cos, rotated ? row_sin : identity_sin,
-                              cache.keys[l], cache.values[l], cache.column);
+        if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, eps, gemma);
+        const auto [cos, sin] = tables.layer(l, c);
+        const at::Tensor queries = rotary_into_cache(qkv[0], qkv[1], qkv[2], cos.view({B, -1}), sin.view({B, -1}),
+                                                     cache.keys[l], cache.values[l], cache.column);
         const at::Tensor& layer_visible = c.layer_windowed(l) && windowed.defined() ? windowed : visible;
-        delta = layer.o(decode_attention(queries, cache.keys[l], cache.values[l], layer_visible, cache.split_attention));
-        x = add_rms_norm(h, delta, layer.post_attention_norm, c.rms_norm_eps);
+        delta = layer.o(
+            decode_attention(queries, cache.keys[l], cache.values[l], layer_visible, c.attention_scale, cache.split_attention));
+        if (gemma) {
+            delta = rms_norm(delta, layer.post_attention_norm, eps, true);
+            x = add_rms_norm(h, delta, layer.pre_feedforward_norm, eps, true);
+        } else {
+            x = add_rms_norm(h, delta, layer.post_attention_norm, eps, false);
+        }
         const auto gate_up = layer.fused() ? layer.project_gate_up(x)
                                            : project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});
-        delta = layer.down(silu_mul(gate_up[0], gate_up[1]));
+        delta = layer.down(activation_mul(gate_up[0], gate_up[1], c.activation));
+        if (gemma) delta = rms_norm(delta, layer.post_feedforward_norm, eps, true);
     }
-    return logits(add_rms_norm(h, delta, norm_, c.rms_norm_eps));
+    return logits(add_rms_norm(h, delta, norm_, eps, gemma));
 }
 
 }  // namespace grove

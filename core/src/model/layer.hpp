@@ -12,8 +12,12 @@
 namespace grove {
 
 struct Model::Layer {
+    // Llama's two norms: before the attention and before the MLP. Gemma 3 (ModelConfig::gemma_norms)
+    // has four: post_attention_norm then norms the attention's output, and the MLP's input and output
+    // have their own.
     at::Tensor input_norm, post_attention_norm;
-    at::Tensor q_norm, k_norm;  // [head_dim], Qwen3 only: undefined for the other families
+    at::Tensor pre_feedforward_norm, post_feedforward_norm;  // Gemma 3 only
+    at::Tensor q_norm, k_norm;                               // [head_dim], Qwen3 and Gemma 3 only
     Linear q, k, v, o, gate, up, down;
     // Phi-3's checkpoints hold q, k and v as one qkv_proj and gate and up as one gate_up_proj; its
     // model keeps them so (adapters attach to them under PEFT's names), and q, k, v, gate and up are
@@ -41,13 +45,32 @@ struct Model::Layer {
 // narrower than x (partial_rotary_factor), only x's leading dimensions are rotated.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-// The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it. With
+// `offset` (Gemma's norms, whose weights start at zero), scaled by (1 + weight) in float32 and then
+// cast back, as Gemma3RMSNorm computes it.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset = false);
 
 // The consecutive column blocks of y [..., sum(widths)], as views.
 std::vector<at::Tensor> split_columns(const at::Tensor& y, const std::vector<int64_t>& widths);
 
-// Qwen3's q_norm / k_norm: the RMS norm of each head_dim-wide head of x [..., heads * head_dim].
-at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// q_norm / k_norm (Qwen3, Gemma 3): the RMS norm of each head_dim-wide head of x [..., heads * head_dim].
+at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset = false);
+
+// The gated MLP's middle: act(gate) * up, act silu (SwiGLU) or tanh-approximated gelu (Gemma's GeGLU).
+at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, ModelConfig::Activation activation);
+
+// Each layer's rotary tables: the rotation of the positions (rope_theta and its scaling), Gemma 3's
+// local one for its sliding layers, and the identity for SmolLM3's NoPE layers (cos 1, sin 0 leave q
+// and k exactly as they are). [B, 1, T, D] each, in the model's dtype.
+struct Model::RotaryTables {
+    at::Tensor cos, sin;
+    at::Tensor local_cos, local_sin;        // undefined unless the model has local layers
+    at::Tensor identity_cos, identity_sin;  // undefined unless the model has NoPE layers
+    std::pair<const at::Tensor&, const at::Tensor&> layer(size_t index, const ModelConfig& config) const {
+        if (!config.layer_rotated(index)) return {identity_cos, identity_sin};
+        if (config.layer_rotated_locally(index)) return {local_cos, local_sin};
+        return {cos, sin};
+    }
+};
 
 }  // namespace grove

@@ -126,6 +126,7 @@ const std::map<std::string, std::string> kSupported = {
     {"MistralForCausalLM", "mistral"},
     {"Phi3ForCausalLM", "phi3"},
     {"SmolLM3ForCausalLM", "smollm3"},
+    {"Gemma3ForCausalLM", "gemma3_text"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
@@ -185,6 +186,31 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                           std::to_string(c.head_dim) + " to rotate");
 }
 
+// Gemma 3's text model (Gemma3TextConfig): what differs from Llama's layers, and what Grove does not
+// compute refused by name.
+void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& c) {
+    c.gemma_norms = true;
+    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    c.local_rope_theta = get_or<double>(j, "rope_local_base_freq", 10000.0, file);
+    c.attention_scale = std::pow(get_or<double>(j, "query_pre_attn_scalar", 256.0, file), -0.5);
+    if (!(c.attention_scale > 0 && std::isfinite(c.attention_scale)))
+        throw Error(ErrorKind::input, file + ": query_pre_attn_scalar must be positive");
+    c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+    c.qk_norm = true;  // q_norm / k_norm over each head, before the rotary embedding, as Qwen3
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+        if (j.contains(key) && !j[key].is_null())
+            throw Error(ErrorKind::input, file + ": " + key +
+                                              " is set: Grove does not apply logit soft-capping (Gemma 2's); Gemma 3 "
+                                              "checkpoints have it null");
+    if (get_or<bool>(j, "use_bidirectional_attention", false, file))
+        throw Error(ErrorKind::input, file +
+                                          ": use_bidirectional_attention is true (an embedding model's "
+                                          "attention); Grove trains causal language models: set it to false");
+    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
+        throw Error(ErrorKind::input,
+                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+}
+
 // A list with one entry per layer (no_rope_layers, layer_types), its length checked.
 template <class T>
 std::vector<T> per_layer_list(const json& j, const std::string& key, const std::string& file, const ModelConfig& c) {
@@ -210,6 +236,33 @@ void read_nope_layers(const json& j, const std::string& file, ModelConfig& c) {
     for (size_t l = 0; l < layers; ++l) c.nope_layers[l] = int64_t(l + 1) % interval == 0;
 }
 
+// layer_types' entries: true for "sliding_attention", false for "full_attention"
+std::vector<bool> sliding_layer_types(const json& j, const std::string& file, const ModelConfig& c) {
+    const auto types = per_layer_list<std::string>(j, "layer_types", file, c);
+    std::vector<bool> sliding(types.size());
+    for (size_t l = 0; l < types.size(); ++l) {
+        if (types[l] != "sliding_attention" && types[l] != "full_attention")
+            throw Error(ErrorKind::input, file + ": layer_types entry \"" + types[l] +
+                                              "\" is not supported (supported: full_attention, sliding_attention)");
+        sliding[l] = types[l] == "sliding_attention";
+    }
+    return sliding;
+}
+
+// Gemma 3: the sliding layers (layer_types, else every layer but each sliding_window_pattern-th) take
+// the window (Gemma3TextConfig's default 4096) and the local rotary embedding
+void read_gemma3_layer_types(const json& j, const std::string& file, ModelConfig& c) {
+    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+        c.windowed_layers = sliding_layer_types(j, file, c);
+    } else {
+        const int64_t pattern = get_or<int64_t>(j, "sliding_window_pattern", 6, file);
+        if (pattern <= 0) throw Error(ErrorKind::input, file + ": sliding_window_pattern must be positive");
+        for (size_t l = 0; l < c.windowed_layers.size(); ++l) c.windowed_layers[l] = int64_t(l + 1) % pattern != 0;
+    }
+    c.sliding_window = j.contains("sliding_window") ? get_or<int64_t>(j, "sliding_window", 0, file) : 4096;
+    if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
+}
+
 // Sliding-window attention as transformers applies it: Mistral's and Phi-3's sliding_window on every
 // layer (Mistral without the key: MistralConfig's default, 4096). Qwen2 / Qwen3 only under
 // use_sliding_window; SmolLM3 under it or an explicit layer_types (its config keeps the window
@@ -219,6 +272,10 @@ void read_nope_layers(const json& j, const std::string& file, ModelConfig& c) {
 void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
     const size_t layers = size_t(c.num_hidden_layers);  // positive: the sizes are checked first
     c.windowed_layers.assign(layers, false);
+    if (c.model_type == "gemma3_text") {
+        read_gemma3_layer_types(j, file, c);
+        return;
+    }
     const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
     const bool per_layer = qwen || c.model_type == "smollm3";
     const bool listed = j.contains("layer_types") && !j["layer_types"].is_null();
@@ -234,13 +291,7 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
         return;
     }
     if (listed) {
-        const auto types = per_layer_list<std::string>(j, "layer_types", file, c);
-        for (size_t l = 0; l < layers; ++l) {
-            if (types[l] != "sliding_attention" && types[l] != "full_attention")
-                throw Error(ErrorKind::input, file + ": layer_types entry \"" + types[l] +
-                                                  "\" is not supported (supported: full_attention, sliding_attention)");
-            c.windowed_layers[l] = types[l] == "sliding_attention";
-        }
+        c.windowed_layers = sliding_layer_types(j, file, c);
         return;
     }
     if (!qwen) {
@@ -331,16 +382,18 @@ ModelConfig load_model_config(const std::string& folder) {
     c.num_attention_heads = get<int64_t>(j, "num_attention_heads", file);
     c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, file);
     // Qwen3Config's head_dim defaults to 128 rather than hidden_size / heads
-    const int64_t default_head_dim =
-        c.model_type == "qwen3" ? 128 : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
+    const bool gemma = c.model_type == "gemma3_text";
+    const int64_t default_head_dim = c.model_type == "qwen3" ? 128
+                                     : gemma                 ? 256
+                                                             : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
-    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096, file);
+    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", gemma ? 131072 : 4096, file);
     c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" ? 1e-5 : 1e-6, file);  // config classes' defaults
-    c.rope_theta = get_or<double>(j, "rope_theta", c.model_type == "smollm3" ? 2000000.0 : 10000.0, file);
+    c.rope_theta = get_or<double>(j, "rope_theta", c.model_type == "smollm3" ? 2000000.0 : gemma ? 1000000.0 : 10000.0, file);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
         c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
     // the config classes' defaults: SmolLM3Config leaves it to PretrainedConfig's true
-    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", c.model_type == "smollm3", file);
+    c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", c.model_type == "smollm3" || gemma, file);
     if (c.model_type == "qwen2") {
         c.attention_bias = true;  // Qwen2: q/k/v have biases, o_proj has none
     } else if (c.model_type == "llama" || c.model_type == "smollm3") {
@@ -351,11 +404,17 @@ ModelConfig load_model_config(const std::string& folder) {
         c.qk_norm = true;  // Qwen3: an RMS norm over each head of q and k, before the rotary embedding
     } else if (c.model_type == "phi3") {
         read_phi3_specifics(j, file, c);
+    } else if (gemma) {
+        read_gemma3_specifics(j, file, c);
     }
-    const std::string activation = get_or<std::string>(j, "hidden_act", "silu", file);
-    if (activation != "silu" && activation != "swish")  // transformers' ACT2FN: both are nn.SiLU
-        throw Error(ErrorKind::input, file + ": hidden_act \"" + activation +
-                                          "\" is not supported: Grove's MLP is SwiGLU (silu), as in every family it reads");
+    // Gemma3TextConfig names it hidden_activation (and ignores hidden_act)
+    const std::string activation_key = gemma ? "hidden_activation" : "hidden_act";
+    const std::string activation = get_or<std::string>(j, activation_key, gemma ? "gelu_pytorch_tanh" : "silu", file);
+    if (activation == "gelu_pytorch_tanh")  // ACT2FN: gelu(x, approximate="tanh")
+        c.activation = ModelConfig::Activation::gelu_tanh;
+    else if (activation != "silu" && activation != "swish")  // ACT2FN: both are nn.SiLU
+        throw Error(ErrorKind::input, file + ": " + activation_key + " \"" + activation +
+                                          "\" is not supported (supported: silu, swish, gelu_pytorch_tanh)");
     for (int64_t v : {c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
                       c.num_key_value_heads, c.head_dim})
         if (v <= 0) throw Error(ErrorKind::input, file + ": sizes must be positive");
@@ -364,6 +423,7 @@ ModelConfig load_model_config(const std::string& folder) {
                                           ") must be a multiple of num_key_value_heads (" +
                                           std::to_string(c.num_key_value_heads) + ")");
     if (c.head_dim % 2 != 0) throw Error(ErrorKind::input, file + ": head_dim must be even for rotary embeddings");
+    if (c.attention_scale == 0) c.attention_scale = 1.0 / std::sqrt(double(c.head_dim));  // SDPA's own default
     if (c.model_type == "smollm3") read_nope_layers(j, file, c);
     read_sliding_window(j, file, c);
     if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
@@ -581,9 +641,12 @@ std::unique_ptr<Model> Model::load(const std::string& folder, const std::string&
 std::unique_ptr<Model> Model::initialize(const std::string& folder, uint64_t seed, const std::string& device,
                                          const std::string& dtype) {
     // transformers' LlamaPreTrainedModel._init_weights: N(0, 0.02) weights, zero biases, unit norms
+    // (Gemma's norms scale by 1 + weight: zero)
     at::Generator g = at::detail::createCPUGenerator(seed);
+    const bool gemma_norms = load_model_config(folder).gemma_norms;
     auto random = [&](const std::string& name, std::vector<int64_t> shape) {
-        if (name.find("norm") != std::string::npos) return at::ones(shape, at::kFloat);
+        if (name.find("norm") != std::string::npos)
+            return gemma_norms ? at::zeros(shape, at::kFloat) : at::ones(shape, at::kFloat);
         if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return at::zeros(shape, at::kFloat);
         return at::empty(shape, at::kFloat).normal_(0.0, 0.02, g);
     };
@@ -617,6 +680,10 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         auto layer = std::make_unique<Layer>();
         layer->input_norm = place(weights.take(p + ".input_layernorm.weight", {c.hidden_size}));
         layer->post_attention_norm = place(weights.take(p + ".post_attention_layernorm.weight", {c.hidden_size}));
+        if (c.gemma_norms) {
+            layer->pre_feedforward_norm = place(weights.take(p + ".pre_feedforward_layernorm.weight", {c.hidden_size}));
+            layer->post_feedforward_norm = place(weights.take(p + ".post_feedforward_layernorm.weight", {c.hidden_size}));
+        }
         if (c.qk_norm) {
             layer->q_norm = place(weights.take(p + ".self_attn.q_norm.weight", {c.head_dim}));
             layer->k_norm = place(weights.take(p + ".self_attn.k_norm.weight", {c.head_dim}));
@@ -653,6 +720,10 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
     if (c.rope_scaling.type == "longrope")
         inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) * frequency_powers);
     m->inv_freq_ = inv_freq.to(device);
+    if (c.local_rope_theta > 0)  // Gemma 3's sliding layers: the plain rotation with their own base
+        m->local_inv_freq_ =
+            (1.0 / at::pow(c.local_rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim)))
+                .to(device);
     // cuDNN's attention builds a graph per shape, on the host: decoding grows the key length every
     // step, and that planning took 2.3 ms per call, 60% of a decode step (measured on an H100). The
     // memory-efficient and flash kernels have no such cost.
@@ -749,6 +820,10 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
         auto layer = std::make_unique<Layer>();
         layer->input_norm = cast(from->input_norm);
         layer->post_attention_norm = cast(from->post_attention_norm);
+        if (from->pre_feedforward_norm.defined()) {
+            layer->pre_feedforward_norm = cast(from->pre_feedforward_norm);
+            layer->post_feedforward_norm = cast(from->post_feedforward_norm);
+        }
         if (from->q_norm.defined()) {
             layer->q_norm = cast(from->q_norm);
             layer->k_norm = cast(from->k_norm);
@@ -778,6 +853,7 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     m->norm_ = cast(norm_);
     if (lm_head_) m->lm_head_ = lm_head_float32_ ? lm_head_->detach().clone() : cast(*lm_head_);
     m->inv_freq_ = inv_freq_;
+    m->local_inv_freq_ = local_inv_freq_;
     return m;
 }
 
@@ -828,7 +904,14 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
     return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset) {
+    if (offset) {
+        const at::Tensor scale = weight.to(at::kFloat) + 1.0;
+        // in float32 the product below is the same one, so the decode kernel may compute it
+        if (x.scalar_type() == at::kFloat) return rms_norm(x, scale, eps);
+        at::Tensor h = x.to(at::kFloat);
+        return (h * at::rsqrt(h.pow(2).mean(-1, true) + eps) * scale).to(x.scalar_type());
+    }
     if (decode_kernels_apply(x) && x.is_contiguous() && weight.scalar_type() == at::kFloat && weight.is_contiguous()) {
         const int64_t H = x.size(-1);
         at::Tensor y = at::empty_like(x);
@@ -840,8 +923,17 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return weight * h.to(x.scalar_type());
 }
 
-at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-    return rms_norm(x.unflatten(-1, {-1, weight.size(0)}), weight, eps).flatten(-2);
+at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset) {
+    return rms_norm(x.unflatten(-1, {-1, weight.size(0)}), weight, eps, offset).flatten(-2);
+}
+
+at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, ModelConfig::Activation activation) {
+    if (activation == ModelConfig::Activation::gelu_tanh) return at::gelu(gate, "tanh") * up;
+    return at::silu(gate) * up;
+}
+
+at::Tensor Model::norm(const at::Tensor& x, const at::Tensor& weight) const {
+    return rms_norm(x, weight, config_.rms_norm_eps, config_.gemma_norms);
 }
 
 // How the positions of one forward pass see each other.
@@ -864,12 +956,12 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     const Layer& layer = *layers_[index];
     const int64_t B = h_in.size(0), T = h_in.size(1), S = (cache ? cache->length : 0) + T;
     at::Tensor h = h_in;
-    at::Tensor x = rms_norm(h, layer.input_norm, c.rms_norm_eps);
+    at::Tensor x = norm(h, layer.input_norm);
     auto qkv = layer.project_qkv(x);  // [B, T, heads * head_dim] each
     at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
     if (layer.q_norm.defined()) {
-        q = head_rms_norm(q, layer.q_norm, c.rms_norm_eps);
-        k = head_rms_norm(k, layer.k_norm, c.rms_norm_eps);
+        q = head_rms_norm(q, layer.q_norm, c.rms_norm_eps, c.gemma_norms);
+        k = head_rms_norm(k, layer.k_norm, c.rms_norm_eps, c.gemma_norms);
     }
     // the decode kernels: rotary in place on the fresh projections, and (one new position with a
     // cache) the attention on the cache
@@ -892,8 +984,7 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
                                   cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(), cache->capacity,
                                   visible.data_ptr<bool>(), attn.data_ptr<float>(), B, c.num_attention_heads,
-                                  c.num_key_value_heads, S, c.head_dim, float(1.0 / std::sqrt(double(c.head_dim))),
-                                  at::get_num_threads());
+                                  c.num_key_value_heads, S, c.head_dim, float(c.attention_scale), at::get_num_threads());
     } else {
         q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
         k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);
@@ -904,8 +995,12 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         }
         attn = attend(q, k, v, attention, visible, cache, index);
     }
-    h = h + layer.o(attn);
-    return h + mlp(layer, rms_norm(h, layer.post_attention_norm, c.rms_norm_eps));
+    if (!c.gemma_norms) {
+        h = h + layer.o(attn);
+        return h + mlp(layer, norm(h, layer.post_attention_norm));
+    }
+    h = h + norm(layer.o(attn), layer.post_attention_norm);
+    return h + norm(mlp(layer, norm(h, layer.pre_feedforward_norm)), layer.post_feedforward_norm);
 }
 
 // ATen's attention for layer_forward: packed rows (causal, or under the window's band), or a padded
@@ -935,7 +1030,7 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
         }
         at::Tensor rows =
             at::scaled_dot_product_attention(to_rows(q), keys, values, band ? std::optional<at::Tensor>(visible) : std::nullopt,
-                                             0.0, !band, std::nullopt, gqa && !band);
+                                             0.0, !band, c.attention_scale, gqa && !band);
         attn = rows.transpose(1, 2)
                    .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
                    .index_select(0, attention.slots)
@@ -953,10 +1048,11 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
             // fused kernels, which take no grouped heads with a mask (ATen's math path would: 0.5 ms
             // of host time per call on an H100).
             const int64_t group = c.num_attention_heads / c.num_key_value_heads;
-            attn = at::scaled_dot_product_attention(q.reshape({B, c.num_key_value_heads, group, c.head_dim}), k, v, visible)
+            attn = at::scaled_dot_product_attention(q.reshape({B, c.num_key_value_heads, group, c.head_dim}), k, v, visible,
+                                                    0.0, false, c.attention_scale)
                        .reshape({B, 1, c.num_attention_heads * c.head_dim});
         } else {
-            attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, std::nullopt, gqa)
+            attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, c.attention_scale, gqa)
                        .transpose(1, 2)
                        .reshape({B, T, c.num_attention_heads * c.head_dim});
         }
@@ -964,15 +1060,16 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
     return attn;
 }
 
-// SwiGLU: down(silu(gate(x)) * up(x))
+// SwiGLU: down(silu(gate(x)) * up(x)); Gemma's GeGLU with gelu
 at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
     const auto gate_up = layer.project_gate_up(x);
     const at::Tensor &gate = gate_up[0], &up = gate_up[1];
-    if (decode_kernels_apply(gate) && gate.is_contiguous() && up.is_contiguous()) {
+    if (config_.activation == ModelConfig::Activation::silu && decode_kernels_apply(gate) && gate.is_contiguous() &&
+        up.is_contiguous()) {
         kernels::silu_mul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.data_ptr<float>(), gate.numel());  // in place
         return layer.down(gate);
     }
-    return layer.down(at::silu(gate) * up);
+    return layer.down(gated_activation(gate, up, config_.activation));
 }
 
 // Reentrant checkpointing as torch.utils.checkpoint(use_reentrant=True): the forward keeps only the
@@ -1027,35 +1124,41 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
     }
 };
 
-std::pair<at::Tensor, at::Tensor> Model::rotary_tables(const at::Tensor& position_ids) const {
-    // in float32, cast like transformers does
-    at::Tensor freqs = position_ids.to(device()).to(at::kFloat).unsqueeze(-1) * inv_freq_.view({1, 1, -1});
+namespace {
+// cos and sin [B, 1, T, D] of the positions [B, T] under inverse frequencies, in float32 (cast like
+// transformers does), scaled by `scale` (longrope's, yarn's attention factor)
+std::pair<at::Tensor, at::Tensor> rotation(const at::Tensor& positions, const at::Tensor& inv_freq, double scale,
+                                           at::ScalarType dtype) {
+    at::Tensor freqs = positions.to(inv_freq.device()).to(at::kFloat).unsqueeze(-1) * inv_freq.view({1, 1, -1});
     at::Tensor emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos(), sin = emb.sin();
-    if (const double scale = config_.rope_scaling.attention_factor; scale != 1.0) {  // longrope's, yarn's
+    if (scale != 1.0) {
         cos = cos * scale;
         sin = sin * scale;
     }
-    return {cos.to(dtype()).unsqueeze(1), sin.to(dtype()).unsqueeze(1)};
+    return {cos.to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1)};
+}
+}  // namespace
+
+Model::RotaryTables Model::rotary_tables(const at::Tensor& position_ids) const {
+    RotaryTables t;
+    std::tie(t.cos, t.sin) = rotation(position_ids, inv_freq_, config_.rope_scaling.attention_factor, dtype());
+    if (local_inv_freq_.defined()) std::tie(t.local_cos, t.local_sin) = rotation(position_ids, local_inv_freq_, 1.0, dtype());
+    if (!config_.nope_layers.empty()) t.identity_cos = at::ones_like(t.cos), t.identity_sin = at::zeros_like(t.sin);
+    return t;
 }
 
 at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, const Attention& attention,
                                 KVCache* cache) const {
-    const auto [cos, sin] = rotary_tables(position_ids);
-    // NoPE layers (SmolLM3) rotate by the identity: cos 1, sin 0 leave q and k exactly as they are
-    at::Tensor identity_cos, identity_sin;
-    if (!config_.nope_layers.empty()) identity_cos = at::ones_like(cos), identity_sin = at::zeros_like(sin);
-
+    const RotaryTables tables = rotary_tables(position_ids);
     bool checkpoint = gradient_checkpointing_ && !cache && at::GradMode::is_enabled();
     if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
     for (size_t l = 0; l < layers_.size(); ++l) {
-        const bool rotated = config_.layer_rotated(l);
-        const at::Tensor& layer_cos = rotated ? cos : identity_cos;
-        const at::Tensor& layer_sin = rotated ? sin : identity_sin;
+        const auto [layer_cos, layer_sin] = tables.layer(l, config_);
         h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), layer_cos, layer_sin, &attention)
                        : layer_forward(l, h, layer_cos, layer_sin, attention, cache);
     }
-    return rms_norm(h, norm_, config_.rms_norm_eps);
+    return norm(h, norm_);
 }
 
 at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& attention_mask, const at::Tensor& position_ids,
@@ -1123,6 +1226,8 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
 
 at::Tensor Model::embed(const at::Tensor& ids) const {
     at::Tensor h = at::embedding(embed_tokens_, ids);
+    if (config_.embedding_scale != 1.0)  // Gemma: a float32 scalar cast to the embedding's dtype, as transformers has it
+        h = h * at::scalar_tensor(double(float(config_.embedding_scale)), at::kFloat).to(h.scalar_type());
     return h.scalar_type() == dtype() ? h : h.to(dtype());
 }
 
@@ -1155,10 +1260,13 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
             out.emplace_back(p + ".self_attn.k_norm.weight", l.k_norm);
         }
         out.emplace_back(p + ".post_attention_layernorm.weight", l.post_attention_norm);
+        if (l.pre_feedforward_norm.defined()) out.emplace_back(p + ".pre_feedforward_layernorm.weight", l.pre_feedforward_norm);
         for (const Linear* lin : layers_[i]->mlp_linears()) {
             out.emplace_back(lin->name + ".weight", lin->weight);
             if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);
         }
+        if (l.post_feedforward_norm.defined())
+            out.emplace_back(p + ".post_feedforward_layernorm.weight", l.post_feedforward_norm);
     }
     out.emplace_back("model.norm.weight", norm_);
     if (lm_head_) out.emplace_back("lm_head.weight", *lm_head_);

@@ -15,8 +15,8 @@ import trl
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
-from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig,
-                          MistralConfig, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3TextConfig,
+                          LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -67,6 +67,15 @@ CONFIGS = {
     "smollm3_nope": SmolLM3Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                                   pad_token_id=0, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=4,
                                   **COMMON),
+    # Gemma 3's text model: (1 + w) norms, four per layer, q/k norms, GeGLU, embeddings scaled by
+    # sqrt(hidden_size), one KV head (as gemma-3-1b), head_dim 24 and queries scaled by
+    # query_pre_attn_scalar 20 (neither hidden_size / heads); layer 0 slides (window 4) and rotates
+    # with the local base, layer 1 sees everything and rotates with rope_theta under linear scaling
+    # (as gemma-3-4b's global layers)
+    "gemma3_window": Gemma3TextConfig(num_attention_heads=4, num_key_value_heads=1, head_dim=24, query_pre_attn_scalar=20,
+                                      tie_word_embeddings=True, pad_token_id=0, sliding_window=4, sliding_window_pattern=2,
+                                      rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                      rope_scaling={"rope_type": "linear", "factor": 8.0}, **COMMON),
 }
 
 
@@ -77,6 +86,8 @@ WITHOUT = {
     "mistral_window": {"the window": {"sliding_window": None}, "linear scaling": {"rope_scaling": None}},
     "qwen2_window": {"the window": {"layer_types": ["full_attention"] * 2}, "yarn": {"rope_scaling": None}},
     "smollm3_nope": {"the window": {"layer_types": ["full_attention"] * 2}, "NoPE": {"no_rope_layers": [1, 1]}},
+    "gemma3_window": {"the window": {"sliding_window": 256}, "the local rotary base": {"rope_local_base_freq": 1000000.0},
+                      "linear scaling": {"rope_scaling": {"rope_type": "default"}}},
 }
 
 

@@ -30,8 +30,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa",     "llama3_rope",  "qwen2_tied",     "qwen3_qknorm", "mistral_mha",
-                              "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window", "smollm3_nope"};
+const char* const kNames[] = {"llama_gqa",    "llama3_rope",    "qwen2_tied",   "qwen3_qknorm", "mistral_mha",  "phi3_longrope",
+                              "phi3_partial", "mistral_window", "qwen2_window", "smollm3_nope", "gemma3_window"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -269,7 +269,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
     for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window",
-                                   "qwen2_window", "smollm3_nope"}) {
+                                   "qwen2_window", "smollm3_nope", "gemma3_window"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
@@ -631,6 +631,39 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
     EXPECT_EQ(config_with("smollm3_nope", {{"sliding_window", "<absent>"}}).sliding_window, 0);  // SmolLM3Config: None
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("smollm3_nope", {{"no_rope_layers", {1, 0, 1}}}); }),
                     "no_rope_layers has 3 entries; num_hidden_layers is 2");
+    // Gemma 3: without layer_types, every sliding_window_pattern-th layer is global (6 by default);
+    // the sliding layers rotate with the local base even without a window; Gemma3TextConfig's defaults
+    auto gemma = config_with("gemma3_window", {{"layer_types", nullptr}});
+    EXPECT_EQ(gemma.windowed_layers, (Layers{true, false}));  // sliding_window_pattern 2
+    gemma = config_with("gemma3_window", {{"layer_types", nullptr}, {"sliding_window_pattern", "<absent>"}});
+    EXPECT_EQ(gemma.windowed_layers, (Layers{true, true}));
+    gemma = config_with("gemma3_window", {{"sliding_window", nullptr}});
+    EXPECT_EQ(gemma.sliding_window, 0);
+    EXPECT_FALSE(gemma.layer_windowed(0));
+    EXPECT_TRUE(gemma.layer_rotated_locally(0));
+    EXPECT_FALSE(gemma.layer_rotated_locally(1));
+    gemma = config_with("gemma3_window", {{"sliding_window", "<absent>"},
+                                          {"query_pre_attn_scalar", "<absent>"},
+                                          {"rope_local_base_freq", "<absent>"},
+                                          {"rope_theta", "<absent>"},
+                                          {"head_dim", "<absent>"},
+                                          {"hidden_activation", "<absent>"},
+                                          {"tie_word_embeddings", "<absent>"}});
+    EXPECT_EQ(gemma.sliding_window, 4096);
+    EXPECT_DOUBLE_EQ(gemma.attention_scale, 1.0 / 16);  // query_pre_attn_scalar 256
+    EXPECT_EQ(gemma.local_rope_theta, 10000.0);
+    EXPECT_EQ(gemma.rope_theta, 1000000.0);
+    EXPECT_EQ(gemma.head_dim, 256);
+    EXPECT_TRUE(gemma.activation == grove::ModelConfig::Activation::gelu_tanh);
+    EXPECT_TRUE(gemma.tie_word_embeddings);
+    EXPECT_DOUBLE_EQ(gemma.embedding_scale, 8.0);  // sqrt(hidden_size 64)
+    EXPECT_TRUE(gemma.gemma_norms && gemma.qk_norm);
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"final_logit_softcapping", 30.0}}); }),
+                    "final_logit_softcapping is set: Grove does not apply logit soft-capping");
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"hidden_activation", "gelu"}}); }),
+                    "hidden_activation \"gelu\" is not supported (supported: silu, swish, gelu_pytorch_tanh)");
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"use_bidirectional_attention", true}}); }),
+                    "use_bidirectional_attention is true");
     // yarn: cos and sin scaled by 0.1 ln(factor) + 1, or DeepSeek's mscale ratio, or as given; the
     // original length falls back to max_position_embeddings; beta_fast / beta_slow of 0 are the defaults
     auto yarn = config_with("qwen2_window", nlohmann::json::object()).rope_scaling;
