@@ -152,7 +152,9 @@ const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p
 struct PreTokenizerStep {
     enum Kind { split, byte_level, digits, metaspace } kind = split;
     std::shared_ptr<Regex> regex;  // split; byte_level with use_regex
-    bool isolated = true;          // split behaviour: Isolated (keep matches and gaps) or Removed (gaps only)
+    // split: what becomes of the delimiters (the matches, or with `invert` the text between them):
+    // kept as pieces, removed, or joined to the piece before or after them
+    enum class Behavior { isolated, removed, merged_with_previous, merged_with_next } behavior = Behavior::isolated;
     bool invert = false;
     bool add_prefix_space = false;
     bool individual_digits = false;
@@ -282,16 +284,46 @@ std::vector<std::string> apply_split(const PreTokenizerStep& step, const std::ve
             if (!current.empty()) out.push_back(current);
             continue;
         }
-        auto matches = step.regex->matches(piece);
+        // the piece as consecutive segments [begin, end), each a delimiter or not (as tokenizers' split)
+        struct Segment {
+            size_t begin, end;
+            bool delimiter;
+        };
+        std::vector<Segment> segments;
         size_t last = 0;
-        for (auto [b, e] : matches) {
-            bool keep_gap = !step.invert || step.isolated;
-            if (b > last && keep_gap) out.emplace_back(piece.substr(last, b - last));
-            if (!step.invert && step.isolated) out.emplace_back(piece.substr(b, e - b));
-            if (step.invert) out.emplace_back(piece.substr(b, e - b));
+        for (auto [b, e] : step.regex->matches(piece)) {
+            if (b > last) segments.push_back({last, b, step.invert});
+            segments.push_back({b, e, !step.invert});
             last = e;
         }
-        if (last < piece.size()) out.emplace_back(piece.substr(last));
+        if (last < piece.size()) segments.push_back({last, piece.size(), step.invert});
+        using Behavior = PreTokenizerStep::Behavior;
+        if (step.behavior == Behavior::merged_with_next) std::reverse(segments.begin(), segments.end());
+        std::vector<Segment> kept;
+        bool previous_delimiter = false;
+        for (const Segment& s : segments) {
+            const bool merge = s.delimiter && !previous_delimiter && !kept.empty();
+            previous_delimiter = s.delimiter;
+            if (step.behavior == Behavior::removed && s.delimiter) continue;
+            if (merge && step.behavior == Behavior::merged_with_previous)
+                kept.back().end = s.end;
+            else if (merge && step.behavior == Behavior::merged_with_next)
+                kept.back().begin = s.begin;
+            else
+                kept.push_back(s);
+        }
+        if (step.behavior == Behavior::merged_with_next) std::reverse(kept.begin(), kept.end());
+        for (const Segment& s : kept) out.emplace_back(piece.substr(s.begin, s.end - s.begin));
+    }
+    return out;
+}
+
+// A pattern that matches `text` literally (tokenizers' Split with a String pattern)
+std::string literal_pattern(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if ((unsigned char)c < 0x80 && !std::isalnum((unsigned char)c)) out += '\\';
+        out += c;
     }
     return out;
 }
@@ -555,14 +587,21 @@ private:
             const json& pattern = p.at("pattern");
             if (pattern.contains("Regex"))
                 s.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(), file);
+            else if (pattern.contains("String"))  // Gemma's: the literal " "
+                s.regex = std::make_shared<Regex>(literal_pattern(pattern["String"].get<std::string>()), file);
             else
-                throw bad_tokenizer(file, "Split pre-tokenizer with a String pattern is not supported");
-            std::string behavior = p.value("behavior", "Isolated");
-            if (behavior == "Removed")
-                s.isolated = false;
-            else if (behavior != "Isolated")
-                throw bad_tokenizer(file,
-                                    "Split behavior \"" + behavior + "\" is not supported (supported: Isolated, Removed)");
+                throw bad_tokenizer(file, "Split pre-tokenizer pattern " + pattern.dump() + " is neither Regex nor String");
+            using Behavior = PreTokenizerStep::Behavior;
+            const std::map<std::string, Behavior> behaviors = {{"Isolated", Behavior::isolated},
+                                                               {"Removed", Behavior::removed},
+                                                               {"MergedWithPrevious", Behavior::merged_with_previous},
+                                                               {"MergedWithNext", Behavior::merged_with_next}};
+            const std::string behavior = p.value("behavior", "Isolated");
+            if (!behaviors.count(behavior))
+                throw bad_tokenizer(file, "Split behavior \"" + behavior +
+                                              "\" is not supported (supported: Isolated, Removed, MergedWithPrevious, "
+                                              "MergedWithNext)");
+            s.behavior = behaviors.at(behavior);
             s.invert = p.value("invert", false);
             steps_.push_back(s);
         } else if (type == "ByteLevel") {

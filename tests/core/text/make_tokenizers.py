@@ -318,6 +318,31 @@ def sentencepiece_json():
         write_cases(Tokenizer.from_file(os.path.join(folder, "tokenizer.json")), folder, CORPUS + SP_SPECIAL_TEXTS)
 
 
+def gemma_json():
+    """tokenizer.json as transformers converts Gemma's sentencepiece model (GemmaTokenizerFast): spaces
+    replaced by "▁" in a normalizer, no prefix, a Split pre-tokenizer, byte fallback, <pad> <eos>
+    <bos> <unk> as ids 0-3 and the turn markers special; references from the `tokenizers` library."""
+    from transformers import GemmaTokenizerFast
+    folder = os.path.join(OUT, "sp_json_gemma")
+    os.makedirs(folder, exist_ok=True)
+    corpus = os.path.join(folder, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("\n".join(CORPUS * 5) + "\n")
+    subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={folder}/tokenizer", "--vocab_size=600",
+                    "--model_type=bpe", "--byte_fallback=true", "--character_coverage=0.98", "--minloglevel=2",
+                    "--split_digits=true", "--add_dummy_prefix=false", "--allow_whitespace_only_pieces=true",
+                    "--pad_id=0", "--eos_id=1", "--bos_id=2", "--unk_id=3", "--pad_piece=<pad>", "--eos_piece=<eos>",
+                    "--bos_piece=<bos>"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fast = GemmaTokenizerFast(vocab_file=os.path.join(folder, "tokenizer.model"), from_slow=True)
+    fast.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    fast.save_pretrained(folder)
+    for leftover in ("tokenizer.model", "tokenizer.vocab", "corpus.txt"):  # Grove must read the tokenizer.json
+        os.remove(os.path.join(folder, leftover))
+    write_cases(Tokenizer.from_file(os.path.join(folder, "tokenizer.json")), folder,
+                CORPUS + SP_SPECIAL_TEXTS + ["<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"])
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     byte_level("gpt2_style", pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), string_merges=True)
@@ -330,9 +355,15 @@ def main():
     byte_level("smollm2_style", pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]))
+    # Split on literal strings, the delimiters joined to the piece before (",") or after (" ")
+    byte_level("split_string_style", pre_tokenizers.Sequence([
+        pre_tokenizers.Split(",", behavior="merged_with_previous"),
+        pre_tokenizers.Split(" ", behavior="merged_with_next"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
     chat_templates(llama3)
     sentencepiece_model()
     sentencepiece_json()
+    gemma_json()
     print(f"tokenizers written to {OUT}")
 
 

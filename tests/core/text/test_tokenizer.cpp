@@ -43,15 +43,16 @@ void expect_matches_tokenizers_library(const std::string& family) {
 }  // namespace
 
 TEST(Tokenizer, ByteLevelBpeMatchesTokenizersLibrary) {
-    for (const char* family : {"gpt2_style", "llama3_style", "qwen2_style", "smollm2_style"})
+    for (const char* family : {"gpt2_style", "llama3_style", "qwen2_style", "smollm2_style", "split_string_style"})
         expect_matches_tokenizers_library(family);
 }
 
-// tokenizer.json as Llama 2, Mistral and TinyLlama checkpoints ship it (transformers' conversion of
-// their sentencepiece model): legacy normalizers, and Metaspace prepending to the first text or never,
-// each with added chat markers, byte fallback and its decoders.
+// tokenizer.json as Llama 2, Mistral, TinyLlama and Gemma checkpoints ship it (transformers'
+// conversion of their sentencepiece model): legacy normalizers, Metaspace prepending to the first
+// text or never, Gemma's Replace normalizer with a Split pre-tokenizer and no prefix, each with added
+// chat markers, byte fallback and its decoders.
 TEST(Tokenizer, SentencepieceStyleTokenizerJsonMatchesTokenizersLibrary) {
-    for (const char* family : {"sp_json_legacy", "sp_json_metaspace_first", "sp_json_metaspace_never"})
+    for (const char* family : {"sp_json_legacy", "sp_json_metaspace_first", "sp_json_metaspace_never", "sp_json_gemma"})
         expect_matches_tokenizers_library(family);
 }
 
