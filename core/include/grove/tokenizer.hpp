@@ -90,7 +90,8 @@ enum class ChatTemplate {
     phi4,
     phi4_mini,
     smollm3,
-    smollm3_thinking_off
+    smollm3_thinking_off,
+    gemma
 };
 
 struct ChatMessage {
@@ -100,7 +101,7 @@ struct ChatMessage {
 
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's
 // enable_thinking switch or without, SmolLM3's metadata system turn, Llama 3 header ids, [INST],
-// Phi's <|user|> turns and <|im_sep|>); "none"/"plain" joins contents.
+// Phi's <|user|> turns and <|im_sep|>, Gemma's <start_of_turn>); "none"/"plain" joins contents.
 // Unknown names are refused with the list. `enable_thinking` false picks qwen3_thinking_off or
 // smollm3_thinking_off, and is refused for a family that has no such switch.
 ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config, bool enable_thinking = true);

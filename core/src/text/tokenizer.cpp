@@ -1215,6 +1215,38 @@ std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_gener
     return out + (add_generation_prompt ? "<|assistant|>\n" : eos);
 }
 
+// Gemma 2 / 3 Instruct: "<start_of_turn>" + role ("model" for the assistant) + "\n" + the trimmed
+// content + "<end_of_turn>\n". Gemma 3's template writes a leading system message, untrimmed, and a
+// blank line before the first turn's content; Gemma 2's refuses one. Both require user turns at even
+// positions and anything else at odd ones (other roles rendered under their own name), and raise
+// otherwise; Grove raises there too, with the template's words.
+std::string render_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos,
+                         const std::string& checkpoint_template) {
+    size_t first = 0;
+    std::string first_turn_prefix;
+    if (!messages.empty() && messages[0].role == "system") {
+        if (contains(checkpoint_template, "System role not supported"))
+            throw Error(ErrorKind::input,
+                        "gemma chat template: this checkpoint's template (Gemma 2's) raises \"System role "
+                        "not supported\"; put the instructions in the first user message");
+        first_turn_prefix = messages[0].content + "\n\n";
+        first = 1;
+    }
+    std::string out = bos;
+    for (size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if ((m.role == "user") != ((i - first) % 2 == 0))
+            throw Error(ErrorKind::input,
+                        "gemma chat template: conversation roles must alternate "
+                        "user/assistant/user/assistant/... (the template raises this; message " +
+                            std::to_string(i + 1) + " is \"" + m.role + "\")");
+        out += "<start_of_turn>" + (m.role == "assistant" ? std::string("model") : m.role) + "\n" +
+               (i == first ? first_turn_prefix : "") + trim(m.content) + "<end_of_turn>\n";
+    }
+    if (add_generation_prompt) out += "<start_of_turn>model\n";
+    return out;
+}
+
 // The Jinja string literal opening at t[quote] (' or "), its escapes undone, and the offset of its
 // closing quote.
 std::optional<std::pair<std::string, size_t>> jinja_literal(const std::string& t, size_t quote) {
@@ -1311,6 +1343,7 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", Chat
                                                                  {"phi4", ChatTemplate::phi4},
                                                                  {"phi4_mini", ChatTemplate::phi4_mini},
                                                                  {"smollm3", ChatTemplate::smollm3},
+                                                                 {"gemma", ChatTemplate::gemma},
                                                                  {"plain", ChatTemplate::plain}};
 
 std::string family_name(ChatTemplate family) {
@@ -1335,6 +1368,7 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
         }
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
+        if (contains(t, "<start_of_turn>")) return ChatTemplate::gemma;
         // Phi-3 / 3.5: "<|assistant|>\n" (the newline literal or escaped); Phi-4-mini: "<|" + role + "|>";
         // other <|end|> templates (Phi-3-medium's) render otherwise
         if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) {
@@ -1452,6 +1486,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
         }
         case ChatTemplate::phi3:
             return render_phi3(messages, add_generation_prompt, eos, config.chat_template);
+        case ChatTemplate::gemma:
+            return render_gemma(messages, add_generation_prompt, bos, config.chat_template);
         case ChatTemplate::plain:
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";

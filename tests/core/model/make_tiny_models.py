@@ -75,7 +75,8 @@ CONFIGS = {
     "gemma3_window": Gemma3TextConfig(num_attention_heads=4, num_key_value_heads=1, head_dim=24, query_pre_attn_scalar=20,
                                       tie_word_embeddings=True, pad_token_id=0, sliding_window=4, sliding_window_pattern=2,
                                       rope_theta=1000000.0, rope_local_base_freq=10000.0,
-                                      rope_scaling={"rope_type": "linear", "factor": 8.0}, **COMMON),
+                                      rope_scaling={"rope_type": "linear", "factor": 8.0},
+                                      **{**COMMON, "bos_token_id": 2, "eos_token_id": 1}),  # Gemma's ids
 }
 
 
@@ -197,6 +198,31 @@ def save_smollm3_tokenizer(folder):
     save_tokenizer(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text", "smollm3.jinja")) as f:
+        tokenizer.chat_template = f.read()
+    tokenizer.save_pretrained(folder)
+
+
+def save_gemma_tokenizer(folder):
+    """Gemma's tokenizer, sized to the tiny vocabulary: a sentencepiece BPE model (byte fallback, no
+    dummy prefix, <pad> <eos> <bos> <unk> as ids 0-3) converted by transformers (GemmaTokenizerFast),
+    the turn markers added as special tokens, and Gemma 3's template as TRL ships it."""
+    import subprocess
+    import tempfile
+    from transformers import GemmaTokenizerFast
+    markers = ["<start_of_turn>", "<end_of_turn>"]
+    with tempfile.TemporaryDirectory() as work:
+        corpus = os.path.join(work, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("What is 2 + 2? The answer is 4.\nHello world, hello there. user model\n" * 50)
+        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
+                        f"--vocab_size={COMMON['vocab_size'] - len(markers)}", "--model_type=bpe", "--byte_fallback=true",
+                        "--add_dummy_prefix=false", "--split_digits=true", "--pad_id=0", "--eos_id=1", "--bos_id=2",
+                        "--unk_id=3", "--pad_piece=<pad>", "--eos_piece=<eos>", "--bos_piece=<bos>", "--minloglevel=2"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tokenizer = GemmaTokenizerFast(vocab_file=os.path.join(work, "tokenizer.model"), from_slow=True)
+    tokenizer.add_special_tokens({"additional_special_tokens": markers})
+    assert len(tokenizer) == COMMON["vocab_size"], len(tokenizer)
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "gemma3.jinja")) as f:
         tokenizer.chat_template = f.read()
     tokenizer.save_pretrained(folder)
 
@@ -363,6 +389,9 @@ def main():
             extra = chat_reference(folder, model, {"chat": {}, "chat_no_thinking": {"enable_thinking": False}})
             assert datetime.datetime.now().strftime("%d %B %Y") == date, "rendered at midnight: run again"
             extra["date"] = date
+        if name == "gemma3_window":  # a Gemma 3 checkpoint's folder: its tokenizer.json and template
+            save_gemma_tokenizer(folder)
+            extra = chat_reference(folder, model, {"chat": {}})
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)

@@ -114,6 +114,21 @@ SMOLLM3_TURNS = [
 ]
 SMOLLM3_FINE_TUNED = SMOLLM3.replace("named SmolLM, trained by Hugging Face. Your role", "named Ada, trained by us. Your role")
 assert SMOLLM3_FINE_TUNED != SMOLLM3
+# Gemma 3's Instruct template and the older Gemma one (Gemma 2's: no system role) as TRL ships them;
+# conversations their alternation rule refuses included
+GEMMA = {}
+for name, file in [("gemma3", "gemma3.jinja"), ("gemma2", "gemma.jinja")]:
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", file)) as f:
+        GEMMA[name] = f.read()
+GEMMA_TURNS = [
+    ([{"role": "system", "content": " Be brief.\n"}, {"role": "user", "content": "  Hi \n"},
+      {"role": "assistant", "content": "Hello "}, {"role": "user", "content": "2+2?"}], True),
+    ([{"role": "user", "content": "Add 2 and 2."}, {"role": "tool", "content": "4"}], True),
+    ([{"role": "user", "content": "Hi"}, {"role": "user", "content": "again"}], True),
+    ([{"role": "system", "content": "S"}, {"role": "assistant", "content": "first"}], True),
+    ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "system", "content": "late"}],
+     True),
+]
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
@@ -262,9 +277,19 @@ def chat_templates(folder):
                                             add_generation_prompt=add_generation_prompt)
             out.append({"family": "chatml", "checkpoint_template": name, "messages": messages,
                         "add_generation_prompt": add_generation_prompt, "text": text})
+    for name, template in GEMMA.items():
+        for messages, add_generation_prompt in CONVERSATIONS + GEMMA_TURNS:
+            case = {"family": "gemma", "checkpoint_template": name, "messages": messages,
+                    "add_generation_prompt": add_generation_prompt}
+            try:
+                case["text"] = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                        add_generation_prompt=add_generation_prompt)
+            except Exception as e:  # the template's raise_exception: Grove must refuse the conversation too
+                case["error"] = str(e)
+            out.append(case)
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
                  **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3,
-                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED}
+                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)
