@@ -275,6 +275,16 @@ TEST(Trainer, SmolLM3LoraWithAWindowAndANopeLayerLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "smollm3_nope");
 }
 
+// Gemma 3 (four norms per layer, GeGLU, a sliding and a global layer) trains LoRA on every linear
+// layer and PEFT loads the adapter onto transformers' Gemma3ForCausalLM with Grove's logits.
+TEST(Trainer, Gemma3LoraOnEveryLinearLoadsInPeft) {
+    grove::Trainer t(lora_run("gemma3_window",
+                              "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
+                     fresh());
+    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
+    expect_trains_and_loads_in_peft(t, "gemma3_window");
+}
+
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
 // steps_per_generation = 2 > accumulation the checkpoint falls inside a generation batch.
 TEST(Trainer, ResumeContinuesExactly) {

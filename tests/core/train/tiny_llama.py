@@ -1,8 +1,9 @@
-"""The tiny random Llama that the TRL reference scripts of this folder train, written by transformers."""
+"""The tiny random Llama (and Gemma 3) that the TRL reference scripts of this folder train, written by
+transformers."""
 import os
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
 
 
 def save_tiny_llama(folder):
@@ -13,6 +14,24 @@ def save_tiny_llama(folder):
                          tie_word_embeddings=False, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # larger weights than the default init, so log-probs differ visibly
+        for p in model.parameters():
+            p.normal_(0, 0.08)
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_gemma(folder):
+    """A 2-layer Gemma 3 text model (vocabulary 128, one KV head, head_dim 24, query_pre_attn_scalar 20;
+    layer 0 slides with a window of 3, layer 1 is global with linear rotary scaling), weights N(0, 0.08)."""
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=24, query_pre_attn_scalar=20,
+                              sliding_window=3, sliding_window_pattern=2, max_position_embeddings=128,
+                              rope_scaling={"rope_type": "linear", "factor": 8.0}, rms_norm_eps=1e-5, bos_token_id=2,
+                              eos_token_id=1, pad_token_id=0)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # the norms too: Gemma's scale by 1 + weight
         for p in model.parameters():
             p.normal_(0, 0.08)
     os.makedirs(folder, exist_ok=True)

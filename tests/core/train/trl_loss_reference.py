@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/core/train/trl_loss_reference.py OUT_DIR
 
-Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/rollouts.safetensors (prompt/completion ids and
+Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/gemma (a tiny Gemma 3, for the cases that name it),
+OUT_DIR/rollouts.safetensors (prompt/completion ids and
 masks, advantages, old and reference log-probs) and OUT_DIR/cases.json (one entry per configuration
 with TRL's loss and grad_norm). Everything numeric here is computed by TRL and transformers.
 """
@@ -22,7 +23,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from tiny_llama import save_tiny_llama
+from tiny_llama import save_tiny_gemma, save_tiny_llama
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -106,9 +107,16 @@ def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, c
     return scope["vllm_importance_sampling_ratio"]
 
 
+# on-policy cases on the tiny Gemma 3: its loss and every weight's gradient through (1 + w) norms,
+# scaled embeddings, GeGLU and the sliding layer
+GEMMA_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
+               dict(name="gemma_dapo", loss_type="dapo", model="gemma"),
+               dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma")]
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
-    folder = save_tiny_llama(os.path.join(OUT, "model"))
+    folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma"))}
     # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -139,7 +147,10 @@ def main():
     noise_sampling[0, 1] = float("nan")  # a token the sampler could not score
 
     results = []
-    for case in CASES:
+    for case in CASES + GEMMA_CASES:
+        folder = folders[case.get("model", "model")]
+        # the old, reference and sampler log-probs below are the Llama's
+        assert folder == folders["model"] or not {"off_policy", "with_ref", "with_sampling", "sampling"} & case.keys()
         args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=B, num_generations=2,
                           max_completion_length=C, temperature=TEMPERATURE, loss_type=case["loss_type"],
                           beta=case.get("beta", 0.0), epsilon=0.2, epsilon_high=case.get("epsilon_high"),
@@ -156,7 +167,13 @@ def main():
                           vllm_importance_sampling_mode=case.get("sampling", "sequence_mask"),
                           vllm_importance_sampling_clip_min=case.get("clip_min"),
                           vllm_importance_sampling_clip_max=case.get("clip_max", 3.0))
-        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(folder), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        # TRL 1.16's fused LM head runs the backbone as model.base_model, which for Gemma3ForCausalLM
+        # under transformers 4.57 (base_model_prefix "language_model", an attribute it lacks) is the whole
+        # model again, and fails; pointing it at the backbone is what TRL expects
+        if model.base_model is model:
+            model.base_model_prefix = "model"
+        trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                               args=args, processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}))
         trainer.current_gradient_accumulation_steps = 1
         trainer.model.train()
