@@ -365,6 +365,11 @@ ModelConfig load_model_config(const std::string& folder) {
     if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty())
         c.architecture = j["architectures"][0].get<std::string>();
     c.model_type = get_or<std::string>(j, "model_type", "", file);
+    if (c.architecture == "Gemma3ForConditionalGeneration")
+        throw Error(ErrorKind::input, file +
+                                          ": Gemma3ForConditionalGeneration (Gemma 3 4B, 12B and 27B: text and images) "
+                                          "is not supported; Grove trains Gemma 3's text model, Gemma3ForCausalLM "
+                                          "(gemma-3-270m, gemma-3-1b)");
     bool known_arch = kSupported.count(c.architecture) > 0;
     bool known_type = false;
     for (const auto& [arch, type] : kSupported) known_type |= type == c.model_type;

@@ -487,6 +487,14 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
     message = grove::test::error_message([&] { grove::Model::load(arch); });
     EXPECT_CONTAINS(message, "unsupported model");
     EXPECT_CONTAINS(message, "LlamaForCausalLM (llama)");
+    EXPECT_CONTAINS(message, "Gemma3ForCausalLM (gemma3_text)");
+    {  // Gemma 3's multimodal checkpoints: the text model's class named
+        std::ofstream(arch + "/config.json")
+            << R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3"})";
+    }
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::load(arch); }),
+                    "Gemma3ForConditionalGeneration (Gemma 3 4B, 12B and 27B: text and images) is not supported; Grove "
+                    "trains Gemma 3's text model, Gemma3ForCausalLM");
     // a config that disagrees with the weights names the tensor
     std::string shape = copy("shape");
     {
