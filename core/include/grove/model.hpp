@@ -124,7 +124,7 @@ public:
     // (W + delta), no gradients. The decode engine's bf16 weights while training keeps float32.
     std::unique_ptr<Model> generation_copy(at::ScalarType dtype) const;
 
-    // Parameters under their Hugging Face names (tied lm_head is not listed separately).
+    // Parameters under their checkpoint names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
     // Base weights train (full fine-tuning) or stay frozen (adapters; inference).
     void set_base_trainable(bool trainable);
@@ -185,6 +185,10 @@ private:
     bool adapters_enabled_ = true;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;
+    // Gemma3ForConditionalGeneration: the tensors Grove does not compute with (vision tower,
+    // projector), written back by save() from the folder the model was loaded from
+    std::string passthrough_folder_;
+    std::vector<std::string> passthrough_tensors_;
     at::Tensor embed(const at::Tensor& ids) const;  // token embeddings in the model's dtype
 };
 

@@ -28,7 +28,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text
+    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -59,6 +59,10 @@ struct ModelConfig {
     double attention_scale = 0.0;  // the queries' scale: head_dim^-1/2, Gemma's query_pre_attn_scalar^-1/2
     // Gemma 3's sliding layers rotate with their own base and no scaling (0: every layer rotates alike)
     double local_rope_theta = 0.0;
+    // Gemma 3 4B and larger (Gemma3ForConditionalGeneration): the text model, read from text_config,
+    // is transformers' model.language_model (its tensors language_model.model.*); the vision tower's
+    // and projector's tensors are written back unchanged when the model is saved
+    bool nested_text_model = false;
     // Sliding-window attention (0: none): a query sees itself and the sliding_window - 1 tokens
     // before it, in the layers flagged in windowed_layers (every layer for Mistral and Phi-3; Qwen2 /
     // Qwen3 from layer_types or max_window_layers; SmolLM3 from layer_types or its NoPE layers).

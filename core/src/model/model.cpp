@@ -127,7 +127,8 @@ const std::map<std::string, std::string> kSupported = {
     {"Phi3ForCausalLM", "phi3"},
     {"SmolLM3ForCausalLM", "smollm3"},
     {"Gemma3ForCausalLM", "gemma3_text"},
-    {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
+    {"Gemma3ForConditionalGeneration", "gemma3"},  // its text model only; the vision tower is kept as it is
+    {"LlamaForSequenceClassification", "llama"},   // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
     {"MistralForSequenceClassification", "mistral"},
@@ -272,7 +273,7 @@ void read_gemma3_layer_types(const json& j, const std::string& file, ModelConfig
 void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
     const size_t layers = size_t(c.num_hidden_layers);  // positive: the sizes are checked first
     c.windowed_layers.assign(layers, false);
-    if (c.model_type == "gemma3_text") {
+    if (c.gemma_norms) {
         read_gemma3_layer_types(j, file, c);
         return;
     }
@@ -365,17 +366,27 @@ ModelConfig load_model_config(const std::string& folder) {
     if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty())
         c.architecture = j["architectures"][0].get<std::string>();
     c.model_type = get_or<std::string>(j, "model_type", "", file);
-    if (c.architecture == "Gemma3ForConditionalGeneration")
-        throw Error(ErrorKind::input, file +
-                                          ": Gemma3ForConditionalGeneration (Gemma 3 4B, 12B and 27B: text and images) "
-                                          "is not supported; Grove trains Gemma 3's text model, Gemma3ForCausalLM "
-                                          "(gemma-3-270m, gemma-3-1b)");
     bool known_arch = kSupported.count(c.architecture) > 0;
     bool known_type = false;
     for (const auto& [arch, type] : kSupported) known_type |= type == c.model_type;
     if (!known_arch || !known_type)
         throw Error(ErrorKind::input, file + ": unsupported model (architectures: \"" + c.architecture + "\", model_type: \"" +
                                           c.model_type + "\"); Grove supports " + supported_list());
+    const json top = j;              // a multimodal checkpoint's own keys (its EOS ids)
+    if (c.model_type == "gemma3") {  // Gemma 3 4B and larger: the text model's keys are under text_config
+        c.nested_text_model = true;
+        j = j.contains("text_config") && j["text_config"].is_object() ? j["text_config"] : json::object();
+        file += " text_config";
+    }
+    const bool gemma = c.model_type == "gemma3_text" || c.nested_text_model;
+    if (gemma)  // Gemma3TextConfig's defaults for the keys Grove otherwise requires
+        for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", 262208},
+                                         {"hidden_size", 2304},
+                                         {"intermediate_size", 9216},
+                                         {"num_hidden_layers", 26},
+                                         {"num_attention_heads", 8},
+                                         {"num_key_value_heads", 4}})
+            if (!j.contains(key) || j[key].is_null()) j[key] = value;
     c.sequence_classifier = c.architecture.find("ForSequenceClassification") != std::string::npos;
     if (c.sequence_classifier)  // transformers: num_labels is the size of id2label, 2 by default
         c.num_labels = j.contains("id2label") && j["id2label"].is_object() ? int64_t(j["id2label"].size())
@@ -387,7 +398,6 @@ ModelConfig load_model_config(const std::string& folder) {
     c.num_attention_heads = get<int64_t>(j, "num_attention_heads", file);
     c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, file);
     // Qwen3Config's head_dim defaults to 128 rather than hidden_size / heads
-    const bool gemma = c.model_type == "gemma3_text";
     const int64_t default_head_dim = c.model_type == "qwen3" ? 128
                                      : gemma                 ? 256
                                                              : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
@@ -462,6 +472,7 @@ ModelConfig load_model_config(const std::string& folder) {
         }
     }
     if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
+    if (c.nested_text_model && top.contains("eos_token_id")) add_ids(top["eos_token_id"], c.eos_token_ids);
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int64_t>();
     if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) c.pad_token_id = j["pad_token_id"].get<int64_t>();
     fs::path generation = fs::path(folder) / "generation_config.json";
@@ -571,6 +582,19 @@ public:
         return tensor_from_entry(*entry, file.path());
     }
     bool has(const std::string& name) const { return where_.count(name) > 0; }
+    // A tensor as the file holds it, any dtype or shape (one the model does not compute with)
+    at::Tensor take_as_stored(const std::string& name) {
+        auto it = where_.find(name);
+        if (it == where_.end()) throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
+        const SafetensorsFile& file = *files_[it->second];
+        return tensor_from_entry(*file.find(name), file.path());
+    }
+    std::vector<std::string> unused() const {
+        std::vector<std::string> names;
+        for (const auto& [name, file] : where_)
+            if (!used_.count(name)) names.push_back(name);
+        return names;
+    }
 
 private:
     void open(const std::string& path) {
@@ -581,6 +605,16 @@ private:
     std::map<std::string, size_t> where_;
     std::set<std::string> used_;
 };
+
+// A module's parameter as the checkpoint names it: the module path itself, except in a Gemma 3
+// multimodal checkpoint, which stores transformers' model.language_model.* as language_model.model.*
+// (and lm_head as language_model.lm_head)
+std::string checkpoint_tensor_name(const ModelConfig& c, const std::string& module_path) {
+    const std::string nested = "model.language_model.";
+    if (!c.nested_text_model) return module_path;
+    if (module_path.compare(0, nested.size(), nested) == 0) return "language_model.model." + module_path.substr(nested.size());
+    return "language_model." + module_path;
+}
 
 // transformers' _compute_llama3_parameters
 at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& s) {
@@ -638,9 +672,14 @@ at::ScalarType parse_dtype_name(const std::string& dtype) {
 std::unique_ptr<Model> Model::load(const std::string& folder, const std::string& device_name, const std::string& dtype_name) {
     load_model_config(folder);  // a folder that is not a model is reported by its config.json first
     WeightSource weights(folder);
-    return build(
+    auto m = build(
         folder, [&](const std::string& name, std::vector<int64_t> shape) { return weights.take(name, shape); }, device_name,
         dtype_name);
+    if (m->config_.nested_text_model) {  // the vision tower and projector, written back by save()
+        m->passthrough_folder_ = fs::absolute(folder).string();
+        m->passthrough_tensors_ = weights.unused();
+    }
+    return m;
 }
 
 std::unique_ptr<Model> Model::initialize(const std::string& folder, uint64_t seed, const std::string& device,
@@ -648,7 +687,12 @@ std::unique_ptr<Model> Model::initialize(const std::string& folder, uint64_t see
     // transformers' LlamaPreTrainedModel._init_weights: N(0, 0.02) weights, zero biases, unit norms
     // (Gemma's norms scale by 1 + weight: zero)
     at::Generator g = at::detail::createCPUGenerator(seed);
-    const bool gemma_norms = load_model_config(folder).gemma_norms;
+    const ModelConfig config = load_model_config(folder);
+    if (config.nested_text_model)
+        throw Error(ErrorKind::input, folder + "/config.json: " + config.architecture +
+                                          " cannot be initialised from scratch (its vision tower is not Grove's to "
+                                          "create); start from the checkpoint's weights");
+    const bool gemma_norms = config.gemma_norms;
     auto random = [&](const std::string& name, std::vector<int64_t> shape) {
         if (name.find("norm") != std::string::npos)
             return gemma_norms ? at::zeros(shape, at::kFloat) : at::ones(shape, at::kFloat);
@@ -672,26 +716,31 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         at::Tensor take(const std::string& name, std::vector<int64_t> shape) { return f(name, std::move(shape)); }
     } weights{source};
     int64_t q_out = c.num_attention_heads * c.head_dim, kv_out = c.num_key_value_heads * c.head_dim;
-    m->embed_tokens_ = place(weights.take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}));
+    // parameters by module path (transformers' module tree: PEFT's names), read under the checkpoint's name
+    auto parameter = [&](const std::string& module_path, std::vector<int64_t> shape) {
+        return place(weights.take(checkpoint_tensor_name(c, module_path), std::move(shape)));
+    };
+    const std::string decoder = c.nested_text_model ? "model.language_model." : "model.";
+    m->embed_tokens_ = parameter(decoder + "embed_tokens.weight", {c.vocab_size, c.hidden_size});
     auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
         Linear l;
         l.name = name;
-        l.weight = place(weights.take(name + ".weight", {out, in}));
-        if (bias) l.bias = place(weights.take(name + ".bias", {out}));
+        l.weight = parameter(name + ".weight", {out, in});
+        if (bias) l.bias = parameter(name + ".bias", {out});
         return l;
     };
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-        std::string p = "model.layers." + std::to_string(i);
+        std::string p = decoder + "layers." + std::to_string(i);
         auto layer = std::make_unique<Layer>();
-        layer->input_norm = place(weights.take(p + ".input_layernorm.weight", {c.hidden_size}));
-        layer->post_attention_norm = place(weights.take(p + ".post_attention_layernorm.weight", {c.hidden_size}));
+        layer->input_norm = parameter(p + ".input_layernorm.weight", {c.hidden_size});
+        layer->post_attention_norm = parameter(p + ".post_attention_layernorm.weight", {c.hidden_size});
         if (c.gemma_norms) {
-            layer->pre_feedforward_norm = place(weights.take(p + ".pre_feedforward_layernorm.weight", {c.hidden_size}));
-            layer->post_feedforward_norm = place(weights.take(p + ".post_feedforward_layernorm.weight", {c.hidden_size}));
+            layer->pre_feedforward_norm = parameter(p + ".pre_feedforward_layernorm.weight", {c.hidden_size});
+            layer->post_feedforward_norm = parameter(p + ".post_feedforward_layernorm.weight", {c.hidden_size});
         }
         if (c.qk_norm) {
-            layer->q_norm = place(weights.take(p + ".self_attn.q_norm.weight", {c.head_dim}));
-            layer->k_norm = place(weights.take(p + ".self_attn.k_norm.weight", {c.head_dim}));
+            layer->q_norm = parameter(p + ".self_attn.q_norm.weight", {c.head_dim});
+            layer->k_norm = parameter(p + ".self_attn.k_norm.weight", {c.head_dim});
         }
         // in checkpoint order: Model::initialize draws its random weights in this order
         if (c.fused_projections) {
@@ -711,11 +760,11 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         layer->down = linear(p + ".mlp.down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
         m->layers_.push_back(std::move(layer));
     }
-    m->norm_ = place(weights.take("model.norm.weight", {c.hidden_size}));
+    m->norm_ = parameter(decoder + "norm.weight", {c.hidden_size});
     if (c.sequence_classifier)
-        m->score_ = place(weights.take("score.weight", {c.num_labels, c.hidden_size}));
+        m->score_ = parameter("score.weight", {c.num_labels, c.hidden_size});
     else if (!c.tie_word_embeddings)
-        m->lm_head_ = place(weights.take("lm_head.weight", {c.vocab_size, c.hidden_size}));
+        m->lm_head_ = parameter("lm_head.weight", {c.vocab_size, c.hidden_size});
     const at::Tensor frequency_powers =
         at::pow(c.rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim));
     at::Tensor inv_freq = 1.0 / frequency_powers;
@@ -1251,10 +1300,11 @@ void Model::keep_lm_head_in_float32() {
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
-    out.emplace_back("model.embed_tokens.weight", embed_tokens_);
+    const std::string decoder = config_.nested_text_model ? "model.language_model." : "model.";
+    out.emplace_back(decoder + "embed_tokens.weight", embed_tokens_);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& l = *layers_[i];
-        std::string p = "model.layers." + std::to_string(i);
+        std::string p = decoder + "layers." + std::to_string(i);
         out.emplace_back(p + ".input_layernorm.weight", l.input_norm);
         for (const Linear* lin : layers_[i]->attention_linears()) {  // unique_ptr: a non-const Layer
             out.emplace_back(lin->name + ".weight", lin->weight);
@@ -1273,8 +1323,9 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
         if (l.post_feedforward_norm.defined())
             out.emplace_back(p + ".post_feedforward_layernorm.weight", l.post_feedforward_norm);
     }
-    out.emplace_back("model.norm.weight", norm_);
+    out.emplace_back(decoder + "norm.weight", norm_);
     if (lm_head_) out.emplace_back("lm_head.weight", *lm_head_);
+    for (auto& [name, tensor] : out) name = checkpoint_tensor_name(config_, name);
     return out;
 }
 
@@ -1359,7 +1410,16 @@ void Model::save(const std::string& folder) const {
     write_file_atomically((fs::path(folder) / "config.json").string(), config.dump(2) + "\n");
     if (!config_.generation_config_json.empty())
         write_file_atomically((fs::path(folder) / "generation_config.json").string(), config_.generation_config_json + "\n");
-    save_tensors((fs::path(folder) / "model.safetensors").string(), named_parameters(), {{"format", "pt"}});
+    auto tensors = named_parameters();
+    std::unique_ptr<WeightSource> kept;  // a multimodal checkpoint's other tensors, as they were loaded
+    if (!passthrough_tensors_.empty()) {
+        if (!fs::exists(passthrough_folder_))
+            throw Error(ErrorKind::runtime, "saving " + folder + ": the vision tower's tensors are read back from " +
+                                                passthrough_folder_ + ", which no longer exists");
+        kept = std::make_unique<WeightSource>(passthrough_folder_);
+        for (const std::string& name : passthrough_tensors_) tensors.emplace_back(name, kept->take_as_stored(name));
+    }
+    save_tensors((fs::path(folder) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
 }  // namespace grove

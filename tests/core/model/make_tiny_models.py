@@ -15,8 +15,9 @@ import trl
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
-from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3TextConfig,
-                          LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config, SmolLM3Config)
+from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
+                          Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
+                          SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -77,6 +78,16 @@ CONFIGS = {
                                       rope_theta=1000000.0, rope_local_base_freq=10000.0,
                                       rope_scaling={"rope_type": "linear", "factor": 8.0},
                                       **{**COMMON, "bos_token_id": 2, "eos_token_id": 1}),  # Gemma's ids
+    # Gemma 3 4B and larger: the text model (as above, global layer first) under text_config beside a
+    # vision tower and projector, which Grove keeps as they are
+    "gemma3_vision": Gemma3Config(
+        text_config=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                         sliding_window=4, layer_types=["full_attention", "sliding_attention"],
+                         rope_scaling={"rope_type": "linear", "factor": 8.0}, pad_token_id=0,
+                         **{**COMMON, "bos_token_id": 2, "eos_token_id": 1}),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+                           patch_size=8),
+        mm_tokens_per_image=4, boi_token_index=300, eoi_token_index=301, image_token_index=302, eos_token_id=[1, 319]),
 }
 
 
@@ -392,6 +403,8 @@ def main():
         if name == "gemma3_window":  # a Gemma 3 checkpoint's folder: its tokenizer.json and template
             save_gemma_tokenizer(folder)
             extra = chat_reference(folder, model, {"chat": {}})
+        if name == "gemma3_vision":  # trained with LoRA from text prompts
+            save_gemma_tokenizer(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)

@@ -30,8 +30,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa",    "llama3_rope",    "qwen2_tied",   "qwen3_qknorm", "mistral_mha",  "phi3_longrope",
-                              "phi3_partial", "mistral_window", "qwen2_window", "smollm3_nope", "gemma3_window"};
+const char* const kNames[] = {"llama_gqa",    "llama3_rope",   "qwen2_tied",    "qwen3_qknorm",
+                              "mistral_mha",  "phi3_longrope", "phi3_partial",  "mistral_window",
+                              "qwen2_window", "smollm3_nope",  "gemma3_window", "gemma3_vision"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -269,7 +270,7 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
     for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window",
-                                   "qwen2_window", "smollm3_nope", "gemma3_window"}) {
+                                   "qwen2_window", "smollm3_nope", "gemma3_window", "gemma3_vision"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         auto ref = reference(name);
@@ -441,7 +442,7 @@ TEST(Model, SavedFolderLoadsBackAndInTransformers) {
         at::Tensor b = again->forward(ref["input_ids"], ref["attention_mask"], ref["position_ids"]);
         EXPECT_TRUE(at::equal(a, b)) << name;
         std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/model/check_saved.py " +
-                              out + " " + kModels + "/" + name + "/reference.safetensors";
+                              out + " " + kModels + "/" + name + "/reference.safetensors " + kModels + "/" + name;
         EXPECT_EQ(std::system(command.c_str()), 0) << command;
     }
 }
@@ -488,13 +489,16 @@ TEST(Model, BadCheckpointsGiveClearErrors) {
     EXPECT_CONTAINS(message, "unsupported model");
     EXPECT_CONTAINS(message, "LlamaForCausalLM (llama)");
     EXPECT_CONTAINS(message, "Gemma3ForCausalLM (gemma3_text)");
-    {  // Gemma 3's multimodal checkpoints: the text model's class named
-        std::ofstream(arch + "/config.json")
-            << R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3"})";
-    }
-    EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::load(arch); }),
-                    "Gemma3ForConditionalGeneration (Gemma 3 4B, 12B and 27B: text and images) is not supported; Grove "
-                    "trains Gemma 3's text model, Gemma3ForCausalLM");
+    // a multimodal Gemma 3: its vision tower cannot be made from scratch, and a save needs the folder it
+    // was loaded from, which holds the tensors it writes back
+    const std::string vision = dir + "/gemma3_vision";
+    fs::copy(kModels + "/gemma3_vision", vision, fs::copy_options::recursive);
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::Model::initialize(vision, 1); }),
+                    "Gemma3ForConditionalGeneration cannot be initialised from scratch");
+    auto multimodal = grove::Model::load(vision);
+    fs::remove_all(vision);
+    EXPECT_CONTAINS(grove::test::error_message([&] { multimodal->save(dir + "/gemma3_vision_saved"); }),
+                    "gemma3_vision, which no longer exists");
     // a config that disagrees with the weights names the tensor
     std::string shape = copy("shape");
     {

@@ -285,6 +285,18 @@ TEST(Trainer, Gemma3LoraOnEveryLinearLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "gemma3_window");
 }
 
+// A multimodal Gemma 3 checkpoint trains LoRA on its text model under transformers' module names
+// (model.language_model.*), and PEFT loads the adapter onto Gemma3ForConditionalGeneration with
+// Grove's logits.
+TEST(Trainer, Gemma3MultimodalCheckpointTrainsLoraOnItsTextModel) {
+    grove::Trainer t(lora_run("gemma3_vision", "[\"q_proj\", \"v_proj\"]"), fresh());
+    std::set<std::string> adapted;
+    for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
+    EXPECT_EQ(adapted.size(), 2u * 2u * 2u);  // 2 layers x (q, v) x (A, B): the text model's only
+    EXPECT_TRUE(adapted.count("base_model.model.model.language_model.layers.1.self_attn.v_proj.lora_B.weight"));
+    expect_trains_and_loads_in_peft(t, "gemma3_vision");
+}
+
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
 // steps_per_generation = 2 > accumulation the checkpoint falls inside a generation batch.
 TEST(Trainer, ResumeContinuesExactly) {
