@@ -44,8 +44,9 @@ protected:
 // opening a model folder names a damaged tokenizer at once. Throws grove::Error(input) naming the file.
 void check_tokenizer_files(const std::string& folder);
 
-// Copies whichever tokenizer files exist (tokenizer.json / .model, tokenizer_config.json,
-// special_tokens_map.json) from one model folder to another.
+// Copies whichever tokenizer and processor files exist (tokenizer.json / .model, tokenizer_config.json,
+// special_tokens_map.json, chat templates, a multimodal checkpoint's preprocessor_config.json, ...)
+// from one model folder to another.
 void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir);
 
 // Trains a sentencepiece tokenizer on a text corpus (one example per line) and writes tokenizer.model

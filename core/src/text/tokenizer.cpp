@@ -903,8 +903,10 @@ void check_tokenizer_files(const std::string& folder) {
 }
 
 void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
-    for (const char* f :
-         {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    // the processor's files too (multimodal checkpoints: Gemma 3 4B), so AutoProcessor loads a checkpoint
+    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                          "added_tokens.json", "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
+                          "processor_config.json"}) {
         fs::path from = fs::path(from_dir) / f;
         if (fs::exists(from)) fs::copy_file(from, fs::path(to_dir) / f, fs::copy_options::overwrite_existing);
     }
