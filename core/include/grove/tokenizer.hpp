@@ -75,6 +75,8 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // after every user turn).
 // phi3 is Phi-3 / 3.5 Instruct's ("<|user|>\n"), phi4 Phi-4's (ChatML with <|im_sep|> between role
 // and content), phi4_mini Phi-4-mini-instruct's ("<|user|>" without a newline).
+// gemma is Gemma 2 / 3 Instruct's (<start_of_turn> turns, "model" for the assistant); templates with
+// those markers but another shape are gemma_not_rendered, recognised and never rendered.
 enum class ChatTemplate {
     chatml,
     llama3,
@@ -92,7 +94,8 @@ enum class ChatTemplate {
     phi4_mini,
     smollm3,
     smollm3_thinking_off,
-    gemma
+    gemma,
+    gemma_not_rendered
 };
 
 struct ChatMessage {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "grove/adapter_host.hpp"
 #include "grove/error.hpp"
@@ -91,6 +92,17 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
             at::Tensor target = tensor;
             target.copy_(tensor_from_entry(*entry, weights_path));
         }
+        // PEFT wraps every layer its target names match, also those Grove does not compute (a multimodal
+        // Gemma 3's vision tower): a zero lora_B there changes nothing; any other would be lost here
+        std::set<std::string> attached;
+        for (const auto& [name, tensor] : parameters) attached.insert(name);
+        for (const TensorEntry& entry : weights.tensors())
+            if (!attached.count(entry.name) && entry.name.find("lora_B") != std::string::npos &&
+                tensor_from_entry(entry, weights_path).count_nonzero().item<int64_t>() > 0)
+                throw Error(ErrorKind::input,
+                            weights_path + ": \"" + entry.name + "\" adapts a layer " + base_dir +
+                                " has but Grove does not compute (a vision tower?), and is not zero: merging "
+                                "without it would change the model; merge this adapter with PEFT (merge_and_unload)");
     }
     model->merge_adapters();  // before adapter_host and adapter go out of scope
     return model;

@@ -133,7 +133,8 @@ const std::map<std::string, std::string> kSupported = {
     {"Qwen3ForSequenceClassification", "qwen3"},
     {"MistralForSequenceClassification", "mistral"},
     {"Phi3ForSequenceClassification", "phi3"},
-    {"SmolLM3ForSequenceClassification", "smollm3"}};
+    {"SmolLM3ForSequenceClassification", "smollm3"},
+    {"Gemma3TextForSequenceClassification", "gemma3_text"}};
 
 std::string supported_list() {
     std::vector<std::string> names;
@@ -210,6 +211,22 @@ void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& 
     if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
         throw Error(ErrorKind::input,
                     file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+}
+
+// transformers 5 keeps Gemma 3's rotary settings per layer type: rope_parameters.full_attention (the
+// global layers' base and scaling, returned) and .sliding_attention (the local base; no scaling)
+const json* gemma3_rope_parameters(const json& parameters, const std::string& file, ModelConfig& c) {
+    const json& full = parameters["full_attention"];
+    c.rope_theta = get_or<double>(full, "rope_theta", c.rope_theta, file + " rope_parameters.full_attention");
+    if (parameters.contains("sliding_attention") && parameters["sliding_attention"].is_object()) {
+        const json& sliding = parameters["sliding_attention"];
+        const std::string where = file + " rope_parameters.sliding_attention";
+        c.local_rope_theta = get_or<double>(sliding, "rope_theta", c.local_rope_theta, where);
+        if (get_or<std::string>(sliding, "rope_type", "default", where) != "default")
+            throw Error(ErrorKind::input, where + ": rope_type \"" + sliding["rope_type"].get<std::string>() +
+                                              "\" is not supported: Gemma 3's sliding layers rotate without scaling");
+    }
+    return full.is_object() ? &full : nullptr;
 }
 
 // A list with one entry per layer (no_rope_layers, layer_types), its length checked.
@@ -442,12 +459,15 @@ ModelConfig load_model_config(const std::string& folder) {
     if (c.model_type == "smollm3") read_nope_layers(j, file, c);
     read_sliding_window(j, file, c);
     if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
+    const json* rope_parameters =
+        j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
+    if (gemma && rope_parameters && rope_parameters->contains("full_attention"))
+        rope_parameters = gemma3_rope_parameters(*rope_parameters, file, c);
     const json* scaling = nullptr;
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
         scaling = &j["rope_scaling"];
-    else if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
-             j["rope_parameters"].value("rope_type", "default") != "default")
-        scaling = &j["rope_parameters"];
+    else if (rope_parameters && rope_parameters->value("rope_type", "default") != "default")
+        scaling = rope_parameters;
     if (scaling) {
         std::string type = scaling->value("rope_type", scaling->value("type", std::string("default")));
         if (type == "llama3") {
@@ -473,6 +493,11 @@ ModelConfig load_model_config(const std::string& folder) {
     }
     if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
     if (c.nested_text_model && top.contains("eos_token_id")) add_ids(top["eos_token_id"], c.eos_token_ids);
+    if (gemma) {  // Gemma3TextConfig's ids where the keys are absent
+        if (!j.contains("eos_token_id")) c.eos_token_ids.push_back(1);
+        if (!j.contains("bos_token_id")) c.bos_token_id = 2;
+        if (!j.contains("pad_token_id")) c.pad_token_id = 0;
+    }
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) c.bos_token_id = j["bos_token_id"].get<int64_t>();
     if (j.contains("pad_token_id") && j["pad_token_id"].is_number_integer()) c.pad_token_id = j["pad_token_id"].get<int64_t>();
     fs::path generation = fs::path(folder) / "generation_config.json";
@@ -1280,8 +1305,10 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
 
 at::Tensor Model::embed(const at::Tensor& ids) const {
     at::Tensor h = at::embedding(embed_tokens_, ids);
-    if (config_.embedding_scale != 1.0)  // Gemma: a float32 scalar cast to the embedding's dtype, as transformers has it
-        h = h * at::scalar_tensor(double(float(config_.embedding_scale)), at::kFloat).to(h.scalar_type());
+    // Gemma: transformers' scale is a buffer in the model's dtype, cast to the table's (a float32 table
+    // under cast_lm_head_to_fp32 still multiplies by the bf16-rounded scale)
+    if (config_.embedding_scale != 1.0)
+        h = h * at::scalar_tensor(config_.embedding_scale, at::kFloat).to(dtype()).to(h.scalar_type());
     return h.scalar_type() == dtype() ? h : h.to(dtype());
 }
 

@@ -904,9 +904,9 @@ void check_tokenizer_files(const std::string& folder) {
 
 void copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
     // the processor's files too (multimodal checkpoints: Gemma 3 4B), so AutoProcessor loads a checkpoint
-    for (const char* f : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                          "added_tokens.json", "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
-                          "processor_config.json"}) {
+    for (const char* f :
+         {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+          "chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json"}) {
         fs::path from = fs::path(from_dir) / f;
         if (fs::exists(from)) fs::copy_file(from, fs::path(to_dir) / f, fs::copy_options::overwrite_existing);
     }
@@ -1353,6 +1353,7 @@ std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::smollm3_thinking_off) return "smollm3 (enable_thinking false)";
     if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
     if (family == ChatTemplate::phi_not_rendered) return "a Phi template of another shape";
+    if (family == ChatTemplate::gemma_not_rendered) return "a Gemma template of another shape";
     for (const auto& [name, value] : kFamilyNames)
         if (value == family) return name;
     return "?";
@@ -1370,7 +1371,12 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
         }
         if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
-        if (contains(t, "<start_of_turn>")) return ChatTemplate::gemma;
+        // Gemma 3's (a system prefix) or Gemma 2's (no system role), each trimming the contents;
+        // fine-tunes with turns of their own are recognised and not rendered by guesswork
+        if (contains(t, "<start_of_turn>"))
+            return (contains(t, "first_user_prefix") || contains(t, "System role not supported")) && contains(t, "| trim")
+                       ? ChatTemplate::gemma
+                       : ChatTemplate::gemma_not_rendered;
         // Phi-3 / 3.5: "<|assistant|>\n" (the newline literal or escaped); Phi-4-mini: "<|" + role + "|>";
         // other <|end|> templates (Phi-3-medium's) render otherwise
         if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) {
@@ -1508,6 +1514,12 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                         "the checkpoint's chat template is a Phi template of a shape Grove does not render natively "
                         "(Phi-4-reasoning's <|im_sep|> turns with <think> handling, or Phi-3-medium's assistant prompt "
                         "after every user turn): use text prompts rendered with apply_chat_template, or name a template "
+                        "(model.chat_template) after comparing it with apply_chat_template");
+        case ChatTemplate::gemma_not_rendered:
+            throw Error(ErrorKind::usage,
+                        "the checkpoint's chat template has Gemma's <start_of_turn> markers but is neither Gemma 2's nor "
+                        "Gemma 3's (a system prefix, or no system role, with trimmed contents), which Grove renders "
+                        "natively: use text prompts rendered with apply_chat_template, or name the gemma template "
                         "(model.chat_template) after comparing it with apply_chat_template");
         case ChatTemplate::opens_thinking:
             throw Error(ErrorKind::usage,

@@ -22,9 +22,11 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
         const ModelConfig config = load_model_config(folder);
         if (!config.sequence_classifier)
             throw Error(ErrorKind::input, folder + " is a " + config.architecture +
-                                              ", not a reward model: [[rewards]] model = needs LlamaForSequenceClassification, "
-                                              "Qwen2ForSequenceClassification, Qwen3ForSequenceClassification or "
-                                              "MistralForSequenceClassification");
+                                              ", not a reward model: [[rewards]] model = needs a sequence classifier "
+                                              "(LlamaForSequenceClassification, Qwen2ForSequenceClassification, "
+                                              "Qwen3ForSequenceClassification, MistralForSequenceClassification, "
+                                              "Phi3ForSequenceClassification, SmolLM3ForSequenceClassification or "
+                                              "Gemma3TextForSequenceClassification)");
         folder_ = folder;
         model_ = Model::load(folder, device, "float32");
         tokenizer_ = Tokenizer::load(folder);
@@ -45,11 +47,12 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
     // TRL renders the checkpoint's own Jinja template; we cannot
     if (chat_template_ == ChatTemplate::plain || chat_template_ == ChatTemplate::opens_thinking ||
-        chat_template_ == ChatTemplate::phi_not_rendered)
+        chat_template_ == ChatTemplate::phi_not_rendered || chat_template_ == ChatTemplate::gemma_not_rendered)
         throw Error(ErrorKind::input,
                     folder_ +
                         ": the prompts are conversations, and this reward model's chat template "
-                        "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3, Phi-4), so its "
+                        "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3, Phi-4, SmolLM3, "
+                        "Gemma), so its "
                         "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});

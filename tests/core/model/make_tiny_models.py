@@ -69,7 +69,7 @@ CONFIGS = {
                                   pad_token_id=0, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=4,
                                   **COMMON),
     # Gemma 3's text model: (1 + w) norms, four per layer, q/k norms, GeGLU, embeddings scaled by
-    # sqrt(hidden_size), one KV head (as gemma-3-1b), head_dim 24 and queries scaled by
+    # sqrt(hidden_size 48), one KV head (as gemma-3-1b), head_dim 24 and queries scaled by
     # query_pre_attn_scalar 20 (neither hidden_size / heads); layer 0 slides (window 4) and rotates
     # with the local base, layer 1 sees everything and rotates with rope_theta under linear scaling
     # (as gemma-3-4b's global layers)
@@ -77,7 +77,8 @@ CONFIGS = {
                                       tie_word_embeddings=True, pad_token_id=0, sliding_window=4, sliding_window_pattern=2,
                                       rope_theta=1000000.0, rope_local_base_freq=10000.0,
                                       rope_scaling={"rope_type": "linear", "factor": 8.0},
-                                      **{**COMMON, "bos_token_id": 2, "eos_token_id": 1}),  # Gemma's ids
+                                      # Gemma's ids; sqrt(48) rounds in bfloat16, as sqrt(1152) does for gemma-3-1b
+                                      **{**COMMON, "bos_token_id": 2, "eos_token_id": 1, "hidden_size": 48}),
     # Gemma 3 4B and larger: the text model (as above, global layer first) under text_config beside a
     # vision tower and projector, which Grove keeps as they are
     "gemma3_vision": Gemma3Config(
@@ -276,6 +277,8 @@ REWARD_CONFIGS = {
                               tie_word_embeddings=False, **COMMON),
     "smollm3_reward": SmolLM3Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
                                     no_rope_layer_interval=2, **COMMON),
+    "gemma3_reward": Gemma3TextConfig(num_attention_heads=4, num_key_value_heads=1, head_dim=16, num_labels=1,
+                                      pad_token_id=0, sliding_window=4, sliding_window_pattern=2, **COMMON),
 }
 REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),
                ("What is 2 + 2?", " 5"), ("", "Hello"), ("Hello world", "")]
@@ -336,6 +339,8 @@ def float32_head_reference(name):
                           max_completion_length=C, temperature=temperature, cast_lm_head_to_fp32=cast,
                           report_to="none", use_cpu=True, bf16=False, gradient_checkpointing=False)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+        if model.base_model is model:  # Gemma3ForCausalLM: TRL 1.16's fused head needs the backbone there
+            model.base_model_prefix = "model"
         trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
                               processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": ["a"]}))
         seen = {}
@@ -415,7 +420,8 @@ def main():
             json.dump({"temperature": temperature, **extra}, f)
     for name, config in REWARD_CONFIGS.items():
         save_reward_model(name, config)
-    for name in ("llama_gqa", "qwen2_tied"):  # an untied head, and one tied to the embedding
+    # an untied head, one tied to the embedding, and Gemma's tied one, whose embeddings are scaled
+    for name in ("llama_gqa", "qwen2_tied", "gemma3_window"):
         float32_head_reference(name)
     print(f"tiny models written to {OUT}")
 

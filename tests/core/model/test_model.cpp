@@ -389,7 +389,7 @@ TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
 // bf16 autocast a float32 model's head still runs in float32, outside it.
 TEST(Model, Float32HeadGivesTrlsCastLmHeadLogprobs) {
     auto max_abs = [](const at::Tensor& t) { return t.abs().max().item<double>(); };
-    for (const std::string name : {"llama_gqa", "qwen2_tied"}) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied", "gemma3_window"}) {
         grove::SafetensorsFile file(kModels + "/" + name + "/float32_head.safetensors");
         auto t = [&](const char* n) { return grove::tensor_from_entry(*file.find(n), file.path()); };
         const double temperature = 0.7;
@@ -660,7 +660,9 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
                                           {"rope_theta", "<absent>"},
                                           {"head_dim", "<absent>"},
                                           {"hidden_activation", "<absent>"},
-                                          {"tie_word_embeddings", "<absent>"}});
+                                          {"tie_word_embeddings", "<absent>"},
+                                          {"eos_token_id", "<absent>"},
+                                          {"bos_token_id", "<absent>"}});
     EXPECT_EQ(gemma.sliding_window, 4096);
     EXPECT_DOUBLE_EQ(gemma.attention_scale, 1.0 / 16);  // query_pre_attn_scalar 256
     EXPECT_EQ(gemma.local_rope_theta, 10000.0);
@@ -668,8 +670,22 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
     EXPECT_EQ(gemma.head_dim, 256);
     EXPECT_TRUE(gemma.activation == grove::ModelConfig::Activation::gelu_tanh);
     EXPECT_TRUE(gemma.tie_word_embeddings);
-    EXPECT_DOUBLE_EQ(gemma.embedding_scale, 8.0);  // sqrt(hidden_size 64)
+    EXPECT_DOUBLE_EQ(gemma.embedding_scale, std::sqrt(48.0));  // sqrt(hidden_size)
     EXPECT_TRUE(gemma.gemma_norms && gemma.qk_norm);
+    EXPECT_EQ(gemma.eos_token_ids, (std::vector<int64_t>{1}));  // absent: Gemma3TextConfig's (no generation_config)
+    EXPECT_EQ(gemma.bos_token_id, std::optional<int64_t>(2));
+    // transformers 5's layout: the global layers' base and scaling, and the local base, per layer type
+    const nlohmann::json rope_parameters = {
+        {"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 500000.0}}},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}};
+    gemma = config_with("gemma3_window", {{"rope_scaling", "<absent>"},
+                                          {"rope_theta", "<absent>"},
+                                          {"rope_local_base_freq", "<absent>"},
+                                          {"rope_parameters", rope_parameters}});
+    EXPECT_EQ(gemma.rope_scaling.type, "linear");
+    EXPECT_EQ(gemma.rope_scaling.factor, 4.0);
+    EXPECT_EQ(gemma.rope_theta, 500000.0);
+    EXPECT_EQ(gemma.local_rope_theta, 20000.0);
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"final_logit_softcapping", 30.0}}); }),
                     "final_logit_softcapping is set: Grove does not apply logit soft-capping");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"hidden_activation", "gelu"}}); }),

@@ -247,6 +247,14 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
         config.chat_template = data["templates"][gemma];
         EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::gemma) << gemma;
     }
+    // <start_of_turn> turns of another shape (here: no trim, a developer role) are recognised, not rendered
+    config.chat_template =
+        "{% for m in messages %}{{ '<start_of_turn>' + m['role'] + '\\n' + m['content'] + "
+        "'<end_of_turn>\\n' }}{% endfor %}";
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::gemma_not_rendered);
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::render_chat(grove::ChatTemplate::gemma_not_rendered, {{"user", "hi"}}, true, config); }),
+                    "has Gemma's <start_of_turn> markers but is neither Gemma 2's nor Gemma 3's");
     config.chat_template = "";
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::plain);
     try {

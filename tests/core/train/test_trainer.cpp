@@ -228,8 +228,8 @@ grove::Manifest lora_run(const std::string& name, const std::string& targets) {
 }
 
 // Two steps move the adapter, and PEFT loads the saved checkpoint onto transformers' model of the
-// tiny checkpoint `name` with Grove's logits over 12 tokens (check_peft.py).
-void expect_trains_and_loads_in_peft(grove::Trainer& t, const std::string& name) {
+// tiny checkpoint `name` with Grove's logits over 12 tokens (check_peft.py). Returns the checkpoint.
+std::string expect_trains_and_loads_in_peft(grove::Trainer& t, const std::string& name) {
     const auto before = snapshot(t.model());
     t.step();
     t.step();
@@ -246,6 +246,7 @@ void expect_trains_and_loads_in_peft(grove::Trainer& t, const std::string& name)
     const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
                                 checkpoint + " " + GROVE_TEST_BINARY_DIR + "/models/tiny/" + name + " " + file;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return checkpoint;
 }
 }  // namespace
 
@@ -294,7 +295,26 @@ TEST(Trainer, Gemma3MultimodalCheckpointTrainsLoraOnItsTextModel) {
     for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
     EXPECT_EQ(adapted.size(), 2u * 2u * 2u);  // 2 layers x (q, v) x (A, B): the text model's only
     EXPECT_TRUE(adapted.count("base_model.model.model.language_model.layers.1.self_attn.v_proj.lora_B.weight"));
-    expect_trains_and_loads_in_peft(t, "gemma3_vision");
+    const std::string checkpoint = expect_trains_and_loads_in_peft(t, "gemma3_vision");
+    // PEFT's own adapter for this class also wraps the vision tower's q_proj: merged, a zero lora_B
+    // there changes nothing; a trained one (images) is refused rather than dropped
+    const std::string base = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/gemma3_vision";
+    const std::string file = checkpoint + "/adapter_model.safetensors";
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    {
+        grove::SafetensorsFile saved(file);
+        for (const auto& entry : saved.tensors())
+            tensors.emplace_back(entry.name, grove::tensor_from_entry(entry, file).clone());
+    }
+    const std::string vision = "base_model.model.model.vision_tower.vision_model.encoder.layers.0.self_attn.q_proj.";
+    tensors.emplace_back(vision + "lora_A.weight", at::randn({4, 16}));
+    tensors.emplace_back(vision + "lora_B.weight", at::zeros({16, 4}));
+    grove::save_tensors(file, tensors);
+    EXPECT_NO_THROW(grove::export_merged(checkpoint, base, checkpoint + "-merged"));
+    tensors.back().second.fill_(0.5);
+    grove::save_tensors(file, tensors);
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::export_merged(checkpoint, base, checkpoint + "-merged-2"); }),
+                    "lora_B.weight\" adapts a layer");
 }
 
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
@@ -623,10 +643,11 @@ TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
 
 // A reward model's scores equal transformers' sequence-classification logits as TRL computes them
 // (prompt + completion without special tokens, right-padded, the last real token's first logit), on
-// the tiny Llama, Qwen2, Qwen3, Phi-3 and SmolLM3 classifiers make_tiny_models.py writes, texts of unequal lengths
+// the tiny Llama, Qwen2, Qwen3, Phi-3, SmolLM3 and Gemma 3 classifiers make_tiny_models.py writes, texts of unequal lengths
 // included.
 TEST(RewardModel, ScoresEqualTransformersSequenceClassification) {
-    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward", "smollm3_reward"}) {
+    for (const char* name :
+         {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward", "smollm3_reward", "gemma3_reward"}) {
         const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
         std::ifstream in(folder + "/reference.json");
         const auto reference = nlohmann::json::parse(in);
