@@ -4,11 +4,14 @@ computed by transformers, never by Grove.
 
     .venv/bin/python tests/core/model/make_tiny_models.py OUT_DIR
 """
+import contextlib
 import copy
 import datetime
 import json
 import os
+import subprocess
 import sys
+import tempfile
 
 import torch
 import trl
@@ -154,22 +157,28 @@ MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['
                     "{{ message['content'] + eos_token + ' ' }}{% endif %}{% endfor %}")
 
 
+@contextlib.contextmanager
+def sentencepiece_model(line, vocab_size, *options):
+    """A sentencepiece BPE model (byte fallback) trained on `line` repeated, with spm_train's extra
+    options, in a temporary folder: yields the model's path."""
+    with tempfile.TemporaryDirectory() as work:
+        corpus = os.path.join(work, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write(line * 50)
+        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer", f"--vocab_size={vocab_size}",
+                        "--model_type=bpe", "--byte_fallback=true", "--minloglevel=2", *options],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        yield os.path.join(work, "tokenizer.model")
+
+
 def save_sentencepiece_style_tokenizer(folder):
     """A sentencepiece BPE model (byte fallback) sized to the tiny vocabulary, converted to tokenizer.json
     by transformers as Mistral's and Llama 2's checkpoints ship it (LlamaTokenizerFast, legacy), with
     both files in the folder, as theirs have."""
-    import subprocess
-    import tempfile
     from transformers import LlamaTokenizerFast
-    with tempfile.TemporaryDirectory() as work:
-        corpus = os.path.join(work, "corpus.txt")
-        with open(corpus, "w") as f:
-            f.write("What is 2 + 2? The answer is 4.\nHello world, hello there. [INST] [/INST]\n" * 50)
-        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
-                        f"--vocab_size={COMMON['vocab_size']}", "--model_type=bpe", "--byte_fallback=true",
-                        "--minloglevel=2"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        tokenizer = LlamaTokenizerFast(vocab_file=os.path.join(work, "tokenizer.model"), legacy=True,
-                                       add_prefix_space=True, from_slow=True)
+    with sentencepiece_model("What is 2 + 2? The answer is 4.\nHello world, hello there. [INST] [/INST]\n",
+                             COMMON["vocab_size"]) as model:
+        tokenizer = LlamaTokenizerFast(vocab_file=model, legacy=True, add_prefix_space=True, from_slow=True)
         tokenizer.chat_template = MISTRAL_TEMPLATE
         tokenizer.save_pretrained(folder)
 
@@ -182,19 +191,11 @@ def save_phi3_tokenizer(folder):
     (byte fallback) converted by transformers with legacy=False (Metaspace, prepending to the first
     text only), its chat markers added as special tokens that strip the whitespace after them (as
     Phi-3's do) to fill the vocabulary, <|endoftext|> as EOS, and Phi-3.5's template as TRL ships it."""
-    import subprocess
-    import tempfile
     from tokenizers import AddedToken
     from transformers import LlamaTokenizerFast
-    with tempfile.TemporaryDirectory() as work:
-        corpus = os.path.join(work, "corpus.txt")
-        with open(corpus, "w") as f:
-            f.write("What is 2 + 2? The answer is 4.\nHello world, hello there. You are terse.\n" * 50)
-        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
-                        f"--vocab_size={COMMON['vocab_size'] - len(PHI3_MARKERS)}", "--model_type=bpe",
-                        "--byte_fallback=true", "--minloglevel=2"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        tokenizer = LlamaTokenizerFast(vocab_file=os.path.join(work, "tokenizer.model"), legacy=False, from_slow=True)
+    with sentencepiece_model("What is 2 + 2? The answer is 4.\nHello world, hello there. You are terse.\n",
+                             COMMON["vocab_size"] - len(PHI3_MARKERS)) as model:
+        tokenizer = LlamaTokenizerFast(vocab_file=model, legacy=False, from_slow=True)
     tokenizer.add_special_tokens({"additional_special_tokens": [
         AddedToken(marker, rstrip=marker != "<|endoftext|>", normalized=False, special=True) for marker in PHI3_MARKERS]})
     tokenizer.eos_token = "<|endoftext|>"
@@ -218,20 +219,13 @@ def save_gemma_tokenizer(folder):
     """Gemma's tokenizer, sized to the tiny vocabulary: a sentencepiece BPE model (byte fallback, no
     dummy prefix, <pad> <eos> <bos> <unk> as ids 0-3) converted by transformers (GemmaTokenizerFast),
     the turn markers added as special tokens, and Gemma 3's template as TRL ships it."""
-    import subprocess
-    import tempfile
     from transformers import GemmaTokenizerFast
     markers = ["<start_of_turn>", "<end_of_turn>"]
-    with tempfile.TemporaryDirectory() as work:
-        corpus = os.path.join(work, "corpus.txt")
-        with open(corpus, "w") as f:
-            f.write("What is 2 + 2? The answer is 4.\nHello world, hello there. user model\n" * 50)
-        subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={work}/tokenizer",
-                        f"--vocab_size={COMMON['vocab_size'] - len(markers)}", "--model_type=bpe", "--byte_fallback=true",
-                        "--add_dummy_prefix=false", "--split_digits=true", "--pad_id=0", "--eos_id=1", "--bos_id=2",
-                        "--unk_id=3", "--pad_piece=<pad>", "--eos_piece=<eos>", "--bos_piece=<bos>", "--minloglevel=2"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        tokenizer = GemmaTokenizerFast(vocab_file=os.path.join(work, "tokenizer.model"), from_slow=True)
+    with sentencepiece_model("What is 2 + 2? The answer is 4.\nHello world, hello there. user model\n",
+                             COMMON["vocab_size"] - len(markers), "--add_dummy_prefix=false", "--split_digits=true",
+                             "--pad_id=0", "--eos_id=1", "--bos_id=2", "--unk_id=3", "--pad_piece=<pad>",
+                             "--eos_piece=<eos>", "--bos_piece=<bos>") as model:
+        tokenizer = GemmaTokenizerFast(vocab_file=model, from_slow=True)
     tokenizer.add_special_tokens({"additional_special_tokens": markers})
     assert len(tokenizer) == COMMON["vocab_size"], len(tokenizer)
     with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "gemma3.jinja")) as f:
@@ -321,7 +315,6 @@ def float32_head_reference(name):
     """TRL's completion log-probabilities of a bfloat16 model, with cast_lm_head_to_fp32 and without,
     and the final hidden states the head saw (a hook on the backbone), so that Grove's output layer
     is compared on exactly TRL's inputs."""
-    import tempfile
     from datasets import Dataset
     from tokenizers import models as tokenizer_models
     from transformers import PreTrainedTokenizerFast
@@ -408,8 +401,10 @@ def main():
         if name == "gemma3_window":  # a Gemma 3 checkpoint's folder: its tokenizer.json and template
             save_gemma_tokenizer(folder)
             extra = chat_reference(folder, model, {"chat": {}})
-        if name == "gemma3_vision":  # trained with LoRA from text prompts
+        if name == "gemma3_vision":  # trained with LoRA from text prompts; its image processor's file
             save_gemma_tokenizer(folder)
+            from transformers import Gemma3ImageProcessor
+            Gemma3ImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)

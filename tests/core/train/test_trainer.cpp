@@ -296,6 +296,7 @@ TEST(Trainer, Gemma3MultimodalCheckpointTrainsLoraOnItsTextModel) {
     EXPECT_EQ(adapted.size(), 2u * 2u * 2u);  // 2 layers x (q, v) x (A, B): the text model's only
     EXPECT_TRUE(adapted.count("base_model.model.model.language_model.layers.1.self_attn.v_proj.lora_B.weight"));
     const std::string checkpoint = expect_trains_and_loads_in_peft(t, "gemma3_vision");
+    EXPECT_TRUE(fs::exists(checkpoint + "/preprocessor_config.json")) << "the checkpoint loads with AutoProcessor";
     // PEFT's own adapter for this class also wraps the vision tower's q_proj: merged, a zero lora_B
     // there changes nothing; a trained one (images) is refused rather than dropped
     const std::string base = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/gemma3_vision";
@@ -311,6 +312,7 @@ TEST(Trainer, Gemma3MultimodalCheckpointTrainsLoraOnItsTextModel) {
     tensors.emplace_back(vision + "lora_B.weight", at::zeros({16, 4}));
     grove::save_tensors(file, tensors);
     EXPECT_NO_THROW(grove::export_merged(checkpoint, base, checkpoint + "-merged"));
+    EXPECT_TRUE(fs::exists(checkpoint + "-merged/preprocessor_config.json"));
     tensors.back().second.fill_(0.5);
     grove::save_tensors(file, tensors);
     EXPECT_CONTAINS(grove::test::error_message([&] { grove::export_merged(checkpoint, base, checkpoint + "-merged-2"); }),
