@@ -590,29 +590,24 @@ public:
         }
     }
     at::Tensor take(const std::string& name, std::vector<int64_t> shape) {
-        auto it = where_.find(name);
-        if (it == where_.end()) throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
-        const SafetensorsFile& file = *files_[it->second];
-        const TensorEntry* entry = file.find(name);
+        const auto [file, entry] = locate(name);
         if (entry->shape != shape) {
             std::ostringstream os;
-            os << file.path() << ": tensor \"" << name << "\" has shape " << c10::IntArrayRef(entry->shape)
+            os << file->path() << ": tensor \"" << name << "\" has shape " << c10::IntArrayRef(entry->shape)
                << " but config.json implies " << c10::IntArrayRef(shape);
             throw Error(ErrorKind::input, os.str());
         }
         if (entry->dtype != DType::f32 && entry->dtype != DType::f16 && entry->dtype != DType::bf16)
-            throw Error(ErrorKind::input, file.path() + ": tensor \"" + name + "\" has dtype " + dtype_name(entry->dtype) +
+            throw Error(ErrorKind::input, file->path() + ": tensor \"" + name + "\" has dtype " + dtype_name(entry->dtype) +
                                               "; weights must be F32, F16 or BF16");
         used_.insert(name);
-        return tensor_from_entry(*entry, file.path());
+        return tensor_from_entry(*entry, file->path());
     }
     bool has(const std::string& name) const { return where_.count(name) > 0; }
     // A tensor as the file holds it, any dtype or shape (one the model does not compute with)
     at::Tensor take_as_stored(const std::string& name) {
-        auto it = where_.find(name);
-        if (it == where_.end()) throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
-        const SafetensorsFile& file = *files_[it->second];
-        return tensor_from_entry(*file.find(name), file.path());
+        const auto [file, entry] = locate(name);
+        return tensor_from_entry(*entry, file->path());
     }
     std::vector<std::string> unused() const {
         std::vector<std::string> names;
@@ -622,6 +617,13 @@ public:
     }
 
 private:
+    // the file holding the tensor and its entry; a missing tensor is an input error naming it
+    std::pair<const SafetensorsFile*, const TensorEntry*> locate(const std::string& name) const {
+        auto it = where_.find(name);
+        if (it == where_.end()) throw Error(ErrorKind::input, files_.front()->path() + ": missing tensor \"" + name + "\"");
+        const SafetensorsFile* file = files_[it->second].get();
+        return {file, file->find(name)};
+    }
     void open(const std::string& path) {
         files_.push_back(std::make_unique<SafetensorsFile>(path));
         for (const auto& t : files_.back()->tensors()) where_[t.name] = files_.size() - 1;
@@ -631,12 +633,15 @@ private:
     std::set<std::string> used_;
 };
 
+// The decoder's module path: "model." (transformers' model.language_model. in a Gemma 3 multimodal model)
+std::string decoder_path(const ModelConfig& c) { return c.nested_text_model ? "model.language_model." : "model."; }
+
 // A module's parameter as the checkpoint names it: the module path itself, except in a Gemma 3
 // multimodal checkpoint, which stores transformers' model.language_model.* as language_model.model.*
 // (and lm_head as language_model.lm_head)
 std::string checkpoint_tensor_name(const ModelConfig& c, const std::string& module_path) {
-    const std::string nested = "model.language_model.";
     if (!c.nested_text_model) return module_path;
+    const std::string nested = decoder_path(c);
     if (module_path.compare(0, nested.size(), nested) == 0) return "language_model.model." + module_path.substr(nested.size());
     return "language_model." + module_path;
 }
@@ -745,7 +750,7 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
     auto parameter = [&](const std::string& module_path, std::vector<int64_t> shape) {
         return place(weights.take(checkpoint_tensor_name(c, module_path), std::move(shape)));
     };
-    const std::string decoder = c.nested_text_model ? "model.language_model." : "model.";
+    const std::string decoder = decoder_path(c);
     m->embed_tokens_ = parameter(decoder + "embed_tokens.weight", {c.vocab_size, c.hidden_size});
     auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
         Linear l;
@@ -790,8 +795,11 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         m->score_ = parameter("score.weight", {c.num_labels, c.hidden_size});
     else if (!c.tie_word_embeddings)
         m->lm_head_ = parameter("lm_head.weight", {c.vocab_size, c.hidden_size});
-    const at::Tensor frequency_powers =
-        at::pow(c.rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim));
+    // theta^(2i / rotary_dim), float32 as transformers computes it
+    auto powers_of = [&](double theta) {
+        return at::pow(theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim));
+    };
+    const at::Tensor frequency_powers = powers_of(c.rope_theta);
     at::Tensor inv_freq = 1.0 / frequency_powers;
     if (c.rope_scaling.type == "llama3") inv_freq = llama3_inv_freq(inv_freq, c.rope_scaling);
     if (c.rope_scaling.type == "linear") inv_freq = inv_freq / c.rope_scaling.factor;
@@ -800,9 +808,7 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
         inv_freq = 1.0 / (at::tensor(c.rope_scaling.short_factor, at::kDouble).to(at::kFloat) * frequency_powers);
     m->inv_freq_ = inv_freq.to(device);
     if (c.local_rope_theta > 0)  // Gemma 3's sliding layers: the plain rotation with their own base
-        m->local_inv_freq_ =
-            (1.0 / at::pow(c.local_rope_theta, at::arange(0, c.rotary_dim, 2, at::kLong).to(at::kFloat) / double(c.rotary_dim)))
-                .to(device);
+        m->local_inv_freq_ = (1.0 / powers_of(c.local_rope_theta)).to(device);
     // cuDNN's attention builds a graph per shape, on the host: decoding grows the key length every
     // step, and that planning took 2.3 ms per call, 60% of a decode step (measured on an H100). The
     // memory-efficient and flash kernels have no such cost.
@@ -1327,7 +1333,7 @@ void Model::keep_lm_head_in_float32() {
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
-    const std::string decoder = config_.nested_text_model ? "model.language_model." : "model.";
+    const std::string decoder = decoder_path(config_);
     out.emplace_back(decoder + "embed_tokens.weight", embed_tokens_);
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& l = *layers_[i];

@@ -295,15 +295,21 @@ def chat_templates(folder):
                   ensure_ascii=False, indent=1)
 
 
-def sentencepiece_model():
-    folder = os.path.join(OUT, "sentencepiece")
+def train_sentencepiece(folder, *options):
+    """folder/tokenizer.model: a sentencepiece BPE model (vocabulary 600, byte fallback) trained on the
+    corpus (left in folder/corpus.txt), with spm_train's extra options."""
     os.makedirs(folder, exist_ok=True)
     corpus = os.path.join(folder, "corpus.txt")
     with open(corpus, "w") as f:
         f.write("\n".join(CORPUS * 5) + "\n")
     subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={folder}/tokenizer", "--vocab_size=600",
-                    "--model_type=bpe", "--byte_fallback=true", "--character_coverage=0.98", "--minloglevel=2"],
+                    "--model_type=bpe", "--byte_fallback=true", "--character_coverage=0.98", "--minloglevel=2", *options],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def sentencepiece_model():
+    folder = os.path.join(OUT, "sentencepiece")
+    train_sentencepiece(folder)
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}, f)
     cases = []
@@ -349,16 +355,9 @@ def gemma_json():
     <bos> <unk> as ids 0-3 and the turn markers special; references from the `tokenizers` library."""
     from transformers import GemmaTokenizerFast
     folder = os.path.join(OUT, "sp_json_gemma")
-    os.makedirs(folder, exist_ok=True)
-    corpus = os.path.join(folder, "corpus.txt")
-    with open(corpus, "w") as f:
-        f.write("\n".join(CORPUS * 5) + "\n")
-    subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={folder}/tokenizer", "--vocab_size=600",
-                    "--model_type=bpe", "--byte_fallback=true", "--character_coverage=0.98", "--minloglevel=2",
-                    "--split_digits=true", "--add_dummy_prefix=false", "--allow_whitespace_only_pieces=true",
-                    "--pad_id=0", "--eos_id=1", "--bos_id=2", "--unk_id=3", "--pad_piece=<pad>", "--eos_piece=<eos>",
-                    "--bos_piece=<bos>"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    train_sentencepiece(folder, "--split_digits=true", "--add_dummy_prefix=false", "--allow_whitespace_only_pieces=true",
+                        "--pad_id=0", "--eos_id=1", "--bos_id=2", "--unk_id=3", "--pad_piece=<pad>", "--eos_piece=<eos>",
+                        "--bos_piece=<bos>")
     fast = GemmaTokenizerFast(vocab_file=os.path.join(folder, "tokenizer.model"), from_slow=True)
     fast.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
     fast.save_pretrained(folder)
