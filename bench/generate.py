@@ -65,8 +65,9 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
-    engine_help = ("Grove's decode engine on CUDA: graphs (the default), eager, or the graph engine with candidate "
-                   "changes: captured (sampling in the graph), split (split attention), captured+split")
+    engine_help = ("Grove's decode engine on CUDA: graphs (the default), eager, or the graph engine with changes "
+                   "joined by '+': captured (sampling in the graph), unsplit (no split attention), unfused (a GEMM "
+                   "per linear)")
     parser.add_argument("--engine", default="graphs", help=engine_help)
     parser.add_argument("--also-engine", help="a second engine timed in each pair too (reported as also_engine_*)")
     parser.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))

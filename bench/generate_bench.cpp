@@ -1,7 +1,9 @@
 // Times grove::generate alone (model loading excluded) on random prompt ids, for bench/generate.py.
 //   grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [dtype] [device] [ENGINE]
-// ENGINE (on CUDA): graphs (the default), eager, or graphs with candidate changes: captured, split,
-// captured+split (see SamplingOptions::capture_sampling and split_attention)
+// ENGINE (on CUDA): graphs (the default: split attention, q/k/v and gate/up concatenated as
+// `grove generate` does), eager, or graphs with changes joined by '+': captured (sampling in the
+// graph, SamplingOptions::capture_sampling), unsplit (split_attention off), unfused (the projections
+// not concatenated: a GEMM per linear)
 // Prints one JSON line: {"seconds": ..., "tokens": ..., "tokens_per_second": ...}, on CUDA also
 // "peak_allocated_mib": the caching allocator's peak, as torch.cuda.max_memory_allocated reports it.
 // With GROVE_BENCH_TRACE=FILE.json the timed call is profiled (CPU ops and CUDA kernels, Chrome trace).
@@ -19,7 +21,7 @@
 int main(int argc, char** argv) {
     if (argc < 5) {
         std::cerr << "usage: grove_bench_generate MODEL_DIR BATCH PROMPT_LEN NEW_TOKENS [float32|bfloat16] [cpu|cuda] "
-                     "[graphs|eager|captured|split|captured+split]\n";
+                     "[graphs|eager|captured|unsplit|unfused, joined by +]\n";
         return 2;
     }
     std::string dtype = argc > 5 ? argv[5] : "float32", device = argc > 6 ? argv[6] : "cpu";
@@ -33,23 +35,25 @@ int main(int argc, char** argv) {
     grove::SamplingOptions options;
     options.max_new_tokens = new_tokens;
     options.temperature = 1.0;
-    // the engine on CUDA: "graphs" or "eager", or the graph engine with candidate changes joined by
-    // '+': "captured" (sampling in the graph), "split" (split attention), "captured+split"
     const std::string engine = argc > 7 ? argv[7] : "graphs";
     std::stringstream parts(engine);
+    bool concatenate = model->device().is_cuda();
     for (std::string part; std::getline(parts, part, '+');) {
         if (part == "eager")
-            options.cuda_graphs = false;
+            options.cuda_graphs = false, concatenate = false;
         else if (part == "captured")
             options.capture_sampling = true;
-        else if (part == "split")
-            options.split_attention = true;
+        else if (part == "unsplit")
+            options.split_attention = false;
+        else if (part == "unfused")
+            concatenate = false;
         else if (part != "graphs") {
             std::cerr << "grove_bench_generate: unknown engine part '" << part
-                      << "' (graphs, eager, captured, split; joined by +)\n";
+                      << "' (graphs, eager, captured, unsplit, unfused; joined by +)\n";
             return 2;
         }
     }
+    if (concatenate) model->concatenate_projections();
     options.seed = 1;  // no EOS ids: every row generates new_tokens, as min_new_tokens does in transformers
     grove::generate(*model, prompts, [&] {
         auto o = options;

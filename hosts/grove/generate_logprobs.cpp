@@ -104,8 +104,8 @@ int generate(const std::vector<std::string>& args) {
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
         "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16")(
         "no-cuda-graphs", "on CUDA, decode with the eager loop instead of CUDA graphs")(
-        "capture-sampling", "on CUDA, capture sampling in the decode step's graph too (not yet measured on a GPU)")(
-        "split-attention", "on CUDA, split decode attention's columns over more blocks (not yet measured on a GPU)")(
+        "capture-sampling", "on CUDA, capture sampling in the decode step's graph too (no gain measured yet)")(
+        "no-split-attention", "on CUDA, one decode attention block per KV head and row (no split of the columns)")(
         "json", "one JSON object per completion")("environment", po::value<std::string>(),
                                                   "multi-turn episodes with this environment plugin (name or path)")(
         "environment-config", po::value<std::string>()->default_value(""), "the environment's settings, as TOML")(
@@ -119,6 +119,10 @@ int generate(const std::vector<std::string>& args) {
 
     std::string folder = vm["model"].as<std::string>();
     auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
+    // The graph engine decodes with the model itself when it needs no bf16 copy: one GEMM for q/k/v
+    // and one for gate/up, as a copy would have
+    if (model->device().is_cuda() && !model->has_adapters() && vm.count("no-cuda-graphs") == 0)
+        model->concatenate_projections();
     auto tokenizer = Tokenizer::load(folder);
     std::vector<PromptRow> rows;
     if (vm.count("prompt"))
@@ -153,7 +157,7 @@ int generate(const std::vector<std::string>& args) {
     o.seed = vm["seed"].as<uint64_t>();
     o.cuda_graphs = vm.count("no-cuda-graphs") == 0;
     o.capture_sampling = vm.count("capture-sampling") > 0;
-    o.split_attention = vm.count("split-attention") > 0;
+    o.split_attention = vm.count("no-split-attention") == 0;
     set_stop_tokens(o, *model, tokenizer->config());
     if (environment) return print_episodes(vm, *model, *tokenizer, *environment, rows, prompts, texts, n, o, family);
     auto result = grove::generate(*model, prompts, o);

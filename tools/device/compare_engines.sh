@@ -38,7 +38,7 @@ for shape in ["smollm2-135m", "qwen2.5-0.5b"]:
     folder = tempfile.mkdtemp()
     AutoModelForCausalLM.from_config(g.model_config(shape)).save_pretrained(folder)
     for batch in [64, 512]:
-        for engine in ["eager", "graphs", "captured", "split", "captured+split"] * 2:
+        for engine in ["eager", "graphs", "captured", "unsplit", "unfused", "unfused+unsplit"] * 2:
             r = subprocess.run([sys.argv[1] + "/bin/grove_bench_generate", folder, str(batch), "32", "128", "bfloat16", "cuda", engine], capture_output=True, text=True)
             print(shape, batch, engine, r.stdout.strip() or r.stderr[-1500:], flush=True)
 PY

@@ -35,8 +35,10 @@ struct SamplingOptions {
     // the device kit has measured it on a GPU (docs/performance.md).
     bool capture_sampling = false;
     // With cuda_graphs: decode attention splits each row's columns over several blocks when rows x
-    // KV heads are too few to keep the GPU busy (flash-decoding). Off until the kit has measured it.
-    bool split_attention = false;
+    // KV heads are too few to keep the GPU busy (flash-decoding). On since the device kit measured
+    // it (an H200: attention per step halved at batch 64; docs/performance.md). false: one block
+    // per KV head and row.
+    bool split_attention = true;
 };
 
 struct GenerationResult {

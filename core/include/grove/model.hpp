@@ -123,6 +123,11 @@ public:
     // A copy for generation: every weight in `dtype`, attached adapters merged into the base weights
     // (W + delta), no gradients. The decode engine's bf16 weights while training keeps float32.
     std::unique_ptr<Model> generation_copy(at::ScalarType dtype) const;
+    // For a model that only generates in its own dtype (no generation copy is made then): each
+    // layer's q/k/v and gate/up weights become row views of one matrix each, as in a generation
+    // copy, so a decode step runs one GEMM per group. Values are unchanged; do not train the model
+    // afterwards (its weights are views).
+    void concatenate_projections();
 
     // Parameters under their checkpoint names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;

@@ -930,8 +930,6 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
                                       {&layer->gate, &from->gate},
                                       {&layer->up, &from->up}})
                 *to = copy_linear(*source);
-            concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
-            concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
         }
         m->layers_.push_back(std::move(layer));
     }
@@ -939,7 +937,17 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     if (lm_head_) m->lm_head_ = lm_head_float32_ ? lm_head_->detach().clone() : cast(*lm_head_);
     m->inv_freq_ = inv_freq_;
     m->local_inv_freq_ = local_inv_freq_;
+    m->concatenate_projections();
     return m;
+}
+
+void Model::concatenate_projections() {
+    at::NoGradGuard no_grad;
+    for (auto& layer : layers_) {
+        if (layer->fused() || layer->qkv_weight.defined()) continue;  // one GEMM per group already
+        concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
+        concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
+    }
 }
 
 std::vector<Linear*> Model::Layer::attention_linears() {

@@ -273,6 +273,9 @@ TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
                                    "qwen2_window", "smollm3_nope", "gemma3_window", "gemma3_vision"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
+        // the same layout made in place, as `grove generate` does on CUDA for a model it uses as it is
+        auto concatenated = grove::Model::load(kModels + "/" + name);
+        concatenated->concatenate_projections();
         auto ref = reference(name);
         auto prompts = unpadded_prompts(ref["input_ids"], ref["attention_mask"]);
         const auto base = prompts;
@@ -310,6 +313,22 @@ TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
             ASSERT_TRUE(at::equal(copied.completion_ids, eager.completion_ids)) << where << " (generation copy)";
             EXPECT_EQ(copied.lengths, eager.lengths) << where << " (generation copy)";
             EXPECT_LT((copied.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
+            const auto in_place = grove::static_generate(*concatenated, prompts, options);
+            ASSERT_TRUE(at::equal(in_place.completion_ids, eager.completion_ids)) << where << " (concatenated in place)";
+            EXPECT_LT((in_place.sampled_logprobs - eager.sampled_logprobs).abs().max().item<double>(), 1e-4) << where;
+        }
+        // in place, q/k/v are rows of one matrix (Phi-3's are one checkpoint tensor already)
+        const auto weights = concatenated->named_parameters();
+        auto weight = [&](const std::string& module) {
+            for (const auto& [n, w] : weights)
+                if (n.find(".layers.0." + module + ".weight") != std::string::npos) return w;
+            return at::Tensor();
+        };
+        if (const at::Tensor q = weight("self_attn.q_proj"); q.defined()) {
+            const at::Tensor k = weight("self_attn.k_proj");
+            EXPECT_EQ(static_cast<const char*>(k.data_ptr()),
+                      static_cast<const char*>(q.data_ptr()) + q.numel() * q.element_size())
+                << name << ": k_proj does not follow q_proj in one matrix";
         }
     }
 }
