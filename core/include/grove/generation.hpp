@@ -31,8 +31,8 @@ struct SamplingOptions {
     // graph per batch-size bucket (docs/performance.md). false: the eager decode loop.
     bool cuda_graphs = true;
     // With cuda_graphs: sampling and the per-step bookkeeping are captured in the decode step's
-    // graph too, so a step is one replay with no host work between replays. Off by default until
-    // the device kit has measured it on a GPU (docs/performance.md).
+    // graph too, so a step is one replay with no host work between replays. Off: on an H200 it
+    // changed no token but did not shorten the idle time between replays (docs/performance.md).
     bool capture_sampling = false;
     // With cuda_graphs: decode attention splits each row's columns over several blocks when rows x
     // KV heads are too few to keep the GPU busy (flash-decoding). On since the device kit measured
