@@ -140,6 +140,9 @@ case("manifest", "a scheduler name with a typo", "check grove.toml", 3, "cosine"
      lambda d: write(f"{d}/grove.toml", manifest().replace("max_steps = 1", 'max_steps = 1\nlr_scheduler_type = "cosin"')))
 case("manifest", "cosine_with_min_lr without its floor", "check grove.toml --set train.lr_scheduler_type=\"cosine_with_min_lr\"",
      3, "set it (e.g. 0.1), or use \"cosine\"", run_folder())
+case("manifest", "warmup_stable_decay without the length of its decay",
+     "check grove.toml --set train.lr_scheduler_type=\"warmup_stable_decay\"", 3, "set it, e.g. num_decay_steps = 100",
+     run_folder())
 case("manifest", "min_lr_rate with a schedule that has no floor", "check grove.toml --set train.min_lr_rate=0.1", 3,
      "set that schedule, or remove min_lr_rate", run_folder())
 case("manifest", "a report_to integration Grove does not write (TRL's wandb)", "check grove.toml", 3,

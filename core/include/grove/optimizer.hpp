@@ -54,7 +54,8 @@ std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_s
 
 // transformers.get_scheduler's multiplier of the peak rate `peak` at optimizer step `step` (0-based):
 // linear warmup (none for constant), then linear decay to 0, cosine to 0 or to min_lr_rate, cosines
-// with hard restarts, polynomial decay to lr_end, inverse square root, or none.
+// with hard restarts, polynomial decay to lr_end, inverse square root, or none; or warmup-stable-decay,
+// or cosine_warmup_with_min_lr (whose warmup and decay each start a step later).
 double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total,
                                 const LrSchedulerOptions& options = {}, double peak = 1.0);
 

@@ -31,13 +31,26 @@ enum class LrSchedule {
     cosine_with_min_lr,
     cosine_with_restarts,
     polynomial,
-    inverse_sqrt
+    inverse_sqrt,
+    warmup_stable_decay,
+    cosine_warmup_with_min_lr
 };
+// the curve of warmup_stable_decay's warmup and of its decay (transformers' warmup_type, decay_type)
+enum class WsdCurve { linear, cosine, one_minus_sqrt };
 // transformers' lr_scheduler_kwargs, each an option of the schedule named beside it
 struct LrSchedulerOptions {
-    double min_lr_rate = 0.0;           // cosine_with_min_lr: its floor, as a fraction of learning_rate
+    // cosine_with_min_lr, cosine_warmup_with_min_lr: the floor, as a fraction of learning_rate
+    double min_lr_rate = 0.0;
     int64_t num_cycles = 1;             // cosine_with_restarts: how many cosines (hard restarts) fill the decay
     double lr_end = 1e-7, power = 1.0;  // polynomial: decays to lr_end (a rate, not a fraction) as (1 - progress)^power
+    // cosine_warmup_with_min_lr: the warmup's first rate, as a fraction; unset = 1 / warmup steps
+    std::optional<double> warmup_lr_rate;
+    // warmup_stable_decay: warmup, then the peak for num_stable_steps (unset: what the warmup and the
+    // decay leave of the run), then num_decay_steps of decay; both curves run between min_lr_ratio
+    // and 1, and after the decay the rate stays at min_lr_ratio
+    std::optional<int64_t> num_decay_steps, num_stable_steps;
+    WsdCurve warmup_type = WsdCurve::linear, decay_type = WsdCurve::cosine;
+    double min_lr_ratio = 0.0;
 };
 enum class MixedPrecision { automatic, bf16, off };  // "auto" | "bf16" | "no"
 enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"

@@ -19,36 +19,54 @@ Enum enum_from(const std::string& text, std::initializer_list<std::pair<const ch
     throw std::invalid_argument("'" + text + "' is not one of " + valid);
 }
 
-// Each lr_scheduler_kwargs key belongs to one schedule: set with another it would do nothing, so it is
-// refused; cosine_with_min_lr needs its floor, and polynomial must decay (transformers raises too).
+// Each lr_scheduler_kwargs key belongs to its schedules: set with another it would do nothing, so it is
+// refused; the min_lr schedules need their floor, warmup_stable_decay its decay's length, and
+// polynomial must decay (transformers raises too).
 void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifest) {
     const LrSchedulerOptions& o = t.lr_scheduler_kwargs;
     const LrSchedulerOptions defaults;
     const LrSchedule schedule = t.lr_scheduler_type;
-    if (o.min_lr_rate == 0.0 && schedule == LrSchedule::cosine_with_min_lr)
+    const bool min_lr_schedule =
+        schedule == LrSchedule::cosine_with_min_lr || schedule == LrSchedule::cosine_warmup_with_min_lr;
+    if (o.min_lr_rate == 0.0 && min_lr_schedule)
+        throw Error(ErrorKind::manifest,
+                    manifest + ": train.lr_scheduler_type = \"" +
+                        (schedule == LrSchedule::cosine_with_min_lr ? "cosine_with_min_lr" : "cosine_warmup_with_min_lr") +
+                        "\" decays to train.min_lr_rate, which is 0 (its default): set it (e.g. "
+                        "0.1), or use \"cosine\", which decays to 0");
+    if (schedule == LrSchedule::warmup_stable_decay && !o.num_decay_steps)
         throw Error(ErrorKind::manifest, manifest +
-                                             ": train.lr_scheduler_type = \"cosine_with_min_lr\" decays to "
-                                             "train.min_lr_rate, which is 0 (its default): set it (e.g. 0.1), or "
-                                             "use \"cosine\", which decays to 0");
-    if (o.min_lr_rate != 0.0 && schedule != LrSchedule::cosine_with_min_lr)
-        throw Error(ErrorKind::manifest, manifest +
-                                             ": train.min_lr_rate is the floor of train.lr_scheduler_type = "
-                                             "\"cosine_with_min_lr\" and of no other schedule: set that schedule, "
-                                             "or remove min_lr_rate");
+                                             ": train.lr_scheduler_type = \"warmup_stable_decay\" needs "
+                                             "train.num_decay_steps, the length of its decay (transformers' "
+                                             "lr_scheduler_kwargs require it too): set it, e.g. num_decay_steps = 100");
     const struct {
         const char* key;
         bool set;
-        LrSchedule owner;
-        const char* owner_name;
-    } options[] = {
-        {"num_cycles", o.num_cycles != defaults.num_cycles, LrSchedule::cosine_with_restarts, "cosine_with_restarts"},
-        {"lr_end", o.lr_end != defaults.lr_end, LrSchedule::polynomial, "polynomial"},
-        {"power", o.power != defaults.power, LrSchedule::polynomial, "polynomial"}};
+        bool owned;  // by the schedule in use
+        const char* owner_names;
+    } options[] = {{"min_lr_rate", o.min_lr_rate != defaults.min_lr_rate, min_lr_schedule,
+                    "\"cosine_with_min_lr\" and \"cosine_warmup_with_min_lr\""},
+                   {"warmup_lr_rate", o.warmup_lr_rate.has_value(), schedule == LrSchedule::cosine_warmup_with_min_lr,
+                    "\"cosine_warmup_with_min_lr\""},
+                   {"num_cycles", o.num_cycles != defaults.num_cycles, schedule == LrSchedule::cosine_with_restarts,
+                    "\"cosine_with_restarts\""},
+                   {"lr_end", o.lr_end != defaults.lr_end, schedule == LrSchedule::polynomial, "\"polynomial\""},
+                   {"power", o.power != defaults.power, schedule == LrSchedule::polynomial, "\"polynomial\""},
+                   {"num_decay_steps", o.num_decay_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
+                    "\"warmup_stable_decay\""},
+                   {"num_stable_steps", o.num_stable_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
+                    "\"warmup_stable_decay\""},
+                   {"warmup_type", o.warmup_type != defaults.warmup_type, schedule == LrSchedule::warmup_stable_decay,
+                    "\"warmup_stable_decay\""},
+                   {"decay_type", o.decay_type != defaults.decay_type, schedule == LrSchedule::warmup_stable_decay,
+                    "\"warmup_stable_decay\""},
+                   {"min_lr_ratio", o.min_lr_ratio != defaults.min_lr_ratio, schedule == LrSchedule::warmup_stable_decay,
+                    "\"warmup_stable_decay\""}};
     for (const auto& option : options)
-        if (option.set && schedule != option.owner)
+        if (option.set && !option.owned)
             throw Error(ErrorKind::manifest, manifest + ": train." + option.key +
-                                                 " is an option of train.lr_scheduler_type = \"" + option.owner_name +
-                                                 "\" and of no other schedule: set that schedule, or remove " + option.key);
+                                                 " is an option of train.lr_scheduler_type = " + option.owner_names +
+                                                 " and of no other schedule: set that schedule, or remove " + option.key);
     if (schedule == LrSchedule::polynomial && !(t.learning_rate > o.lr_end))
         throw Error(ErrorKind::manifest, manifest + ": train.lr_end (" + format_number(o.lr_end) +
                                              ") must be smaller than train.learning_rate (" + format_number(t.learning_rate) +
@@ -99,7 +117,14 @@ LrSchedule lr_schedule_from_name(const std::string& name) {
                                         {"cosine_with_min_lr", LrSchedule::cosine_with_min_lr},
                                         {"cosine_with_restarts", LrSchedule::cosine_with_restarts},
                                         {"polynomial", LrSchedule::polynomial},
-                                        {"inverse_sqrt", LrSchedule::inverse_sqrt}});
+                                        {"inverse_sqrt", LrSchedule::inverse_sqrt},
+                                        {"warmup_stable_decay", LrSchedule::warmup_stable_decay},
+                                        {"cosine_warmup_with_min_lr", LrSchedule::cosine_warmup_with_min_lr}});
+}
+
+static WsdCurve wsd_curve_from_name(const std::string& name) {
+    return enum_from<WsdCurve>(
+        name, {{"linear", WsdCurve::linear}, {"cosine", WsdCurve::cosine}, {"1-sqrt", WsdCurve::one_minus_sqrt}});
 }
 MixedPrecision mixed_precision_from_name(const std::string& name) {
     return enum_from<MixedPrecision>(
@@ -187,6 +212,12 @@ RunConfig RunConfig::from(const Manifest& m) {
     o.num_cycles = m.integer("train.num_cycles");
     o.lr_end = m.number("train.lr_end");
     o.power = m.number("train.power");
+    o.warmup_lr_rate = m.optional_number("train.warmup_lr_rate");
+    o.num_decay_steps = m.optional_integer("train.num_decay_steps");
+    o.num_stable_steps = m.optional_integer("train.num_stable_steps");
+    o.warmup_type = wsd_curve_from_name(m.string("train.warmup_type"));
+    o.decay_type = wsd_curve_from_name(m.string("train.decay_type"));
+    o.min_lr_ratio = m.number("train.min_lr_ratio");
     check_lr_scheduler_kwargs(t, c.manifest_path);
     t.weight_decay = m.number("train.weight_decay");
     t.adam_beta1 = m.number("train.adam_beta1");

@@ -89,9 +89,53 @@ std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_s
     return owners;
 }
 
+namespace {
+// transformers' _get_wsd_scheduler_lambda: each curve from 0 to 1 over its phase, scaled into [min_lr_ratio, 1]
+double wsd_multiplier(int64_t step, int64_t warmup, int64_t total, const LrSchedulerOptions& o) {
+    const int64_t decay = o.num_decay_steps.value_or(0), stable = o.num_stable_steps.value_or(total - warmup - decay);
+    auto scaled = [&](double factor) { return std::max(0.0, factor * (1.0 - o.min_lr_ratio) + o.min_lr_ratio); };
+    if (step < warmup) {
+        const double progress = double(step) / double(std::max<int64_t>(1, warmup));
+        switch (o.warmup_type) {
+            case WsdCurve::linear:
+                return scaled(progress);
+            case WsdCurve::cosine:
+                return scaled(0.5 * (1.0 - std::cos(M_PI * progress)));
+            case WsdCurve::one_minus_sqrt:
+                return scaled(1.0 - std::sqrt(1.0 - progress));
+        }
+    }
+    if (step < warmup + stable) return 1.0;
+    if (step < warmup + stable + decay) {
+        const double progress = double(step - warmup - stable) / double(std::max<int64_t>(1, decay));
+        switch (o.decay_type) {
+            case WsdCurve::linear:
+                return scaled(1.0 - progress);
+            case WsdCurve::cosine:
+                return scaled(0.5 * (1.0 + std::cos(M_PI * progress)));  // half a cosine (num_cycles 0.5)
+            case WsdCurve::one_minus_sqrt:
+                return scaled(1.0 - std::sqrt(progress));
+        }
+    }
+    return o.min_lr_ratio;
+}
+
+// transformers' cosine_warmup_with_min_lr: counts each step as done (step + 1) in warmup and decay
+double cosine_warmup_with_min_lr_multiplier(int64_t step, int64_t warmup, int64_t total, const LrSchedulerOptions& o) {
+    if (step < warmup) {
+        if (!o.warmup_lr_rate) return double(step + 1) / double(std::max<int64_t>(1, warmup));
+        return *o.warmup_lr_rate + (1.0 - *o.warmup_lr_rate) * double(step) / double(std::max<int64_t>(1, warmup - 1));
+    }
+    const double progress = double(step - warmup + 1) / double(std::max<int64_t>(1, total - warmup));
+    return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)) * (1 - o.min_lr_rate) + o.min_lr_rate);
+}
+}  // namespace
+
 double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmup, int64_t total, const LrSchedulerOptions& o,
                                 double peak) {
     if (schedule == LrSchedule::constant) return 1.0;  // transformers' get_constant_schedule: no warmup
+    if (schedule == LrSchedule::warmup_stable_decay) return wsd_multiplier(step, warmup, total, o);
+    if (schedule == LrSchedule::cosine_warmup_with_min_lr) return cosine_warmup_with_min_lr_multiplier(step, warmup, total, o);
     if (step < warmup) return double(step) / double(std::max<int64_t>(1, warmup));
     if (schedule == LrSchedule::constant_with_warmup) return 1.0;
     if (schedule == LrSchedule::inverse_sqrt) {  // get_scheduler passes it no kwargs: its timescale is the warmup

@@ -495,7 +495,9 @@ TEST(Trainer, ASyncedReferenceIsCheckpointedAndResumesExactly) {
 // cosine_with_min_lr, 3 restarts, polynomial decay to 0.1 of a peak of 1 with power 2, inverse_sqrt
 // (to which get_scheduler passes no kwargs: its timescale is the warmup, whatever lr_scheduler_kwargs
 // says), and constant without its warmup, as transformers ignores it
-// there (with a warning); a run's warmup steps from warmup_ratio as TrainingArguments counts them.
+// there (with a warning); warmup_stable_decay with each warmup and decay curve, with and without
+// its stable steps and floor, and cosine_warmup_with_min_lr with and without warmup_lr_rate; a
+// run's warmup steps from warmup_ratio as TrainingArguments counts them.
 // A schedule's option with another schedule is refused, and so is a polynomial that cannot decay.
 TEST(Schedules, EqualTransformersGetScheduler) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/schedules";
@@ -508,7 +510,16 @@ for label, name, kwargs in [("linear", "linear", {}), ("cosine", "cosine", {}),
                             ("cosine_with_restarts", "cosine_with_restarts", {"num_cycles": 3}),
                             ("polynomial", "polynomial", {"lr_end": 0.1, "power": 2.0}),
                             ("inverse_sqrt", "inverse_sqrt", {"timescale": 5}),
-                            ("constant", "constant", {}), ("constant_with_warmup", "constant_with_warmup", {})]:
+                            ("constant", "constant", {}), ("constant_with_warmup", "constant_with_warmup", {}),
+                            ("wsd", "warmup_stable_decay", {"num_decay_steps": 4}),
+                            ("wsd_cosine_1_sqrt", "warmup_stable_decay",
+                             {"num_decay_steps": 3, "num_stable_steps": 2, "warmup_type": "cosine",
+                              "decay_type": "1-sqrt", "min_lr_ratio": 0.2}),
+                            ("wsd_1_sqrt_linear", "warmup_stable_decay",
+                             {"num_decay_steps": 5, "warmup_type": "1-sqrt", "decay_type": "linear", "min_lr_ratio": 0.1}),
+                            ("cosine_warmup_with_min_lr", "cosine_warmup_with_min_lr", {"min_lr_rate": 0.1}),
+                            ("cosine_warmup_with_min_lr_rate", "cosine_warmup_with_min_lr",
+                             {"min_lr_rate": 0.1, "warmup_lr_rate": 0.2})]:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     schedule = get_scheduler(name, optimizer, num_warmup_steps=3, num_training_steps=10, scheduler_specific_kwargs=kwargs)
     out[label] = [schedule.lr_lambdas[0](step) for step in range(12)]
@@ -526,6 +537,15 @@ json.dump(out, open(sys.argv[1], "w"))
     options.num_cycles = 3;
     options.lr_end = 0.1;
     options.power = 2.0;
+    grove::LrSchedulerOptions wsd, wsd_cosine_1_sqrt, wsd_1_sqrt_linear, warmup_from = options;
+    wsd.num_decay_steps = 4;  // the rest of the run after the warmup stays at the peak
+    wsd_cosine_1_sqrt.num_decay_steps = 3, wsd_cosine_1_sqrt.num_stable_steps = 2;  // ends at min_lr_ratio early
+    wsd_cosine_1_sqrt.warmup_type = grove::WsdCurve::cosine, wsd_cosine_1_sqrt.decay_type = grove::WsdCurve::one_minus_sqrt;
+    wsd_cosine_1_sqrt.min_lr_ratio = 0.2;
+    wsd_1_sqrt_linear.num_decay_steps = 5;
+    wsd_1_sqrt_linear.warmup_type = grove::WsdCurve::one_minus_sqrt, wsd_1_sqrt_linear.decay_type = grove::WsdCurve::linear;
+    wsd_1_sqrt_linear.min_lr_ratio = 0.1;
+    warmup_from.warmup_lr_rate = 0.2;
     const std::tuple<const char*, grove::LrSchedule, grove::LrSchedulerOptions> schedules[] = {
         {"linear", grove::LrSchedule::linear, options},
         {"cosine", grove::LrSchedule::cosine, options},
@@ -534,7 +554,12 @@ json.dump(out, open(sys.argv[1], "w"))
         {"polynomial", grove::LrSchedule::polynomial, options},
         {"inverse_sqrt", grove::LrSchedule::inverse_sqrt, options},
         {"constant", grove::LrSchedule::constant, options},
-        {"constant_with_warmup", grove::LrSchedule::constant_with_warmup, options}};
+        {"constant_with_warmup", grove::LrSchedule::constant_with_warmup, options},
+        {"wsd", grove::LrSchedule::warmup_stable_decay, wsd},
+        {"wsd_cosine_1_sqrt", grove::LrSchedule::warmup_stable_decay, wsd_cosine_1_sqrt},
+        {"wsd_1_sqrt_linear", grove::LrSchedule::warmup_stable_decay, wsd_1_sqrt_linear},
+        {"cosine_warmup_with_min_lr", grove::LrSchedule::cosine_warmup_with_min_lr, options},
+        {"cosine_warmup_with_min_lr_rate", grove::LrSchedule::cosine_warmup_with_min_lr, warmup_from}};
     for (const auto& [name, schedule, kwargs] : schedules)
         for (int64_t step = 0; step < 12; ++step)
             EXPECT_NEAR(grove::learning_rate_multiplier(schedule, step, 3, 10, kwargs),
@@ -559,7 +584,21 @@ json.dump(out, open(sys.argv[1], "w"))
     EXPECT_EQ(grove::LearningRateSchedule::of(train, 10).ignored_warmup_warning(), "");
     EXPECT_CONTAINS(
         grove::test::error_message([] { grove::RunConfig::from(manifest("min_lr_refused", {"train.min_lr_rate=0.1"})); }),
-        "train.min_lr_rate is the floor of train.lr_scheduler_type = \"cosine_with_min_lr\"");
+        "train.min_lr_rate is an option of train.lr_scheduler_type = \"cosine_with_min_lr\" and "
+        "\"cosine_warmup_with_min_lr\" and of no other schedule");
+    EXPECT_CONTAINS(
+        grove::test::error_message([] { grove::RunConfig::from(manifest("decay_refused", {"train.num_decay_steps=4"})); }),
+        "train.num_decay_steps is an option of train.lr_scheduler_type = \"warmup_stable_decay\" and of no other schedule");
+    // warmup_stable_decay's options as a manifest gives them
+    const auto wsd_run = grove::RunConfig::from(
+        manifest("wsd", {"train.lr_scheduler_type=\"warmup_stable_decay\"", "train.num_decay_steps=4",
+                         "train.decay_type=\"1-sqrt\"", "train.warmup_type=\"cosine\"", "train.min_lr_ratio=0.2"}));
+    const grove::LrSchedulerOptions& read = wsd_run.train.lr_scheduler_kwargs;
+    EXPECT_EQ(read.num_decay_steps, std::optional<int64_t>(4));
+    EXPECT_FALSE(read.num_stable_steps.has_value());
+    EXPECT_EQ(read.decay_type, grove::WsdCurve::one_minus_sqrt);
+    EXPECT_EQ(read.warmup_type, grove::WsdCurve::cosine);
+    EXPECT_DOUBLE_EQ(read.min_lr_ratio, 0.2);
     EXPECT_CONTAINS(
         grove::test::error_message([] { grove::RunConfig::from(manifest("cycles_refused", {"train.num_cycles=2"})); }),
         "train.num_cycles is an option of train.lr_scheduler_type = \"cosine_with_restarts\" and of no other schedule");
