@@ -17,7 +17,7 @@ env -u LD_LIBRARY_PATH -u GROVE_PLUGIN_PATH PYTHON="$python" bash bundle/run.sh 
 "$python" - "$work/report/report.json" <<'PY'
 import json, sys
 sections = json.load(open(sys.argv[1]))["sections"]
-expected = ["environment", "correctness", "training", "distributed", "generation", "step"]
+expected = ["environment", "correctness", "training", "distributed", "generation", "step", "trace"]
 assert list(sections) == expected, f"sections {list(sections)}, expected {expected}"
 failed = [name for name, s in sections.items() if s["status"] != "pass"]
 assert not failed, f"failed: {failed}"

@@ -4,10 +4,11 @@ report.json. Every check records its figures; a failed check is reported and the
 
     python3 check.py --bundle DIR [--cpu] [--out DIR] [--only a,b] [--skip a,b]
 
-Sections: environment, correctness, training, distributed, generation, step.
+Sections: environment, correctness, training, distributed, generation, step, trace.
 """
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import platform
@@ -22,7 +23,7 @@ import traceback
 
 import torch
 
-SECTIONS = ["environment", "correctness", "training", "distributed", "generation", "step"]
+SECTIONS = ["environment", "correctness", "training", "distributed", "generation", "step", "trace"]
 TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha", "phi3_longrope", "phi3_partial",
         "mistral_window", "qwen2_window", "smollm3_nope", "gemma3_window", "gemma3_vision"]
 RANDOM_SHAPES = ["smollm2-135m", "qwen2.5-0.5b"]
@@ -545,6 +546,40 @@ def step(ctx):
         cases, sizes = list(RANDOM_SHAPES), ["--steps", 5, "--prompts", 8, "--max-completion", 128]
     return {shape: bench(ctx, "step.py", "--shape", shape, *sizes, "--device", ctx.device, "--grove", ctx.grove_path)
             for shape in cases}
+
+
+def bundle_module(ctx, name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ctx.bundle, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def trace(ctx):
+    """Where a decode step's time goes: one timed generation (prompts of 32, 128 new tokens, the
+    default engine) under the profiler (GROVE_BENCH_TRACE) at Qwen2.5-0.5B's shape in bf16, batch 64
+    and 512; per decode step the span, the GPU's busy and idle time, and the kernels by total time."""
+    from transformers import AutoModelForCausalLM
+    shapes, summary = bundle_module(ctx, "generate"), bundle_module(ctx, "trace_kernels").kernel_summary
+    cases = [("tiny", 4, "float32")] if ctx.cpu_rehearsal else [("qwen2.5-0.5b", b, "bfloat16") for b in (64, 512)]
+    figures, new_tokens = {}, 128
+    for shape, batch, dtype in cases:
+        folder = tempfile.mkdtemp(dir=ctx.work)
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(shapes.model_config(shape)).save_pretrained(folder)
+        trace_file = os.path.join(folder, "trace.json")
+        run = subprocess.run([os.path.join(ctx.bundle, "bin", "grove_bench_generate"), folder, str(batch), "32",
+                              str(new_tokens), dtype, ctx.device], capture_output=True, text=True, timeout=300,
+                             env=dict(os.environ, GROVE_BENCH_TRACE=trace_file))
+        if run.returncode != 0:
+            raise AssertionError(f"grove_bench_generate exited {run.returncode}:\n{run.stderr[-2500:]}")
+        r = summary(trace_file, 12)
+        per_step = {"span_ms": r["span_ms"] / new_tokens, "busy_ms": r["busy_ms"] / new_tokens,
+                    "idle_ms": (r["span_ms"] - r["busy_ms"]) / new_tokens, "kernels": r["kernels"] / new_tokens}
+        figures[f"{shape}_batch{batch}_{dtype}"] = {
+            "tokens_per_second": json.loads(run.stdout.strip().splitlines()[-1])["tokens_per_second"],
+            "per_decode_step": {k: round(v, 3) for k, v in per_step.items()}, "top_kernels": r["top"]}
+    return figures
 
 
 # ---------------------------------------------------------------------------------------------- report

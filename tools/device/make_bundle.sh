@@ -46,7 +46,7 @@ for lib in $system_libs; do
 done
 
 cp -r "$build/tests/models/tiny" "$out/models/"
-cp "$root"/tools/device/{run.sh,check.py} "$root"/bench/{generate.py,step.py} "$out/"
+cp "$root"/tools/device/{run.sh,check.py,trace_kernels.py} "$root"/bench/{generate.py,step.py} "$out/"
 # TRL is absent on the machine; these pure-Python wheels (and their missing dependencies) travel along
 "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d "$out/wheels" \
   trl==1.16.0 datasets==5.0.1 dill==0.4.1 multiprocess==0.70.19 >/dev/null
