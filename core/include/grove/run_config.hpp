@@ -40,7 +40,8 @@ enum class WsdCurve { linear, cosine, one_minus_sqrt };
 // transformers' lr_scheduler_kwargs, each an option of the schedule named beside it
 struct LrSchedulerOptions {
     // cosine_with_min_lr, cosine_warmup_with_min_lr: the floor, as a fraction of learning_rate
-    double min_lr_rate = 0.0;
+    // (required there, 0 allowed, as transformers requires it)
+    std::optional<double> min_lr_rate;
     int64_t num_cycles = 1;             // cosine_with_restarts: how many cosines (hard restarts) fill the decay
     double lr_end = 1e-7, power = 1.0;  // polynomial: decays to lr_end (a rate, not a fraction) as (1 - progress)^power
     // cosine_warmup_with_min_lr: the warmup's first rate, as a fraction; unset = 1 / warmup steps
@@ -73,6 +74,7 @@ struct GenerationSection {
     int64_t num_generations = 8, max_completion_length = 512, top_k = 0;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
     bool cuda_graphs = true;
+    bool split_attention = true;    // SamplingOptions::split_attention
     bool dynamic_sampling = false;  // DAPO's filter groups
     int64_t dynamic_sampling_max_rounds = 10;
 };

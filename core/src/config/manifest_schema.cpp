@@ -104,6 +104,9 @@ const std::vector<KeySpec>& manifest_schema() {
         key("generation", "cuda_graphs", T::boolean, "true",
             "on CUDA, generate with the static-shape engine: bf16 generation weights under bf16 autocast, the decode "
             "step replayed as a CUDA graph; false = the eager decode loop (multi-turn episodes always use it)"),
+        key("generation", "split_attention", T::boolean, "true",
+            "with cuda_graphs: decode attention splits each row's cache columns over more blocks when rows x KV heads "
+            "are too few for the GPU (flash-decoding); false = one block per KV head and row"),
         key("generation", "dynamic_sampling", T::boolean, "false",
             "DAPO's filter groups: drop groups whose rewards all agree (zero advantage, no signal) and generate for "
             "more prompts until the generation batch is full of groups that disagree (one process)"),
@@ -272,8 +275,9 @@ const std::vector<KeySpec>& manifest_schema() {
                  "linear|cosine|cosine_with_min_lr|cosine_with_restarts|polynomial|inverse_sqrt|constant|"
                  "constant_with_warmup|warmup_stable_decay|cosine_warmup_with_min_lr"),
             "lr_scheduler_type"),
-        trl(range(key("train", "min_lr_rate", T::number, "0.0",
-                      "cosine_with_min_lr, cosine_warmup_with_min_lr: the rate it decays to, as a fraction of learning_rate"),
+        trl(range(key("train", "min_lr_rate", T::number, nullptr,
+                      "cosine_with_min_lr, cosine_warmup_with_min_lr (required there): the rate it decays to, as a "
+                      "fraction of learning_rate"),
                   0, 1),
             "lr_scheduler_kwargs.min_lr_rate"),
         trl(range(key("train", "num_cycles", T::integer, "1",

@@ -28,12 +28,14 @@ void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifes
     const LrSchedule schedule = t.lr_scheduler_type;
     const bool min_lr_schedule =
         schedule == LrSchedule::cosine_with_min_lr || schedule == LrSchedule::cosine_warmup_with_min_lr;
-    if (o.min_lr_rate == 0.0 && min_lr_schedule)
+    if (!o.min_lr_rate && min_lr_schedule)  // transformers raises without it too
         throw Error(ErrorKind::manifest,
                     manifest + ": train.lr_scheduler_type = \"" +
-                        (schedule == LrSchedule::cosine_with_min_lr ? "cosine_with_min_lr" : "cosine_warmup_with_min_lr") +
-                        "\" decays to train.min_lr_rate, which is 0 (its default): set it (e.g. "
-                        "0.1), or use \"cosine\", which decays to 0");
+                        (schedule == LrSchedule::cosine_with_min_lr
+                             ? "cosine_with_min_lr\" decays to train.min_lr_rate, which is unset: set it (e.g. 0.1), or "
+                               "use \"cosine\", which decays to 0"
+                             : "cosine_warmup_with_min_lr\" decays to train.min_lr_rate, which is unset: set it (e.g. "
+                               "0.1, or 0 to decay to 0)"));
     if (schedule == LrSchedule::warmup_stable_decay && !o.num_decay_steps)
         throw Error(ErrorKind::manifest, manifest +
                                              ": train.lr_scheduler_type = \"warmup_stable_decay\" needs "
@@ -44,24 +46,24 @@ void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifes
         bool set;
         bool owned;  // by the schedule in use
         const char* owner_names;
-    } options[] = {{"min_lr_rate", o.min_lr_rate != defaults.min_lr_rate, min_lr_schedule,
-                    "\"cosine_with_min_lr\" and \"cosine_warmup_with_min_lr\""},
-                   {"warmup_lr_rate", o.warmup_lr_rate.has_value(), schedule == LrSchedule::cosine_warmup_with_min_lr,
-                    "\"cosine_warmup_with_min_lr\""},
-                   {"num_cycles", o.num_cycles != defaults.num_cycles, schedule == LrSchedule::cosine_with_restarts,
-                    "\"cosine_with_restarts\""},
-                   {"lr_end", o.lr_end != defaults.lr_end, schedule == LrSchedule::polynomial, "\"polynomial\""},
-                   {"power", o.power != defaults.power, schedule == LrSchedule::polynomial, "\"polynomial\""},
-                   {"num_decay_steps", o.num_decay_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
-                    "\"warmup_stable_decay\""},
-                   {"num_stable_steps", o.num_stable_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
-                    "\"warmup_stable_decay\""},
-                   {"warmup_type", o.warmup_type != defaults.warmup_type, schedule == LrSchedule::warmup_stable_decay,
-                    "\"warmup_stable_decay\""},
-                   {"decay_type", o.decay_type != defaults.decay_type, schedule == LrSchedule::warmup_stable_decay,
-                    "\"warmup_stable_decay\""},
-                   {"min_lr_ratio", o.min_lr_ratio != defaults.min_lr_ratio, schedule == LrSchedule::warmup_stable_decay,
-                    "\"warmup_stable_decay\""}};
+    } options[] = {
+        {"min_lr_rate", o.min_lr_rate.has_value(), min_lr_schedule, "\"cosine_with_min_lr\" and \"cosine_warmup_with_min_lr\""},
+        {"warmup_lr_rate", o.warmup_lr_rate.has_value(), schedule == LrSchedule::cosine_warmup_with_min_lr,
+         "\"cosine_warmup_with_min_lr\""},
+        {"num_cycles", o.num_cycles != defaults.num_cycles, schedule == LrSchedule::cosine_with_restarts,
+         "\"cosine_with_restarts\""},
+        {"lr_end", o.lr_end != defaults.lr_end, schedule == LrSchedule::polynomial, "\"polynomial\""},
+        {"power", o.power != defaults.power, schedule == LrSchedule::polynomial, "\"polynomial\""},
+        {"num_decay_steps", o.num_decay_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
+         "\"warmup_stable_decay\""},
+        {"num_stable_steps", o.num_stable_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
+         "\"warmup_stable_decay\""},
+        {"warmup_type", o.warmup_type != defaults.warmup_type, schedule == LrSchedule::warmup_stable_decay,
+         "\"warmup_stable_decay\""},
+        {"decay_type", o.decay_type != defaults.decay_type, schedule == LrSchedule::warmup_stable_decay,
+         "\"warmup_stable_decay\""},
+        {"min_lr_ratio", o.min_lr_ratio != defaults.min_lr_ratio, schedule == LrSchedule::warmup_stable_decay,
+         "\"warmup_stable_decay\""}};
     for (const auto& option : options)
         if (option.set && !option.owned)
             throw Error(ErrorKind::manifest, manifest + ": train." + option.key +
@@ -165,6 +167,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     g.min_p = m.number("generation.min_p");
     g.repetition_penalty = m.number("generation.repetition_penalty");
     g.cuda_graphs = m.boolean("generation.cuda_graphs");
+    g.split_attention = m.boolean("generation.split_attention");
     g.dynamic_sampling = m.boolean("generation.dynamic_sampling");
     g.dynamic_sampling_max_rounds = m.integer("generation.dynamic_sampling_max_rounds");
 
@@ -208,7 +211,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.warmup_steps = m.integer("train.warmup_steps");
     t.warmup_ratio = m.number("train.warmup_ratio");
     LrSchedulerOptions& o = t.lr_scheduler_kwargs;
-    o.min_lr_rate = m.number("train.min_lr_rate");
+    o.min_lr_rate = m.optional_number("train.min_lr_rate");
     o.num_cycles = m.integer("train.num_cycles");
     o.lr_end = m.number("train.lr_end");
     o.power = m.number("train.power");

@@ -181,6 +181,7 @@ SamplingOptions sampling_options(const RunConfig& c) {
     o.repetition_penalty = c.generation.repetition_penalty;
     o.seed = uint64_t(c.train.seed);
     o.cuda_graphs = c.generation.cuda_graphs;
+    o.split_attention = c.generation.split_attention;
     return o;
 }
 

@@ -23,9 +23,10 @@ struct Model::Layer {
     // model keeps them so (adapters attach to them under PEFT's names), and q, k, v, gate and up are
     // then unset.
     Linear qkv, gate_up;
-    // Generation copies only (Model::generation_copy): q, k and v's weights as one matrix and gate
-    // and up's as another, so that a decode step runs one GEMM for each; the Linears' weights (and
-    // biases) are views of these.
+    // Generation copies (Model::generation_copy) and models that only generate
+    // (Model::concatenate_projections): q, k and v's weights as one matrix and gate and up's as
+    // another, so that a decode step runs one GEMM for each; the Linears' weights (and biases) are
+    // views of these.
     at::Tensor qkv_weight, gate_up_weight;
     std::optional<at::Tensor> qkv_bias, gate_up_bias;
 

@@ -942,11 +942,16 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
 }
 
 void Model::concatenate_projections() {
+    // an adapter's merged delta is added to its linear's own weight: views of a shared matrix would
+    // take the update in place for one linear and not the others
+    if (has_adapters())
+        throw Error(ErrorKind::usage, "concatenate_projections: the model has adapters; generate from a generation copy");
     at::NoGradGuard no_grad;
     for (auto& layer : layers_) {
-        if (layer->fused() || layer->qkv_weight.defined()) continue;  // one GEMM per group already
-        concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
-        concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
+        if (layer->fused()) continue;  // Phi-3: one checkpoint tensor per group already
+        if (!layer->qkv_weight.defined()) concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
+        if (!layer->gate_up_weight.defined())
+            concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
     }
 }
 

@@ -11,7 +11,9 @@
 //     graph takes over; the host looks at the batch every few steps, never inside a step;
 //   - the step itself is Model::decode_step_logits: on CUDA nine kernels per layer, five of them
 //     fused ones of our own (cuda_decode_kernels.hpp) and four GEMMs (q/k/v and gate/up
-//     concatenated in generation copies);
+//     concatenated in generation copies, and by Model::concatenate_projections for a model that
+//     generates as it is); decode attention splits its columns over more blocks where rows x KV
+//     heads are too few (SamplingOptions::split_attention);
 //   - sampling on the device, one kernel per step on CUDA (ATen's filters first when set), with the
 //     same per-step uniforms as the eager loop (a seeded CPU generator, drawn for the whole turn up
 //     front);

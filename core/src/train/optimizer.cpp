@@ -127,7 +127,8 @@ double cosine_warmup_with_min_lr_multiplier(int64_t step, int64_t warmup, int64_
         return *o.warmup_lr_rate + (1.0 - *o.warmup_lr_rate) * double(step) / double(std::max<int64_t>(1, warmup - 1));
     }
     const double progress = double(step - warmup + 1) / double(std::max<int64_t>(1, total - warmup));
-    return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)) * (1 - o.min_lr_rate) + o.min_lr_rate);
+    const double floor = o.min_lr_rate.value_or(0.0);
+    return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)) * (1 - floor) + floor);
 }
 }  // namespace
 
@@ -145,7 +146,10 @@ double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmu
     double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
     const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
     if (schedule == LrSchedule::cosine) return std::max(0.0, cosine);
-    if (schedule == LrSchedule::cosine_with_min_lr) return std::max(0.0, cosine * (1 - o.min_lr_rate) + o.min_lr_rate);
+    if (schedule == LrSchedule::cosine_with_min_lr) {
+        const double floor = o.min_lr_rate.value_or(0.0);
+        return std::max(0.0, cosine * (1 - floor) + floor);
+    }
     if (schedule == LrSchedule::cosine_with_restarts)
         return progress >= 1.0 ? 0.0
                                : std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(double(o.num_cycles) * progress, 1.0))));

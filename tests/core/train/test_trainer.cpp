@@ -519,7 +519,8 @@ for label, name, kwargs in [("linear", "linear", {}), ("cosine", "cosine", {}),
                              {"num_decay_steps": 5, "warmup_type": "1-sqrt", "decay_type": "linear", "min_lr_ratio": 0.1}),
                             ("cosine_warmup_with_min_lr", "cosine_warmup_with_min_lr", {"min_lr_rate": 0.1}),
                             ("cosine_warmup_with_min_lr_rate", "cosine_warmup_with_min_lr",
-                             {"min_lr_rate": 0.1, "warmup_lr_rate": 0.2})]:
+                             {"min_lr_rate": 0.1, "warmup_lr_rate": 0.2}),
+                            ("cosine_warmup_to_zero", "cosine_warmup_with_min_lr", {"min_lr_rate": 0.0})]:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     schedule = get_scheduler(name, optimizer, num_warmup_steps=3, num_training_steps=10, scheduler_specific_kwargs=kwargs)
     out[label] = [schedule.lr_lambdas[0](step) for step in range(12)]
@@ -546,6 +547,8 @@ json.dump(out, open(sys.argv[1], "w"))
     wsd_1_sqrt_linear.warmup_type = grove::WsdCurve::one_minus_sqrt, wsd_1_sqrt_linear.decay_type = grove::WsdCurve::linear;
     wsd_1_sqrt_linear.min_lr_ratio = 0.1;
     warmup_from.warmup_lr_rate = 0.2;
+    grove::LrSchedulerOptions to_zero;
+    to_zero.min_lr_rate = 0.0;  // set to 0, which transformers takes
     const std::tuple<const char*, grove::LrSchedule, grove::LrSchedulerOptions> schedules[] = {
         {"linear", grove::LrSchedule::linear, options},
         {"cosine", grove::LrSchedule::cosine, options},
@@ -559,7 +562,8 @@ json.dump(out, open(sys.argv[1], "w"))
         {"wsd_cosine_1_sqrt", grove::LrSchedule::warmup_stable_decay, wsd_cosine_1_sqrt},
         {"wsd_1_sqrt_linear", grove::LrSchedule::warmup_stable_decay, wsd_1_sqrt_linear},
         {"cosine_warmup_with_min_lr", grove::LrSchedule::cosine_warmup_with_min_lr, options},
-        {"cosine_warmup_with_min_lr_rate", grove::LrSchedule::cosine_warmup_with_min_lr, warmup_from}};
+        {"cosine_warmup_with_min_lr_rate", grove::LrSchedule::cosine_warmup_with_min_lr, warmup_from},
+        {"cosine_warmup_to_zero", grove::LrSchedule::cosine_warmup_with_min_lr, to_zero}};
     for (const auto& [name, schedule, kwargs] : schedules)
         for (int64_t step = 0; step < 12; ++step)
             EXPECT_NEAR(grove::learning_rate_multiplier(schedule, step, 3, 10, kwargs),
@@ -589,6 +593,15 @@ json.dump(out, open(sys.argv[1], "w"))
     EXPECT_CONTAINS(
         grove::test::error_message([] { grove::RunConfig::from(manifest("decay_refused", {"train.num_decay_steps=4"})); }),
         "train.num_decay_steps is an option of train.lr_scheduler_type = \"warmup_stable_decay\" and of no other schedule");
+    EXPECT_CONTAINS(
+        grove::test::error_message([] {
+            grove::RunConfig::from(manifest("warmup_min_lr_unset", {"train.lr_scheduler_type=\"cosine_warmup_with_min_lr\""}));
+        }),
+        "decays to train.min_lr_rate, which is unset: set it (e.g. 0.1, or 0 to decay to 0)");
+    EXPECT_EQ(grove::RunConfig::from(manifest("warmup_min_lr_zero", {"train.lr_scheduler_type=\"cosine_warmup_with_min_lr\"",
+                                                                     "train.min_lr_rate=0.0"}))
+                  .train.lr_scheduler_kwargs.min_lr_rate,
+              std::optional<double>(0.0));
     // warmup_stable_decay's options as a manifest gives them
     const auto wsd_run = grove::RunConfig::from(
         manifest("wsd", {"train.lr_scheduler_type=\"warmup_stable_decay\"", "train.num_decay_steps=4",
