@@ -1,6 +1,6 @@
 // A Hugging Face model folder's config.json as Grove reads it: the architecture (causal LMs and
-// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral, Phi-3 and SmolLM3 families, and Gemma 3's
-// text model) and its sizes. No libtorch,
+// sequence classifiers of the Llama, Qwen2, Qwen3, Mistral, Phi-3 and SmolLM3 families, Gemma 3's
+// text model and OLMo 2's causal LMs) and its sizes. No libtorch,
 // so hosts can check a folder without loading the model.
 #pragma once
 
@@ -28,7 +28,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3
+    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -49,11 +49,21 @@ struct ModelConfig {
     bool o_proj_bias = false;
     bool mlp_bias = false;
     bool qk_norm = false;            // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
+    bool qk_norm_whole = false;      // OLMo 2: q_norm / k_norm norm the whole projection, not each head
     bool fused_projections = false;  // Phi-3: q, k, v as one qkv_proj, gate and up as one gate_up_proj
     // Gemma 3: every RMS norm scales by (1 + weight), in float32 before the cast back; each layer
     // also norms the attention's and the MLP's outputs (post_attention_layernorm,
     // post_feedforward_layernorm) and the MLP's input has its own norm (pre_feedforward_layernorm).
     bool gemma_norms = false;
+    // How an RMS norm applies its weight: after the cast back to x's dtype (Llama), in float32
+    // before the cast (OLMo 2), or as (1 + weight) in float32 before the cast (Gemma 3)
+    enum class NormScaling { after_cast, in_float32, one_plus_in_float32 } norm_scaling = NormScaling::after_cast;
+    // OLMo 2: a layer's input is not normed; the attention's and the MLP's outputs are
+    // (post_attention_layernorm, post_feedforward_layernorm) before each is added
+    bool post_norms_only = false;
+    // OLMo 2: cos and sin stay float32 in every dtype, and the rotated q and k are cast back to their
+    // own dtype (Llama's tables take the model's dtype and its products round in it)
+    bool rotary_in_float32 = false;
     enum class Activation { silu, gelu_tanh } activation = Activation::silu;  // the gated MLP's: SwiGLU or GeGLU
     double embedding_scale = 1.0;  // token embeddings are multiplied by it (Gemma: sqrt(hidden_size))
     double attention_scale = 0.0;  // the queries' scale: head_dim^-1/2, Gemma's query_pre_attn_scalar^-1/2

@@ -77,6 +77,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // and content), phi4_mini Phi-4-mini-instruct's ("<|user|>" without a newline).
 // gemma is Gemma 2 / 3 Instruct's (<start_of_turn> turns, "model" for the assistant); templates with
 // those markers but another shape are gemma_not_rendered, recognised and never rendered.
+// tulu is OLMo 2 Instruct's and Tulu 3's ("<|user|>\n" turns, the EOS token after assistant turns).
+// not_rendered is what auto finds in any other non-empty template: text prompts work, conversations
+// are refused (rendered plainly they would differ from apply_chat_template's text).
 enum class ChatTemplate {
     chatml,
     llama3,
@@ -95,7 +98,9 @@ enum class ChatTemplate {
     smollm3,
     smollm3_thinking_off,
     gemma,
-    gemma_not_rendered
+    gemma_not_rendered,
+    tulu,
+    not_rendered
 };
 
 struct ChatMessage {

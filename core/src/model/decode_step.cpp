@@ -36,12 +36,12 @@ void check(const char* error, const char* kernel) {
 }
 #endif
 
-// h += delta (when defined), then the RMS norm of h (`offset`: Gemma's, by 1 + weight, which the
-// CUDA kernel does not compute).
-at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor& weight, double eps, bool offset) {
+// h += delta (when defined), then the RMS norm of h. The CUDA kernel computes Llama's scaling only
+// (Gemma's and OLMo's scale in float32 before the cast).
+at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor& weight, double eps, NormScaling scaling) {
 #ifdef GROVE_CUDA_DECODE
     const auto type = delta.defined() ? kernel_dtype({h, delta, weight}) : kernel_dtype({h, weight});
-    if (type && !offset && h.is_contiguous() && (!delta.defined() || delta.is_contiguous())) {
+    if (type && scaling == NormScaling::after_cast && h.is_contiguous() && (!delta.defined() || delta.is_contiguous())) {
         at::Tensor y = at::empty_like(h);
         const int64_t H = h.size(-1);
         check(cuda_kernels::add_rms_norm(*type, h.data_ptr(), delta.defined() ? delta.data_ptr() : nullptr, weight.data_ptr(),
@@ -51,7 +51,7 @@ at::Tensor add_rms_norm(at::Tensor& h, const at::Tensor& delta, const at::Tensor
     }
 #endif
     if (delta.defined()) h.add_(delta);
-    return rms_norm(h, weight, eps, offset);
+    return rms_norm(h, weight, eps, scaling);
 }
 
 // The rotary embedding of q [B, heads * D] (returned as [B, heads, D]) and of k, written with v at
@@ -74,9 +74,10 @@ at::Tensor rotary_into_cache(const at::Tensor& q, const at::Tensor& k, const at:
 #endif
     const at::Tensor row_cos = cos.view({B, 1, -1}), row_sin = sin.view({B, 1, -1});
     const at::Tensor q_heads = q.view({B, heads, D}), k_heads = k.view({B, kv_heads, D});
-    keys.index_copy_(2, column, apply_rotary(k_heads, row_cos, row_sin).unsqueeze(2));
+    // float32 tables (OLMo 2) rotate in float32: the results go back to the projections' dtype
+    keys.index_copy_(2, column, apply_rotary(k_heads, row_cos, row_sin).to(keys.scalar_type()).unsqueeze(2));
     values.index_copy_(2, column, v.view({B, kv_heads, 1, D}));
-    return apply_rotary(q_heads, row_cos, row_sin);
+    return apply_rotary(q_heads, row_cos, row_sin).to(q.scalar_type());
 }
 
 // One query per head, queries [B, heads, D], on the visible columns of the cache: [B, heads * D].
@@ -137,15 +138,16 @@ std::vector<at::Tensor> project(const at::Tensor& x, const at::Tensor& weight, c
     return split_columns(at::linear(x, weight, bias), widths);
 }
 
-// q_norm and k_norm (Qwen3, Gemma 3) on the projections {q, k, v} [B, heads * D]; v is made
-// contiguous too, so that k and v keep one row stride (the rotary kernel takes one for both).
+// q_norm and k_norm on the projections {q, k, v} [B, heads * D], over each head (Qwen3, Gemma 3) or
+// the whole projection (OLMo 2: the weight is that wide); v is made contiguous too, so that k and v
+// keep one row stride (the rotary kernel takes one for both).
 void normalize_heads(std::vector<at::Tensor>& qkv, const at::Tensor& q_norm, const at::Tensor& k_norm, double eps,
-                     bool offset) {
+                     NormScaling scaling) {
     const at::Tensor* weights[] = {&q_norm, &k_norm};
     for (size_t i = 0; i < 2; ++i) {
         const int64_t B = qkv[i].size(0), D = weights[i]->size(0);
         at::Tensor heads = qkv[i].contiguous().view({-1, D});
-        qkv[i] = add_rms_norm(heads, at::Tensor(), *weights[i], eps, offset).view({B, -1});
+        qkv[i] = add_rms_norm(heads, at::Tensor(), *weights[i], eps, scaling).view({B, -1});
     }
     qkv[2] = qkv[2].contiguous();
 }
@@ -167,33 +169,39 @@ at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& 
         windowed = visible.logical_and(at::arange(cache.capacity, cache.column.options()) > cache.column - c.sliding_window);
     const RotaryTables tables = rotary_tables(position.view({B, 1}));
     const double eps = c.rms_norm_eps;
-    const bool gemma = c.gemma_norms;       // (1 + weight) norms, and the attention's and MLP's outputs normed too
+    const bool gemma = c.gemma_norms;          // the attention's and MLP's outputs normed too, and the MLP's input
+    const bool post_only = c.post_norms_only;  // OLMo 2: only the attention's and MLP's outputs normed
+    const NormScaling scaling = c.norm_scaling;
     at::Tensor h = embed(token.view({B}));  // [B, H]
     at::Tensor delta;                       // what the last block adds to h: the next norm adds it
+    // h += delta with no norm after it (OLMo 2's layer inputs)
+    auto add_delta = [&] {
+        if (delta.defined()) h.add_(delta);
+        return h;
+    };
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = *layers_[l];
-        at::Tensor x = add_rms_norm(h, delta, layer.input_norm, eps, gemma);
+        at::Tensor x = post_only ? add_delta() : add_rms_norm(h, delta, layer.input_norm, eps, scaling);
         auto qkv =
             layer.fused() ? layer.project_qkv(x) : project(x, layer.qkv_weight, layer.qkv_bias, {&layer.q, &layer.k, &layer.v});
-        if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, eps, gemma);
+        if (layer.q_norm.defined()) normalize_heads(qkv, layer.q_norm, layer.k_norm, eps, scaling);
         const auto [cos, sin] = tables.layer(l, c);
         const at::Tensor queries = rotary_into_cache(qkv[0], qkv[1], qkv[2], cos.view({B, -1}), sin.view({B, -1}),
                                                      cache.keys[l], cache.values[l], cache.column);
         const at::Tensor& layer_visible = c.layer_windowed(l) && windowed.defined() ? windowed : visible;
         delta = layer.o(
             decode_attention(queries, cache.keys[l], cache.values[l], layer_visible, c.attention_scale, cache.split_attention));
-        if (gemma) {
-            delta = rms_norm(delta, layer.post_attention_norm, eps, true);
-            x = add_rms_norm(h, delta, layer.pre_feedforward_norm, eps, true);
-        } else {
-            x = add_rms_norm(h, delta, layer.post_attention_norm, eps, false);
-        }
+        if (gemma || post_only) delta = rms_norm(delta, layer.post_attention_norm, eps, scaling);
+        if (gemma)
+            x = add_rms_norm(h, delta, layer.pre_feedforward_norm, eps, scaling);
+        else
+            x = post_only ? add_delta() : add_rms_norm(h, delta, layer.post_attention_norm, eps, scaling);
         const auto gate_up = layer.fused() ? layer.project_gate_up(x)
                                            : project(x, layer.gate_up_weight, layer.gate_up_bias, {&layer.gate, &layer.up});
         delta = layer.down(activation_mul(gate_up[0], gate_up[1], c.activation));
-        if (gemma) delta = rms_norm(delta, layer.post_feedforward_norm, eps, true);
+        if (gemma || post_only) delta = rms_norm(delta, layer.post_feedforward_norm, eps, scaling);
     }
-    return logits(add_rms_norm(h, delta, norm_, eps, gemma));
+    return logits(add_rms_norm(h, delta, norm_, eps, scaling));
 }
 
 }  // namespace grove

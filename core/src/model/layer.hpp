@@ -14,10 +14,12 @@ namespace grove {
 struct Model::Layer {
     // Llama's two norms: before the attention and before the MLP. Gemma 3 (ModelConfig::gemma_norms)
     // has four: post_attention_norm then norms the attention's output, and the MLP's input and output
-    // have their own.
+    // have their own. OLMo 2 (ModelConfig::post_norms_only) has no input_norm and norms the
+    // attention's output (post_attention_norm) and the MLP's (post_feedforward_norm).
     at::Tensor input_norm, post_attention_norm;
-    at::Tensor pre_feedforward_norm, post_feedforward_norm;  // Gemma 3 only
-    at::Tensor q_norm, k_norm;                               // [head_dim], Qwen3 and Gemma 3 only
+    at::Tensor pre_feedforward_norm;   // Gemma 3 only
+    at::Tensor post_feedforward_norm;  // Gemma 3 and OLMo 2
+    at::Tensor q_norm, k_norm;         // Qwen3 and Gemma 3 ([head_dim]), OLMo 2 ([heads * head_dim])
     Linear q, k, v, o, gate, up, down;
     // Phi-3's checkpoints hold q, k and v as one qkv_proj and gate and up as one gate_up_proj; its
     // model keeps them so (adapters attach to them under PEFT's names), and q, k, v, gate and up are
@@ -46,16 +48,19 @@ struct Model::Layer {
 // narrower than x (partial_rotary_factor), only x's leading dimensions are rotated.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-// The RMS norm in float32, cast back and scaled in x's dtype, as transformers computes it. With
-// `offset` (Gemma's norms, whose weights start at zero), scaled by (1 + weight) in float32 and then
-// cast back, as Gemma3RMSNorm computes it.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset = false);
+// The RMS norm in float32, cast back and scaled in x's dtype, as transformers' Llama computes it; or
+// scaled in float32 before the cast (OLMo 2), or by (1 + weight) in float32 before the cast (Gemma 3,
+// whose weights start at zero).
+using NormScaling = ModelConfig::NormScaling;
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, NormScaling scaling = NormScaling::after_cast);
 
 // The consecutive column blocks of y [..., sum(widths)], as views.
 std::vector<at::Tensor> split_columns(const at::Tensor& y, const std::vector<int64_t>& widths);
 
-// q_norm / k_norm (Qwen3, Gemma 3): the RMS norm of each head_dim-wide head of x [..., heads * head_dim].
-at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset = false);
+// q_norm / k_norm: the RMS norm of each weight-wide block of x [..., heads * head_dim]: each head
+// (Qwen3, Gemma 3), or the whole projection (OLMo 2, whose weight is that wide).
+at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                         NormScaling scaling = NormScaling::after_cast);
 
 // The gated MLP's middle: act(gate) * up, act silu (SwiGLU) or tanh-approximated gelu (Gemma's GeGLU).
 at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, ModelConfig::Activation activation);

@@ -128,7 +128,8 @@ const std::map<std::string, std::string> kSupported = {
     {"SmolLM3ForCausalLM", "smollm3"},
     {"Gemma3ForCausalLM", "gemma3_text"},
     {"Gemma3ForConditionalGeneration", "gemma3"},  // its text model only; the vision tower is kept as it is
-    {"LlamaForSequenceClassification", "llama"},   // reward models ([[rewards]] model = ...)
+    {"Olmo2ForCausalLM", "olmo2"},
+    {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
     {"MistralForSequenceClassification", "mistral"},
@@ -188,10 +189,24 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                           std::to_string(c.head_dim) + " to rotate");
 }
 
+// OLMo 2 (Olmo2Config): norms after the attention and the MLP instead of before, q and k normed
+// over the whole projection, every norm scaled in float32 before the cast
+void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c) {
+    c.post_norms_only = true;
+    c.norm_scaling = ModelConfig::NormScaling::in_float32;
+    c.qk_norm = c.qk_norm_whole = true;
+    c.rotary_in_float32 = true;
+    c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
+        throw Error(ErrorKind::input,
+                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+}
+
 // Gemma 3's text model (Gemma3TextConfig): what differs from Llama's layers, and what Grove does not
 // compute refused by name.
 void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& c) {
     c.gemma_norms = true;
+    c.norm_scaling = ModelConfig::NormScaling::one_plus_in_float32;
     c.embedding_scale = std::sqrt(double(c.hidden_size));
     c.local_rope_theta = get_or<double>(j, "rope_local_base_freq", 10000.0, file);
     c.attention_scale = std::pow(get_or<double>(j, "query_pre_attn_scalar", 256.0, file), -0.5);
@@ -419,8 +434,10 @@ ModelConfig load_model_config(const std::string& folder) {
                                      : gemma                 ? 256
                                                              : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
-    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", gemma ? 131072 : 4096, file);
-    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" ? 1e-5 : 1e-6, file);  // config classes' defaults
+    const bool olmo2 = c.model_type == "olmo2";
+    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", gemma ? 131072 : olmo2 ? 2048 : 4096, file);
+    // the config classes' defaults
+    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" || olmo2 ? 1e-5 : 1e-6, file);
     c.rope_theta = get_or<double>(j, "rope_theta", c.model_type == "smollm3" ? 2000000.0 : gemma ? 1000000.0 : 10000.0, file);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
         c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
@@ -438,6 +455,8 @@ ModelConfig load_model_config(const std::string& folder) {
         read_phi3_specifics(j, file, c);
     } else if (gemma) {
         read_gemma3_specifics(j, file, c);
+    } else if (olmo2) {
+        read_olmo2_specifics(j, file, c);
     }
     // Gemma3TextConfig names it hidden_activation (and ignores hidden_act)
     const std::string activation_key = gemma ? "hidden_activation" : "hidden_act";
@@ -762,15 +781,14 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
         std::string p = decoder + "layers." + std::to_string(i);
         auto layer = std::make_unique<Layer>();
-        layer->input_norm = parameter(p + ".input_layernorm.weight", {c.hidden_size});
+        if (!c.post_norms_only) layer->input_norm = parameter(p + ".input_layernorm.weight", {c.hidden_size});
         layer->post_attention_norm = parameter(p + ".post_attention_layernorm.weight", {c.hidden_size});
-        if (c.gemma_norms) {
-            layer->pre_feedforward_norm = parameter(p + ".pre_feedforward_layernorm.weight", {c.hidden_size});
+        if (c.gemma_norms) layer->pre_feedforward_norm = parameter(p + ".pre_feedforward_layernorm.weight", {c.hidden_size});
+        if (c.gemma_norms || c.post_norms_only)
             layer->post_feedforward_norm = parameter(p + ".post_feedforward_layernorm.weight", {c.hidden_size});
-        }
         if (c.qk_norm) {
-            layer->q_norm = parameter(p + ".self_attn.q_norm.weight", {c.head_dim});
-            layer->k_norm = parameter(p + ".self_attn.k_norm.weight", {c.head_dim});
+            layer->q_norm = parameter(p + ".self_attn.q_norm.weight", {c.qk_norm_whole ? q_out : c.head_dim});
+            layer->k_norm = parameter(p + ".self_attn.k_norm.weight", {c.qk_norm_whole ? kv_out : c.head_dim});
         }
         // in checkpoint order: Model::initialize draws its random weights in this order
         if (c.fused_projections) {
@@ -903,12 +921,10 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     m->embed_tokens_ = lm_head_float32_ && !lm_head_ ? embed_tokens_.detach().clone() : cast(embed_tokens_);
     for (const auto& from : layers_) {
         auto layer = std::make_unique<Layer>();
-        layer->input_norm = cast(from->input_norm);
+        if (from->input_norm.defined()) layer->input_norm = cast(from->input_norm);
         layer->post_attention_norm = cast(from->post_attention_norm);
-        if (from->pre_feedforward_norm.defined()) {
-            layer->pre_feedforward_norm = cast(from->pre_feedforward_norm);
-            layer->post_feedforward_norm = cast(from->post_feedforward_norm);
-        }
+        if (from->pre_feedforward_norm.defined()) layer->pre_feedforward_norm = cast(from->pre_feedforward_norm);
+        if (from->post_feedforward_norm.defined()) layer->post_feedforward_norm = cast(from->post_feedforward_norm);
         if (from->q_norm.defined()) {
             layer->q_norm = cast(from->q_norm);
             layer->k_norm = cast(from->k_norm);
@@ -1002,9 +1018,10 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
     return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset) {
-    if (offset) {
-        const at::Tensor scale = weight.to(at::kFloat) + 1.0;
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, NormScaling scaling) {
+    if (scaling != NormScaling::after_cast) {
+        const at::Tensor scale =
+            scaling == NormScaling::one_plus_in_float32 ? weight.to(at::kFloat) + 1.0 : weight.to(at::kFloat);
         // in float32 the product below is the same one, so the decode kernel may compute it
         if (x.scalar_type() == at::kFloat) return rms_norm(x, scale, eps);
         at::Tensor h = x.to(at::kFloat);
@@ -1021,8 +1038,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
     return weight * h.to(x.scalar_type());
 }
 
-at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset) {
-    return rms_norm(x.unflatten(-1, {-1, weight.size(0)}), weight, eps, offset).flatten(-2);
+at::Tensor head_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, NormScaling scaling) {
+    return rms_norm(x.unflatten(-1, {-1, weight.size(0)}), weight, eps, scaling).flatten(-2);
 }
 
 at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, ModelConfig::Activation activation) {
@@ -1031,7 +1048,7 @@ at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, ModelC
 }
 
 at::Tensor Model::norm(const at::Tensor& x, const at::Tensor& weight) const {
-    return rms_norm(x, weight, config_.rms_norm_eps, config_.gemma_norms);
+    return rms_norm(x, weight, config_.rms_norm_eps, config_.norm_scaling);
 }
 
 // How the positions of one forward pass see each other.
@@ -1054,12 +1071,12 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     const Layer& layer = *layers_[index];
     const int64_t B = h_in.size(0), T = h_in.size(1), S = (cache ? cache->length : 0) + T;
     at::Tensor h = h_in;
-    at::Tensor x = norm(h, layer.input_norm);
+    at::Tensor x = c.post_norms_only ? h : norm(h, layer.input_norm);
     auto qkv = layer.project_qkv(x);  // [B, T, heads * head_dim] each
     at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
     if (layer.q_norm.defined()) {
-        q = head_rms_norm(q, layer.q_norm, c.rms_norm_eps, c.gemma_norms);
-        k = head_rms_norm(k, layer.k_norm, c.rms_norm_eps, c.gemma_norms);
+        q = head_rms_norm(q, layer.q_norm, c.rms_norm_eps, c.norm_scaling);
+        k = head_rms_norm(k, layer.k_norm, c.rms_norm_eps, c.norm_scaling);
     }
     // the decode kernels: rotary in place on the fresh projections, and (one new position with a
     // cache) the attention on the cache
@@ -1090,8 +1107,13 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
         if (!rotary_kernel) {
             q = apply_rotary(q, cos, sin);
             k = apply_rotary(k, cos, sin);
+            if (c.rotary_in_float32) q = q.to(v.scalar_type()), k = k.to(v.scalar_type());  // v: their own dtype
         }
         attn = attend(q, k, v, attention, visible, cache, index);
+    }
+    if (c.post_norms_only) {
+        h = h + norm(layer.o(attn), layer.post_attention_norm);
+        return h + norm(mlp(layer, h), layer.post_feedforward_norm);
     }
     if (!c.gemma_norms) {
         h = h + layer.o(attn);
@@ -1240,8 +1262,10 @@ std::pair<at::Tensor, at::Tensor> rotation(const at::Tensor& positions, const at
 
 Model::RotaryTables Model::rotary_tables(const at::Tensor& position_ids) const {
     RotaryTables t;
-    std::tie(t.cos, t.sin) = rotation(position_ids, inv_freq_, config_.rope_scaling.attention_factor, dtype());
-    if (local_inv_freq_.defined()) std::tie(t.local_cos, t.local_sin) = rotation(position_ids, local_inv_freq_, 1.0, dtype());
+    const at::ScalarType table_dtype = config_.rotary_in_float32 ? at::kFloat : dtype();
+    std::tie(t.cos, t.sin) = rotation(position_ids, inv_freq_, config_.rope_scaling.attention_factor, table_dtype);
+    if (local_inv_freq_.defined())
+        std::tie(t.local_cos, t.local_sin) = rotation(position_ids, local_inv_freq_, 1.0, table_dtype);
     if (!config_.nope_layers.empty()) t.identity_cos = at::ones_like(t.cos), t.identity_sin = at::zeros_like(t.sin);
     return t;
 }
@@ -1351,7 +1375,7 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
     for (size_t i = 0; i < layers_.size(); ++i) {
         const Layer& l = *layers_[i];
         std::string p = decoder + "layers." + std::to_string(i);
-        out.emplace_back(p + ".input_layernorm.weight", l.input_norm);
+        if (l.input_norm.defined()) out.emplace_back(p + ".input_layernorm.weight", l.input_norm);
         for (const Linear* lin : layers_[i]->attention_linears()) {  // unique_ptr: a non-const Layer
             out.emplace_back(lin->name + ".weight", lin->weight);
             if (lin->bias) out.emplace_back(lin->name + ".bias", *lin->bias);

@@ -1217,6 +1217,24 @@ std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_gener
     return out + (add_generation_prompt ? "<|assistant|>\n" : eos);
 }
 
+// OLMo 2 Instruct's and Tulu 3's (Ai2's): "<|role|>\n" + content + "\n" per turn, except that an
+// assistant turn ends with the EOS token (and the newline only when another message follows); the
+// generation prompt after the last message; the BOS token first where the template writes it.
+std::string render_tulu(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos,
+                        const std::string& eos, const std::string& checkpoint_template) {
+    std::string out = contains(checkpoint_template, "bos_token") ? bos : "";
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        refuse_other_roles("tulu", m);
+        if (m.role == "assistant")
+            out += "<|assistant|>\n" + m.content + eos + (i + 1 < messages.size() ? "\n" : "");
+        else
+            out += "<|" + m.role + "|>\n" + m.content + "\n";
+    }
+    if (add_generation_prompt && !messages.empty()) out += "<|assistant|>\n";
+    return out;
+}
+
 // Gemma 2 / 3 Instruct: "<start_of_turn>" + role ("model" for the assistant) + "\n" + the trimmed
 // content + "<end_of_turn>\n". Gemma 3's template writes a leading system message, untrimmed, and a
 // blank line before the first turn's content; Gemma 2's refuses one. Both require user turns at even
@@ -1346,6 +1364,7 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", Chat
                                                                  {"phi4_mini", ChatTemplate::phi4_mini},
                                                                  {"smollm3", ChatTemplate::smollm3},
                                                                  {"gemma", ChatTemplate::gemma},
+                                                                 {"tulu", ChatTemplate::tulu},
                                                                  {"plain", ChatTemplate::plain}};
 
 std::string family_name(ChatTemplate family) {
@@ -1354,6 +1373,7 @@ std::string family_name(ChatTemplate family) {
     if (family == ChatTemplate::opens_thinking) return "a template that opens <think> in its generation prompt";
     if (family == ChatTemplate::phi_not_rendered) return "a Phi template of another shape";
     if (family == ChatTemplate::gemma_not_rendered) return "a Gemma template of another shape";
+    if (family == ChatTemplate::not_rendered) return "a template of no family Grove renders";
     for (const auto& [name, value] : kFamilyNames)
         if (value == family) return name;
     return "?";
@@ -1384,7 +1404,13 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             if (contains(t, "'<|' + message['role'] + '|>'")) return ChatTemplate::phi4_mini;
             return ChatTemplate::phi_not_rendered;
         }
-        return ChatTemplate::plain;
+        // OLMo 2 Instruct / Tulu 3: "<|user|>\n" turns whose assistant turns end with the EOS token, and a
+        // newline only before another message (Zephyr's, with the EOS after every turn, is not this)
+        if (contains(t, "<|user|>") && contains(t, "<|assistant|>") && contains(t, "not loop.last") && contains(t, "eos_token"))
+            return ChatTemplate::tulu;
+        // a template of none of these shapes is not rendered as plain text, which would differ from
+        // what apply_chat_template gives; a folder without a template renders conversations plainly
+        return t.empty() ? ChatTemplate::plain : ChatTemplate::not_rendered;
     }
     std::vector<std::string> names{"auto"};
     for (const auto& [known, family] : kFamilyNames) names.push_back(known);
@@ -1496,6 +1522,15 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             return render_phi3(messages, add_generation_prompt, eos, config.chat_template);
         case ChatTemplate::gemma:
             return render_gemma(messages, add_generation_prompt, bos, config.chat_template);
+        case ChatTemplate::tulu:
+            return render_tulu(messages, add_generation_prompt, bos, eos, config.chat_template);
+        case ChatTemplate::not_rendered:
+            throw Error(ErrorKind::usage,
+                        "the checkpoint's chat template is of none of the families Grove renders natively (chatml, "
+                        "qwen3, llama3, llama2, phi3, phi4, smollm3, gemma, tulu), so conversations rendered here would "
+                        "differ from apply_chat_template's: use text prompts rendered with apply_chat_template, or name "
+                        "a family (model.chat_template, grove generate --chat-template) after comparing it with "
+                        "apply_chat_template");
         case ChatTemplate::plain:
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";

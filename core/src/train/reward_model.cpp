@@ -47,12 +47,13 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
 std::string RewardModel::conversation_text(const std::vector<ChatMessage>& prompt, const std::string& completion) const {
     // TRL renders the checkpoint's own Jinja template; we cannot
     if (chat_template_ == ChatTemplate::plain || chat_template_ == ChatTemplate::opens_thinking ||
-        chat_template_ == ChatTemplate::phi_not_rendered || chat_template_ == ChatTemplate::gemma_not_rendered)
+        chat_template_ == ChatTemplate::phi_not_rendered || chat_template_ == ChatTemplate::gemma_not_rendered ||
+        chat_template_ == ChatTemplate::not_rendered)
         throw Error(ErrorKind::input,
                     folder_ +
                         ": the prompts are conversations, and this reward model's chat template "
                         "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3, Phi-4, SmolLM3, "
-                        "Gemma), so its "
+                        "Gemma, Tulu), so its "
                         "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});

@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
-                          Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config,
-                          SmolLM3Config)
+                          Gemma3TextConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config, Qwen2Config,
+                          Qwen3Config, SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -92,6 +92,10 @@ CONFIGS = {
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
                            patch_size=8),
         mm_tokens_per_image=4, boi_token_index=300, eoi_token_index=301, image_token_index=302, eos_token_id=[1, 319]),
+    # OLMo 2: no norm before the attention or the MLP, a norm after each (before the residual add), q
+    # and k normed over the whole projection, every norm scaled in float32 before the cast
+    "olmo2_post_norm": Olmo2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                                   pad_token_id=0, **COMMON),
 }
 
 
@@ -119,6 +123,19 @@ def print_sensitivity(name, config, model, ids, mask, positions, logits):
             moved = other(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float() - logits
         print(f"{name}: without {mechanism}, transformers' logits move by "
               f"{moved.abs().amax(-1)[mask.bool()].max().item():.2g}")
+
+
+def bfloat16_logprobs(folder, ids, mask, completion, temperature):
+    """The completion's log-probabilities under transformers' own bf16 model (as from_pretrained gives
+    it: SDPA attention), row by row without padding: where each product rounds is the architecture's."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    rows = []
+    with torch.no_grad():
+        for b in range(ids.shape[0]):
+            prompt = ids[b][mask[b].bool()]
+            logits = model(input_ids=torch.cat([prompt, completion[b]])[None]).logits.float()[0, len(prompt) - 1:-1]
+            rows.append(torch.log_softmax(logits / temperature, -1).gather(-1, completion[b][:, None])[:, 0])
+    return torch.stack(rows).contiguous()
 
 
 def left_padded_batch():
@@ -363,6 +380,10 @@ def main():
             if name.startswith("phi3"):  # sharper attention: a wrong rotary embedding changes logits by > 1e-3
                 for layer in model.model.layers:
                     layer.self_attn.qkv_proj.weight.normal_(0.0, 0.3)
+            if name.startswith("olmo2"):  # norms that keep the layers' outputs as large as their weights'
+                for key, p in model.named_parameters():
+                    if "norm" in key:
+                        p.normal_(1.0, 0.2)
             if name.startswith("smollm3") or name in ("mistral_window", "qwen2_window"):  # so too for a NoPE
                 # layer rotated by mistake, and for rotary scaling left out
                 for layer in model.model.layers:
@@ -384,7 +405,8 @@ def main():
             logprobs = torch.log_softmax(out, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         print_sensitivity(name, config, model, ids, mask, positions, logits)
         save_file({"input_ids": ids, "attention_mask": mask, "position_ids": positions, "logits": logits.contiguous(),
-                   "greedy": completion.contiguous(), "logprobs": logprobs.contiguous()},
+                   "greedy": completion.contiguous(), "logprobs": logprobs.contiguous(),
+                   "logprobs_bf16": bfloat16_logprobs(folder, ids, mask, completion, temperature)},
                   os.path.join(folder, "reference.safetensors"))
         extra = {}
         if name == "qwen3_qknorm":  # the device kit's graph engine check generates from text with it
@@ -405,6 +427,8 @@ def main():
             save_gemma_tokenizer(folder)
             from transformers import Gemma3ImageProcessor
             Gemma3ImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
+        if name == "olmo2_post_norm":  # the LoRA test trains it from text prompts
+            save_tokenizer(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)
             extra = cli_reference(folder, model)

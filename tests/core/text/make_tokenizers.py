@@ -129,6 +129,18 @@ GEMMA_TURNS = [
     ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}, {"role": "system", "content": "late"}],
      True),
 ]
+# OLMo 2 Instruct's template (tokenizer_config.json's chat_template of allenai/OLMo-2-1124-7B-Instruct),
+# and Tulu 3's, the same without the BOS token; TRL ships neither
+TULU = {"olmo2": ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+                  "{{ '<|system|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'user' %}"
+                  "{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'assistant' %}"
+                  "{% if not loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}"
+                  "{% else %}{{ '<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
+                  "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}")}
+TULU["tulu3"] = TULU["olmo2"].replace("{{ bos_token }}", "")
+TULU_TURNS = [([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], True),
+              ([{"role": "system", "content": "S"}, {"role": "assistant", "content": "first"}], False)]
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
@@ -287,9 +299,15 @@ def chat_templates(folder):
             except Exception as e:  # the template's raise_exception: Grove must refuse the conversation too
                 case["error"] = str(e)
             out.append(case)
+    for name, template in TULU.items():
+        for messages, add_generation_prompt in CONVERSATIONS + TULU_TURNS:
+            out.append({"family": "tulu", "checkpoint_template": name, "messages": messages,
+                        "add_generation_prompt": add_generation_prompt,
+                        "text": fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                         add_generation_prompt=add_generation_prompt)})
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
                  **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3,
-                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA}
+                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA, **TULU}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates}, f,
                   ensure_ascii=False, indent=1)

@@ -255,6 +255,26 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_CONTAINS(grove::test::error_message(
                         [&] { grove::render_chat(grove::ChatTemplate::gemma_not_rendered, {{"user", "hi"}}, true, config); }),
                     "has Gemma's <start_of_turn> markers but is neither Gemma 2's nor Gemma 3's");
+    for (const char* tulu : {"olmo2", "tulu3"}) {
+        config.chat_template = data["templates"][tulu];
+        EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::tulu) << tulu;
+    }
+    EXPECT_CONTAINS(grove::test::error_message([&] {
+                        grove::render_chat(grove::ChatTemplate::tulu, {{"user", "Add 2 and 2."}, {"tool", "4"}}, true, config);
+                    }),
+                    "tulu chat template: role \"tool\" is not supported (the template drops it silently");
+    // a template of no family (Zephyr's: the EOS after every turn; DeepSeek-R1's) is not rendered as
+    // plain text: conversations are refused, text prompts still work
+    for (const std::string other :
+         {"{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + "
+          "eos_token }}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}{% endfor %}",
+          "{% for message in messages %}{{ '<\uff5cUser\uff5c>' + message['content'] }}{% endfor %}"}) {
+        config.chat_template = other;
+        EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::not_rendered) << other;
+    }
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::render_chat(grove::ChatTemplate::not_rendered, {{"user", "hi"}}, true, config); }),
+                    "is of none of the families Grove renders natively");
     config.chat_template = "";
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::plain);
     try {

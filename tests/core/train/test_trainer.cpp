@@ -286,6 +286,17 @@ TEST(Trainer, Gemma3LoraOnEveryLinearLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "gemma3_window");
 }
 
+// OLMo 2 (norms after the attention and the MLP, q and k normed over the whole projection) trains
+// LoRA on every linear layer and PEFT loads the adapter onto transformers' Olmo2ForCausalLM with
+// Grove's logits.
+TEST(Trainer, Olmo2LoraOnEveryLinearLoadsInPeft) {
+    grove::Trainer t(lora_run("olmo2_post_norm",
+                              "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
+                     fresh());
+    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
+    expect_trains_and_loads_in_peft(t, "olmo2_post_norm");
+}
+
 // A multimodal Gemma 3 checkpoint trains LoRA on its text model under transformers' module names
 // (model.language_model.*), and PEFT loads the adapter onto Gemma3ForConditionalGeneration with
 // Grove's logits.

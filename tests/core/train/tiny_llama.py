@@ -1,9 +1,9 @@
-"""The tiny random Llama (and Gemma 3) that the TRL reference scripts of this folder train, written by
-transformers."""
+"""The tiny random Llama (and Gemma 3, OLMo 2) that the TRL reference scripts of this folder train, written
+by transformers."""
 import os
 
 import torch
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Olmo2Config
 
 
 def save_tiny_llama(folder):
@@ -34,6 +34,22 @@ def save_tiny_gemma(folder):
     with torch.no_grad():  # the norms too: Gemma's scale by 1 + weight
         for p in model.parameters():
             p.normal_(0, 0.08)
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_olmo2(folder):
+    """A 2-layer OLMo 2 (vocabulary 128, GQA 4/2 heads; norms after the attention and the MLP, q and k
+    normed over the whole projection), weights N(0, 0.08), norms N(1, 0.2)."""
+    torch.manual_seed(0)
+    config = Olmo2Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0, 0.2) if "norm" in name else p.normal_(0, 0.08)
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
     return folder

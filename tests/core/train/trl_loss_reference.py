@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from tiny_llama import save_tiny_gemma, save_tiny_llama
+from tiny_llama import save_tiny_gemma, save_tiny_llama, save_tiny_olmo2
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -109,14 +109,18 @@ def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, c
 
 # on-policy cases on the tiny Gemma 3: its loss and every weight's gradient through (1 + w) norms,
 # scaled embeddings, GeGLU and the sliding layer
-GEMMA_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
+ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                dict(name="gemma_dapo", loss_type="dapo", model="gemma"),
-               dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma")]
+               dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma"),
+               # and the tiny OLMo 2: norms after the attention and the MLP, q and k normed whole
+               dict(name="olmo2_grpo", loss_type="grpo", model="olmo2"),
+               dict(name="olmo2_dapo", loss_type="dapo", model="olmo2")]
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma"))}
+    folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma")),
+               "olmo2": save_tiny_olmo2(os.path.join(OUT, "olmo2"))}
     # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -147,7 +151,7 @@ def main():
     noise_sampling[0, 1] = float("nan")  # a token the sampler could not score
 
     results = []
-    for case in CASES + GEMMA_CASES:
+    for case in CASES + ARCHITECTURE_CASES:
         folder = folders[case.get("model", "model")]
         # the old, reference and sampler log-probs below are the Llama's
         assert folder == folders["model"] or not {"off_policy", "with_ref", "with_sampling", "sampling"} & case.keys()
