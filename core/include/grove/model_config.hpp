@@ -48,7 +48,7 @@ struct ModelConfig {
     bool attention_bias = false;  // q/k/v (and o for llama's attention_bias) projections have biases
     bool o_proj_bias = false;
     bool mlp_bias = false;
-    bool qk_norm = false;            // q_norm / k_norm: each head's query and key RMS-normed (Qwen3)
+    bool qk_norm = false;            // q_norm / k_norm: the query and key RMS-normed (Qwen3, Gemma 3, OLMo 2)
     bool qk_norm_whole = false;      // OLMo 2: q_norm / k_norm norm the whole projection, not each head
     bool fused_projections = false;  // Phi-3: q, k, v as one qkv_proj, gate and up as one gate_up_proj
     // Gemma 3: every RMS norm scales by (1 + weight), in float32 before the cast back; each layer

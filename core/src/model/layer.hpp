@@ -67,7 +67,7 @@ at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, ModelC
 
 // Each layer's rotary tables: the rotation of the positions (rope_theta and its scaling), Gemma 3's
 // local one for its sliding layers, and the identity for SmolLM3's NoPE layers (cos 1, sin 0 leave q
-// and k exactly as they are). [B, 1, T, D] each, in the model's dtype.
+// and k exactly as they are). [B, 1, T, D] each, in the model's dtype (float32 for OLMo 2).
 struct Model::RotaryTables {
     at::Tensor cos, sin;
     at::Tensor local_cos, local_sin;        // undefined unless the model has local layers

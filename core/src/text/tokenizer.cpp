@@ -1405,8 +1405,11 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             return ChatTemplate::phi_not_rendered;
         }
         // OLMo 2 Instruct / Tulu 3: "<|user|>\n" turns whose assistant turns end with the EOS token, and a
-        // newline only before another message (Zephyr's, with the EOS after every turn, is not this)
-        if (contains(t, "<|user|>") && contains(t, "<|assistant|>") && contains(t, "not loop.last") && contains(t, "eos_token"))
+        // newline only before another message (Zephyr's, with the EOS after every turn, is not this);
+        // derivatives that open <think> in the generation prompt or write the BOS token only under
+        // add_bos_token are other shapes
+        if (contains(t, "<|user|>") && contains(t, "<|assistant|>") && contains(t, "not loop.last") &&
+            contains(t, "eos_token") && !contains(t, "<think>") && !contains(t, "add_bos_token"))
             return ChatTemplate::tulu;
         // a template of none of these shapes is not rendered as plain text, which would differ from
         // what apply_chat_template gives; a folder without a template renders conversations plainly
@@ -1528,9 +1531,10 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             throw Error(ErrorKind::usage,
                         "the checkpoint's chat template is of none of the families Grove renders natively (chatml, "
                         "qwen3, llama3, llama2, phi3, phi4, smollm3, gemma, tulu), so conversations rendered here would "
-                        "differ from apply_chat_template's: use text prompts rendered with apply_chat_template, or name "
+                        "differ from apply_chat_template's: use text prompts rendered with apply_chat_template, name "
                         "a family (model.chat_template, grove generate --chat-template) after comparing it with "
-                        "apply_chat_template");
+                        "apply_chat_template, or set model.chat_template = \"none\" to join the messages as plain text "
+                        "(what Grove did before 2026-11-27)");
         case ChatTemplate::plain:
             for (size_t i = 0; i < messages.size(); ++i) out += (i ? "\n" : "") + messages[i].content;
             if (add_generation_prompt && !messages.empty()) out += "\n";

@@ -268,7 +268,13 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     for (const std::string other :
          {"{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + "
           "eos_token }}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}{% endfor %}",
-          "{% for message in messages %}{{ '<\uff5cUser\uff5c>' + message['content'] }}{% endfor %}"}) {
+          "{% for message in messages %}{{ '<\uff5cUser\uff5c>' + message['content'] }}{% endfor %}",
+          // a Tulu 3 derivative that thinks: BOS under add_bos_token, <think> in the generation prompt
+          "{%- if add_bos_token %}{{- bos_token }}{%- endif %}{% for message in messages %}{% if message['role'] == "
+          "'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == 'assistant' %}{% if not "
+          "loop.last %}{{ '<|assistant|>\n' + message['content'] + eos_token + '\n' }}{% else %}{{ '<|assistant|>\n' + "
+          "message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt %}{{ "
+          "'<|assistant|>\n<think>\n' }}{% endif %}{% endfor %}"}) {
         config.chat_template = other;
         EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::not_rendered) << other;
     }

@@ -107,14 +107,14 @@ def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, c
     return scope["vllm_importance_sampling_ratio"]
 
 
-# on-policy cases on the tiny Gemma 3: its loss and every weight's gradient through (1 + w) norms,
-# scaled embeddings, GeGLU and the sliding layer
+# on-policy cases on other architectures: the tiny Gemma 3 (its loss and every weight's gradient
+# through (1 + w) norms, scaled embeddings, GeGLU and the sliding layer) and the tiny OLMo 2 (norms
+# after the attention and the MLP, q and k normed over the whole projection)
 ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
-               dict(name="gemma_dapo", loss_type="dapo", model="gemma"),
-               dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma"),
-               # and the tiny OLMo 2: norms after the attention and the MLP, q and k normed whole
-               dict(name="olmo2_grpo", loss_type="grpo", model="olmo2"),
-               dict(name="olmo2_dapo", loss_type="dapo", model="olmo2")]
+                      dict(name="gemma_dapo", loss_type="dapo", model="gemma"),
+                      dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma"),
+                      dict(name="olmo2_grpo", loss_type="grpo", model="olmo2"),
+                      dict(name="olmo2_dapo", loss_type="dapo", model="olmo2")]
 
 
 def main():
