@@ -28,6 +28,7 @@ void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifes
     const LrSchedule schedule = t.lr_scheduler_type;
     const bool min_lr_schedule =
         schedule == LrSchedule::cosine_with_min_lr || schedule == LrSchedule::cosine_warmup_with_min_lr;
+    const bool wsd = schedule == LrSchedule::warmup_stable_decay;
     if (!o.min_lr_rate && min_lr_schedule)  // transformers raises without it too
         throw Error(ErrorKind::manifest,
                     manifest + ": train.lr_scheduler_type = \"" +
@@ -36,7 +37,7 @@ void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifes
                                "use \"cosine\", which decays to 0"
                              : "cosine_warmup_with_min_lr\" decays to train.min_lr_rate, which is unset: set it (e.g. "
                                "0.1, or 0 to decay to 0)"));
-    if (schedule == LrSchedule::warmup_stable_decay && !o.num_decay_steps)
+    if (wsd && !o.num_decay_steps)
         throw Error(ErrorKind::manifest, manifest +
                                              ": train.lr_scheduler_type = \"warmup_stable_decay\" needs "
                                              "train.num_decay_steps, the length of its decay (transformers' "
@@ -54,16 +55,11 @@ void check_lr_scheduler_kwargs(const TrainSection& t, const std::string& manifes
          "\"cosine_with_restarts\""},
         {"lr_end", o.lr_end != defaults.lr_end, schedule == LrSchedule::polynomial, "\"polynomial\""},
         {"power", o.power != defaults.power, schedule == LrSchedule::polynomial, "\"polynomial\""},
-        {"num_decay_steps", o.num_decay_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
-         "\"warmup_stable_decay\""},
-        {"num_stable_steps", o.num_stable_steps.has_value(), schedule == LrSchedule::warmup_stable_decay,
-         "\"warmup_stable_decay\""},
-        {"warmup_type", o.warmup_type != defaults.warmup_type, schedule == LrSchedule::warmup_stable_decay,
-         "\"warmup_stable_decay\""},
-        {"decay_type", o.decay_type != defaults.decay_type, schedule == LrSchedule::warmup_stable_decay,
-         "\"warmup_stable_decay\""},
-        {"min_lr_ratio", o.min_lr_ratio != defaults.min_lr_ratio, schedule == LrSchedule::warmup_stable_decay,
-         "\"warmup_stable_decay\""}};
+        {"num_decay_steps", o.num_decay_steps.has_value(), wsd, "\"warmup_stable_decay\""},
+        {"num_stable_steps", o.num_stable_steps.has_value(), wsd, "\"warmup_stable_decay\""},
+        {"warmup_type", o.warmup_type != defaults.warmup_type, wsd, "\"warmup_stable_decay\""},
+        {"decay_type", o.decay_type != defaults.decay_type, wsd, "\"warmup_stable_decay\""},
+        {"min_lr_ratio", o.min_lr_ratio != defaults.min_lr_ratio, wsd, "\"warmup_stable_decay\""}};
     for (const auto& option : options)
         if (option.set && !option.owned)
             throw Error(ErrorKind::manifest, manifest + ": train." + option.key +

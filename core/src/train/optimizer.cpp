@@ -90,10 +90,13 @@ std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_s
 }
 
 namespace {
+// factor in [0, 1] mapped onto [floor, 1] (transformers' min_lr_rate, min_lr_ratio), never below 0
+double above_floor(double factor, double floor) { return std::max(0.0, factor * (1.0 - floor) + floor); }
+
 // transformers' _get_wsd_scheduler_lambda: each curve from 0 to 1 over its phase, scaled into [min_lr_ratio, 1]
 double wsd_multiplier(int64_t step, int64_t warmup, int64_t total, const LrSchedulerOptions& o) {
     const int64_t decay = o.num_decay_steps.value_or(0), stable = o.num_stable_steps.value_or(total - warmup - decay);
-    auto scaled = [&](double factor) { return std::max(0.0, factor * (1.0 - o.min_lr_ratio) + o.min_lr_ratio); };
+    auto scaled = [&](double factor) { return above_floor(factor, o.min_lr_ratio); };
     if (step < warmup) {
         const double progress = double(step) / double(std::max<int64_t>(1, warmup));
         switch (o.warmup_type) {
@@ -127,8 +130,7 @@ double cosine_warmup_with_min_lr_multiplier(int64_t step, int64_t warmup, int64_
         return *o.warmup_lr_rate + (1.0 - *o.warmup_lr_rate) * double(step) / double(std::max<int64_t>(1, warmup - 1));
     }
     const double progress = double(step - warmup + 1) / double(std::max<int64_t>(1, total - warmup));
-    const double floor = o.min_lr_rate.value_or(0.0);
-    return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)) * (1 - floor) + floor);
+    return above_floor(0.5 * (1.0 + std::cos(M_PI * progress)), o.min_lr_rate.value_or(0.0));
 }
 }  // namespace
 
@@ -146,10 +148,7 @@ double learning_rate_multiplier(LrSchedule schedule, int64_t step, int64_t warmu
     double progress = double(step - warmup) / double(std::max<int64_t>(1, total - warmup));
     const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
     if (schedule == LrSchedule::cosine) return std::max(0.0, cosine);
-    if (schedule == LrSchedule::cosine_with_min_lr) {
-        const double floor = o.min_lr_rate.value_or(0.0);
-        return std::max(0.0, cosine * (1 - floor) + floor);
-    }
+    if (schedule == LrSchedule::cosine_with_min_lr) return above_floor(cosine, o.min_lr_rate.value_or(0.0));
     if (schedule == LrSchedule::cosine_with_restarts)
         return progress >= 1.0 ? 0.0
                                : std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(double(o.num_cycles) * progress, 1.0))));
