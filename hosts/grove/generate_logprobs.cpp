@@ -92,6 +92,7 @@ int generate(const std::vector<std::string>& args) {
         "chat", "wrap text prompts as a user message and apply the chat template")(
         "chat-template", po::value<std::string>()->default_value("auto"),
         "auto, chatml, qwen3, qwen3_instruct, llama3, llama3_1, llama3_2, llama2, phi3, phi4, phi4_mini, smollm3, gemma, tulu, "
+        "mistral, deepseek_r1, "
         "plain")("no-thinking", "qwen3, smollm3: an empty <think> block ends the prompt (enable_thinking=False)")(
         "n", po::value<int64_t>()->default_value(1), "completions per prompt")(
         "max-new-tokens", po::value<int64_t>()->default_value(128), "longest completion")("greedy", "argmax decoding")(

@@ -78,6 +78,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // gemma is Gemma 2 / 3 Instruct's (<start_of_turn> turns, "model" for the assistant); templates with
 // those markers but another shape are gemma_not_rendered, recognised and never rendered.
 // tulu is OLMo 2 Instruct's and Tulu 3's ("<|user|>\n" turns, the EOS token after assistant turns).
+// mistral is Mistral-7B-Instruct v0.1 / v0.2's ([INST] turns after one BOS token, no system role).
+// deepseek_r1 is DeepSeek-R1's and its distilled checkpoints' (<｜User｜> / <｜Assistant｜> turns, the
+// reasoning dropped from earlier assistant turns, a generation prompt that opens <think>).
 // not_rendered is what auto finds in any other non-empty template: text prompts work, conversations
 // are refused (rendered plainly they would differ from apply_chat_template's text).
 enum class ChatTemplate {
@@ -100,7 +103,9 @@ enum class ChatTemplate {
     gemma,
     gemma_not_rendered,
     tulu,
-    not_rendered
+    not_rendered,
+    mistral,
+    deepseek_r1
 };
 
 struct ChatMessage {
@@ -126,7 +131,8 @@ ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMess
 // "<|im_start|>assistant\n", as tool responses do), continued as the template's generation prompt
 // continues it: with qwen3_thinking_off and smollm3_thinking_off (the conversation's family, from
 // conversation_family), an empty <think> block follows (TRL renders that suffix with
-// chat_template_kwargs). Any other observation is returned as it is.
+// chat_template_kwargs); with deepseek_r1, one ending in "<｜Assistant｜>" gets the "<think>\n" its
+// generation prompt writes. Any other observation is returned as it is.
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation);
 
 }  // namespace grove

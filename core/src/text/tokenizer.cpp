@@ -1137,6 +1137,16 @@ std::string render_llama3_dated(const std::vector<ChatMessage>& messages, bool a
     return out;
 }
 
+// A tool message of Qwen2.5's and Qwen3's templates: consecutive tool messages share one user turn,
+// each response inside <tool_response> tags.
+std::string qwen_tool_response(const std::vector<ChatMessage>& messages, size_t i) {
+    std::string out;
+    if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+    out += "\n<tool_response>\n" + messages[i].content + "\n</tool_response>";
+    if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+    return out;
+}
+
 // Qwen3's template (enable_thinking only changes the generation prompt); without `reasoning`,
 // Qwen3-Instruct-2507's, which writes assistant turns as they are.
 std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking, bool reasoning,
@@ -1163,10 +1173,8 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
         } else if (m.role == "assistant") {
             out += (reasoning ? qwen3_assistant_turn(m.content, i > last_query, last) : "<|im_start|>assistant\n" + m.content) +
                    "<|im_end|>\n";
-        } else if (m.role == "tool") {  // consecutive tool messages share one user turn
-            if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
-            out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
-            if (last || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+        } else if (m.role == "tool") {
+            out += qwen_tool_response(messages, i);
         } else if (m.role != "system") {
             throw Error(ErrorKind::input,
                         "qwen3 chat template: role \"" + m.role + "\" is not one it renders (system, user, assistant, tool)");
@@ -1184,13 +1192,18 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // Qwen3-Instruct-2507's renders tool responses but has neither <think> handling nor a default
 // system prompt (Qwen2.5's and Qwen2.5-Math's have one); one that opens a <think> block in its generation prompt (Qwen3's
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
+// ChatML templates with constructs none of these renderers reproduces (macros: Nemotron 3's, Qwen3.5's,
+// LFM2's; the BOS token: LFM2's; roles rewritten: SmolVLM's capitalize), and Qwen3-shaped ones that
+// drop a system message after the first (Qwen3-VL's), are not rendered.
 ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "<|im_sep|>")) return contains(t, "<think>") ? ChatTemplate::phi_not_rendered : ChatTemplate::phi4;
     if (contains(t, "Knowledge Cutoff Date") && contains(t, "Reasoning Mode")) return ChatTemplate::smollm3;
-    if (contains(t, "enable_thinking")) return ChatTemplate::qwen3;
-    if (contains(t, "assistant\\n<think>")) return ChatTemplate::opens_thinking;
+    if (contains(t, "macro") || contains(t, "bos_token") || contains(t, "capitalize")) return ChatTemplate::not_rendered;
+    if (contains(t, "assistant\\n<think>") || contains(t, "'<think>\\n' }}")) return ChatTemplate::opens_thinking;
+    const bool renders_late_system = contains(t, "message.role == \"system\" and not loop.first");
+    if (contains(t, "enable_thinking")) return renders_late_system ? ChatTemplate::qwen3 : ChatTemplate::not_rendered;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
-        return ChatTemplate::qwen3_instruct;
+        return renders_late_system ? ChatTemplate::qwen3_instruct : ChatTemplate::not_rendered;
     return ChatTemplate::chatml;
 }
 
@@ -1232,6 +1245,69 @@ std::string render_tulu(const std::vector<ChatMessage>& messages, bool add_gener
             out += "<|" + m.role + "|>\n" + m.content + "\n";
     }
     if (add_generation_prompt && !messages.empty()) out += "<|assistant|>\n";
+    return out;
+}
+
+// Mistral-7B-Instruct v0.1 / v0.2's: the BOS token once, "[INST] " + content + " [/INST]" per user
+// turn, content + the EOS token per assistant turn (and a space, where v0.1's template writes one);
+// the [/INST] is the generation prompt. The template raises unless roles alternate user/assistant
+// from the first message; Grove refuses such a conversation in its words.
+std::string render_mistral(const std::vector<ChatMessage>& messages, const std::string& bos, const std::string& eos,
+                           const std::string& checkpoint_template) {
+    const std::string after_answer = contains(checkpoint_template, "eos_token + ' '") ? eos + " " : eos;
+    std::string out = bos;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if ((m.role == "user") != (i % 2 == 0) || (m.role != "user" && m.role != "assistant"))
+            throw Error(ErrorKind::input,
+                        "mistral chat template: conversation roles must alternate user/assistant/user/assistant/..., "
+                        "and only user and assistant roles are supported (the template raises this; message " +
+                            std::to_string(i + 1) + " is \"" + m.role +
+                            "\"); put a system prompt's instructions in the first user message");
+        out += m.role == "user" ? "[INST] " + m.content + " [/INST]" : m.content + after_answer;
+    }
+    return out;
+}
+
+// DeepSeek-R1's template, which its distilled Qwen and Llama checkpoints ship byte for byte: the BOS
+// token and the last system message first; "<｜User｜>" + content per user turn; an assistant turn as
+// "<｜Assistant｜>" + the text after its last </think> + "<｜end▁of▁sentence｜>", or, right after tool
+// outputs, its content closing them instead; tool outputs in one block, which the template never
+// reopens (a later block's outputs start with a newline); the generation prompt "<｜Assistant｜><think>\n",
+// which tool outputs at the end replace with the block's close.
+std::string render_deepseek_r1(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos) {
+    const std::string end_of_sentence = "<\uff5cend\u2581of\u2581sentence\uff5c>", assistant = "<\uff5cAssistant\uff5c>";
+    const std::string outputs_end = "<\uff5ctool\u2581outputs\u2581end\uff5c>",
+                      output_end = "<\uff5ctool\u2581output\u2581end\uff5c>";
+    std::string system;
+    for (const auto& m : messages)
+        if (m.role == "system") system = m.content;
+    std::string out = bos + system;
+    bool in_tool_outputs = false, first_output = true;
+    for (const auto& m : messages) {
+        if (m.role == "user") {
+            in_tool_outputs = false;
+            out += "<\uff5cUser\uff5c>" + m.content;
+        } else if (m.role == "assistant" && in_tool_outputs) {
+            out += outputs_end + m.content + end_of_sentence;
+            in_tool_outputs = false;
+        } else if (m.role == "assistant") {
+            const size_t close = m.content.rfind("</think>");
+            out += assistant + (close == std::string::npos ? m.content : m.content.substr(close + 8)) + end_of_sentence;
+        } else if (m.role == "tool") {
+            out += (first_output ? "<\uff5ctool\u2581outputs\u2581begin\uff5c><\uff5ctool\u2581output\u2581begin\uff5c>"
+                                 : "\n<\uff5ctool\u2581output\u2581begin\uff5c>") +
+                   m.content + output_end;
+            first_output = false;
+            in_tool_outputs = true;
+        } else if (m.role != "system") {
+            throw Error(ErrorKind::input, "deepseek_r1 chat template: role \"" + m.role +
+                                              "\" is not supported (the template drops it silently; its roles are "
+                                              "system, user, assistant and tool)");
+        }
+    }
+    if (in_tool_outputs) out += outputs_end;
+    if (add_generation_prompt && !in_tool_outputs) out += assistant + "<think>\n";
     return out;
 }
 
@@ -1365,6 +1441,8 @@ constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", Chat
                                                                  {"smollm3", ChatTemplate::smollm3},
                                                                  {"gemma", ChatTemplate::gemma},
                                                                  {"tulu", ChatTemplate::tulu},
+                                                                 {"mistral", ChatTemplate::mistral},
+                                                                 {"deepseek_r1", ChatTemplate::deepseek_r1},
                                                                  {"plain", ChatTemplate::plain}};
 
 std::string family_name(ChatTemplate family) {
@@ -1390,7 +1468,24 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
             if (!contains(t, "Cutting Knowledge Date")) return ChatTemplate::llama3;
             return contains(t, "strftime_now") ? ChatTemplate::llama3_2 : ChatTemplate::llama3_1;
         }
-        if (t.find("[INST]") != std::string::npos) return ChatTemplate::llama2;
+        // [INST] turns: Llama 2's (its <<SYS>> block), Mistral-7B-Instruct v0.1 / v0.2's (BOS once, no
+        // system role); other shapes (later Mistral versions', LLaVA-NeXT's content parts) are not rendered
+        if (contains(t, "[INST]")) {
+            if (contains(t, "<<SYS>>") && !contains(t, "['content'][0]")) return ChatTemplate::llama2;
+            if (contains(t, "{{ bos_token }}") && contains(t, "'[INST] ' + message['content'] + ' [/INST]'") &&
+                contains(t, "Only user and assistant roles are supported") && contains(t, "message['content'] + eos_token"))
+                return ChatTemplate::mistral;
+            return ChatTemplate::not_rendered;
+        }
+        // DeepSeek-R1's (and its distilled checkpoints'); DeepSeek-V3's (system messages joined) and
+        // R1-0528's (the prompt after each user turn) are other shapes
+        if (contains(t, "<\uff5cUser\uff5c>"))
+            return contains(t, "{{'<\uff5cUser\uff5c>' + message['content']}}") &&
+                           contains(t, "content.split('</think>')[-1]") &&
+                           contains(t, "{{'<\uff5cAssistant\uff5c><think>\\n'}}") && !contains(t, "is_first_sp") &&
+                           !contains(t, "is_last_user")
+                       ? ChatTemplate::deepseek_r1
+                       : ChatTemplate::not_rendered;
         // Gemma 3's (a system prefix) or Gemma 2's (no system role), each trimming the contents;
         // fine-tunes with turns of their own are recognised and not rendered by guesswork
         if (contains(t, "<start_of_turn>"))
@@ -1445,6 +1540,8 @@ ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMess
 }
 
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation) {
+    if (family == ChatTemplate::deepseek_r1 && ends_with(observation, "<\uff5cAssistant\uff5c>"))
+        return observation + "<think>\n";  // the generation prompt opens the reasoning
     const std::string opening = "<|im_start|>assistant\n";
     if (!ends_with(observation, opening)) return observation;
     if (family == ChatTemplate::qwen3_thinking_off) return observation + "<think>\n\n</think>\n\n";
@@ -1490,7 +1587,9 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             else if (system && !messages.empty() && messages[0].role != "system")
                 out = "<|im_start|>system\n" + *system + "<|im_end|>\n";
             for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size(); ++i)
-                out += "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
+                out += messages[i].role == "tool" && contains(config.chat_template, "<tool_response>")
+                           ? qwen_tool_response(messages, i)  // Qwen2 / 2.5's templates group tool messages
+                           : "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
             if (add_generation_prompt) out += "<|im_start|>assistant\n";
             return out;
         case ChatTemplate::llama3:
@@ -1527,10 +1626,15 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             return render_gemma(messages, add_generation_prompt, bos, config.chat_template);
         case ChatTemplate::tulu:
             return render_tulu(messages, add_generation_prompt, bos, eos, config.chat_template);
+        case ChatTemplate::mistral:
+            return render_mistral(messages, bos, eos, config.chat_template);
+        case ChatTemplate::deepseek_r1:
+            return render_deepseek_r1(messages, add_generation_prompt, bos);
         case ChatTemplate::not_rendered:
             throw Error(ErrorKind::usage,
                         "the checkpoint's chat template is of none of the families Grove renders natively (chatml, "
-                        "qwen3, llama3, llama2, phi3, phi4, smollm3, gemma, tulu), so conversations rendered here would "
+                        "qwen3, llama3, llama2, mistral, phi3, phi4, smollm3, gemma, tulu, deepseek_r1), so conversations "
+                        "rendered here would "
                         "differ from apply_chat_template's: use text prompts rendered with apply_chat_template, name "
                         "a family (model.chat_template, grove generate --chat-template) after comparing it with "
                         "apply_chat_template, or set model.chat_template = \"none\" to join the messages as plain text "

@@ -168,10 +168,12 @@ def save_tokenizer(folder):
                                     "{{ '<|im_start|>assistant\\n' }}{% endif %}"}, f)
 
 
-# Mistral-7B-Instruct-v0.1's template: [INST] turns after the BOS
-MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
-                    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
-                    "{{ message['content'] + eos_token + ' ' }}{% endif %}{% endfor %}")
+# Mistral-7B-Instruct's template: [INST] turns after the BOS, roles alternating user/assistant
+MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+                    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+                    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+                    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}"
+                    "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
 
 
 @contextlib.contextmanager

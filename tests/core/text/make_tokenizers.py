@@ -141,6 +141,27 @@ TULU["tulu3"] = TULU["olmo2"].replace("{{ bos_token }}", "")
 TULU_TURNS = [([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
                 {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], True),
               ([{"role": "system", "content": "S"}, {"role": "assistant", "content": "first"}], False)]
+# The two Mistral-7B-Instruct templates its v0.1 / v0.2 checkpoints shipped (with and without a space
+# after the EOS token); TRL ships neither
+MISTRAL = {"mistral_eos_space": (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% else %}"
+    "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")}
+MISTRAL["mistral"] = MISTRAL["mistral_eos_space"].replace("eos_token + ' ' }}", "eos_token}}")
+assert MISTRAL["mistral"] != MISTRAL["mistral_eos_space"]
+# DeepSeek-R1's template as TRL ships it (every R1-Distill checkpoint's, byte for byte): the last
+# system message wins, tool outputs in blocks, reasoning dropped from earlier turns
+with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "deepseek_r1_distill.jinja")) as f:
+    DEEPSEEK_R1 = f.read()
+DEEPSEEK_R1_TURNS = [
+    ([{"role": "user", "content": "Q"}, {"role": "tool", "content": "1"}, {"role": "tool", "content": "2"},
+      {"role": "assistant", "content": "<think>x</think>y"}, {"role": "user", "content": "Q2"},
+      {"role": "tool", "content": "3"}], True),
+    ([{"role": "system", "content": "A"}, {"role": "user", "content": "Q"}, {"role": "system", "content": "B"},
+      {"role": "assistant", "content": "a</think>b</think>c"}], True),
+]
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
@@ -305,12 +326,55 @@ def chat_templates(folder):
                         "add_generation_prompt": add_generation_prompt,
                         "text": fast.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                          add_generation_prompt=add_generation_prompt)})
+    trl_sweep = trl_template_sweep(fast)
+    for name, template in MISTRAL.items():
+        for messages, add_generation_prompt in CONVERSATIONS + GEMMA_TURNS + TULU_TURNS:
+            case = {"family": "mistral", "checkpoint_template": name, "messages": messages,
+                    "add_generation_prompt": add_generation_prompt}
+            try:
+                case["text"] = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                        add_generation_prompt=add_generation_prompt)
+            except Exception as e:  # the template's raise_exception: Grove must refuse the conversation too
+                case["error"] = str(e)
+            out.append(case)
+    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + DEEPSEEK_R1_TURNS:
+        for generation_prompt in sorted({add_generation_prompt, False}):
+            out.append({"family": "deepseek_r1", "checkpoint_template": "deepseek_r1", "messages": messages,
+                        "add_generation_prompt": generation_prompt,
+                        "text": fast.apply_chat_template(messages, chat_template=DEEPSEEK_R1, tokenize=False,
+                                                         add_generation_prompt=generation_prompt)})
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
                  **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3,
-                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA, **TULU}
+                 "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA, **TULU, **MISTRAL,
+                 "deepseek_r1": DEEPSEEK_R1}
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
-        json.dump({"cases": out, "templates": templates}, f,
+        json.dump({"cases": out, "templates": templates, "trl_sweep": trl_sweep}, f,
                   ensure_ascii=False, indent=1)
+
+
+def trl_template_sweep(fast):
+    """Every chat template TRL ships for recognising checkpoints (chat_templates/*.jinja, its training
+    variants left out) over every conversation above, rendered by apply_chat_template or raising:
+    Grove's auto must render each one the same or refuse it, never differ."""
+    folder = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
+    conversations = (CONVERSATIONS + QWEN3_CONVERSATIONS + GEMMA_TURNS + TULU_TURNS + PHI3_TURNS + SMOLLM3_TURNS +
+                     LLAMA3_TOOL_TURNS)
+    templates, cases = {}, []
+    for file in sorted(os.listdir(folder)):
+        if not file.endswith(".jinja") or file.endswith("_training.jinja"):
+            continue
+        with open(os.path.join(folder, file)) as f:
+            templates[file] = f.read()
+        for messages, add_generation_prompt in conversations:
+            case = {"template": file, "messages": messages, "add_generation_prompt": add_generation_prompt,
+                    "dates": [datetime.datetime.now().strftime(fmt) for fmt in ["%d %b %Y", "%d %B %Y"]]}
+            try:
+                case["text"] = fast.apply_chat_template(messages, chat_template=templates[file], tokenize=False,
+                                                        add_generation_prompt=add_generation_prompt)
+            except Exception as e:  # the template raises: Grove must refuse the conversation too
+                case["error"] = str(e)
+            cases.append(case)
+    return {"templates": templates, "cases": cases}
 
 
 def train_sentencepiece(folder, *options):

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -128,13 +130,62 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1 + 2 * 8 * 2 + 2 * 9);
+    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1 + 2 * 8 * 2 + 2 * 9 + 2 * 11 + 18);
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+    for (size_t at = text.find(from); !from.empty() && at != std::string::npos; at = text.find(from, at + to.size()))
+        text.replace(at, from.size(), to);
+    return text;
+}
+
+// Every template TRL ships for recognising checkpoints, over every conversation of the cases above:
+// auto renders a conversation exactly as apply_chat_template does, or refuses it; it never differs
+// without a word. The count of rendered cases keeps the families' coverage from shrinking unseen.
+TEST(ChatTemplate, AutoRendersEveryTemplateTrlShipsAsApplyChatTemplateOrRefuses) {
+    auto tokenizer = grove::Tokenizer::load(kDir + "/llama3_style");
+    auto sweep = read(kDir + "/chat_templates.json")["trl_sweep"];
+    int rendered = 0, refused = 0;
+    std::map<std::string, int> rendered_per_template;
+    for (const auto& c : sweep["cases"]) {
+        std::vector<grove::ChatMessage> messages;
+        for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+        grove::TokenizerConfig config = tokenizer->config();
+        config.chat_template = sweep["templates"][c["template"].get<std::string>()];
+        std::string text;
+        try {
+            text = grove::render_chat(grove::chat_template_from_name("auto", config), messages, c["add_generation_prompt"],
+                                      config);
+        } catch (const grove::Error&) {
+            ++refused;
+            continue;
+        }
+        if (c.contains("error")) {
+            ADD_FAILURE() << c["template"] << " " << c["messages"].dump() << ": apply_chat_template raises " << c["error"]
+                          << ", Grove rendered " << text;
+            continue;
+        }
+        std::string expected = c["text"];
+        const std::vector<std::string> formats{"%d %b %Y", "%d %B %Y"};  // a dated template wrote the fixture's day
+        for (size_t k = 0; k < formats.size(); ++k)
+            expected = replaced(expected, c["dates"][k].get<std::string>(), today(formats[k]));
+        EXPECT_EQ(text, expected) << c["template"] << " " << c["messages"].dump();
+        ++rendered;
+        ++rendered_per_template[c["template"]];
+    }
+    for (const auto& [name, n] : rendered_per_template) std::cout << name << ": " << n << " rendered\n";
+    std::cout << rendered << " rendered, " << refused << " refused\n";
+    EXPECT_GE(rendered, 221);  // 12 of TRL's 41 templates, DeepSeek-R1's and Qwen2.5's tool turns among them
 }
 
 // A tool response that opens the next assistant turn continues it as the generation prompt does:
 // with Qwen3's enable_thinking=False, the empty <think> block the template writes there (as TRL
 // renders that suffix with chat_template_kwargs); nothing is added otherwise.
 TEST(ChatTemplate, ObservationsOpeningAnAssistantTurnContinueAsTheGenerationPrompt) {
+    // DeepSeek-R1's generation prompt opens the reasoning block
+    EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::deepseek_r1, "<\uff5cUser\uff5c>4<\uff5cAssistant\uff5c>"),
+              "<\uff5cUser\uff5c>4<\uff5cAssistant\uff5c><think>\n");
+    EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::deepseek_r1, "<\uff5cUser\uff5c>4"), "<\uff5cUser\uff5c>4");
     const std::string observation =
         "\n<|im_start|>user\n<tool_response>\n4\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking_off, observation),
@@ -255,6 +306,12 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_CONTAINS(grove::test::error_message(
                         [&] { grove::render_chat(grove::ChatTemplate::gemma_not_rendered, {{"user", "hi"}}, true, config); }),
                     "has Gemma's <start_of_turn> markers but is neither Gemma 2's nor Gemma 3's");
+    for (const char* mistral : {"mistral", "mistral_eos_space"}) {
+        config.chat_template = data["templates"][mistral];
+        EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::mistral) << mistral;
+    }
+    config.chat_template = data["templates"]["deepseek_r1"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::deepseek_r1);
     for (const char* tulu : {"olmo2", "tulu3"}) {
         config.chat_template = data["templates"][tulu];
         EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::tulu) << tulu;
@@ -263,8 +320,8 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
                         grove::render_chat(grove::ChatTemplate::tulu, {{"user", "Add 2 and 2."}, {"tool", "4"}}, true, config);
                     }),
                     "tulu chat template: role \"tool\" is not supported (the template drops it silently");
-    // a template of no family (Zephyr's: the EOS after every turn; DeepSeek-R1's) is not rendered as
-    // plain text: conversations are refused, text prompts still work
+    // a template of no family (Zephyr's: the EOS after every turn; <｜User｜> turns of another shape than
+    // DeepSeek-R1's) is not rendered as plain text: conversations are refused, text prompts still work
     for (const std::string other :
          {"{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + "
           "eos_token }}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}{% endfor %}",
