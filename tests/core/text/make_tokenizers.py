@@ -312,37 +312,25 @@ def chat_templates(folder):
                         "add_generation_prompt": add_generation_prompt, "text": text})
     for name, template in GEMMA.items():
         for messages, add_generation_prompt in CONVERSATIONS + GEMMA_TURNS:
-            case = {"family": "gemma", "checkpoint_template": name, "messages": messages,
-                    "add_generation_prompt": add_generation_prompt}
-            try:
-                case["text"] = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                                        add_generation_prompt=add_generation_prompt)
-            except Exception as e:  # the template's raise_exception: Grove must refuse the conversation too
-                case["error"] = str(e)
-            out.append(case)
+            out.append({"family": "gemma", "checkpoint_template": name,
+                        **rendered_or_raised(fast, template, messages, add_generation_prompt)})
     for name, template in TULU.items():
         for messages, add_generation_prompt in CONVERSATIONS + TULU_TURNS:
             out.append({"family": "tulu", "checkpoint_template": name, "messages": messages,
                         "add_generation_prompt": add_generation_prompt,
                         "text": fast.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                          add_generation_prompt=add_generation_prompt)})
-    trl_sweep = trl_template_sweep(fast)
     for name, template in MISTRAL.items():
         for messages, add_generation_prompt in CONVERSATIONS + GEMMA_TURNS + TULU_TURNS:
-            case = {"family": "mistral", "checkpoint_template": name, "messages": messages,
-                    "add_generation_prompt": add_generation_prompt}
-            try:
-                case["text"] = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                                        add_generation_prompt=add_generation_prompt)
-            except Exception as e:  # the template's raise_exception: Grove must refuse the conversation too
-                case["error"] = str(e)
-            out.append(case)
+            out.append({"family": "mistral", "checkpoint_template": name,
+                        **rendered_or_raised(fast, template, messages, add_generation_prompt)})
     for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + DEEPSEEK_R1_TURNS:
         for generation_prompt in sorted({add_generation_prompt, False}):
             out.append({"family": "deepseek_r1", "checkpoint_template": "deepseek_r1", "messages": messages,
                         "add_generation_prompt": generation_prompt,
                         "text": fast.apply_chat_template(messages, chat_template=DEEPSEEK_R1, tokenize=False,
                                                          add_generation_prompt=generation_prompt)})
+    trl_sweep = trl_template_sweep(fast)
     templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
                  **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3,
                  "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA, **TULU, **MISTRAL,
@@ -350,6 +338,18 @@ def chat_templates(folder):
     with open(os.path.join(OUT, "chat_templates.json"), "w") as f:
         json.dump({"cases": out, "templates": templates, "trl_sweep": trl_sweep}, f,
                   ensure_ascii=False, indent=1)
+
+
+def rendered_or_raised(fast, template, messages, add_generation_prompt):
+    """A case: the conversation and apply_chat_template's text, or the error the template raises (its
+    raise_exception), where Grove must refuse the conversation too."""
+    case = {"messages": messages, "add_generation_prompt": add_generation_prompt}
+    try:
+        case["text"] = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                add_generation_prompt=add_generation_prompt)
+    except Exception as e:
+        case["error"] = str(e)
+    return case
 
 
 def trl_template_sweep(fast):
@@ -366,14 +366,8 @@ def trl_template_sweep(fast):
         with open(os.path.join(folder, file)) as f:
             templates[file] = f.read()
         for messages, add_generation_prompt in conversations:
-            case = {"template": file, "messages": messages, "add_generation_prompt": add_generation_prompt,
-                    "dates": [datetime.datetime.now().strftime(fmt) for fmt in ["%d %b %Y", "%d %B %Y"]]}
-            try:
-                case["text"] = fast.apply_chat_template(messages, chat_template=templates[file], tokenize=False,
-                                                        add_generation_prompt=add_generation_prompt)
-            except Exception as e:  # the template raises: Grove must refuse the conversation too
-                case["error"] = str(e)
-            cases.append(case)
+            cases.append({"template": file, **rendered_or_raised(fast, templates[file], messages, add_generation_prompt),
+                          "dates": [datetime.datetime.now().strftime(fmt) for fmt in ["%d %b %Y", "%d %B %Y"]]})
     return {"templates": templates, "cases": cases}
 
 
