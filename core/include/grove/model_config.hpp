@@ -28,7 +28,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2
+    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -67,7 +67,8 @@ struct ModelConfig {
     enum class Activation { silu, gelu_tanh } activation = Activation::silu;  // the gated MLP's: SwiGLU or GeGLU
     double embedding_scale = 1.0;  // token embeddings are multiplied by it (Gemma: sqrt(hidden_size))
     double attention_scale = 0.0;  // the queries' scale: head_dim^-1/2, Gemma's query_pre_attn_scalar^-1/2
-    // Gemma 3's sliding layers rotate with their own base and no scaling (0: every layer rotates alike)
+    // Gemma 3's sliding layers rotate with their own base and no scaling, OLMo 3's with rope_theta and
+    // no scaling (0: every layer rotates alike)
     double local_rope_theta = 0.0;
     // Gemma 3 4B and larger (Gemma3ForConditionalGeneration): the text model, read from text_config,
     // is transformers' model.language_model (its tensors language_model.model.*); the vision tower's
@@ -75,9 +76,10 @@ struct ModelConfig {
     bool nested_text_model = false;
     // Sliding-window attention (0: none): a query sees itself and the sliding_window - 1 tokens
     // before it, in the layers flagged in windowed_layers (every layer for Mistral and Phi-3; Qwen2 /
-    // Qwen3 from layer_types or max_window_layers; SmolLM3 from layer_types or its NoPE layers).
+    // Qwen3 from layer_types or max_window_layers; SmolLM3 from layer_types or its NoPE layers; Gemma 3
+    // and OLMo 3 from layer_types or their pattern).
     int64_t sliding_window = 0;
-    std::vector<bool> windowed_layers;  // [num_hidden_layers]; Gemma 3: its sliding layers even with no window
+    std::vector<bool> windowed_layers;  // [num_hidden_layers]; Gemma 3, OLMo 3: their sliding layers even with no window
     // SmolLM3's NoPE layers: no rotary embedding on their queries and keys (empty: every layer rotates)
     std::vector<bool> nope_layers;
     bool layer_rotated(size_t layer) const { return layer >= nope_layers.size() || !nope_layers[layer]; }

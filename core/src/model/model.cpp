@@ -129,6 +129,7 @@ const std::map<std::string, std::string> kSupported = {
     {"Gemma3ForCausalLM", "gemma3_text"},
     {"Gemma3ForConditionalGeneration", "gemma3"},  // its text model only; the vision tower is kept as it is
     {"Olmo2ForCausalLM", "olmo2"},
+    {"Olmo3ForCausalLM", "olmo3"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
@@ -282,13 +283,13 @@ std::vector<bool> sliding_layer_types(const json& j, const std::string& file, co
     return sliding;
 }
 
-// Gemma 3: the sliding layers (layer_types, else every layer but each sliding_window_pattern-th) take
-// the window (Gemma3TextConfig's default 4096) and the local rotary embedding
-void read_gemma3_layer_types(const json& j, const std::string& file, ModelConfig& c) {
+// Gemma 3's and OLMo 3's sliding layers: those layer_types names, else every layer but each
+// pattern-th, with the window sliding_window (4096, their config classes' default, without the key;
+// none when it is null). Gemma 3's sliding layers also take the local rotary embedding.
+void read_sliding_layer_types(const json& j, const std::string& file, ModelConfig& c, int64_t pattern) {
     if (j.contains("layer_types") && !j["layer_types"].is_null()) {
         c.windowed_layers = sliding_layer_types(j, file, c);
     } else {
-        const int64_t pattern = get_or<int64_t>(j, "sliding_window_pattern", 6, file);
         if (pattern <= 0) throw Error(ErrorKind::input, file + ": sliding_window_pattern must be positive");
         for (size_t l = 0; l < c.windowed_layers.size(); ++l) c.windowed_layers[l] = int64_t(l + 1) % pattern != 0;
     }
@@ -305,8 +306,8 @@ void read_gemma3_layer_types(const json& j, const std::string& file, ModelConfig
 void read_sliding_window(const json& j, const std::string& file, ModelConfig& c) {
     const size_t layers = size_t(c.num_hidden_layers);  // positive: the sizes are checked first
     c.windowed_layers.assign(layers, false);
-    if (c.gemma_norms) {
-        read_gemma3_layer_types(j, file, c);
+    if (c.gemma_norms || c.model_type == "olmo3") {  // OLMo 3: three of every four layers slide
+        read_sliding_layer_types(j, file, c, c.gemma_norms ? get_or<int64_t>(j, "sliding_window_pattern", 6, file) : 4);
         return;
     }
     const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
@@ -434,10 +435,10 @@ ModelConfig load_model_config(const std::string& folder) {
                                      : gemma                 ? 256
                                                              : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
-    const bool olmo2 = c.model_type == "olmo2";
-    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", gemma ? 131072 : olmo2 ? 2048 : 4096, file);
+    const bool olmo = c.model_type == "olmo2" || c.model_type == "olmo3";
+    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", gemma ? 131072 : olmo ? 2048 : 4096, file);
     // the config classes' defaults
-    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" || olmo2 ? 1e-5 : 1e-6, file);
+    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" || olmo ? 1e-5 : 1e-6, file);
     c.rope_theta = get_or<double>(j, "rope_theta", c.model_type == "smollm3" ? 2000000.0 : gemma ? 1000000.0 : 10000.0, file);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
         c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
@@ -455,8 +456,10 @@ ModelConfig load_model_config(const std::string& folder) {
         read_phi3_specifics(j, file, c);
     } else if (gemma) {
         read_gemma3_specifics(j, file, c);
-    } else if (olmo2) {
+    } else if (olmo) {
         read_olmo2_specifics(j, file, c);
+        // OLMo 3's sliding layers rotate without the rope scaling its full layers take
+        if (c.model_type == "olmo3") c.local_rope_theta = c.rope_theta;
     }
     // Gemma3TextConfig names it hidden_activation (and ignores hidden_act)
     const std::string activation_key = gemma ? "hidden_activation" : "hidden_act";

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
-                          Gemma3TextConfig, LlamaConfig, MistralConfig, Olmo2Config, Phi3Config, Qwen2Config,
+                          Gemma3TextConfig, LlamaConfig, MistralConfig, Olmo2Config, Olmo3Config, Phi3Config, Qwen2Config,
                           Qwen3Config, SmolLM3Config)
 
 OUT = sys.argv[1]
@@ -96,6 +96,12 @@ CONFIGS = {
     # and k normed over the whole projection, every norm scaled in float32 before the cast
     "olmo2_post_norm": Olmo2Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
                                    pad_token_id=0, **COMMON),
+    # OLMo 3: OLMo 2's layers, layer 0 sliding (window 4) and rotating without scaling, layer 1 seeing
+    # everything under yarn (as OLMo 3's long-context configs scale their full layers)
+    "olmo3_window": Olmo3Config(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                                pad_token_id=0, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+                                **COMMON),
 }
 
 
@@ -106,6 +112,7 @@ WITHOUT = {
     "mistral_window": {"the window": {"sliding_window": None}, "linear scaling": {"rope_scaling": None}},
     "qwen2_window": {"the window": {"layer_types": ["full_attention"] * 2}, "yarn": {"rope_scaling": None}},
     "smollm3_nope": {"the window": {"layer_types": ["full_attention"] * 2}, "NoPE": {"no_rope_layers": [1, 1]}},
+    "olmo3_window": {"the window": {"sliding_window": 256}, "yarn on the full layer": {"rope_scaling": None}},
     "gemma3_window": {"the window": {"sliding_window": 256}, "the local rotary base": {"rope_local_base_freq": 1000000.0},
                       "linear scaling": {"rope_scaling": {"rope_type": "default"}}},
 }
@@ -382,11 +389,11 @@ def main():
             if name.startswith("phi3"):  # sharper attention: a wrong rotary embedding changes logits by > 1e-3
                 for layer in model.model.layers:
                     layer.self_attn.qkv_proj.weight.normal_(0.0, 0.3)
-            if name.startswith("olmo2"):  # norms that keep the layers' outputs as large as their weights'
+            if name.startswith("olmo"):  # norms that keep the layers' outputs as large as their weights'
                 for key, p in model.named_parameters():
                     if "norm" in key:
                         p.normal_(1.0, 0.2)
-            if name.startswith("smollm3") or name in ("mistral_window", "qwen2_window"):  # so too for a NoPE
+            if name.startswith("smollm3") or name in ("mistral_window", "qwen2_window", "olmo3_window"):  # so too for a NoPE
                 # layer rotated by mistake, and for rotary scaling left out
                 for layer in model.model.layers:
                     layer.self_attn.q_proj.weight.normal_(0.0, 0.3)

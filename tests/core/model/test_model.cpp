@@ -30,9 +30,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa",     "llama3_rope",   "qwen2_tied",     "qwen3_qknorm", "mistral_mha",
-                              "phi3_longrope", "phi3_partial",  "mistral_window", "qwen2_window", "smollm3_nope",
-                              "gemma3_window", "gemma3_vision", "olmo2_post_norm"};
+const char* const kNames[] = {"llama_gqa",     "llama3_rope",   "qwen2_tied",      "qwen3_qknorm", "mistral_mha",
+                              "phi3_longrope", "phi3_partial",  "mistral_window",  "qwen2_window", "smollm3_nope",
+                              "gemma3_window", "gemma3_vision", "olmo2_post_norm", "olmo3_window"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -284,8 +284,9 @@ TEST(Model, ContinuingFromTheCacheEqualsGeneratingFromTheWholeHistory) {
 // kernel works in its own precision, so sampled tokens may differ only where a uniform falls within
 // rounding of a boundary: none does with these seeds.
 TEST(Model, StaticEngineGeneratesWhatTheEagerLoopGenerates) {
-    for (const std::string name : {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window",
-                                   "qwen2_window", "smollm3_nope", "gemma3_window", "gemma3_vision", "olmo2_post_norm"}) {
+    for (const std::string name :
+         {"llama_gqa", "qwen2_tied", "qwen3_qknorm", "phi3_longrope", "phi3_partial", "mistral_window", "qwen2_window",
+          "smollm3_nope", "gemma3_window", "gemma3_vision", "olmo2_post_norm", "olmo3_window"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         const auto generation_copy = model->generation_copy(at::kFloat);
         // the same layout made in place, as `grove generate` does on CUDA for a model it uses as it is
