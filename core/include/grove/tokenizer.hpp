@@ -79,7 +79,7 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // those markers but another shape are gemma_not_rendered, recognised and never rendered.
 // tulu is OLMo 2 Instruct's and Tulu 3's ("<|user|>\n" turns, the EOS token after assistant turns).
 // mistral is Mistral-7B-Instruct v0.1 / v0.2's ([INST] turns after one BOS token, no system role).
-// deepseek_r1 is DeepSeek-R1's and its distilled checkpoints' (<｜User｜> / <｜Assistant｜> turns, the
+// deepseek_r1 is the DeepSeek-R1-Distill checkpoints' (Qwen and Llama: <｜User｜> / <｜Assistant｜> turns, the
 // reasoning dropped from earlier assistant turns, a generation prompt that opens <think>).
 // not_rendered is what auto finds in any other non-empty template: text prompts work, conversations
 // are refused (rendered plainly they would differ from apply_chat_template's text).

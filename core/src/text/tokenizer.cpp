@@ -1198,6 +1198,7 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "<|im_sep|>")) return contains(t, "<think>") ? ChatTemplate::phi_not_rendered : ChatTemplate::phi4;
     if (contains(t, "Knowledge Cutoff Date") && contains(t, "Reasoning Mode")) return ChatTemplate::smollm3;
+    // (plain substrings: a comment naming one refuses a template too, which errs on the safe side)
     if (contains(t, "macro") || contains(t, "bos_token") || contains(t, "capitalize")) return ChatTemplate::not_rendered;
     if (contains(t, "assistant\\n<think>") || contains(t, "'<think>\\n' }}")) return ChatTemplate::opens_thinking;
     const bool renders_late_system = contains(t, "message.role == \"system\" and not loop.first");
@@ -1269,10 +1270,10 @@ std::string render_mistral(const std::vector<ChatMessage>& messages, const std::
     return out;
 }
 
-// DeepSeek-R1's template, which its distilled Qwen and Llama checkpoints ship byte for byte: the BOS
-// token and the last system message first; "<｜User｜>" + content per user turn; an assistant turn as
-// "<｜Assistant｜>" + the text after its last </think> + "<｜end▁of▁sentence｜>", or, right after tool
-// outputs, its content closing them instead; tool outputs in one block, which the template never
+// The DeepSeek-R1-Distill template, which every distilled Qwen and Llama checkpoint ships byte for
+// byte: the BOS token and the last system message first; "<｜User｜>" + content per user turn; an
+// assistant turn as "<｜Assistant｜>" + the text after its last </think> + "<｜end▁of▁sentence｜>", or,
+// right after tool outputs, its whole content closing them instead; tool outputs in one block, which the template never
 // reopens (a later block's outputs start with a newline); the generation prompt "<｜Assistant｜><think>\n",
 // which tool outputs at the end replace with the block's close.
 std::string render_deepseek_r1(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos) {
@@ -1477,8 +1478,8 @@ ChatTemplate chat_template_family(const std::string& name, const TokenizerConfig
                 return ChatTemplate::mistral;
             return ChatTemplate::not_rendered;
         }
-        // DeepSeek-R1's (and its distilled checkpoints'); DeepSeek-V3's (system messages joined) and
-        // R1-0528's (the prompt after each user turn) are other shapes
+        // the DeepSeek-R1-Distill checkpoints'; DeepSeek-R1's and V3's own (system messages joined, tool
+        // calls) and R1-0528's (the prompt after each user turn) are other shapes
         if (contains(t, "<\uff5cUser\uff5c>"))
             return contains(t, "{{'<\uff5cUser\uff5c>' + message['content']}}") &&
                            contains(t, "content.split('</think>')[-1]") &&
@@ -1608,14 +1609,22 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             }
             for (size_t i = first; i < messages.size(); ++i) {
                 const auto& m = messages[i];
+                if ((m.role == "user") != ((i - first) % 2 == 0))
+                    throw Error(ErrorKind::input,
+                                "llama2 chat template: conversation roles must alternate user/assistant/user/assistant/... "
+                                "after an optional system message (the template raises this; message " +
+                                    std::to_string(i + 1) + " is \"" + m.role + "\")");
                 if (m.role == "user") {
                     std::string content = m.content;
-                    if (i == first && !system.empty()) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+                    // an empty system message still writes the block: Jinja's "" != false holds
+                    if (i == first && first == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
                     out += bos + "[INST] " + trim(content) + " [/INST]";
                 } else if (m.role == "assistant") {
                     out += " " + trim(m.content) + " " + eos;
                 } else {
-                    throw Error(ErrorKind::input, "llama2 chat template: role \"" + m.role + "\" is not supported here");
+                    throw Error(ErrorKind::input, "llama2 chat template: role \"" + m.role +
+                                                      "\" is not supported (the template drops it silently; its roles "
+                                                      "are system, user and assistant)");
                 }
             }
             return out;

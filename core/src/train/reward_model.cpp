@@ -53,7 +53,7 @@ std::string RewardModel::conversation_text(const std::vector<ChatMessage>& promp
                     folder_ +
                         ": the prompts are conversations, and this reward model's chat template "
                         "is none of the families Grove renders (ChatML, Qwen3, Llama 3, Llama 2, Phi-3, Phi-4, SmolLM3, "
-                        "Gemma, Tulu, Mistral, DeepSeek-R1), so its "
+                        "Gemma, Tulu, Mistral, DeepSeek-R1-Distill), so its "
                         "input would differ from TRL's: use text prompts or a reward plugin");
     std::vector<ChatMessage> messages = prompt;
     messages.push_back({"assistant", completion});

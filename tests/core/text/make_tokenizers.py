@@ -45,9 +45,12 @@ CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n
 LLAMA3 = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
           " + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
           "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+# Llama-2-chat's template, as its checkpoints ship it
 LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}"
           "{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
-          "{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}"
+          "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+          "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+          "{% if loop.index0 == 0 and system_message != false %}"
           "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
           "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
           "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
@@ -151,7 +154,7 @@ MISTRAL = {"mistral_eos_space": (
     "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")}
 MISTRAL["mistral"] = MISTRAL["mistral_eos_space"].replace("eos_token + ' ' }}", "eos_token}}")
 assert MISTRAL["mistral"] != MISTRAL["mistral_eos_space"]
-# DeepSeek-R1's template as TRL ships it (every R1-Distill checkpoint's, byte for byte): the last
+# The DeepSeek-R1-Distill template as TRL ships it (every distilled checkpoint's, byte for byte): the last
 # system message wins, tool outputs in blocks, reasoning dropped from earlier turns
 with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "deepseek_r1_distill.jinja")) as f:
     DEEPSEEK_R1 = f.read()
@@ -246,13 +249,13 @@ def chat_templates(folder):
                                    bos_token="<|begin_of_text|>", eos_token="<|endoftext|>")
     out = []
     for family, template in [("chatml", CHATML), ("llama3", LLAMA3), ("llama2", LLAMA2)]:
-        for messages, add_generation_prompt in CONVERSATIONS:
+        # Llama 2's: an empty system message, and conversations its alternation rule raises on (a tool
+        # message, which the template drops without a word, Grove refuses: ChatTemplate.AutoRecognises...)
+        llama2_turns = PHI3_TURNS + [t for t in GEMMA_TURNS if all(m["role"] != "tool" for m in t[0])]
+        for messages, add_generation_prompt in CONVERSATIONS + (llama2_turns if family == "llama2" else []):
             if family == "llama2" and add_generation_prompt is False and messages[-1]["role"] != "assistant":
                 continue
-            text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                            add_generation_prompt=add_generation_prompt)
-            out.append({"family": family, "messages": messages, "add_generation_prompt": add_generation_prompt,
-                        "text": text})
+            out.append({"family": family, **rendered_or_raised(fast, template, messages, add_generation_prompt)})
     for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
         for kwargs in [{}, {"enable_thinking": False}, {"tools": TOOLS}, {"tools": TOOLS, "enable_thinking": False}]:
             text = fast.apply_chat_template(messages, chat_template=QWEN3, tokenize=False,
