@@ -1205,7 +1205,11 @@ ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "enable_thinking")) return renders_late_system ? ChatTemplate::qwen3 : ChatTemplate::not_rendered;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
         return renders_late_system ? ChatTemplate::qwen3_instruct : ChatTemplate::not_rendered;
-    return ChatTemplate::chatml;
+    // plain ChatML writes every message as '<|im_start|>' + its role (OLMo 3's, which spells each role
+    // out and ends the last assistant turn with the EOS token, is another shape)
+    for (const char* turn : {"'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message.role + '"})
+        if (contains(t, turn)) return ChatTemplate::chatml;
+    return ChatTemplate::not_rendered;
 }
 
 // Phi-3's and Phi-4's templates drop any role but these without a word; Grove refuses it rather
