@@ -91,7 +91,8 @@ int generate(const std::vector<std::string>& args) {
                                                           "JSONL file, one {\"prompt\": text or messages} per line")(
         "chat", "wrap text prompts as a user message and apply the chat template")(
         "chat-template", po::value<std::string>()->default_value("auto"),
-        "auto, chatml, qwen3, qwen3_instruct, llama3, llama3_1, llama3_2, llama2, phi3, phi4, phi4_mini, smollm3, gemma, tulu, "
+        "auto, chatml, qwen3, qwen3_instruct, qwen3_thinking, llama3, llama3_1, llama3_2, llama2, phi3, phi4, phi4_mini, "
+        "smollm3, gemma, tulu, "
         "mistral, deepseek_r1, "
         "plain")("no-thinking", "qwen3, smollm3: an empty <think> block ends the prompt (enable_thinking=False)")(
         "n", po::value<int64_t>()->default_value(1), "completions per prompt")(

@@ -21,11 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     config.eos_token = "</s>";
     // each family on its own: one that refuses the conversation (smollm3 without the checkpoint's
     // template and a system message, gemma where roles do not alternate) leaves the others to run
-    for (auto family : {grove::ChatTemplate::chatml, grove::ChatTemplate::qwen3, grove::ChatTemplate::qwen3_thinking_off,
-                        grove::ChatTemplate::qwen3_instruct, grove::ChatTemplate::llama3, grove::ChatTemplate::llama3_1,
-                        grove::ChatTemplate::llama3_2, grove::ChatTemplate::llama2, grove::ChatTemplate::plain,
-                        grove::ChatTemplate::smollm3, grove::ChatTemplate::smollm3_thinking_off, grove::ChatTemplate::gemma,
-                        grove::ChatTemplate::tulu, grove::ChatTemplate::mistral, grove::ChatTemplate::deepseek_r1})
+    for (auto family :
+         {grove::ChatTemplate::chatml, grove::ChatTemplate::qwen3, grove::ChatTemplate::qwen3_thinking_off,
+          grove::ChatTemplate::qwen3_instruct, grove::ChatTemplate::llama3, grove::ChatTemplate::llama3_1,
+          grove::ChatTemplate::llama3_2, grove::ChatTemplate::llama2, grove::ChatTemplate::plain, grove::ChatTemplate::smollm3,
+          grove::ChatTemplate::smollm3_thinking_off, grove::ChatTemplate::gemma, grove::ChatTemplate::tulu,
+          grove::ChatTemplate::mistral, grove::ChatTemplate::deepseek_r1, grove::ChatTemplate::qwen3_thinking})
         grove_fuzz::expect_clean_outcome("chat template", [&] {
             for (const grove::PromptRow& prompt : grove::load_prompts(path))
                 for (bool generation_prompt : {true, false})

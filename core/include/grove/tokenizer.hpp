@@ -68,8 +68,9 @@ void train_sentencepiece(const std::vector<std::string>& corpus, const std::stri
 // <think> block so the model answers directly.
 // qwen3_instruct is Qwen3-Instruct-2507's: Qwen3's turns without any <think> handling. llama3_1 and
 // llama3_2 are Llama 3.1 / 3.2 Instruct's, whose system turn carries a date (3.2: today's).
-// opens_thinking is what auto finds in a template whose generation prompt opens a <think> block
-// (Qwen3's Thinking-2507 models): recognised, so text prompts still work, but never rendered;
+// qwen3_thinking is Qwen3-Thinking-2507's: Qwen3's turns, a generation prompt that opens <think>.
+// opens_thinking is what auto finds in another template whose generation prompt opens a <think>
+// block (QwQ's): recognised, so text prompts still work, but never rendered;
 // phi_not_rendered likewise for Phi templates of other shapes: <|im_sep|> markers with <think>
 // handling (Phi-4-reasoning), or <|end|> markers without the newline (Phi-3-medium's assistant prompt
 // after every user turn).
@@ -105,7 +106,8 @@ enum class ChatTemplate {
     tulu,
     not_rendered,
     mistral,
-    deepseek_r1
+    deepseek_r1,
+    qwen3_thinking
 };
 
 struct ChatMessage {
@@ -131,8 +133,8 @@ ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMess
 // "<|im_start|>assistant\n", as tool responses do), continued as the template's generation prompt
 // continues it: with qwen3_thinking_off and smollm3_thinking_off (the conversation's family, from
 // conversation_family), an empty <think> block follows (TRL renders that suffix with
-// chat_template_kwargs); with deepseek_r1, one ending in "<｜Assistant｜>" gets the "<think>\n" its
-// generation prompt writes. Any other observation is returned as it is.
+// chat_template_kwargs); with qwen3_thinking, and with deepseek_r1 after "<｜Assistant｜>", the
+// "<think>\n" their generation prompts write. Any other observation is returned as it is.
 std::string continue_assistant_turn(ChatTemplate family, const std::string& observation);
 
 }  // namespace grove

@@ -56,7 +56,8 @@ const std::vector<KeySpec>& manifest_schema() {
         pick(key("model", "device", T::string, "\"auto\"", "auto = cuda when available, else cpu"), "auto|cpu|cuda"),
         pick(key("model", "chat_template", T::string, "\"auto\"",
                  "auto = recognised from the checkpoint; none = prompts are used as plain text"),
-             "auto|chatml|qwen3|qwen3_instruct|llama3|llama3_1|llama3_2|llama2|phi3|phi4|phi4_mini|smollm3|gemma|tulu|mistral|"
+             "auto|chatml|qwen3|qwen3_instruct|qwen3_thinking|llama3|llama3_1|llama3_2|llama2|phi3|phi4|phi4_mini|smollm3|"
+             "gemma|tulu|mistral|"
              "deepseek_r1|plain|"
              "none"),
         trl(key("model", "enable_thinking", T::boolean, "true",

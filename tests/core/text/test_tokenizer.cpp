@@ -130,7 +130,7 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
             << " tools " << c.value("tools_json", std::string());
         ++checked;
     }
-    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1 + 2 * 8 * 2 + 2 * 9 + 2 * 11 + 18);
+    EXPECT_GE(checked, 11 + 8 * 4 + 8 * 2 + 2 * 5 + 2 * 4 + 4 * 5 + 1 + 2 * 8 * 2 + 2 * 9 + 2 * 11 + 18 + 16);
 }
 
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
@@ -182,7 +182,9 @@ TEST(ChatTemplate, AutoRendersEveryTemplateTrlShipsAsApplyChatTemplateOrRefuses)
 // with Qwen3's enable_thinking=False, the empty <think> block the template writes there (as TRL
 // renders that suffix with chat_template_kwargs); nothing is added otherwise.
 TEST(ChatTemplate, ObservationsOpeningAnAssistantTurnContinueAsTheGenerationPrompt) {
-    // DeepSeek-R1's generation prompt opens the reasoning block
+    // Qwen3-Thinking-2507's and DeepSeek-R1-Distill's generation prompts open the reasoning block
+    EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::qwen3_thinking, "<|im_start|>assistant\n"),
+              "<|im_start|>assistant\n<think>\n");
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::deepseek_r1, "<\uff5cUser\uff5c>4<\uff5cAssistant\uff5c>"),
               "<\uff5cUser\uff5c>4<\uff5cAssistant\uff5c><think>\n");
     EXPECT_EQ(grove::continue_assistant_turn(grove::ChatTemplate::deepseek_r1, "<\uff5cUser\uff5c>4"), "<\uff5cUser\uff5c>4");
@@ -251,13 +253,15 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
         grove::test::error_message([&] { grove::render_chat(grove::ChatTemplate::smollm3, {{"user", "hi"}}, true, config); }),
         "has no SmolLM3 default instructions");
     EXPECT_NO_THROW(grove::render_chat(grove::ChatTemplate::smollm3, {{"system", "S"}, {"user", "hi"}}, true, config));
-    // a generation prompt that opens <think> (Qwen3's Thinking-2507 models) is recognised, so text
-    // prompts work, but a conversation is not rendered by guesswork
+    // a generation prompt that opens <think> in a template that is not Qwen3-Thinking-2507's (QwQ's) is
+    // recognised, so text prompts work, but a conversation is not rendered by guesswork
     config.chat_template = "{{- '<|im_start|>assistant\\n<think>\\n' }}";
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::opens_thinking);
     EXPECT_CONTAINS(grove::test::error_message(
                         [&] { grove::render_chat(grove::ChatTemplate::opens_thinking, {{"user", "hi"}}, true, config); }),
                     "opens a <think> block in its generation prompt");
+    config.chat_template = data["templates"]["qwen3_thinking"];
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3_thinking);
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
     for (const char* chatml : {"qwen2_5", "qwen2_5_math", "smollm2"})
