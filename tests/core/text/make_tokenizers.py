@@ -276,20 +276,14 @@ def chat_templates(folder):
                         "enable_thinking": kwargs.get("enable_thinking", True),
                         "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                         "text": text})
-    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
-        for kwargs in [{}, {"tools": TOOLS}]:
-            text = fast.apply_chat_template(messages, chat_template=QWEN3_INSTRUCT, tokenize=False,
-                                            add_generation_prompt=add_generation_prompt, **kwargs)
-            out.append({"family": "qwen3_instruct", "messages": messages, "add_generation_prompt": add_generation_prompt,
-                        "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
-                        "text": text})
-    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
-        for kwargs in [{}, {"tools": TOOLS}]:
-            text = fast.apply_chat_template(messages, chat_template=QWEN3_THINKING, tokenize=False,
-                                            add_generation_prompt=add_generation_prompt, **kwargs)
-            out.append({"family": "qwen3_thinking", "messages": messages, "add_generation_prompt": add_generation_prompt,
-                        "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
-                        "text": text})
+    for family, template in [("qwen3_instruct", QWEN3_INSTRUCT), ("qwen3_thinking", QWEN3_THINKING)]:
+        for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
+            for kwargs in [{}, {"tools": TOOLS}]:
+                text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
+                                                add_generation_prompt=add_generation_prompt, **kwargs)
+                out.append({"family": family, "messages": messages, "add_generation_prompt": add_generation_prompt,
+                            "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
+                            "text": text})
     for name, template in LLAMA3_DATED.items():
         for messages, add_generation_prompt in CONVERSATIONS + LLAMA3_TOOL_TURNS:
             date = datetime.datetime.now().strftime("%d %b %Y")
