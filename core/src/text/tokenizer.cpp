@@ -1202,7 +1202,8 @@ ChatTemplate chatml_family(const std::string& t) {
     // (plain substrings: a comment naming one refuses a template too, which errs on the safe side)
     if (contains(t, "macro") || contains(t, "bos_token") || contains(t, "capitalize")) return ChatTemplate::not_rendered;
     const bool renders_late_system = contains(t, "message.role == \"system\" and not loop.first");
-    if (contains(t, "assistant\\n<think>") || contains(t, "'<think>\\n' }}"))  // Qwen3-Thinking-2507's: Qwen3's turns
+    // a generation prompt that opens <think>, its newline escaped or written out
+    if (contains(t, "assistant\\n<think>") || contains(t, "assistant\n<think>") || contains(t, "'<think>\\n' }}"))
         return renders_late_system && contains(t, "reasoning_content") && contains(t, "<tool_response>") &&
                        contains(t, "{{- '<|im_start|>assistant\\n<think>\\n' }}") && !contains(t, "enable_thinking")
                    ? ChatTemplate::qwen3_thinking
@@ -1211,7 +1212,9 @@ ChatTemplate chatml_family(const std::string& t) {
     if (contains(t, "<tool_response>") && !contains(t, "<think>") && !chatml_default_system(t))
         return renders_late_system ? ChatTemplate::qwen3_instruct : ChatTemplate::not_rendered;
     // plain ChatML writes every message as '<|im_start|>' + its role (OLMo 3's, which spells each role
-    // out and ends the last assistant turn with the EOS token, is another shape)
+    // out and ends the last assistant turn with the EOS token, is another shape) and handles no
+    // reasoning blocks (a template that does and is none of the above would be rendered wrongly)
+    if (contains(t, "think>")) return ChatTemplate::not_rendered;  // <think> or </think>
     for (const char* turn : {"'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message.role + '"})
         if (contains(t, turn)) return ChatTemplate::chatml;
     return ChatTemplate::not_rendered;

@@ -257,6 +257,8 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     // recognised, so text prompts work, but a conversation is not rendered by guesswork
     config.chat_template = "{{- '<|im_start|>assistant\\n<think>\\n' }}";
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::opens_thinking);
+    config.chat_template = "{{- '<|im_start|>assistant\n<think>\n' }}";  // the newlines written out
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::opens_thinking);
     EXPECT_CONTAINS(grove::test::error_message(
                         [&] { grove::render_chat(grove::ChatTemplate::opens_thinking, {{"user", "hi"}}, true, config); }),
                     "opens a <think> block in its generation prompt");
@@ -332,6 +334,9 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
          {"{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + "
           "eos_token }}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}{% endfor %}",
           "{% for message in messages %}{{ '<\uff5cUser\uff5c>' + message['content'] }}{% endfor %}",
+          // ChatML turns that handle <think> blocks in no way Grove knows: not plain ChatML
+          "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'].split('</think>')[-1] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
           // OLMo 3 Instruct's shape: ChatML markers, a default system prompt built from pieces, each role
           // spelt out, the EOS token after the last assistant turn
           "{%- if not has_system -%}{{- '<|im_start|>system\nYou are Olmo. ' -}}{{- 'No functions.<|im_end|>\n' -}}"
