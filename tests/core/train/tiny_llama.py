@@ -3,7 +3,7 @@ by transformers."""
 import os
 
 import torch
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Olmo2Config
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Olmo2Config, Olmo3Config
 
 
 def save_tiny_llama(folder):
@@ -39,13 +39,19 @@ def save_tiny_gemma(folder):
     return folder
 
 
-def save_tiny_olmo2(folder):
+def save_tiny_olmo2(folder, olmo3=False):
     """A 2-layer OLMo 2 (vocabulary 128, GQA 4/2 heads; norms after the attention and the MLP, q and k
-    normed over the whole projection), weights N(0, 0.08), norms N(1, 0.2)."""
+    normed over the whole projection), weights N(0, 0.08), norms N(1, 0.2); with `olmo3`, OLMo 3's
+    layers: the first slides (a window of 3 tokens, shorter than the rows) and rotates without the
+    yarn scaling the second takes."""
     torch.manual_seed(0)
-    config = Olmo2Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    common = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0)
+    config = (Olmo3Config(sliding_window=3, layer_types=["sliding_attention", "full_attention"],
+                          rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+                          **common)
+              if olmo3 else Olmo2Config(**common))
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, p in model.named_parameters():

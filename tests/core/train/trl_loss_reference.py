@@ -109,18 +109,21 @@ def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, c
 
 # on-policy cases on other architectures: the tiny Gemma 3 (its loss and every weight's gradient
 # through (1 + w) norms, scaled embeddings, GeGLU and the sliding layer) and the tiny OLMo 2 (norms
-# after the attention and the MLP, q and k normed over the whole projection)
+# after the attention and the MLP, q and k normed over the whole projection), and the tiny OLMo 3
+# (OLMo 2's layers, a sliding one)
 ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                       dict(name="gemma_dapo", loss_type="dapo", model="gemma"),
                       dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma"),
                       dict(name="olmo2_grpo", loss_type="grpo", model="olmo2"),
-                      dict(name="olmo2_dapo", loss_type="dapo", model="olmo2")]
+                      dict(name="olmo2_dapo", loss_type="dapo", model="olmo2"),
+                      dict(name="olmo3_dapo", loss_type="dapo", model="olmo3")]
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma")),
-               "olmo2": save_tiny_olmo2(os.path.join(OUT, "olmo2"))}
+               "olmo2": save_tiny_olmo2(os.path.join(OUT, "olmo2")),
+               "olmo3": save_tiny_olmo2(os.path.join(OUT, "olmo3"), olmo3=True)}
     # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
