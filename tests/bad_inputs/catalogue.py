@@ -200,6 +200,10 @@ case("data", "a chat message with tool calls, which no native template renders",
      "prompts.jsonl:1: a message's \"tool_calls\" is not rendered by Grove's chat templates",
      run_folder(prompts='{"prompt": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "", '
                         '"tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}]}]}\n'))
+case("data", "a conversation the chat template refuses (Mistral's: no system role)", TRAIN + " --set model.chat_template=mistral",
+     5, "prompts.jsonl:2: mistral chat template: conversation roles must alternate",
+     run_folder(prompts='{"prompt": "1 + 2 ="}\n{"prompt": [{"role": "system", "content": "Be brief."}, '
+                        '{"role": "user", "content": "2 + 2 ="}]}\n'))
 case("data", "a prompt that is a number", TRAIN, 5, "\"prompt\" must be text or a list of messages",
      run_folder(prompts='{"prompt": 5}\n'))
 case("data", "an empty dataset", TRAIN, 5, "prompts.jsonl",

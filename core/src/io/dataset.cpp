@@ -225,7 +225,12 @@ std::vector<PromptRow> multiplication(const std::string& source, bool test_split
 
 std::string prompt_text(const PromptRow& row, ChatTemplate family, const TokenizerConfig& config,
                         const std::string& tools_json) {
-    return row.messages.empty() ? row.text : render_chat(family, row.messages, true, config, tools_json);
+    if (row.messages.empty()) return row.text;
+    try {
+        return render_chat(family, row.messages, true, config, tools_json);
+    } catch (const Error& e) {  // which row the template refuses
+        throw Error(e.kind(), row.origin + ": " + e.what());
+    }
 }
 
 std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages) {
