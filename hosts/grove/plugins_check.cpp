@@ -2,6 +2,7 @@
 // but no libtorch.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -271,6 +272,27 @@ int plugins_score(const std::vector<std::string>& args) {
     return 0;
 }
 
+// The training prompts rendered as `grove train` renders them, so a conversation the chat template
+// refuses is named here rather than after the model has loaded; what was done, in a line. Nothing
+// when the model folder or the dataset is not there yet (grove train names those).
+std::string render_training_prompts(const grove::RunConfig& config, const grove::Environment* environment) {
+    namespace fs = std::filesystem;
+    if (!config.data.source || config.rollouts_path || !fs::exists(fs::path(config.model.path) / "config.json")) return "";
+    const std::string& source = *config.data.source;
+    if (source.rfind("builtin:", 0) != 0 && !fs::exists(source)) return "";
+    const auto tokenizer = grove::Tokenizer::load(config.model.path);
+    const grove::ChatTemplate family = config.chat_template(tokenizer->config());
+    const std::string tools = environment ? environment->tools_json() : "";
+    size_t conversations = 0;
+    const auto rows = grove::load_prompts(source, config.data.prompt_column);
+    for (const grove::PromptRow& row : rows) {
+        grove::prompt_text(row, family, tokenizer->config(), tools);
+        conversations += !row.messages.empty();
+    }
+    return "chat template " + grove::chat_template_name(family) + ": " + std::to_string(rows.size()) + " prompts (" +
+           std::to_string(conversations) + " conversations) render as grove train renders them";
+}
+
 int check(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("manifest", po::value<std::string>()->required(), "the run's TOML manifest")(
@@ -307,6 +329,7 @@ int check(const std::vector<std::string>& args) {
     if (config.environment.use)
         environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());
 
+    const std::string prompts = render_training_prompts(config, environment.get());
     std::cout << manifest.resolved_toml();
     std::cout << "\n# plugins (all created successfully)\n";
     auto list = [](const grove::PluginInfo& info) {
@@ -316,6 +339,7 @@ int check(const std::vector<std::string>& args) {
     for (const auto& instance : instances) list(instance.info());
     if (environment) list(environment->info());
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
+    if (!prompts.empty()) std::cout << "# " << prompts << "\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;
 }

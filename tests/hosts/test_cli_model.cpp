@@ -208,6 +208,24 @@ TEST(CliModel, BadInputNamesFileAndLine) {
     EXPECT_EQ(r.exit_code, 2);
 }
 
+// `grove check` renders the training prompts as `grove train` will, with the checkpoint's chat
+// template, and says how many; a conversation the template refuses fails the check, naming its row.
+TEST(CliModel, CheckRendersTheTrainingPromptsAsTrainDoes) {
+    const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/check_prompts";
+    std::filesystem::create_directories(folder);
+    std::ofstream(folder + "/prompts.jsonl")
+        << "{\"prompt\": \"1 + 2 =\"}\n{\"prompt\": [{\"role\": \"system\", "
+           "\"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"2 + 2 =\"}]}\n";
+    std::ofstream(folder + "/grove.toml") << "[model]\npath = \"" << kModel
+                                          << "\"\n[data]\nsource = \"prompts.jsonl\"\n[[rewards]]\nplugin = \"format\"\n";
+    auto r = run_grove("check " + folder + "/grove.toml");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_CONTAINS(r.out, ": 2 prompts (1 conversations) render as grove train renders them");
+    r = run_grove("check " + folder + "/grove.toml --set model.chat_template=mistral");
+    EXPECT_EQ(r.exit_code, 5) << r.out;
+    EXPECT_CONTAINS(r.out, "prompts.jsonl:2: mistral chat template: conversation roles must alternate");
+}
+
 // `grove generate --environment`: whole episodes, the environment's parts marked; the wrong kind of
 // plugin is refused with exit code 4 (plugin failure) naming the option.
 TEST(CliModel, GenerateRunsEpisodesWithAnEnvironment) {

@@ -129,6 +129,9 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
 // The family a conversation renders in: a SmolLM3 system message that says "/no_think" or "/think"
 // switches thinking off or on whatever enable_thinking says; any other family is itself.
 ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages);
+// The family's name as model.chat_template spells it, or a description for the ones auto finds but
+// never renders ("a template of no family Grove renders", ...).
+std::string chat_template_name(ChatTemplate family);
 // An environment's observation that ends by opening an assistant turn (ChatML's
 // "<|im_start|>assistant\n", as tool responses do), continued as the template's generation prompt
 // continues it: with qwen3_thinking_off and smollm3_thinking_off (the conversation's family, from

@@ -1545,6 +1545,8 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
                                       "ignore the setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
 }
 
+std::string chat_template_name(ChatTemplate family) { return family_name(family); }
+
 ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages) {
     if (family != ChatTemplate::smollm3 && family != ChatTemplate::smollm3_thinking_off) return family;
     if (messages.empty() || messages[0].role != "system") return family;
