@@ -436,7 +436,7 @@ def main():
             save_gemma_tokenizer(folder)
             from transformers import Gemma3ImageProcessor
             Gemma3ImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
-        if name == "olmo2_post_norm":  # the LoRA test trains it from text prompts
+        if name in ("olmo2_post_norm", "olmo3_window"):  # the LoRA tests train them from text prompts
             save_tokenizer(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)

@@ -297,6 +297,16 @@ TEST(Trainer, Olmo2LoraOnEveryLinearLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "olmo2_post_norm");
 }
 
+// OLMo 3 (OLMo 2's layers, a sliding one rotating without the full layer's yarn) likewise, onto
+// transformers' Olmo3ForCausalLM.
+TEST(Trainer, Olmo3LoraOnEveryLinearLoadsInPeft) {
+    grove::Trainer t(
+        lora_run("olmo3_window", "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
+        fresh());
+    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
+    expect_trains_and_loads_in_peft(t, "olmo3_window");
+}
+
 // A multimodal Gemma 3 checkpoint trains LoRA on its text model under transformers' module names
 // (model.language_model.*), and PEFT loads the adapter onto Gemma3ForConditionalGeneration with
 // Grove's logits.
