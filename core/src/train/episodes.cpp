@@ -119,7 +119,7 @@ void begin_episodes(const Environment& environment, const Tokenizer& tokenizer, 
             s.messages.back().content += additions[i];
             s.prompt_text = render_chat(limits.chat_template, s.messages, true, tokenizer.config(), environment.tools_json());
         }
-        s.prompt_ids = tokenizer.encode(s.prompt_text, false);
+        s.prompt_ids = tokenizer.encode(s.prompt_text, s.messages.empty());  // as the trainer tokenizes the prompt
     }
 }
 

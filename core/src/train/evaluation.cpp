@@ -94,7 +94,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         for (size_t i = start; i < end; ++i) {
             std::string text = prompt_text(rows[i], family, tokenizer.config(), environment ? environment->tools_json() : "");
             for (int64_t k = 0; k < q.samples; ++k) {
-                prompts.push_back(tokenizer.encode(text, false));
+                prompts.push_back(tokenizer.encode(text, rows[i].messages.empty()));  // as training tokenizes it
                 texts.push_back(text);
                 json_rows.push_back(rows[i].columns_json);
                 messages.push_back(rows[i].messages);

@@ -256,7 +256,9 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
         BatchRow r;
         r.prompt_messages = row.messages;
         r.prompt_text = prompt_text(row, chat_template, tokenizer->config(), environment ? environment->tools_json() : "");
-        r.prompt_ids = tokenizer->encode(r.prompt_text, false);  // as TRL: templates carry their own specials
+        // as TRL 1.16: a text prompt gets the tokenizer's special tokens (processing_class(text=prompts):
+        // Llama 3's and Gemma's BOS); a rendered conversation carries the template's own
+        r.prompt_ids = tokenizer->encode(r.prompt_text, row.messages.empty());
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
         r.columns_json = row.columns_json;
         rows.push_back(std::move(r));

@@ -297,6 +297,27 @@ TEST(Trainer, Olmo2LoraOnEveryLinearLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "olmo2_post_norm");
 }
 
+// Text prompts are tokenized as TRL 1.16 tokenizes them (processing_class(text=prompts)): with the
+// tokenizer's special tokens, here Gemma's <bos>, without which Gemma generates garbage (TRL #3520,
+// when TRL left them out); until 2026-11-27 Grove left them out too.
+TEST(Trainer, TextPromptsGetTheTokenizersSpecialTokensAsInTrl) {
+    const std::string gemma = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/gemma3_window";
+    grove::Trainer t(manifest("text_prompt_bos", {"model.path=" + gemma, "logging.save_rollouts=true"}), fresh());
+    t.step();
+    auto tokenizer = grove::Tokenizer::load(gemma);
+    std::ifstream rollouts(std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/text_prompt_bos/out/rollouts.jsonl");
+    int rows = 0;
+    for (std::string line; std::getline(rollouts, line); ++rows) {
+        const auto ids = nlohmann::json::parse(line)["prompt_ids"].get<std::vector<int64_t>>();
+        ASSERT_FALSE(ids.empty());
+        EXPECT_EQ(ids[0], 2) << "Gemma's <bos>";
+        const std::string text = tokenizer->decode(ids, true);
+        EXPECT_EQ(text.rfind("What is ", 0), 0u) << text;
+        EXPECT_EQ(ids, tokenizer->encode(text, true)) << text;
+    }
+    EXPECT_GT(rows, 0);
+}
+
 // OLMo 3 (OLMo 2's layers, a sliding one rotating without the full layer's yarn) likewise, onto
 // transformers' Olmo3ForCausalLM.
 TEST(Trainer, Olmo3LoraOnEveryLinearLoadsInPeft) {
