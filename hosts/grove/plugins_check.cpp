@@ -277,20 +277,23 @@ int plugins_score(const std::vector<std::string>& args) {
 // when the model folder or the dataset is not there yet (grove train names those).
 std::string render_training_prompts(const grove::RunConfig& config, const grove::Environment* environment) {
     namespace fs = std::filesystem;
-    if (!config.data.source || config.rollouts_path || !fs::exists(fs::path(config.model.path) / "config.json")) return "";
-    const std::string& source = *config.data.source;
-    if (source.rfind("builtin:", 0) != 0 && !fs::exists(source)) return "";
+    if (config.rollouts_path || !fs::exists(fs::path(config.model.path) / "config.json")) return "";
+    std::vector<std::string> sources;  // the training prompts, and those evaluation renders
+    for (const auto& source : {config.data.source, config.data.eval_source})
+        if (source && (source->rfind("builtin:", 0) == 0 || fs::exists(*source))) sources.push_back(*source);
+    if (sources.empty()) return "";
     const auto tokenizer = grove::Tokenizer::load(config.model.path);
     const grove::ChatTemplate family = config.chat_template(tokenizer->config());
     const std::string tools = environment ? environment->tools_json() : "";
-    size_t conversations = 0;
-    const auto rows = grove::load_prompts(source, config.data.prompt_column);
-    for (const grove::PromptRow& row : rows) {
-        grove::prompt_text(row, family, tokenizer->config(), tools);
-        conversations += !row.messages.empty();
-    }
-    return "chat template " + grove::chat_template_name(family) + ": " + std::to_string(rows.size()) + " prompts (" +
-           std::to_string(conversations) + " conversations) render as grove train renders them";
+    size_t prompts = 0, conversations = 0;
+    for (const std::string& source : sources)
+        for (const grove::PromptRow& row : grove::load_prompts(source, config.data.prompt_column)) {
+            grove::prompt_text(row, family, tokenizer->config(), tools);
+            ++prompts;
+            conversations += !row.messages.empty();
+        }
+    return "chat template " + grove::chat_template_name(family) + ": " + std::to_string(prompts) +
+           " prompts render as grove train renders them (conversations: " + std::to_string(conversations) + ")";
 }
 
 int check(const std::vector<std::string>& args) {

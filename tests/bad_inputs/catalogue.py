@@ -237,6 +237,10 @@ case("model", "config.json is not JSON", LOGPROBS, 5, "config.json",
 case("model", "an architecture Grove does not support", LOGPROBS, 5, "unsupported model",
      both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(architectures=["GPT2LMHeadModel"],
                                                                                 model_type="gpt2"))), IDS))
+case("model", "an OLMo 3 config with sliding_window null, which transformers' Olmo3 cannot run", LOGPROBS, 5,
+     "sliding_window is null or 0",
+     both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
+         architectures=["Olmo3ForCausalLM"], model_type="olmo3", sliding_window=None))), IDS))
 case("model", "prompt + completion past a longrope checkpoint's original_max_position_embeddings (long factors, "
      "which Grove does not apply)",
      "generate --model model --prompt 'What is 2 + 2? What is 3 + 3?' --max-new-tokens 16", 5,

@@ -220,7 +220,7 @@ TEST(CliModel, CheckRendersTheTrainingPromptsAsTrainDoes) {
                                           << "\"\n[data]\nsource = \"prompts.jsonl\"\n[[rewards]]\nplugin = \"format\"\n";
     auto r = run_grove("check " + folder + "/grove.toml");
     EXPECT_EQ(r.exit_code, 0) << r.out;
-    EXPECT_CONTAINS(r.out, ": 2 prompts (1 conversations) render as grove train renders them");
+    EXPECT_CONTAINS(r.out, ": 2 prompts render as grove train renders them (conversations: 1)");
     r = run_grove("check " + folder + "/grove.toml --set model.chat_template=mistral");
     EXPECT_EQ(r.exit_code, 5) << r.out;
     EXPECT_CONTAINS(r.out, "prompts.jsonl:2: mistral chat template: conversation roles must alternate");

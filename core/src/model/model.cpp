@@ -295,6 +295,10 @@ void read_sliding_layer_types(const json& j, const std::string& file, ModelConfi
     }
     c.sliding_window = j.contains("sliding_window") ? get_or<int64_t>(j, "sliding_window", 0, file) : 4096;
     if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
+    if (c.model_type == "olmo3" && c.sliding_window == 0)  // transformers' Olmo3 fails on such a config
+        throw Error(ErrorKind::input, file +
+                                          ": sliding_window is null or 0, which transformers' Olmo3 cannot run; set the "
+                                          "window of its sliding layers (4096 in OLMo 3's configs)");
 }
 
 // Sliding-window attention as transformers applies it: Mistral's and Phi-3's sliding_window on every

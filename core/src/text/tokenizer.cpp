@@ -1193,6 +1193,16 @@ bool contains(const std::string& text, const char* piece) { return text.find(pie
 // Qwen3-Instruct-2507's renders tool responses but has neither <think> handling nor a default
 // system prompt (Qwen2.5's and Qwen2.5-Math's have one); one that opens a <think> block in its generation prompt (Qwen3's
 // Thinking-2507 models) is not rendered natively; the rest are ChatML (Qwen2 / Qwen2.5, SmolLM2).
+// The template's text without its literal system turns ("<|im_start|>system" ... "<|im_end|>"), where
+// a default system prompt may mention <think> without the template handling reasoning blocks.
+std::string outside_system_turns(std::string t) {
+    for (size_t at = t.find("<|im_start|>system"); at != std::string::npos; at = t.find("<|im_start|>system", at)) {
+        const size_t end = t.find("<|im_end|>", at);
+        t.erase(at, end == std::string::npos ? std::string::npos : end + 10 - at);
+    }
+    return t;
+}
+
 // ChatML templates with constructs none of these renderers reproduces (macros: Nemotron 3's, Qwen3.5's,
 // LFM2's; the BOS token: LFM2's; roles rewritten: SmolVLM's capitalize), and Qwen3-shaped ones that
 // drop a system message after the first (Qwen3-VL's), are not rendered.
@@ -1214,8 +1224,10 @@ ChatTemplate chatml_family(const std::string& t) {
     // plain ChatML writes every message as '<|im_start|>' + its role (OLMo 3's, which spells each role
     // out and ends the last assistant turn with the EOS token, is another shape) and handles no
     // reasoning blocks (a template that does and is none of the above would be rendered wrongly)
-    if (contains(t, "think>")) return ChatTemplate::not_rendered;  // <think> or </think>
-    for (const char* turn : {"'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message.role + '"})
+    if (contains(outside_system_turns(t), "think>")) return ChatTemplate::not_rendered;  // <think> or </think>
+    for (const char* turn : {"'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message.role + '",
+                             "\"<|im_start|>\" + message['role'] + \"", "\"<|im_start|>\" + message[\"role\"] + \"",
+                             "\"<|im_start|>\" + message.role + \""})
         if (contains(t, turn)) return ChatTemplate::chatml;
     return ChatTemplate::not_rendered;
 }

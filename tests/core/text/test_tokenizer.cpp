@@ -266,6 +266,19 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3_thinking);
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
+    // a default system prompt that mentions <think> (an R1-Zero-style Qwen2.5 template) is still plain
+    // ChatML, and so are turns written with double quotes
+    config.chat_template =
+        replaced(data["templates"]["qwen2_5"], "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+                 "Reason in <think> </think> first.");
+    ASSERT_NE(config.chat_template.find("Reason in <think>"), std::string::npos);
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml);
+    EXPECT_CONTAINS(grove::render_chat(grove::ChatTemplate::chatml, {{"user", "hi"}}, true, config),
+                    "<|im_start|>system\nReason in <think> </think> first.<|im_end|>\n");
+    config.chat_template =
+        "{% for message in messages %}{{\"<|im_start|>\" + message[\"role\"] + \"\\n\" + message[\"content\"] + "
+        "\"<|im_end|>\\n\"}}{% endfor %}";
+    EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::chatml);
     for (const char* chatml : {"qwen2_5", "qwen2_5_math", "smollm2"})
         if (data["templates"].contains(chatml)) {
             config.chat_template = data["templates"][chatml];
