@@ -32,7 +32,9 @@ SftExample sft_example(const PromptRow& row, const std::string& column, const To
                                           "\" (data.completion_column) to imitate: text, or a list of turns "
                                           "{\"role\": \"model\"|\"environment\", \"text\": ...}");
     SftExample e;
-    e.ids = tokenizer.encode(prompt_text(row, chat, tokenizer.config()), false);
+    // the prompt as GRPO tokenizes it (a text prompt with the tokenizer's special tokens, as TRL's
+    // SFTTrainer and GRPOTrainer do), so the warm start sees what training will
+    e.ids = tokenizer.encode(prompt_text(row, chat, tokenizer.config()), row.messages.empty());
     e.trained.assign(e.ids.size(), 0);
     auto add = [&](const std::string& part, bool from_model) {
         for (int64_t id : tokenizer.encode(part, false)) e.ids.push_back(id);

@@ -60,9 +60,10 @@ TEST(Sft, FromScratchTheModelLearnsTheAnswerFormat) {
 }
 
 // A reference episode as turns: each turn is tokenized on its own (as an episode's turns and
-// observations are), and only the model's turns and the EOS are trained.
+// observations are), and only the model's turns and the EOS are trained. The text prompt gets the
+// tokenizer's special tokens (Gemma's <bos>), as GRPO training tokenizes it.
 TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
-    auto tokenizer = grove::Tokenizer::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa");
+    auto tokenizer = grove::Tokenizer::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/gemma3_window");
     grove::PromptRow row;
     row.text = "What is 12 * 34?";
     row.origin = "rows.jsonl:3";
@@ -71,7 +72,8 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
                                        {"role": "model", "text": "<answer>408</answer>"}],
                           "completion": "plain text"})";
     const auto e = grove::sft_example(row, "episode", *tokenizer, grove::ChatTemplate::plain, 2);
-    std::vector<int64_t> ids = tokenizer->encode(row.text, false);
+    std::vector<int64_t> ids = tokenizer->encode(row.text, true);
+    ASSERT_EQ(ids[0], 2) << "Gemma's <bos>";
     std::vector<uint8_t> trained(ids.size(), 0);
     for (auto [text, learn] :
          {std::pair{"<calc>12 * 34</calc>", 1}, {"<result>408</result>", 0}, {"<answer>408</answer>", 1}}) {
@@ -85,7 +87,7 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
     EXPECT_EQ(e.trained, trained);
     // a text column trains all of it
     const auto text = grove::sft_example(row, "completion", *tokenizer, grove::ChatTemplate::plain, std::nullopt);
-    const size_t prompt = tokenizer->encode(row.text, false).size();
+    const size_t prompt = tokenizer->encode(row.text, true).size();
     EXPECT_EQ(text.ids.size(), prompt + tokenizer->encode("plain text", false).size());
     EXPECT_EQ(std::count(text.trained.begin(), text.trained.end(), 1), long(text.ids.size() - prompt));
 
