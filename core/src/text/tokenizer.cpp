@@ -1554,7 +1554,11 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
                                   : "the chat template \"" + name + "\"";
     throw Error(ErrorKind::usage, "enable_thinking = false (model.enable_thinking, grove generate --no-thinking): " + which +
                                       " has no thinking switch; only qwen3 and smollm3 have one, and transformers would "
-                                      "ignore the setting. Drop the setting, or use the qwen3 template for a Qwen3 model");
+                                      "ignore the setting. Drop the setting, or use the qwen3 template for a Qwen3 model" +
+                                      (family == ChatTemplate::qwen3_thinking
+                                           ? std::string(" (Qwen3-Thinking-2507 always reasons first; a Qwen3-Instruct-2507 "
+                                                         "checkpoint answers without reasoning)")
+                                           : std::string()));
 }
 
 std::string chat_template_name(ChatTemplate family) { return family_name(family); }

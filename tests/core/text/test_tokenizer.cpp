@@ -264,6 +264,8 @@ TEST(ChatTemplate, AutoRecognisesTheCheckpointsTemplate) {
                     "opens a <think> block in its generation prompt");
     config.chat_template = data["templates"]["qwen3_thinking"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::qwen3_thinking);
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::chat_template_from_name("auto", config, false); }),
+                    "(recognised as qwen3_thinking) has no thinking switch");
     config.chat_template = data["templates"]["llama3"];
     EXPECT_EQ(grove::chat_template_from_name("auto", config), grove::ChatTemplate::llama3);
     // a default system prompt that mentions <think> (an R1-Zero-style Qwen2.5 template) is still plain
