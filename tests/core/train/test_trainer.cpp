@@ -248,6 +248,14 @@ std::string expect_trains_and_loads_in_peft(grove::Trainer& t, const std::string
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
     return checkpoint;
 }
+
+// LoRA on all seven linear layers of the 2-layer tiny checkpoint `name` trains, and PEFT loads it.
+void expect_lora_on_every_linear_loads_in_peft(const std::string& name) {
+    grove::Trainer t(
+        lora_run(name, "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"), fresh());
+    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
+    expect_trains_and_loads_in_peft(t, name);
+}
 }  // namespace
 
 // Phi-3 keeps q, k, v in one qkv_proj and gate, up in one gate_up_proj: LoRA attaches to those under
@@ -278,24 +286,12 @@ TEST(Trainer, SmolLM3LoraWithAWindowAndANopeLayerLoadsInPeft) {
 
 // Gemma 3 (four norms per layer, GeGLU, a sliding and a global layer) trains LoRA on every linear
 // layer and PEFT loads the adapter onto transformers' Gemma3ForCausalLM with Grove's logits.
-TEST(Trainer, Gemma3LoraOnEveryLinearLoadsInPeft) {
-    grove::Trainer t(lora_run("gemma3_window",
-                              "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
-                     fresh());
-    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
-    expect_trains_and_loads_in_peft(t, "gemma3_window");
-}
+TEST(Trainer, Gemma3LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_loads_in_peft("gemma3_window"); }
 
 // OLMo 2 (norms after the attention and the MLP, q and k normed over the whole projection) trains
 // LoRA on every linear layer and PEFT loads the adapter onto transformers' Olmo2ForCausalLM with
 // Grove's logits.
-TEST(Trainer, Olmo2LoraOnEveryLinearLoadsInPeft) {
-    grove::Trainer t(lora_run("olmo2_post_norm",
-                              "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
-                     fresh());
-    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
-    expect_trains_and_loads_in_peft(t, "olmo2_post_norm");
-}
+TEST(Trainer, Olmo2LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_loads_in_peft("olmo2_post_norm"); }
 
 // Text prompts are tokenized as TRL 1.16 tokenizes them (processing_class(text=prompts)): with the
 // tokenizer's special tokens, here Gemma's <bos>, without which Gemma generates garbage (TRL #3520,
@@ -320,13 +316,7 @@ TEST(Trainer, TextPromptsGetTheTokenizersSpecialTokensAsInTrl) {
 
 // OLMo 3 (OLMo 2's layers, a sliding one rotating without the full layer's yarn) likewise, onto
 // transformers' Olmo3ForCausalLM.
-TEST(Trainer, Olmo3LoraOnEveryLinearLoadsInPeft) {
-    grove::Trainer t(
-        lora_run("olmo3_window", "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
-        fresh());
-    EXPECT_EQ(t.model().adapter_parameters().size(), 2u * 7u * 2u);  // 2 layers x 7 linears x (A, B)
-    expect_trains_and_loads_in_peft(t, "olmo3_window");
-}
+TEST(Trainer, Olmo3LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_loads_in_peft("olmo3_window"); }
 
 // A multimodal Gemma 3 checkpoint trains LoRA on its text model under transformers' module names
 // (model.language_model.*), and PEFT loads the adapter onto Gemma3ForConditionalGeneration with
