@@ -12,6 +12,7 @@
 namespace grove {
 
 class Model;
+struct RouterLoad;
 struct RunConfig;
 struct TokenizerConfig;
 
@@ -109,9 +110,10 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
 
 // Log-probs [B, C] of completion tokens given left-padded prompts and right-padded completions:
 // input = cat(prompt, completion), positions from the mask, logits at position t predict token t+1.
-// Only the real tokens are computed (packed rows); masked completion positions hold 0.
+// Only the real tokens are computed (packed rows); masked completion positions hold 0. A mixture of
+// experts records its routing over those tokens (TRL's attention mask) into `router_load` if given.
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
-                               at::Tensor* entropy = nullptr, bool entropy_graph = false);
+                               at::Tensor* entropy = nullptr, bool entropy_graph = false, RouterLoad* router_load = nullptr);
 
 }  // namespace grove

@@ -35,6 +35,20 @@ struct KVCache {
     bool split_attention = false;
 };
 
+// What a mixture of experts' routers chose over one forward pass, summed over its sparse layers and
+// tokens: what transformers' load_balancing_loss_func needs (TRL adds that loss to GRPO's for an MoE
+// policy). Only packed forward passes record it: every token they compute is real.
+struct RouterLoad {
+    at::Tensor probability_sum;  // [experts] float32: the routers' softmax probabilities, summed (with their graph)
+    at::Tensor selection_count;  // [experts_per_token, experts] float32: how often each expert was a token's k-th pick
+    int64_t routed = 0;          // (layer, token) pairs recorded
+    // One sparse layer's router logits [tokens, experts]: softmax in their dtype and top-k, as
+    // load_balancing_loss_func computes them.
+    void record(const at::Tensor& router_logits, int64_t experts_per_token);
+    // num_experts * sum over k and e of (count / routed) * (probability / routed): the auxiliary loss
+    at::Tensor balancing_loss() const;
+};
+
 struct Linear {
     std::string name;  // module name, e.g. "model.layers.0.self_attn.q_proj"
     at::Tensor weight;
@@ -87,8 +101,9 @@ public:
     // causally within its row. Equal to hidden_states on the padded batch at its real positions, but
     // the linear layers never compute padding, which is most of a GRPO batch whose completions end
     // early (the batch is as long as its longest completion).
+    // A mixture of experts records its routing into `router_load` when one is given.
     at::Tensor packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
-                                    const std::vector<int64_t>& row_lengths) const;
+                                    const std::vector<int64_t>& row_lengths, RouterLoad* router_load = nullptr) const;
     // logits = lm_head(hidden); float32 when the head is kept in float32
     at::Tensor logits(const at::Tensor& hidden) const;
     // TRL's cast_lm_head_to_fp32 (the ScaleRL recipe): the output layer's weight is kept in float32
@@ -171,7 +186,9 @@ private:
     // [B, heads, T, D] each -> [B, T, heads * D], under `visible` (the layer's mask in `attention`)
     at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, const at::Tensor& visible,
                       KVCache* cache, size_t index) const;
-    at::Tensor mlp(const Layer& layer, const at::Tensor& x) const;         // the layer's gated MLP block
+    // the layer's gated MLP block, or its experts (recording the routing into `router_load` if given)
+    at::Tensor mlp(const Layer& layer, const at::Tensor& x, RouterLoad* router_load) const;
+    at::Tensor experts_mlp(const Layer& layer, const at::Tensor& x, RouterLoad* router_load) const;
     at::Tensor norm(const at::Tensor& x, const at::Tensor& weight) const;  // the family's RMS norm
     RotaryTables rotary_tables(const at::Tensor& position_ids) const;      // position_ids [B, T]
     // Embedded tokens [B, T, H] through the rotary tables, every layer and the final norm.

@@ -28,7 +28,8 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-    std::string model_type;            // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3
+    std::string
+        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -95,6 +96,20 @@ struct ModelConfig {
         return sliding_window > 0 && columns > sliding_window &&
                std::find(windowed_layers.begin(), windowed_layers.end(), true) != windowed_layers.end();
     }
+    // Mixture of experts (Qwen3-MoE, Mixtral): the sparse layers' MLP is a router (a linear to
+    // num_experts logits) and num_experts SwiGLU experts moe_intermediate_size wide; each token runs
+    // through the experts_per_token with the highest softmax probabilities, weighted by them
+    // (renormalized over those experts when norm_topk_prob). Qwen3-MoE's mlp_only_layers and
+    // decoder_sparse_step leave some layers dense (intermediate_size). 0 experts: no MoE.
+    int64_t num_experts = 0;
+    int64_t experts_per_token = 0;
+    int64_t moe_intermediate_size = 0;
+    bool norm_topk_prob = false;
+    std::vector<bool> sparse_layers;  // [num_hidden_layers] when num_experts > 0
+    // The load-balancing loss's coefficient in the config (router_aux_loss_coef); GRPO adds it as TRL does
+    double router_aux_loss_coef = 0.0;
+    bool mixture_of_experts() const { return num_experts > 0; }
+    bool layer_sparse(size_t layer) const { return layer < sparse_layers.size() && sparse_layers[layer]; }
     std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, all of them
     std::optional<int64_t> bos_token_id;
     std::optional<int64_t> pad_token_id;

@@ -532,8 +532,10 @@ void DecodeSession::continue_rows(const std::vector<Continuation>& rows) {
 GenerationResult generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     detail::check_generation_length(model, prompts, o.max_new_tokens);
-    // the engine merges adapters into its generation weights: one without merged_delta stays eager
-    if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled() && model.adapters_can_merge())
+    // the engine merges adapters into its generation weights: one without merged_delta stays eager,
+    // as does a mixture of experts (its steps' work follows the routing)
+    if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled() && model.adapters_can_merge() &&
+        !model.config().mixture_of_experts())
         return static_generate(model, prompts, o);
     DecodeSession session(model, prompts, o, o.max_new_tokens, /*resumable=*/false);
     const auto turns = session.sample_turn(std::vector<int64_t>(prompts.size(), o.max_new_tokens));
@@ -600,7 +602,7 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
 
 at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids, const at::Tensor& prompt_mask,
                                const at::Tensor& completion_ids, const at::Tensor& completion_mask, double temperature,
-                               at::Tensor* entropy, bool entropy_graph) {
+                               at::Tensor* entropy, bool entropy_graph, RouterLoad* router_load) {
     const int64_t B = prompt_ids.size(0), P = prompt_ids.size(1), C = completion_ids.size(1), L = P + C;
     model.check_sequence_length(L);  // TRL scores the padded batch
     const at::Device device = model.device();
@@ -611,7 +613,8 @@ at::Tensor completion_logprobs(const Model& model, const at::Tensor& prompt_ids,
     at::Tensor positions = (keep.to(at::kLong).cumsum(-1) - 1).reshape(-1).index_select(0, kept);
     at::Tensor tokens = at::cat({prompt_ids, completion_ids}, 1).cpu().reshape(-1).index_select(0, kept);
     at::Tensor hidden = model.packed_hidden_states(
-        tokens, positions, std::vector<int64_t>(row_lengths.data_ptr<int64_t>(), row_lengths.data_ptr<int64_t>() + B));
+        tokens, positions, std::vector<int64_t>(row_lengths.data_ptr<int64_t>(), row_lengths.data_ptr<int64_t>() + B),
+        router_load);
 
     // Completion token t of row b is predicted at input position P - 1 + t. Positions that are masked,
     // or whose predictor is, get log-prob (and entropy) 0; every consumer masks them.

@@ -32,9 +32,20 @@ struct Model::Layer {
     at::Tensor qkv_weight, gate_up_weight;
     std::optional<at::Tensor> qkv_bias, gate_up_bias;
 
+    // A sparse layer of a mixture of experts (ModelConfig::layer_sparse) has no gate, up and down: a
+    // router (Qwen3-MoE's mlp.gate, Mixtral's block_sparse_moe.gate) and its experts' SwiGLUs
+    // (Mixtral's w1, w3 and w2 as gate, up and down).
+    struct Expert {
+        Linear gate, up, down;
+    };
+    Linear router;
+    std::vector<Expert> experts;
+
     bool fused() const { return qkv.weight.defined(); }
+    bool sparse() const { return !experts.empty(); }
     // The linears holding the layer's parameters, in checkpoint order: the attention's (q, k, v, o or
-    // qkv, o) and the MLP's (gate, up, down or gate_up, down).
+    // qkv, o) and the MLP's (gate, up, down or gate_up, down; a sparse layer's router, then each
+    // expert's gate, up and down).
     std::vector<Linear*> attention_linears();
     std::vector<Linear*> mlp_linears();
     std::vector<Linear*> linears();

@@ -130,6 +130,8 @@ const std::map<std::string, std::string> kSupported = {
     {"Gemma3ForConditionalGeneration", "gemma3"},  // its text model only; the vision tower is kept as it is
     {"Olmo2ForCausalLM", "olmo2"},
     {"Olmo3ForCausalLM", "olmo3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},  // mixtures of experts (ModelConfig::num_experts)
+    {"MixtralForCausalLM", "mixtral"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
@@ -198,6 +200,40 @@ void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c
     c.qk_norm = c.qk_norm_whole = true;
     c.rotary_in_float32 = true;
     c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
+        throw Error(ErrorKind::input,
+                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+}
+
+// Qwen3-MoE's and Mixtral's experts (Qwen3MoeConfig, MixtralConfig, with their defaults): which layers
+// are sparse, how many experts a token takes, and the router's settings
+void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) {
+    const bool qwen = c.model_type == "qwen3_moe";
+    c.num_experts = get_or<int64_t>(j, qwen ? "num_experts" : "num_local_experts", qwen ? 128 : 8, file);
+    c.experts_per_token = get_or<int64_t>(j, "num_experts_per_tok", qwen ? 8 : 2, file);
+    c.moe_intermediate_size = qwen ? get_or<int64_t>(j, "moe_intermediate_size", 768, file) : c.intermediate_size;
+    c.norm_topk_prob = qwen ? get_or<bool>(j, "norm_topk_prob", false, file) : true;  // Mixtral always renormalizes
+    c.router_aux_loss_coef = get_or<double>(j, "router_aux_loss_coef", 0.001, file);
+    if (c.num_experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.num_experts || c.moe_intermediate_size < 1)
+        throw Error(ErrorKind::input, file + ": num_experts_per_tok (" + std::to_string(c.experts_per_token) +
+                                          ") must be between 1 and the number of experts (" + std::to_string(c.num_experts) +
+                                          "), and the experts' sizes positive");
+    c.sparse_layers.assign(size_t(c.num_hidden_layers), true);
+    if (qwen) {  // Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers or off decoder_sparse_step
+        const int64_t step = get_or<int64_t>(j, "decoder_sparse_step", 1, file);
+        if (step < 1) throw Error(ErrorKind::input, file + ": decoder_sparse_step must be at least 1");
+        for (int64_t l = 0; l < c.num_hidden_layers; ++l) c.sparse_layers[size_t(l)] = (l + 1) % step == 0;
+        if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+            for (const json& l : j["mlp_only_layers"])
+                if (l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < c.num_hidden_layers)
+                    c.sparse_layers[size_t(l.get<int64_t>())] = false;
+        c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+        c.qk_norm = true;  // Qwen3's q_norm / k_norm over each head
+    } else if (get_or<double>(j, "router_jitter_noise", 0.0, file) != 0.0) {
+        throw Error(ErrorKind::input, file +
+                                          ": router_jitter_noise is not 0: Grove's router adds no noise in training; "
+                                          "set it to 0.0 (as released Mixtral checkpoints have it)");
+    }
     if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
         throw Error(ErrorKind::input,
                     file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
@@ -301,8 +337,9 @@ void read_sliding_layer_types(const json& j, const std::string& file, ModelConfi
                                           "window of its sliding layers (4096 in OLMo 3's configs)");
 }
 
-// Sliding-window attention as transformers applies it: Mistral's and Phi-3's sliding_window on every
-// layer (Mistral without the key: MistralConfig's default, 4096). Qwen2 / Qwen3 only under
+// Sliding-window attention as transformers applies it: Mistral's, Mixtral's and Phi-3's sliding_window
+// on every layer (Mistral without the key: MistralConfig's default, 4096; Mixtral's is none), and
+// Qwen3-MoE's on every layer under use_sliding_window. Qwen2 / Qwen3 only under
 // use_sliding_window; SmolLM3 under it or an explicit layer_types (its config keeps the window
 // either way, the flag only choosing the layers when layer_types is absent). The layers are those
 // layer_types names "sliding_attention", or else by the config classes' rule: Qwen from
@@ -319,9 +356,15 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
     const bool listed = j.contains("layer_types") && !j["layer_types"].is_null();
     const bool switched_on = get_or<bool>(j, "use_sliding_window", false, file);
     if (per_layer && !switched_on && (qwen || !listed)) return;
-    if (!per_layer && c.model_type != "mistral" && c.model_type != "phi3") return;
+    // Qwen3-MoE: use_sliding_window puts the window on every layer (its max_window_layers is unused)
+    if (c.model_type == "qwen3_moe" && !switched_on) return;
+    if (!per_layer && c.model_type != "mistral" && c.model_type != "phi3" && c.model_type != "mixtral" &&
+        c.model_type != "qwen3_moe")
+        return;
     const bool absent = !j.contains("sliding_window");
-    c.sliding_window = absent && (qwen || c.model_type == "mistral") ? 4096 : get_or<int64_t>(j, "sliding_window", 0, file);
+    c.sliding_window = absent && (qwen || c.model_type == "mistral" || c.model_type == "qwen3_moe")
+                           ? 4096
+                           : get_or<int64_t>(j, "sliding_window", 0, file);
     if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
     if (c.sliding_window == 0) return;
     if (!per_layer) {
@@ -440,10 +483,21 @@ ModelConfig load_model_config(const std::string& folder) {
                                                              : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
     const bool olmo = c.model_type == "olmo2" || c.model_type == "olmo3";
-    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", gemma ? 131072 : olmo ? 2048 : 4096, file);
+    const bool mixtral = c.model_type == "mixtral";
+    c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings",
+                                                gemma                         ? 131072
+                                                : olmo                        ? 2048
+                                                : mixtral                     ? 131072
+                                                : c.model_type == "qwen3_moe" ? 32768
+                                                                              : 4096,
+                                                file);
     // the config classes' defaults
-    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" || olmo ? 1e-5 : 1e-6, file);
-    c.rope_theta = get_or<double>(j, "rope_theta", c.model_type == "smollm3" ? 2000000.0 : gemma ? 1000000.0 : 10000.0, file);
+    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" || olmo || mixtral ? 1e-5 : 1e-6, file);
+    c.rope_theta = get_or<double>(j, "rope_theta",
+                                  c.model_type == "smollm3" ? 2000000.0
+                                  : gemma || mixtral        ? 1000000.0
+                                                            : 10000.0,
+                                  file);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta"))
         c.rope_theta = j["rope_parameters"]["rope_theta"].get<double>();  // transformers 5 layout
     // the config classes' defaults: SmolLM3Config leaves it to PretrainedConfig's true
@@ -460,6 +514,8 @@ ModelConfig load_model_config(const std::string& folder) {
         read_phi3_specifics(j, file, c);
     } else if (gemma) {
         read_gemma3_specifics(j, file, c);
+    } else if (c.model_type == "qwen3_moe" || c.model_type == "mixtral") {
+        read_moe_specifics(j, file, c);
     } else if (olmo) {
         read_olmo2_specifics(j, file, c);
         // OLMo 3's sliding layers rotate without the rope scaling its full layers take
@@ -806,13 +862,26 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
             layer->v = linear(p + ".self_attn.v_proj", kv_out, c.hidden_size, c.attention_bias);
         }
         layer->o = linear(p + ".self_attn.o_proj", c.hidden_size, q_out, c.o_proj_bias);
-        if (c.fused_projections) {
+        if (c.layer_sparse(size_t(i))) {
+            const bool mixtral = c.model_type == "mixtral";
+            const std::string block = p + (mixtral ? ".block_sparse_moe" : ".mlp");
+            layer->router = linear(block + ".gate", c.num_experts, c.hidden_size, false);
+            const int64_t width = c.moe_intermediate_size;
+            for (int64_t e = 0; e < c.num_experts; ++e) {
+                const std::string expert = block + ".experts." + std::to_string(e);
+                Layer::Expert x;
+                x.gate = linear(expert + (mixtral ? ".w1" : ".gate_proj"), width, c.hidden_size, false);
+                x.up = linear(expert + (mixtral ? ".w3" : ".up_proj"), width, c.hidden_size, false);
+                x.down = linear(expert + (mixtral ? ".w2" : ".down_proj"), c.hidden_size, width, false);
+                layer->experts.push_back(std::move(x));
+            }
+        } else if (c.fused_projections) {
             layer->gate_up = linear(p + ".mlp.gate_up_proj", 2 * c.intermediate_size, c.hidden_size, c.mlp_bias);
         } else {
             layer->gate = linear(p + ".mlp.gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
             layer->up = linear(p + ".mlp.up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
         }
-        layer->down = linear(p + ".mlp.down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
+        if (!layer->sparse()) layer->down = linear(p + ".mlp.down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
         m->layers_.push_back(std::move(layer));
     }
     m->norm_ = parameter(decoder + "norm.weight", {c.hidden_size});
@@ -937,8 +1006,17 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
             layer->k_norm = cast(from->k_norm);
         }
         layer->o = copy_linear(from->o);
-        layer->down = copy_linear(from->down);
-        if (from->fused()) {  // the copy's layout either way: separate linears viewing one matrix
+        if (from->sparse()) {
+            layer->router = copy_linear(from->router);
+            for (const auto& expert : from->experts)
+                layer->experts.push_back({copy_linear(expert.gate), copy_linear(expert.up), copy_linear(expert.down)});
+            for (auto [to, source] : {std::pair{&layer->q, &from->q}, {&layer->k, &from->k}, {&layer->v, &from->v}})
+                *to = copy_linear(*source);
+        } else {
+            layer->down = copy_linear(from->down);
+        }
+        if (from->sparse()) {
+        } else if (from->fused()) {  // the copy's layout either way: separate linears viewing one matrix
             const int64_t q_rows = config_.num_attention_heads * config_.head_dim,
                           kv_rows = config_.num_key_value_heads * config_.head_dim;
             split(copy_linear(from->qkv), {{&layer->q, q_rows}, {&layer->k, kv_rows}, {&layer->v, kv_rows}}, layer->qkv_weight,
@@ -973,7 +1051,7 @@ void Model::concatenate_projections() {
     for (auto& layer : layers_) {
         if (layer->fused()) continue;  // Phi-3: one checkpoint tensor per group already
         if (!layer->qkv_weight.defined()) concatenate({&layer->q, &layer->k, &layer->v}, layer->qkv_weight, layer->qkv_bias);
-        if (!layer->gate_up_weight.defined())
+        if (!layer->gate_up_weight.defined() && !layer->sparse())
             concatenate({&layer->gate, &layer->up}, layer->gate_up_weight, layer->gate_up_bias);
     }
 }
@@ -984,6 +1062,11 @@ std::vector<Linear*> Model::Layer::attention_linears() {
 }
 
 std::vector<Linear*> Model::Layer::mlp_linears() {
+    if (sparse()) {
+        std::vector<Linear*> all{&router};
+        for (Expert& e : experts) all.insert(all.end(), {&e.gate, &e.up, &e.down});
+        return all;
+    }
     if (fused()) return {&gate_up, &down};
     return {&gate, &up, &down};
 }
@@ -1070,6 +1153,8 @@ struct Model::Attention {
     // batch, in which plain causal attention is the padded batch's masked attention
     at::Tensor slots;
     int64_t rows = 0, width = 0;
+    // where a mixture of experts records its routing (a packed training pass); null: nowhere
+    RouterLoad* router_load = nullptr;
 };
 
 at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::Tensor& cos, const at::Tensor& sin,
@@ -1120,14 +1205,14 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     }
     if (c.post_norms_only) {
         h = h + norm(layer.o(attn), layer.post_attention_norm);
-        return h + norm(mlp(layer, h), layer.post_feedforward_norm);
+        return h + norm(mlp(layer, h, attention.router_load), layer.post_feedforward_norm);
     }
     if (!c.gemma_norms) {
         h = h + layer.o(attn);
-        return h + mlp(layer, norm(h, layer.post_attention_norm));
+        return h + mlp(layer, norm(h, layer.post_attention_norm), attention.router_load);
     }
     h = h + norm(layer.o(attn), layer.post_attention_norm);
-    return h + norm(mlp(layer, norm(h, layer.pre_feedforward_norm)), layer.post_feedforward_norm);
+    return h + norm(mlp(layer, norm(h, layer.pre_feedforward_norm), attention.router_load), layer.post_feedforward_norm);
 }
 
 // ATen's attention for layer_forward: packed rows (causal, or under the window's band), or a padded
@@ -1188,7 +1273,8 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
 }
 
 // SwiGLU: down(silu(gate(x)) * up(x)); Gemma's GeGLU with gelu
-at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
+at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x, RouterLoad* router_load) const {
+    if (layer.sparse()) return experts_mlp(layer, x, router_load);
     const auto gate_up = layer.project_gate_up(x);
     const at::Tensor &gate = gate_up[0], &up = gate_up[1];
     if (config_.activation == ModelConfig::Activation::silu && decode_kernels_apply(gate) && gate.is_contiguous() &&
@@ -1199,12 +1285,67 @@ at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x) const {
     return layer.down(gated_activation(gate, up, config_.activation));
 }
 
+// A sparse layer as transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock computes it: the
+// router's softmax in float32, each token's experts_per_token likeliest experts (their probabilities
+// renormalized when norm_topk_prob), cast to x's dtype; each expert's SwiGLU runs on its tokens
+// (those that picked it first, then second, ...), weighted, and is added into the output, the
+// experts in order.
+at::Tensor Model::experts_mlp(const Layer& layer, const at::Tensor& x, RouterLoad* router_load) const {
+    const ModelConfig& c = config_;
+    const at::Tensor tokens = x.reshape({-1, c.hidden_size});
+    const int64_t N = tokens.size(0), K = c.experts_per_token;
+    const at::Tensor router_logits = layer.router(tokens);  // [N, experts]
+    if (router_load) router_load->record(router_logits, K);
+    auto [weights, selected] = at::topk(at::softmax(router_logits, 1, at::kFloat), K, -1);  // [N, K]
+    if (c.norm_topk_prob) weights = weights / weights.sum(-1, true);
+    weights = weights.to(tokens.scalar_type()).reshape({-1});  // [N * K], token-major
+    // (k, token) pairs k-major, grouped by expert in a stable order: each expert's pairs as
+    // transformers' torch.where over its [K, N] mask lists them
+    const at::Tensor expert_of_pair = selected.t().reshape({-1}).cpu();  // pair k * N + n
+    const at::Tensor order = std::get<1>(expert_of_pair.sort(/*stable=*/true, 0, false));
+    const at::Tensor counts = at::bincount(expert_of_pair, {}, c.num_experts);
+    const int64_t* count = counts.data_ptr<int64_t>();
+    at::Tensor out = at::zeros_like(tokens);
+    int64_t start = 0;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+        if (count[e] == 0) continue;
+        const at::Tensor pairs = order.narrow(0, start, count[e]);
+        start += count[e];
+        const at::Tensor token = pairs.remainder(N).to(tokens.device()), k = pairs.div(N, "floor").to(tokens.device());
+        const Layer::Expert& expert = layer.experts[size_t(e)];
+        const at::Tensor input = tokens.index_select(0, token);
+        const at::Tensor y = expert.down(gated_activation(expert.gate(input), expert.up(input), c.activation));
+        out.index_add_(0, token, y * weights.index_select(0, token * K + k).unsqueeze(-1));
+    }
+    return out.view(x.sizes());
+}
+
+void RouterLoad::record(const at::Tensor& router_logits, int64_t experts_per_token) {
+    const at::Tensor probabilities = at::softmax(router_logits, -1);
+    const at::Tensor picked = std::get<1>(at::topk(probabilities, experts_per_token, -1));  // [N, K]
+    const int64_t experts = router_logits.size(-1);
+    at::Tensor count = at::one_hot(picked.detach(), experts).to(at::kFloat).sum(0);  // [K, experts]
+    at::Tensor sum = probabilities.to(at::kFloat).sum(0);
+    probability_sum = probability_sum.defined() ? probability_sum + sum : sum;
+    selection_count = selection_count.defined() ? selection_count + count : count;
+    routed += router_logits.size(0);
+}
+
+at::Tensor RouterLoad::balancing_loss() const {
+    if (routed == 0) return at::zeros({}, at::kFloat);
+    const double n = double(routed);
+    return (selection_count / n * (probability_sum / n).unsqueeze(0)).sum() * double(probability_sum.size(0));
+}
+
 // Reentrant checkpointing as torch.utils.checkpoint(use_reentrant=True): the forward keeps only the
 // layer input; the backward recomputes the layer with gradients on and back-propagates through it,
 // which accumulates the parameters' gradients directly (they are leaves) and returns the input's.
+// A sparse layer recording its routing returns a second output, its probability_sum, whose graph the
+// backward rebuilds too; its selection counts carry no gradient and are recorded in the forward.
 struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedLayer> {
-    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const Model* model, int64_t index,
-                              const at::Tensor& cos, const at::Tensor& sin, const Attention* attention) {
+    static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
+                                                  const Model* model, int64_t index, const at::Tensor& cos,
+                                                  const at::Tensor& sin, const Attention* attention) {
         ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
         ctx->saved_data["index"] = index;
         ctx->saved_data["rows"] = attention->rows;
@@ -1217,7 +1358,18 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
             ctx->saved_data["rng"] = generator.get_state();  // dropout must draw the same masks again
         }
         ctx->save_for_backward({h, cos, sin, attention->visible, attention->windowed, attention->slots});
-        return model->layer_forward(size_t(index), h, cos, sin, *attention, nullptr);  // grad mode is off here
+        const bool routed = attention->router_load && model->layers_[size_t(index)]->sparse();
+        ctx->saved_data["routed"] = routed;
+        if (!routed) return {model->layer_forward(size_t(index), h, cos, sin, *attention, nullptr)};  // grad mode is off here
+        RouterLoad load;
+        Attention recording = *attention;
+        recording.router_load = &load;
+        at::Tensor out = model->layer_forward(size_t(index), h, cos, sin, recording, nullptr);
+        RouterLoad& total = *attention->router_load;
+        total.selection_count =
+            total.selection_count.defined() ? total.selection_count + load.selection_count : load.selection_count;
+        total.routed += load.routed;
+        return {out, load.probability_sum};
     }
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                    torch::autograd::variable_list grad_outputs) {
@@ -1225,6 +1377,8 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
         int64_t index = ctx->saved_data["index"].toInt();
         auto saved = ctx->get_saved_variables();
         Attention attention{saved[3], saved[4], saved[5], ctx->saved_data["rows"].toInt(), ctx->saved_data["width"].toInt()};
+        RouterLoad load;
+        if (ctx->saved_data["routed"].toBool()) attention.router_load = &load;
         at::Tensor h = saved[0].detach().requires_grad_(true);
         at::Generator generator = at::globalContext().defaultGenerator(h.device());
         at::Tensor now;
@@ -1246,7 +1400,10 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
             std::lock_guard<std::mutex> lock(generator.mutex());
             generator.set_state(now);
         }
-        torch::autograd::backward({out}, {grad_outputs[0]});
+        if (attention.router_load && grad_outputs.size() > 1 && grad_outputs[1].defined())
+            torch::autograd::backward({out, load.probability_sum}, {grad_outputs[0], grad_outputs[1]});
+        else
+            torch::autograd::backward({out}, {grad_outputs[0]});
         return {h.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
@@ -1284,8 +1441,16 @@ at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, co
     if (checkpoint && !h.requires_grad()) h = h.detach().requires_grad_(true);  // frozen embeddings (LoRA): keep the graph
     for (size_t l = 0; l < layers_.size(); ++l) {
         const auto [layer_cos, layer_sin] = tables.layer(l, config_);
-        h = checkpoint ? CheckpointedLayer::apply(h, this, int64_t(l), layer_cos, layer_sin, &attention)
-                       : layer_forward(l, h, layer_cos, layer_sin, attention, cache);
+        if (!checkpoint) {
+            h = layer_forward(l, h, layer_cos, layer_sin, attention, cache);
+            continue;
+        }
+        const auto outputs = CheckpointedLayer::apply(h, this, int64_t(l), layer_cos, layer_sin, &attention);
+        h = outputs[0];
+        if (outputs.size() > 1) {  // a sparse layer's routing, with the graph the backward rebuilds
+            RouterLoad& load = *attention.router_load;
+            load.probability_sum = load.probability_sum.defined() ? load.probability_sum + outputs[1] : outputs[1];
+        }
     }
     return norm(h, norm_);
 }
@@ -1327,9 +1492,10 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
 }
 
 at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
-                                       const std::vector<int64_t>& row_lengths) const {
+                                       const std::vector<int64_t>& row_lengths, RouterLoad* router_load) const {
     const int64_t N = token_ids.size(0);
     Attention attention;
+    attention.router_load = config_.mixture_of_experts() ? router_load : nullptr;
     attention.rows = int64_t(row_lengths.size());
     attention.width = 1;
     for (int64_t length : row_lengths) attention.width = std::max(attention.width, length);

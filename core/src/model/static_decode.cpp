@@ -392,6 +392,9 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
                                  const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
+    // which expert a token takes decides the work per step, which a captured graph cannot follow
+    if (policy.config().mixture_of_experts())
+        throw Error(ErrorKind::usage, "the graph engine does not run mixtures of experts; generate() decodes them eagerly");
     detail::check_generation_length(policy, prompts, o.max_new_tokens);
     at::NoGradGuard no_grad;
     const at::Device device = policy.device();

@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
-                          Gemma3TextConfig, LlamaConfig, MistralConfig, Olmo2Config, Olmo3Config, Phi3Config, Qwen2Config,
-                          Qwen3Config, SmolLM3Config)
+                          Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Olmo2Config, Olmo3Config, Phi3Config,
+                          Qwen2Config, Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -102,6 +102,16 @@ CONFIGS = {
                                 pad_token_id=0, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
                                 rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
                                 **COMMON),
+    # Qwen3-MoE: layer 0 routes each token to 2 of 8 experts (their probabilities renormalized, as
+    # Qwen3-30B-A3B's norm_topk_prob), layer 1 is dense (mlp_only_layers); Qwen3's q/k norms
+    "qwen3_moe_experts": Qwen3MoeConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8,
+                                        num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
+                                        mlp_only_layers=[1], tie_word_embeddings=False, use_sliding_window=False,
+                                        **COMMON),
+    # Mixtral: every layer routes each token to 2 of 4 experts (w1, w3, w2), a sliding window of 4
+    "mixtral_experts": MixtralConfig(num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, sliding_window=4, tie_word_embeddings=False,
+                                     **{**COMMON, "intermediate_size": 48}),
 }
 
 
@@ -113,6 +123,8 @@ WITHOUT = {
     "qwen2_window": {"the window": {"layer_types": ["full_attention"] * 2}, "yarn": {"rope_scaling": None}},
     "smollm3_nope": {"the window": {"layer_types": ["full_attention"] * 2}, "NoPE": {"no_rope_layers": [1, 1]}},
     "olmo3_window": {"the window": {"sliding_window": 256}, "yarn on the full layer": {"rope_scaling": None}},
+    "qwen3_moe_experts": {"renormalized top-2": {"norm_topk_prob": False}, "the second expert": {"num_experts_per_tok": 1}},
+    "mixtral_experts": {"the second expert": {"num_experts_per_tok": 1}, "the window": {"sliding_window": None}},
     "gemma3_window": {"the window": {"sliding_window": 256}, "the local rotary base": {"rope_local_base_freq": 1000000.0},
                       "linear scaling": {"rope_scaling": {"rope_type": "default"}}},
 }
@@ -398,6 +410,10 @@ def main():
                 for layer in model.model.layers:
                     layer.self_attn.q_proj.weight.normal_(0.0, 0.3)
                     layer.self_attn.k_proj.weight.normal_(0.0, 0.3)
+            if name.endswith("_experts"):  # experts whose outputs, and routers whose choices, move the logits
+                for key, p in model.named_parameters():
+                    if ".experts." in key or key.endswith(".gate.weight"):
+                        p.normal_(0.0, 0.3)
         model.save_pretrained(folder, safe_serialization=True)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
@@ -436,7 +452,7 @@ def main():
             save_gemma_tokenizer(folder)
             from transformers import Gemma3ImageProcessor
             Gemma3ImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
-        if name in ("olmo2_post_norm", "olmo3_window"):  # the LoRA tests train them from text prompts
+        if name in ("olmo2_post_norm", "olmo3_window", "qwen3_moe_experts"):  # the LoRA tests train them from text prompts
             save_tokenizer(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)
