@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/generate.py [--batch 16] [--prompt-len 32] [--new-tokens 128] [--dtype float32]
                                        [--device cpu]
-                                       [--shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|gemma3-270m|gemma3-1b|tiny]
+                                       [--shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|gemma3-270m|gemma3-1b|
+                                                qwen3-moe-mini|tiny]
                                        [--repeats 3]
 
 Builds a randomly initialised checkpoint of the chosen shape (SmolLM2-135M's by default: 30 layers,
@@ -10,7 +11,8 @@ hidden 576, 9 heads / 3 KV heads, vocabulary 49152, tied embeddings; Qwen2.5-0.5
 896, 14 heads / 2 KV heads, q/k/v biases, vocabulary 151936, tied; Qwen3-0.6B's: 28 layers, hidden 1024,
 16 heads / 8 KV heads of 128, q/k norms, vocabulary 151936, tied; Gemma 3 1B's: 26 layers, hidden 1152,
 4 heads / 1 KV head of 256, four norms per layer, GeGLU, 5 of every 6 layers sliding over 512 tokens,
-vocabulary 262144, tied; Gemma 3 270M's: 18 layers, hidden 640, otherwise as 1B's), then times
+vocabulary 262144, tied; Gemma 3 270M's: 18 layers, hidden 640, otherwise as 1B's; qwen3-moe-mini:
+Qwen3-30B-A3B's proportions on 8 layers of 64 experts of 384, 8 per token, hidden 1024), then times
 transformers' generate (sampling, KV cache, min_new_tokens = max_new_tokens so no row stops early)
 and build/bin/grove_bench_generate on the same prompts' shape, alternately, --repeats times. Prints
 tokens/s for both in each pair, the pairs' ratios and their median; on CUDA also both sides' peak
@@ -26,7 +28,7 @@ import tempfile
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
 SHAPES = {
     "smollm2-135m": dict(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -46,6 +48,13 @@ SHAPES = {
                       num_attention_heads=4, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
                       sliding_window=512, sliding_window_pattern=6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
                       tie_word_embeddings=True, max_position_embeddings=32768, rms_norm_eps=1e-6),
+    # no released Qwen3-MoE fits this machine (the smallest, Qwen3-30B-A3B, has 48 layers of 128
+    # experts): its proportions on fewer layers and experts, each token through 8 experts of 384
+    "qwen3-moe-mini": dict(family="qwen3_moe", vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                           moe_intermediate_size=384, num_experts=64, num_experts_per_tok=8, norm_topk_prob=True,
+                           num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, head_dim=64,
+                           tie_word_embeddings=False, rope_theta=1000000.0, max_position_embeddings=40960,
+                           rms_norm_eps=1e-6),
     "tiny": dict(family="llama", vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=1024),
 }
@@ -54,7 +63,7 @@ SHAPES = {
 def model_config(name):
     shape = dict(SHAPES[name])
     config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config,
-                    "gemma3": Gemma3TextConfig}[shape.pop("family")]
+                    "gemma3": Gemma3TextConfig, "qwen3_moe": Qwen3MoeConfig}[shape.pop("family")]
     return config_class(**shape, bos_token_id=1, eos_token_id=2)
 
 

@@ -97,6 +97,8 @@ struct LossSection {
     bool use_adaptive_entropy = false;
     double entropy_coef_min = 0.0, entropy_coef_max = 1.0, entropy_coef_delta = 0.005, entropy_target = 0.2;
     std::optional<double> off_policy_mask_threshold;
+    // mixtures of experts: the load-balancing loss's weight; unset: the checkpoint's (TRL's None)
+    std::optional<double> router_aux_loss_coef;
     SamplingCorrection sampling_correction = SamplingCorrection::none;
     std::optional<double> sampling_clip_min, sampling_clip_max;
 };

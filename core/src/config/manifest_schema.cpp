@@ -235,6 +235,12 @@ const std::vector<KeySpec>& manifest_schema() {
             "entropy_coef_delta"),
         trl(range(key("loss", "entropy_target", T::number, "0.2", "adaptive entropy: target mean entropy in nats"), 0, kInf),
             "entropy_target"),
+        trl(range(key("loss", "router_aux_loss_coef", T::number, nullptr,
+                      "mixtures of experts (Qwen3-MoE, Mixtral): weight of the routers' load-balancing loss added to "
+                      "the loss; unset = the checkpoint's config.json router_aux_loss_coef (0.001 in released ones), "
+                      "0 disables; refused for a model without experts"),
+                  0, kInf),
+            "router_aux_loss_coef"),
         trl(range(key("loss", "off_policy_mask_threshold", T::number, nullptr,
                       "drop negative-advantage rows whose mean KL(sampler || policy) exceeds it (DeepSeek-V3.2); unset "
                       "disables"),

@@ -193,6 +193,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     l.entropy_coef_delta = m.number("loss.entropy_coef_delta");
     l.entropy_target = m.number("loss.entropy_target");
     l.off_policy_mask_threshold = m.optional_number("loss.off_policy_mask_threshold");
+    l.router_aux_loss_coef = m.optional_number("loss.router_aux_loss_coef");
     l.sampling_correction = sampling_correction_from_name(m.string("loss.importance_sampling_correction"));
     l.sampling_clip_min = m.optional_number("loss.importance_sampling_clip_min");
     l.sampling_clip_max = m.optional_number("loss.importance_sampling_clip_max");

@@ -17,6 +17,7 @@
 namespace grove {
 
 class Model;
+struct RouterLoad;
 class PluginInstance;
 class ProcessGroup;
 struct ReductionCounts;
@@ -27,6 +28,7 @@ struct ReductionCounts;
 struct MicroBatchMetrics {
     ObjectiveMetrics objective;  // from policy_loss()
     double entropy_sum = 0, token_count = 0;
+    std::optional<double> aux_loss;  // a mixture of experts' load-balancing loss (unweighted), when it is trained
 };
 
 // TRL appends one value per micro-batch and logs the mean of what was appended since the last log:
@@ -41,6 +43,11 @@ private:
     std::vector<MicroBatchMetrics> micro_batches_;
 };
 
+// TRL's term for a mixture of experts: loss + coef * aux / gradient_accumulation_steps, aux the
+// routers' load-balancing loss over the micro-batch's tokens. Returns aux's value (TRL logs it).
+double add_router_aux_loss(PolicyLossResult& loss, const RouterLoad& routing, double coef,
+                           uint32_t gradient_accumulation_steps);
+
 struct MicroStepResult {
     double loss = 0;  // the value back-propagated (not back-propagated when not finite)
     MicroBatchMetrics metrics;
@@ -48,7 +55,8 @@ struct MicroStepResult {
 };
 
 // The policy's forward on the micro-batch (under bf16 autocast on `autocast`, when set), the
-// reduction plugin's weights, the objective plugin's loss and its backward.
+// reduction plugin's weights, the objective plugin's loss (plus a mixture of experts' weighted
+// load-balancing loss) and its backward.
 struct MicroStepContext {
     const PluginInstance& reduction;
     const ReductionCounts& counts;
@@ -57,6 +65,9 @@ struct MicroStepContext {
     double temperature = 1.0;
     std::optional<at::DeviceType> autocast;
     ProcessGroup* group = nullptr;
+    // a mixture of experts: the load-balancing loss's weight (0: not computed); TRL adds
+    // coef x aux / gradient_accumulation_steps to each micro-batch's loss
+    double router_aux_loss_coef = 0;
 };
 MicroStepResult train_micro_batch(Model& policy, const MicroBatch& batch, const MicroStepContext& context);
 

@@ -77,6 +77,21 @@ void move_reference_toward_policy(Model& reference, const Model& policy, double 
 // Peak GPU memory of each phase of a step, from the caching allocator's peak, which is reset when a
 // phase closes: generation; rewards and the old/reference log-probabilities; the policy's
 // forward/backward passes and the optimizer. The largest of them is the step's peak.
+// TRL's router_aux_loss_coef: unset takes the checkpoint's coefficient; set (non-zero) on a model
+// without experts is a mistake, since there is no such loss to weight
+double resolve_router_aux_loss_coef(const RunConfig& c, const ModelConfig& model) {
+    const std::optional<double> coef = c.loss.router_aux_loss_coef;
+    if (!model.mixture_of_experts()) {
+        if (coef && *coef != 0.0)
+            throw Error(ErrorKind::manifest, c.manifest_path + ": loss.router_aux_loss_coef is set, but " + c.model.path +
+                                                 " (" + model.architecture +
+                                                 ") has no experts, so there is no load-balancing loss to weight; "
+                                                 "remove the key");
+        return 0.0;
+    }
+    return coef.value_or(model.router_aux_loss_coef);
+}
+
 class PhasePeaks {
 public:
     void close(const std::string& phase, const at::Device& device) {
@@ -121,7 +136,8 @@ struct Trainer::State {
     std::optional<at::DeviceType> autocast_device;  // train.mixed_precision resolved
     std::vector<at::Tensor> params;                 // trainable tensors, in optimizer order
     std::unique_ptr<AdamW> optimizer;
-    std::vector<int> owners;  // ZeRO stage 1: the rank that updates params[i]; empty: every rank, all of them
+    double router_aux_loss_coef = 0;  // a mixture of experts' load-balancing loss weight (0: none)
+    std::vector<int> owners;          // ZeRO stage 1: the rank that updates params[i]; empty: every rank, all of them
     std::unique_ptr<PromptSource> prompts;
     SamplingOptions sampling;  // stop and pad tokens filled; the seed is set per generation batch
     int64_t total = 0;
@@ -181,6 +197,7 @@ void Trainer::State::load() {
         throw Error(ErrorKind::input, c.model.path + " is a " + model->config().architecture +
                                           " (a reward model), not a policy to train: load it with [[rewards]] model = \"" +
                                           c.model.path + "\" and give [model] path a causal LM");
+    router_aux_loss_coef = resolve_router_aux_loss_coef(c, model->config());
     model->set_gradient_checkpointing(c.model.gradient_checkpointing);  // the training forward only
     if (c.train.mixed_precision == MixedPrecision::bf16 ||
         (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
@@ -535,9 +552,9 @@ std::map<std::string, double> Trainer::step() {
         MicroStepResult r;
         try {
             const ReductionCounts counts = s.reduction_counts(index);
-            r = train_micro_batch(
-                *s.model, s.buffer[size_t(index)],
-                {*s.reduction, counts, *s.objective, loss_options, c.generation.temperature, s.autocast_device, group});
+            r = train_micro_batch(*s.model, s.buffer[size_t(index)],
+                                  {*s.reduction, counts, *s.objective, loss_options, c.generation.temperature,
+                                   s.autocast_device, group, s.router_aux_loss_coef});
         } catch (const Error& e) {  // which update failed; the last checkpoint on disk is untouched
             throw Error(e.kind(), "optimizer step " + std::to_string(p.global_step + 1) + ", micro-batch " +
                                       std::to_string(a + 1) + " of " + std::to_string(c.train.gradient_accumulation_steps) +

@@ -417,6 +417,41 @@ TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
             << "parameter " << i;
 }
 
+// A mixture of experts' load-balancing loss through checkpointed layers: the routing each sparse
+// layer records (its probabilities' graph rebuilt by the backward) gives the gradients of the plain
+// forward, and the loss does reach the routers (their gradients move when it is added).
+TEST(Model, CheckpointedExpertsGiveTheLoadBalancingGradients) {
+    for (const std::string name : {"qwen3_moe_experts", "mixtral_experts"}) {
+        auto model = grove::Model::load(kModels + "/" + name);
+        model->set_base_trainable(true);
+        const grove::ModelConfig& c = model->config();
+        const at::Tensor ids = at::randint(3, c.vocab_size, {11}, at::kLong);
+        const at::Tensor positions = at::cat({at::arange(6, at::kLong), at::arange(5, at::kLong)});
+        int64_t sparse_layers = 0;
+        for (int64_t l = 0; l < c.num_hidden_layers; ++l) sparse_layers += c.layer_sparse(size_t(l));
+        auto gradients = [&](bool checkpointing, bool balancing) {
+            model->set_gradient_checkpointing(checkpointing);
+            for (auto& [key, p] : model->named_parameters()) p.mutable_grad() = at::Tensor();
+            grove::RouterLoad routing;
+            at::Tensor loss = model->packed_hidden_states(ids, positions, {6, 5}, &routing).pow(2).mean();
+            EXPECT_EQ(routing.routed, 11 * sparse_layers) << name;
+            if (balancing) loss = loss + routing.balancing_loss();
+            loss.backward();
+            std::map<std::string, at::Tensor> out;
+            for (auto& [key, p] : model->named_parameters()) out[key] = p.grad().defined() ? p.grad().clone() : at::zeros({1});
+            return out;
+        };
+        const auto plain = gradients(false, true), checkpointed = gradients(true, true), unbalanced = gradients(false, false);
+        model->set_gradient_checkpointing(false);
+        for (const auto& [key, g] : plain)
+            EXPECT_LT((g - checkpointed.at(key)).abs().max().item<double>(), 1e-6 + 1e-5 * g.abs().max().item<double>())
+                << name << " " << key;
+        const std::string router =
+            c.model_type == "mixtral" ? "model.layers.0.block_sparse_moe.gate.weight" : "model.layers.0.mlp.gate.weight";
+        EXPECT_GT((plain.at(router) - unbalanced.at(router)).abs().max().item<double>(), 1e-4) << name;
+    }
+}
+
 // cast_lm_head_to_fp32 against TRL: on the final hidden states TRL's bfloat16 model computed
 // (make_tiny_models.py hooks them), Grove's output layer gives TRL's completion log-probabilities
 // with the head in float32, and TRL's bf16 ones without; the two differ by far more than the

@@ -3,8 +3,9 @@
 // epsilon_high, delta, beta > 0, sequence-level importance sampling, a second (off-policy) pass,
 // multi-turn rows whose environment tokens are context only (TRL's env_mask), every objective plugin,
 // the sampler-mismatch correction in its four modes, the top-entropy and off-policy masks and the
-// entropy bonus, static and adaptive; and three reductions on a tiny Gemma 3, whose gradients pass
-// through its (1 + w) norms, scaled embeddings, GeGLU and sliding layer.
+// entropy bonus, static and adaptive; three reductions on a tiny Gemma 3, whose gradients pass
+// through its (1 + w) norms, scaled embeddings, GeGLU and sliding layer; and tiny Qwen3-MoE and
+// Mixtral policies, whose loss takes TRL's load-balancing term (logged as aux_loss).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -120,16 +121,21 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         grove::EntropyControl control{entropy_options.entropy_coef};
         grove::PolicyLossResult result;
         at::Tensor entropy;
+        // a mixture of experts: TRL's coefficient of the routers' load-balancing loss (0: TRL adds none)
+        const double aux_coef = c.value("router_aux_loss_coef", 0.0);
+        std::optional<double> aux_loss;
         for (int call = 0; call < c.value("calls", 1); ++call) {  // adaptive entropy: the coefficient moves between calls
             for (auto& p : model->trainable_parameters())
                 if (p.grad().defined()) p.mutable_grad().zero_();
-            inputs.logp =
-                grove::completion_logprobs(*model, r["prompt_ids"], r["prompt_mask"], r["completion_ids"], r["completion_mask"],
-                                           spec["temperature"].get<double>(), &entropy, o.entropy_bonus);
+            grove::RouterLoad routing;
+            inputs.logp = grove::completion_logprobs(*model, r["prompt_ids"], r["prompt_mask"], r["completion_ids"],
+                                                     r["completion_mask"], spec["temperature"].get<double>(), &entropy,
+                                                     o.entropy_bonus, aux_coef != 0 ? &routing : nullptr);
             inputs.entropy = entropy;
             o.entropy_coef = control.applied(entropy_options);
             result = grove::policy_loss(plugin(c.value("objective", std::string("clipped")), GROVE_PLUGIN_KIND_OBJECTIVE),
                                         inputs, o);
+            if (aux_coef != 0) aux_loss = grove::add_router_aux_loss(result, routing, aux_coef, 1);
             result.loss.backward();
             control.finish_step(result.trained_entropy_sum / std::max(result.trained_token_count, 1.0), entropy_options);
         }
@@ -151,7 +157,7 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         // the values TRL's _compute_loss logs for this micro-batch (one process: min = max = mean)
         const double entropy_sum = (entropy.detach() * mask).sum().item<double>();
         grove::StepMetrics one_micro_batch;
-        one_micro_batch.add({result.metrics, entropy_sum, mask.sum().item<double>()});
+        one_micro_batch.add({result.metrics, entropy_sum, mask.sum().item<double>(), aux_loss});
         auto ours = one_micro_batch.finish(nullptr);
         const auto& logged = c["logged"];
         for (const auto& [key, value] : logged.items()) {  // TRL's keys for this loss type, and no others

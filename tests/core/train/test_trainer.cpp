@@ -293,6 +293,26 @@ TEST(Trainer, Gemma3LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_
 // Grove's logits.
 TEST(Trainer, Olmo2LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_loads_in_peft("olmo2_post_norm"); }
 
+// Qwen3-MoE trains LoRA on its router ("gate", PEFT's suffix match), its experts' and its dense
+// layer's projections ("gate_proj" names both), with TRL's load-balancing loss in each step (logged
+// as aux_loss), and PEFT loads the adapter onto transformers' Qwen3MoeForCausalLM with Grove's logits.
+TEST(Trainer, Qwen3MoeLoraOnTheRouterAndExpertsLoadsInPeft) {
+    grove::Trainer t(lora_run("qwen3_moe_experts", "[\"q_proj\", \"gate\", \"gate_proj\", \"up_proj\", \"down_proj\"]"),
+                     fresh());
+    std::set<std::string> adapted;
+    for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
+    EXPECT_EQ(adapted.size(), 2u * (2u + 8u * 3u + 4u));  // layer 0: q, router, 8 experts x 3; layer 1: q, gate, up, down
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.0.mlp.gate.lora_A.weight"));
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.0.mlp.experts.7.down_proj.lora_B.weight"));
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight"));
+    const auto metrics = t.step();
+    ASSERT_TRUE(metrics.count("aux_loss"));
+    // K = 2 experts per token: 2 when the routers spread the load evenly, more when they concentrate it
+    EXPECT_GT(metrics.at("aux_loss"), 1.9);
+    EXPECT_LT(metrics.at("aux_loss"), 8.0);
+    expect_trains_and_loads_in_peft(t, "qwen3_moe_experts");
+}
+
 // Text prompts are tokenized as TRL 1.16 tokenizes them (processing_class(text=prompts)): with the
 // tokenizer's special tokens, here Gemma's <bos>, without which Gemma generates garbage (TRL #3520,
 // when TRL left them out); until 2026-11-27 Grove left them out too.

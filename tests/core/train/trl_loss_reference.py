@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from tiny_llama import save_tiny_gemma, save_tiny_llama, save_tiny_olmo2
+from tiny_llama import save_tiny_gemma, save_tiny_llama, save_tiny_moe, save_tiny_olmo2
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -91,7 +91,7 @@ CASES = [
 ]
 # what TRL's _compute_loss appends to its logged metrics for one micro-batch
 LOGGED = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
-          "clip_ratio/region_mean", "cispo_clip_ratio", "vespo/phi_seq_mean"]
+          "clip_ratio/region_mean", "cispo_clip_ratio", "vespo/phi_seq_mean", "aux_loss"]
 
 
 def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, completion_mask):
@@ -116,14 +116,23 @@ ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                       dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma"),
                       dict(name="olmo2_grpo", loss_type="grpo", model="olmo2"),
                       dict(name="olmo2_dapo", loss_type="dapo", model="olmo2"),
-                      dict(name="olmo3_dapo", loss_type="dapo", model="olmo3")]
+                      dict(name="olmo3_dapo", loss_type="dapo", model="olmo3"),
+                      # mixtures of experts: TRL adds the routers' load-balancing loss, weighted by the
+                      # config's coefficient (0.001) or by router_aux_loss_coef, large here so that its
+                      # gradient moves the norm
+                      dict(name="qwen3_moe_dapo", loss_type="dapo", model="qwen3_moe"),
+                      dict(name="qwen3_moe_grpo_aux", loss_type="grpo", model="qwen3_moe", router_aux_loss_coef=0.5),
+                      dict(name="mixtral_dr_grpo_aux", loss_type="dr_grpo", model="mixtral", router_aux_loss_coef=0.5),
+                      dict(name="mixtral_no_aux", loss_type="dapo", model="mixtral", router_aux_loss_coef=0.0)]
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma")),
                "olmo2": save_tiny_olmo2(os.path.join(OUT, "olmo2")),
-               "olmo3": save_tiny_olmo2(os.path.join(OUT, "olmo3"), olmo3=True)}
+               "olmo3": save_tiny_olmo2(os.path.join(OUT, "olmo3"), olmo3=True),
+               "qwen3_moe": save_tiny_moe(os.path.join(OUT, "qwen3_moe")),
+               "mixtral": save_tiny_moe(os.path.join(OUT, "mixtral"), mixtral=True)}
     # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -173,7 +182,8 @@ def main():
                           entropy_target=case.get("entropy_target", 0.2),
                           vllm_importance_sampling_mode=case.get("sampling", "sequence_mask"),
                           vllm_importance_sampling_clip_min=case.get("clip_min"),
-                          vllm_importance_sampling_clip_max=case.get("clip_max", 3.0))
+                          vllm_importance_sampling_clip_max=case.get("clip_max", 3.0),
+                          router_aux_loss_coef=case.get("router_aux_loss_coef"))
         model = AutoModelForCausalLM.from_pretrained(folder)
         # TRL 1.16's fused LM head runs the backbone as model.base_model, which for Gemma3ForCausalLM
         # under transformers 4.57 (base_model_prefix "language_model", an attribute it lacks) is the whole
@@ -224,6 +234,7 @@ def main():
             extra["entropy_coef_after"] = trainer._metrics["train"]["entropy_coef"][-1]
         if case.get("sampling"):
             extra["sampling_ratio"] = inputs["importance_sampling_ratio"].tolist()
+        extra["router_aux_loss_coef"] = trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0
         results.append({**case, "loss": loss.item(), "grad_norm": grad_norm, "logged": logged, **extra})
     save_file({"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask, "advantages": advantages, "env_mask": env_mask,
