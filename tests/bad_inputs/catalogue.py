@@ -157,6 +157,9 @@ case("manifest", "enable_thinking = false for a template without that switch",
      "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,
      "set data.eval_source", run_folder())
+case("manifest", "router_aux_loss_coef for a model without experts (no load-balancing loss to weight)",
+     TRAIN + " --set loss.router_aux_loss_coef=0.01", 3, "has no experts, so there is no load-balancing loss to weight",
+     run_folder())
 case("plugins", "an unknown reward plugin", "check grove.toml", 4, "no plugin named 'formt'",
      lambda d: write(f"{d}/grove.toml", manifest(rewards='[[rewards]]\nplugin = "formt"\n')))
 case("plugins", "an unknown adapter plugin", "check grove.toml", 4, "[adapter]: no plugin named 'lorra'",
@@ -241,6 +244,14 @@ case("model", "an OLMo 3 config with sliding_window null, which transformers' Ol
      "sliding_window is null or 0",
      both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
          architectures=["Olmo3ForCausalLM"], model_type="olmo3", sliding_window=None))), IDS))
+case("model", "a Mixtral config with router_jitter_noise (training noise Grove's router does not add)", LOGPROBS, 5,
+     "router_jitter_noise is not 0",
+     both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
+         architectures=["MixtralForCausalLM"], model_type="mixtral", router_jitter_noise=0.01))), IDS))
+case("model", "a Qwen3-MoE config that routes each token to more experts than it has", LOGPROBS, 5,
+     "num_experts_per_tok (8) must be between 1 and the number of experts (4)",
+     both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
+         architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_experts=4, num_experts_per_tok=8))), IDS))
 case("model", "prompt + completion past a longrope checkpoint's original_max_position_embeddings (long factors, "
      "which Grove does not apply)",
      "generate --model model --prompt 'What is 2 + 2? What is 3 + 3?' --max-new-tokens 16", 5,
