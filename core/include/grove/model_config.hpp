@@ -29,7 +29,7 @@ struct RopeScaling {
 
 struct ModelConfig {
     std::string
-        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral
+        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral, olmoe
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -96,7 +96,7 @@ struct ModelConfig {
         return sliding_window > 0 && columns > sliding_window &&
                std::find(windowed_layers.begin(), windowed_layers.end(), true) != windowed_layers.end();
     }
-    // Mixture of experts (Qwen3-MoE, Mixtral): the sparse layers' MLP is a router (a linear to
+    // Mixture of experts (Qwen3-MoE, Mixtral, OLMoE): the sparse layers' MLP is a router (a linear to
     // num_experts logits) and num_experts SwiGLU experts moe_intermediate_size wide; each token runs
     // through the experts_per_token with the highest softmax probabilities, weighted by them
     // (renormalized over those experts when norm_topk_prob). Qwen3-MoE's mlp_only_layers and

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "grove/manifest.hpp"
+#include "grove/model_config.hpp"
 
 namespace grove {
 
@@ -169,6 +170,9 @@ struct RunConfig {
     // model.chat_template resolved against the checkpoint's tokenizer_config.json, with
     // model.enable_thinking; a switch the template lacks is a manifest error naming the file.
     ChatTemplate chat_template(const TokenizerConfig& tokenizer) const;
+    // TRL's router_aux_loss_coef for this checkpoint: unset takes the config's; set (non-zero) for a
+    // model without experts is a manifest error, there being no load-balancing loss to weight.
+    double router_aux_loss_coef_for(const ModelConfig& model) const;
 };
 
 // The manifest's names of the enums (the schema's choices); a name outside them throws

@@ -80,6 +80,18 @@ void RunConfig::check_adapter(const std::string& adapter_name, bool trains_base_
                                              "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
 }
 
+double RunConfig::router_aux_loss_coef_for(const ModelConfig& model) const {
+    if (!model.mixture_of_experts()) {
+        if (loss.router_aux_loss_coef && *loss.router_aux_loss_coef != 0.0)
+            throw Error(ErrorKind::manifest, manifest_path + ": loss.router_aux_loss_coef is set, but " + this->model.path +
+                                                 " (" + model.architecture +
+                                                 ") has no experts, so there is no load-balancing loss to weight; "
+                                                 "remove the key");
+        return 0.0;
+    }
+    return loss.router_aux_loss_coef.value_or(model.router_aux_loss_coef);
+}
+
 ChatTemplate RunConfig::chat_template(const TokenizerConfig& tokenizer) const {
     try {
         return chat_template_from_name(model.chat_template, tokenizer, model.enable_thinking);

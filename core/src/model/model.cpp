@@ -132,6 +132,7 @@ const std::map<std::string, std::string> kSupported = {
     {"Olmo3ForCausalLM", "olmo3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"},  // mixtures of experts (ModelConfig::num_experts)
     {"MixtralForCausalLM", "mixtral"},
+    {"OlmoeForCausalLM", "olmoe"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
@@ -205,15 +206,15 @@ void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c
                     file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
 }
 
-// Qwen3-MoE's and Mixtral's experts (Qwen3MoeConfig, MixtralConfig, with their defaults): which layers
-// are sparse, how many experts a token takes, and the router's settings
+// Qwen3-MoE's, Mixtral's and OLMoE's experts (Qwen3MoeConfig, MixtralConfig, OlmoeConfig, with their
+// defaults): which layers are sparse, how many experts a token takes, and the router's settings
 void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) {
-    const bool qwen = c.model_type == "qwen3_moe";
-    c.num_experts = get_or<int64_t>(j, qwen ? "num_experts" : "num_local_experts", qwen ? 128 : 8, file);
-    c.experts_per_token = get_or<int64_t>(j, "num_experts_per_tok", qwen ? 8 : 2, file);
+    const bool qwen = c.model_type == "qwen3_moe", mixtral = c.model_type == "mixtral", olmoe = c.model_type == "olmoe";
+    c.num_experts = get_or<int64_t>(j, mixtral ? "num_local_experts" : "num_experts", qwen ? 128 : olmoe ? 64 : 8, file);
+    c.experts_per_token = get_or<int64_t>(j, "num_experts_per_tok", mixtral ? 2 : 8, file);
     c.moe_intermediate_size = qwen ? get_or<int64_t>(j, "moe_intermediate_size", 768, file) : c.intermediate_size;
-    c.norm_topk_prob = qwen ? get_or<bool>(j, "norm_topk_prob", false, file) : true;  // Mixtral always renormalizes
-    c.router_aux_loss_coef = get_or<double>(j, "router_aux_loss_coef", 0.001, file);
+    c.norm_topk_prob = mixtral || get_or<bool>(j, "norm_topk_prob", false, file);  // Mixtral always renormalizes
+    c.router_aux_loss_coef = get_or<double>(j, "router_aux_loss_coef", olmoe ? 0.01 : 0.001, file);
     if (c.num_experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.num_experts || c.moe_intermediate_size < 1)
         throw Error(ErrorKind::input, file + ": num_experts_per_tok (" + std::to_string(c.experts_per_token) +
                                           ") must be between 1 and the number of experts (" + std::to_string(c.num_experts) +
@@ -229,6 +230,13 @@ void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) 
                     c.sparse_layers[size_t(l.get<int64_t>())] = false;
         c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
         c.qk_norm = true;  // Qwen3's q_norm / k_norm over each head
+    } else if (olmoe) {    // OLMo 2's q_norm / k_norm over the whole projection, Llama's norms before each block
+        c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+        c.qk_norm = c.qk_norm_whole = true;
+        if (j.contains("clip_qkv") && !j["clip_qkv"].is_null())
+            throw Error(ErrorKind::input, file +
+                                              ": clip_qkv is set: Grove does not clamp q, k and v; released OLMoE "
+                                              "checkpoints have it null");
     } else if (get_or<double>(j, "router_jitter_noise", 0.0, file) != 0.0) {
         throw Error(ErrorKind::input, file +
                                           ": router_jitter_noise is not 0: Grove's router adds no noise in training; "
@@ -476,7 +484,12 @@ ModelConfig load_model_config(const std::string& folder) {
     c.intermediate_size = get<int64_t>(j, "intermediate_size", file);
     c.num_hidden_layers = get<int64_t>(j, "num_hidden_layers", file);
     c.num_attention_heads = get<int64_t>(j, "num_attention_heads", file);
-    c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads", c.num_attention_heads, file);
+    // Qwen3MoeConfig's and MixtralConfig's defaults; the others' are multi-head attention
+    c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads",
+                                            c.model_type == "qwen3_moe" ? 4
+                                            : c.model_type == "mixtral" ? 8
+                                                                        : c.num_attention_heads,
+                                            file);
     // Qwen3Config's head_dim defaults to 128 rather than hidden_size / heads
     const int64_t default_head_dim = c.model_type == "qwen3" ? 128
                                      : gemma                 ? 256
@@ -492,7 +505,8 @@ ModelConfig load_model_config(const std::string& folder) {
                                                                               : 4096,
                                                 file);
     // the config classes' defaults
-    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", c.model_type == "phi3" || olmo || mixtral ? 1e-5 : 1e-6, file);
+    c.rms_norm_eps = get_or<double>(j, "rms_norm_eps",
+                                    c.model_type == "phi3" || olmo || mixtral || c.model_type == "olmoe" ? 1e-5 : 1e-6, file);
     c.rope_theta = get_or<double>(j, "rope_theta",
                                   c.model_type == "smollm3" ? 2000000.0
                                   : gemma || mixtral        ? 1000000.0
@@ -514,7 +528,7 @@ ModelConfig load_model_config(const std::string& folder) {
         read_phi3_specifics(j, file, c);
     } else if (gemma) {
         read_gemma3_specifics(j, file, c);
-    } else if (c.model_type == "qwen3_moe" || c.model_type == "mixtral") {
+    } else if (c.model_type == "qwen3_moe" || c.model_type == "mixtral" || c.model_type == "olmoe") {
         read_moe_specifics(j, file, c);
     } else if (olmo) {
         read_olmo2_specifics(j, file, c);
@@ -1325,7 +1339,7 @@ void RouterLoad::record(const at::Tensor& router_logits, int64_t experts_per_tok
     const at::Tensor picked = std::get<1>(at::topk(probabilities, experts_per_token, -1));  // [N, K]
     const int64_t experts = router_logits.size(-1);
     at::Tensor count = at::one_hot(picked.detach(), experts).to(at::kFloat).sum(0);  // [K, experts]
-    at::Tensor sum = probabilities.to(at::kFloat).sum(0);
+    at::Tensor sum = probabilities.sum(0).to(at::kFloat);  // in their dtype, as transformers sums them
     probability_sum = probability_sum.defined() ? probability_sum + sum : sum;
     selection_count = selection_count.defined() ? selection_count + count : count;
     routed += router_logits.size(0);

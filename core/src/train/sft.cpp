@@ -91,27 +91,29 @@ private:
     PromptSource::Position at_;
 };
 
-// One optimizer step's loss on the examples `picked`: next-token cross-entropy where trained.
-at::Tensor sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked) {
-    const int64_t batch = int64_t(picked.size());
-    int64_t T = 0;
-    for (int64_t i : picked) T = std::max<int64_t>(T, int64_t(examples[size_t(i)].ids.size()));
-    // right-padded; labels = next token where it is trained, -100 elsewhere (prompt, environment, padding)
-    at::Tensor ids = at::zeros({batch, T}, at::kLong), mask = at::zeros({batch, T}, at::kLong);
-    std::vector<int64_t> labels(size_t(batch * T), -100);
-    for (int64_t b = 0; b < batch; ++b) {
-        const auto& seq = examples[size_t(picked[size_t(b)])].ids;
-        const auto& learn = examples[size_t(picked[size_t(b)])].trained;
+// One optimizer step's loss on the examples `picked`: next-token cross-entropy where trained, the rows
+// packed end to end (only real tokens computed). A mixture of experts records its routing into
+// `router_load` when one is given.
+at::Tensor sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
+                    RouterLoad* router_load) {
+    // labels = next token where it is trained, -100 elsewhere (prompt, environment, each row's last token)
+    std::vector<int64_t> tokens, positions, labels, row_lengths;
+    for (int64_t i : picked) {
+        const auto& seq = examples[size_t(i)].ids;
+        const auto& learn = examples[size_t(i)].trained;
         const int64_t n = int64_t(seq.size());
-        ids[b].narrow(0, 0, n).copy_(at::tensor(seq, at::kLong));
-        mask[b].narrow(0, 0, n).fill_(1);
-        for (int64_t t = 1; t < n; ++t)
-            if (learn[size_t(t)]) labels[size_t(b * T + t - 1)] = seq[size_t(t)];
+        for (int64_t t = 0; t < n; ++t) {
+            tokens.push_back(seq[size_t(t)]);
+            positions.push_back(t);
+            labels.push_back(t + 1 < n && learn[size_t(t + 1)] ? seq[size_t(t + 1)] : -100);
+        }
+        row_lengths.push_back(n);
     }
-    at::Tensor positions = (mask.cumsum(-1) - 1).clamp_min(0);
-    at::Tensor logits = model.forward(ids, mask, positions).to(at::kFloat);
-    return at::cross_entropy_loss(logits.view({batch * T, -1}), at::tensor(labels, at::kLong).to(logits.device()), std::nullopt,
-                                  at::Reduction::Mean, -100);
+    const at::Tensor hidden =
+        model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong), row_lengths, router_load);
+    const at::Tensor logits = model.logits(hidden).to(at::kFloat);
+    return at::cross_entropy_loss(logits, at::tensor(labels, at::kLong).to(logits.device()), std::nullopt, at::Reduction::Mean,
+                                  -100);
 }
 }  // namespace
 
@@ -134,6 +136,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     for (const auto& row : rows) examples.push_back(sft_example(row, column, *tokenizer, chat, eos));
 
     model->set_base_trainable(true);
+    const double router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
     AdamWOptions ao;
     ao.beta1 = c.train.adam_beta1;
     ao.beta2 = c.train.adam_beta2;
@@ -177,7 +180,14 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     for (int64_t step = progress.global_step; step < total; ++step) {
         std::vector<int64_t> picked;
         for (int64_t b = 0; b < batch; ++b) picked.push_back(order.next());
-        at::Tensor loss = sft_loss(*model, examples, picked);
+        RouterLoad routing;
+        at::Tensor loss = sft_loss(*model, examples, picked, router_aux_loss_coef != 0 ? &routing : nullptr);
+        std::optional<double> aux_loss;  // TRL's SFT adds coef * aux too (one micro-batch per step here)
+        if (router_aux_loss_coef != 0) {
+            const at::Tensor aux = routing.balancing_loss().to(loss.device());
+            aux_loss = aux.item<double>();
+            loss = loss + aux * router_aux_loss_coef;
+        }
         double value = loss.item<double>();
         if (!std::isfinite(value))
             throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +
@@ -190,7 +200,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         progress.global_step = step + 1;
         progress.sampler = order.position();
         result.losses.push_back(value);
-        const std::map<std::string, double> logged{{"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}};
+        std::map<std::string, double> logged{{"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}};
+        if (aux_loss) logged["aux_loss"] = *aux_loss;
         json line(logged);
         line["step"] = step + 1;
         metrics << line.dump() << "\n";

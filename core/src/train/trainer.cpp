@@ -77,21 +77,6 @@ void move_reference_toward_policy(Model& reference, const Model& policy, double 
 // Peak GPU memory of each phase of a step, from the caching allocator's peak, which is reset when a
 // phase closes: generation; rewards and the old/reference log-probabilities; the policy's
 // forward/backward passes and the optimizer. The largest of them is the step's peak.
-// TRL's router_aux_loss_coef: unset takes the checkpoint's coefficient; set (non-zero) on a model
-// without experts is a mistake, since there is no such loss to weight
-double resolve_router_aux_loss_coef(const RunConfig& c, const ModelConfig& model) {
-    const std::optional<double> coef = c.loss.router_aux_loss_coef;
-    if (!model.mixture_of_experts()) {
-        if (coef && *coef != 0.0)
-            throw Error(ErrorKind::manifest, c.manifest_path + ": loss.router_aux_loss_coef is set, but " + c.model.path +
-                                                 " (" + model.architecture +
-                                                 ") has no experts, so there is no load-balancing loss to weight; "
-                                                 "remove the key");
-        return 0.0;
-    }
-    return coef.value_or(model.router_aux_loss_coef);
-}
-
 class PhasePeaks {
 public:
     void close(const std::string& phase, const at::Device& device) {
@@ -197,7 +182,7 @@ void Trainer::State::load() {
         throw Error(ErrorKind::input, c.model.path + " is a " + model->config().architecture +
                                           " (a reward model), not a policy to train: load it with [[rewards]] model = \"" +
                                           c.model.path + "\" and give [model] path a causal LM");
-    router_aux_loss_coef = resolve_router_aux_loss_coef(c, model->config());
+    router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
     model->set_gradient_checkpointing(c.model.gradient_checkpointing);  // the training forward only
     if (c.train.mixed_precision == MixedPrecision::bf16 ||
         (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))

@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
-                          Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Olmo2Config, Olmo3Config, Phi3Config,
-                          Qwen2Config, Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
+                          Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Olmo2Config, Olmo3Config, OlmoeConfig,
+                          Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -112,6 +112,11 @@ CONFIGS = {
     "mixtral_experts": MixtralConfig(num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                                      num_experts_per_tok=2, sliding_window=4, tie_word_embeddings=False,
                                      **{**COMMON, "intermediate_size": 48}),
+    # OLMoE: Llama's norms before the attention and the MLP, q and k normed over the whole projection,
+    # every layer routing each token to 2 of 4 experts without renormalizing (OLMoE-1B-7B's 8 of 64)
+    "olmoe_experts": OlmoeConfig(num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                 norm_topk_prob=False, tie_word_embeddings=False, pad_token_id=0,
+                                 **{**COMMON, "intermediate_size": 48}),
 }
 
 
@@ -125,6 +130,7 @@ WITHOUT = {
     "olmo3_window": {"the window": {"sliding_window": 256}, "yarn on the full layer": {"rope_scaling": None}},
     "qwen3_moe_experts": {"renormalized top-2": {"norm_topk_prob": False}, "the second expert": {"num_experts_per_tok": 1}},
     "mixtral_experts": {"the second expert": {"num_experts_per_tok": 1}, "the window": {"sliding_window": None}},
+    "olmoe_experts": {"the second expert": {"num_experts_per_tok": 1}, "unrenormalized top-2": {"norm_topk_prob": True}},
     "gemma3_window": {"the window": {"sliding_window": 256}, "the local rotary base": {"rope_local_base_freq": 1000000.0},
                       "linear scaling": {"rope_scaling": {"rope_type": "default"}}},
 }

@@ -191,3 +191,36 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
         << kept.out;
     EXPECT_TRUE(fs::exists(dir + "/inplace/base/model.safetensors"));
 }
+
+// A mixture of experts: grove sft adds TRL 1.16's SFT load-balancing term (loss + coef x aux) and
+// logs aux_loss; the same step with the coefficient at 0 logs the cross-entropy alone, smaller by
+// exactly coef x aux. (The aux loss itself is compared with TRL's in PolicyLoss.MatchesTrlComputeLoss.)
+TEST(Sft, AMixtureOfExpertsTakesTrlsLoadBalancingLoss) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_moe";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/rows.jsonl") << R"({"prompt": "What is 2 + 3?", "completion": "The answer is 5."})" << "\n"
+                                       << R"({"prompt": "What is 7 + 1?", "completion": "It is 8."})" << "\n";
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                     << "/models/tiny/qwen3_moe_experts\"\nchat_template = \"plain\"\n"
+                                        "[data]\nsource = \"rows.jsonl\"\n[[rewards]]\nplugin = \"format\"\n"
+                                        "[generation]\nnum_generations = 2\n"
+                                        "[train]\nper_device_train_batch_size = 2\nmax_steps = 1\n";
+    auto first_line = [&](const std::string& coef) {
+        const std::string out = dir + "/run_" + coef;
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set output.dir=\"" + out +
+                                        "\" --set loss.router_aux_loss_coef=" + coef);
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+        std::ifstream metrics(out + "/metrics.jsonl");
+        std::string line;
+        std::getline(metrics, line);
+        return nlohmann::json::parse(line);
+    };
+    const auto with = first_line("0.5"), without = first_line("0");
+    ASSERT_TRUE(with.contains("aux_loss")) << with.dump();
+    EXPECT_FALSE(without.contains("aux_loss")) << without.dump();
+    const double aux = with["aux_loss"].get<double>();
+    EXPECT_GT(aux, 1.9);  // 2 experts per token: 2 when the load is even, more when it concentrates
+    EXPECT_LT(aux, 8.0);
+    EXPECT_NEAR(with["loss"].get<double>() - without["loss"].get<double>(), 0.5 * aux, 1e-5);
+}

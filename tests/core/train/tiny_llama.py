@@ -1,10 +1,10 @@
-"""The tiny random Llama (and Gemma 3, OLMo 2, Qwen3-MoE, Mixtral) that the TRL reference scripts of this
+"""The tiny random Llama (and Gemma 3, OLMo 2, Qwen3-MoE, Mixtral, OLMoE) that the TRL reference scripts of this
 folder train, written by transformers."""
 import os
 
 import torch
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MixtralConfig, Olmo2Config, Olmo3Config,
-                          Qwen3MoeConfig)
+                          OlmoeConfig, Qwen3MoeConfig)
 
 
 def save_tiny_llama(folder):
@@ -62,17 +62,20 @@ def save_tiny_olmo2(folder, olmo3=False):
     return folder
 
 
-def save_tiny_moe(folder, mixtral=False):
+def save_tiny_moe(folder, family="qwen3_moe"):
     """A 2-layer mixture of experts (vocabulary 128, GQA 4/2 heads), weights N(0, 0.08), norms N(1, 0.2),
-    routers and experts N(0, 0.3) so that routing matters: Qwen3-MoE (6 experts, 2 per token, renormalized; layer 1
-    dense through mlp_only_layers) or, with `mixtral`, Mixtral (4 experts, 2 per token, every layer)."""
+    routers and experts N(0, 0.3) so that routing matters: Qwen3-MoE (6 experts, 2 per token,
+    renormalized; layer 1 dense through mlp_only_layers), Mixtral (4 experts, 2 per token, every layer)
+    or OLMoE (4 experts, 2 per token, not renormalized, q and k normed over the whole projection)."""
     torch.manual_seed(0)
     common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
                   tie_word_embeddings=False)
-    config = (MixtralConfig(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, **common) if mixtral else
-              Qwen3MoeConfig(intermediate_size=96, moe_intermediate_size=32, num_experts=6, num_experts_per_tok=2,
-                             norm_topk_prob=True, mlp_only_layers=[1], head_dim=16, **common))
+    config = {"qwen3_moe": lambda: Qwen3MoeConfig(intermediate_size=96, moe_intermediate_size=32, num_experts=6,
+                                                  num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
+                                                  head_dim=16, **common),
+              "mixtral": lambda: MixtralConfig(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, **common),
+              "olmoe": lambda: OlmoeConfig(intermediate_size=32, num_experts=4, num_experts_per_tok=2, **common)}[family]()
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
