@@ -26,7 +26,8 @@ import torch
 SECTIONS = ["environment", "correctness", "training", "distributed", "generation", "step", "trace"]
 TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha", "phi3_longrope", "phi3_partial",
         "mistral_window", "qwen2_window", "smollm3_nope", "gemma3_window", "gemma3_vision", "olmo2_post_norm",
-        "olmo3_window", "qwen3_moe_experts", "mixtral_experts", "olmoe_experts"]
+        "olmo3_window", "qwen3_moe_experts", "mixtral_experts", "olmoe_experts",
+        "qwen2_moe_shared"]
 RANDOM_SHAPES = ["smollm2-135m", "qwen2.5-0.5b"]
 
 

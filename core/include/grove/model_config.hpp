@@ -29,7 +29,7 @@ struct RopeScaling {
 
 struct ModelConfig {
     std::string
-        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral, olmoe
+        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral, olmoe, qwen2_moe
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -96,7 +96,7 @@ struct ModelConfig {
         return sliding_window > 0 && columns > sliding_window &&
                std::find(windowed_layers.begin(), windowed_layers.end(), true) != windowed_layers.end();
     }
-    // Mixture of experts (Qwen3-MoE, Mixtral, OLMoE): the sparse layers' MLP is a router (a linear to
+    // Mixture of experts (Qwen3-MoE, Mixtral, OLMoE, Qwen2-MoE): the sparse layers' MLP is a router (a linear to
     // num_experts logits) and num_experts SwiGLU experts moe_intermediate_size wide; each token runs
     // through the experts_per_token with the highest softmax probabilities, weighted by them
     // (renormalized over those experts when norm_topk_prob). Qwen3-MoE's mlp_only_layers and
@@ -105,6 +105,9 @@ struct ModelConfig {
     int64_t experts_per_token = 0;
     int64_t moe_intermediate_size = 0;
     bool norm_topk_prob = false;
+    // Qwen2-MoE: a shared SwiGLU expert this wide that every token also takes, its output scaled by
+    // sigmoid(shared_expert_gate(x)); 0: none
+    int64_t shared_expert_intermediate_size = 0;
     std::vector<bool> sparse_layers;  // [num_hidden_layers] when num_experts > 0
     // The load-balancing loss's coefficient in the config (router_aux_loss_coef); GRPO adds it as TRL does
     double router_aux_loss_coef = 0.0;

@@ -236,7 +236,7 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(range(key("loss", "entropy_target", T::number, "0.2", "adaptive entropy: target mean entropy in nats"), 0, kInf),
             "entropy_target"),
         trl(range(key("loss", "router_aux_loss_coef", T::number, nullptr,
-                      "mixtures of experts (Qwen3-MoE, Mixtral, OLMoE): weight of the routers' load-balancing loss "
+                      "mixtures of experts (Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE): weight of the routers' load-balancing loss "
                       "added to the loss (grove train and grove sft); unset = the checkpoint's config.json "
                       "router_aux_loss_coef (0.001 in Qwen3-MoE's, 0.02 in Mixtral-8x7B's, 0.01 in OLMoE's), 0 "
                       "disables; refused for a model without experts"),

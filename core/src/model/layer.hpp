@@ -40,6 +40,8 @@ struct Model::Layer {
     };
     Linear router;
     std::vector<Expert> experts;
+    Expert shared_expert;       // Qwen2-MoE only (ModelConfig::shared_expert_intermediate_size)
+    Linear shared_expert_gate;  // its [1, hidden] gate
 
     bool fused() const { return qkv.weight.defined(); }
     bool sparse() const { return !experts.empty(); }

@@ -133,6 +133,7 @@ const std::map<std::string, std::string> kSupported = {
     {"Qwen3MoeForCausalLM", "qwen3_moe"},  // mixtures of experts (ModelConfig::num_experts)
     {"MixtralForCausalLM", "mixtral"},
     {"OlmoeForCausalLM", "olmoe"},
+    {"Qwen2MoeForCausalLM", "qwen2_moe"},
     {"LlamaForSequenceClassification", "llama"},  // reward models ([[rewards]] model = ...)
     {"Qwen2ForSequenceClassification", "qwen2"},
     {"Qwen3ForSequenceClassification", "qwen3"},
@@ -209,10 +210,27 @@ void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c
 // Qwen3-MoE's, Mixtral's and OLMoE's experts (Qwen3MoeConfig, MixtralConfig, OlmoeConfig, with their
 // defaults): which layers are sparse, how many experts a token takes, and the router's settings
 void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) {
-    const bool qwen = c.model_type == "qwen3_moe", mixtral = c.model_type == "mixtral", olmoe = c.model_type == "olmoe";
-    c.num_experts = get_or<int64_t>(j, mixtral ? "num_local_experts" : "num_experts", qwen ? 128 : olmoe ? 64 : 8, file);
-    c.experts_per_token = get_or<int64_t>(j, "num_experts_per_tok", mixtral ? 2 : 8, file);
-    c.moe_intermediate_size = qwen ? get_or<int64_t>(j, "moe_intermediate_size", 768, file) : c.intermediate_size;
+    const bool qwen2 = c.model_type == "qwen2_moe", qwen = qwen2 || c.model_type == "qwen3_moe";
+    const bool mixtral = c.model_type == "mixtral", olmoe = c.model_type == "olmoe";
+    c.num_experts = get_or<int64_t>(j, mixtral ? "num_local_experts" : "num_experts",
+                                    qwen2   ? 60
+                                    : qwen  ? 128
+                                    : olmoe ? 64
+                                            : 8,
+                                    file);
+    c.experts_per_token = get_or<int64_t>(j, "num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, file);
+    c.moe_intermediate_size =
+        qwen ? get_or<int64_t>(j, "moe_intermediate_size", qwen2 ? 1408 : 768, file) : c.intermediate_size;
+    if (qwen2) {
+        c.shared_expert_intermediate_size = get_or<int64_t>(j, "shared_expert_intermediate_size", 5632, file);
+        if (c.shared_expert_intermediate_size < 1)
+            throw Error(ErrorKind::input, file + ": shared_expert_intermediate_size must be positive");
+        // transformers' Qwen2-MoE windows only some attention implementations; released configs leave it off
+        if (get_or<bool>(j, "use_sliding_window", false, file))
+            throw Error(ErrorKind::input, file +
+                                              ": use_sliding_window is true: Grove does not run Qwen2-MoE's sliding "
+                                              "window; set it to false (as released Qwen2-MoE checkpoints have it)");
+    }
     c.norm_topk_prob = mixtral || get_or<bool>(j, "norm_topk_prob", false, file);  // Mixtral always renormalizes
     c.router_aux_loss_coef = get_or<double>(j, "router_aux_loss_coef", olmoe ? 0.01 : 0.001, file);
     if (c.num_experts < 1 || c.experts_per_token < 1 || c.experts_per_token > c.num_experts || c.moe_intermediate_size < 1)
@@ -228,9 +246,13 @@ void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) 
             for (const json& l : j["mlp_only_layers"])
                 if (l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < c.num_hidden_layers)
                     c.sparse_layers[size_t(l.get<int64_t>())] = false;
-        c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
-        c.qk_norm = true;  // Qwen3's q_norm / k_norm over each head
-    } else if (olmoe) {    // OLMo 2's q_norm / k_norm over the whole projection, Llama's norms before each block
+        if (qwen2) {
+            c.attention_bias = get_or<bool>(j, "qkv_bias", true, file);  // Qwen2's q/k/v biases; o_proj has none
+        } else {
+            c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+            c.qk_norm = true;  // Qwen3's q_norm / k_norm over each head
+        }
+    } else if (olmoe) {  // OLMo 2's q_norm / k_norm over the whole projection, Llama's norms before each block
         c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
         c.qk_norm = c.qk_norm_whole = true;
         if (j.contains("clip_qkv") && !j["clip_qkv"].is_null())
@@ -498,11 +520,11 @@ ModelConfig load_model_config(const std::string& folder) {
     const bool olmo = c.model_type == "olmo2" || c.model_type == "olmo3";
     const bool mixtral = c.model_type == "mixtral";
     c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings",
-                                                gemma                         ? 131072
-                                                : olmo                        ? 2048
-                                                : mixtral                     ? 131072
-                                                : c.model_type == "qwen3_moe" ? 32768
-                                                                              : 4096,
+                                                gemma                                                        ? 131072
+                                                : olmo                                                       ? 2048
+                                                : mixtral                                                    ? 131072
+                                                : c.model_type == "qwen3_moe" || c.model_type == "qwen2_moe" ? 32768
+                                                                                                             : 4096,
                                                 file);
     // the config classes' defaults
     c.rms_norm_eps = get_or<double>(j, "rms_norm_eps",
@@ -528,7 +550,8 @@ ModelConfig load_model_config(const std::string& folder) {
         read_phi3_specifics(j, file, c);
     } else if (gemma) {
         read_gemma3_specifics(j, file, c);
-    } else if (c.model_type == "qwen3_moe" || c.model_type == "mixtral" || c.model_type == "olmoe") {
+    } else if (c.model_type == "qwen3_moe" || c.model_type == "mixtral" || c.model_type == "olmoe" ||
+               c.model_type == "qwen2_moe") {
         read_moe_specifics(j, file, c);
     } else if (olmo) {
         read_olmo2_specifics(j, file, c);
@@ -880,14 +903,18 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
             const bool mixtral = c.model_type == "mixtral";
             const std::string block = p + (mixtral ? ".block_sparse_moe" : ".mlp");
             layer->router = linear(block + ".gate", c.num_experts, c.hidden_size, false);
-            const int64_t width = c.moe_intermediate_size;
-            for (int64_t e = 0; e < c.num_experts; ++e) {
-                const std::string expert = block + ".experts." + std::to_string(e);
+            auto expert = [&](const std::string& path, int64_t width) {  // a SwiGLU under its checkpoint names
                 Layer::Expert x;
-                x.gate = linear(expert + (mixtral ? ".w1" : ".gate_proj"), width, c.hidden_size, false);
-                x.up = linear(expert + (mixtral ? ".w3" : ".up_proj"), width, c.hidden_size, false);
-                x.down = linear(expert + (mixtral ? ".w2" : ".down_proj"), c.hidden_size, width, false);
-                layer->experts.push_back(std::move(x));
+                x.gate = linear(path + (mixtral ? ".w1" : ".gate_proj"), width, c.hidden_size, false);
+                x.up = linear(path + (mixtral ? ".w3" : ".up_proj"), width, c.hidden_size, false);
+                x.down = linear(path + (mixtral ? ".w2" : ".down_proj"), c.hidden_size, width, false);
+                return x;
+            };
+            for (int64_t e = 0; e < c.num_experts; ++e)
+                layer->experts.push_back(expert(block + ".experts." + std::to_string(e), c.moe_intermediate_size));
+            if (c.shared_expert_intermediate_size > 0) {
+                layer->shared_expert = expert(block + ".shared_expert", c.shared_expert_intermediate_size);
+                layer->shared_expert_gate = linear(block + ".shared_expert_gate", 1, c.hidden_size, false);
             }
         } else if (c.fused_projections) {
             layer->gate_up = linear(p + ".mlp.gate_up_proj", 2 * c.intermediate_size, c.hidden_size, c.mlp_bias);
@@ -1022,8 +1049,14 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
         layer->o = copy_linear(from->o);
         if (from->sparse()) {
             layer->router = copy_linear(from->router);
-            for (const auto& expert : from->experts)
-                layer->experts.push_back({copy_linear(expert.gate), copy_linear(expert.up), copy_linear(expert.down)});
+            auto copy_expert = [&](const Layer::Expert& e) {
+                return Layer::Expert{copy_linear(e.gate), copy_linear(e.up), copy_linear(e.down)};
+            };
+            for (const auto& expert : from->experts) layer->experts.push_back(copy_expert(expert));
+            if (from->shared_expert_gate.weight.defined()) {
+                layer->shared_expert = copy_expert(from->shared_expert);
+                layer->shared_expert_gate = copy_linear(from->shared_expert_gate);
+            }
             for (auto [to, source] : {std::pair{&layer->q, &from->q}, {&layer->k, &from->k}, {&layer->v, &from->v}})
                 *to = copy_linear(*source);
         } else {
@@ -1079,6 +1112,8 @@ std::vector<Linear*> Model::Layer::mlp_linears() {
     if (sparse()) {
         std::vector<Linear*> all{&router};
         for (Expert& e : experts) all.insert(all.end(), {&e.gate, &e.up, &e.down});
+        if (shared_expert_gate.weight.defined())
+            all.insert(all.end(), {&shared_expert.gate, &shared_expert.up, &shared_expert.down, &shared_expert_gate});
         return all;
     }
     if (fused()) return {&gate_up, &down};
@@ -1303,9 +1338,12 @@ at::Tensor Model::mlp(const Layer& layer, const at::Tensor& x, RouterLoad* route
 // router's softmax in float32, each token's experts_per_token likeliest experts (their probabilities
 // renormalized when norm_topk_prob), cast to x's dtype; each expert's SwiGLU runs on its tokens
 // (those that picked it first, then second, ...), weighted, and is added into the output, the
-// experts in order.
+// experts in order; Qwen2-MoE then adds its gated shared expert.
 at::Tensor Model::experts_mlp(const Layer& layer, const at::Tensor& x, RouterLoad* router_load) const {
     const ModelConfig& c = config_;
+    auto swiglu = [&](const Layer::Expert& expert, const at::Tensor& input) {
+        return expert.down(gated_activation(expert.gate(input), expert.up(input), c.activation));
+    };
     const at::Tensor tokens = x.reshape({-1, c.hidden_size});
     const int64_t N = tokens.size(0), K = c.experts_per_token;
     const at::Tensor router_logits = layer.router(tokens);  // [N, experts]
@@ -1326,11 +1364,11 @@ at::Tensor Model::experts_mlp(const Layer& layer, const at::Tensor& x, RouterLoa
         const at::Tensor pairs = order.narrow(0, start, count[e]);
         start += count[e];
         const at::Tensor token = pairs.remainder(N).to(tokens.device()), k = pairs.div(N, "floor").to(tokens.device());
-        const Layer::Expert& expert = layer.experts[size_t(e)];
-        const at::Tensor input = tokens.index_select(0, token);
-        const at::Tensor y = expert.down(gated_activation(expert.gate(input), expert.up(input), c.activation));
+        const at::Tensor y = swiglu(layer.experts[size_t(e)], tokens.index_select(0, token));
         out.index_add_(0, token, y * weights.index_select(0, token * K + k).unsqueeze(-1));
     }
+    if (layer.shared_expert_gate.weight.defined())  // Qwen2-MoE: every token's shared expert, gated
+        out = out + at::sigmoid(layer.shared_expert_gate(tokens)) * swiglu(layer.shared_expert, tokens);
     return out.view(x.sizes());
 }
 

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
 from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
                           Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Olmo2Config, Olmo3Config, OlmoeConfig,
-                          Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
+                          Phi3Config, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
 
 OUT = sys.argv[1]
 COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
@@ -117,6 +117,11 @@ CONFIGS = {
     "olmoe_experts": OlmoeConfig(num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
                                  norm_topk_prob=False, tie_word_embeddings=False, pad_token_id=0,
                                  **{**COMMON, "intermediate_size": 48}),
+    # Qwen2-MoE: q/k/v biases; layer 1 sparse (decoder_sparse_step 2), routing each token to 2 of 4
+    # experts plus a shared expert scaled by its sigmoid gate; layer 0 dense
+    "qwen2_moe_shared": Qwen2MoeConfig(num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                       moe_intermediate_size=32, shared_expert_intermediate_size=48, decoder_sparse_step=2,
+                                       norm_topk_prob=False, tie_word_embeddings=False, use_sliding_window=False, **COMMON),
 }
 
 
@@ -131,6 +136,7 @@ WITHOUT = {
     "qwen3_moe_experts": {"renormalized top-2": {"norm_topk_prob": False}, "the second expert": {"num_experts_per_tok": 1}},
     "mixtral_experts": {"the second expert": {"num_experts_per_tok": 1}, "the window": {"sliding_window": None}},
     "olmoe_experts": {"the second expert": {"num_experts_per_tok": 1}, "unrenormalized top-2": {"norm_topk_prob": True}},
+    "qwen2_moe_shared": {"the second expert": {"num_experts_per_tok": 1}},
     "gemma3_window": {"the window": {"sliding_window": 256}, "the local rotary base": {"rope_local_base_freq": 1000000.0},
                       "linear scaling": {"rope_scaling": {"rope_type": "default"}}},
 }
@@ -416,9 +422,9 @@ def main():
                 for layer in model.model.layers:
                     layer.self_attn.q_proj.weight.normal_(0.0, 0.3)
                     layer.self_attn.k_proj.weight.normal_(0.0, 0.3)
-            if name.endswith("_experts"):  # experts whose outputs, and routers whose choices, move the logits
+            if "moe" in name or name.endswith("_experts"):  # experts whose outputs, and routers whose choices, move the logits
                 for key, p in model.named_parameters():
-                    if ".experts." in key or key.endswith(".gate.weight"):
+                    if ".experts." in key or ".shared_expert" in key or key.endswith(".gate.weight"):
                         p.normal_(0.0, 0.3)
         model.save_pretrained(folder, safe_serialization=True)
         with torch.no_grad():
@@ -458,7 +464,8 @@ def main():
             save_gemma_tokenizer(folder)
             from transformers import Gemma3ImageProcessor
             Gemma3ImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
-        if name in ("olmo2_post_norm", "olmo3_window", "qwen3_moe_experts"):  # the LoRA tests train them from text prompts
+        if name in ("olmo2_post_norm", "olmo3_window", "qwen3_moe_experts",
+                    "qwen2_moe_shared"):  # the LoRA tests train them from text prompts
             save_tokenizer(folder)
         if name == "llama_gqa":
             save_tokenizer(folder)

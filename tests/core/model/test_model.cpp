@@ -33,7 +33,7 @@ const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
 const char* const kNames[] = {"llama_gqa",       "llama3_rope",   "qwen2_tied",      "qwen3_qknorm", "mistral_mha",
                               "phi3_longrope",   "phi3_partial",  "mistral_window",  "qwen2_window", "smollm3_nope",
                               "gemma3_window",   "gemma3_vision", "olmo2_post_norm", "olmo3_window", "qwen3_moe_experts",
-                              "mixtral_experts", "olmoe_experts"};
+                              "mixtral_experts", "olmoe_experts", "qwen2_moe_shared"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");
@@ -421,7 +421,7 @@ TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
 // layer records (its probabilities' graph rebuilt by the backward) gives the gradients of the plain
 // forward, and the loss does reach the routers (their gradients move when it is added).
 TEST(Model, CheckpointedExpertsGiveTheLoadBalancingGradients) {
-    for (const std::string name : {"qwen3_moe_experts", "mixtral_experts", "olmoe_experts"}) {
+    for (const std::string name : {"qwen3_moe_experts", "mixtral_experts", "olmoe_experts", "qwen2_moe_shared"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         model->set_base_trainable(true);
         const grove::ModelConfig& c = model->config();
@@ -446,8 +446,9 @@ TEST(Model, CheckpointedExpertsGiveTheLoadBalancingGradients) {
         for (const auto& [key, g] : plain)
             EXPECT_LT((g - checkpointed.at(key)).abs().max().item<double>(), 1e-6 + 1e-5 * g.abs().max().item<double>())
                 << name << " " << key;
+        const std::string first_sparse = std::to_string(c.layer_sparse(0) ? 0 : 1);
         const std::string router =
-            c.model_type == "mixtral" ? "model.layers.0.block_sparse_moe.gate.weight" : "model.layers.0.mlp.gate.weight";
+            "model.layers." + first_sparse + (c.model_type == "mixtral" ? ".block_sparse_moe.gate.weight" : ".mlp.gate.weight");
         EXPECT_GT((plain.at(router) - unbalanced.at(router)).abs().max().item<double>(), 1e-4) << name;
     }
 }

@@ -5,7 +5,7 @@
 // the sampler-mismatch correction in its four modes, the top-entropy and off-policy masks and the
 // entropy bonus, static and adaptive; three reductions on a tiny Gemma 3, whose gradients pass
 // through its (1 + w) norms, scaled embeddings, GeGLU and sliding layer; and tiny Qwen3-MoE,
-// Mixtral and OLMoE policies, whose loss takes TRL's load-balancing term (logged as aux_loss).
+// Mixtral, OLMoE and Qwen2-MoE policies, whose loss takes TRL's load-balancing term (logged as aux_loss).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

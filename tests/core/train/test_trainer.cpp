@@ -313,6 +313,20 @@ TEST(Trainer, Qwen3MoeLoraOnTheRouterAndExpertsLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "qwen3_moe_experts");
 }
 
+// Qwen2-MoE's shared expert and its gate take LoRA under PEFT's names (a dense layer 0, a sparse
+// layer 1), and PEFT loads the adapter onto transformers' Qwen2MoeForCausalLM with Grove's logits.
+TEST(Trainer, Qwen2MoeLoraOnTheSharedExpertLoadsInPeft) {
+    grove::Trainer t(
+        lora_run("qwen2_moe_shared", "[\"gate\", \"shared_expert_gate\", \"gate_proj\", \"down_proj\"]"), fresh());
+    std::set<std::string> adapted;
+    for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
+    EXPECT_EQ(adapted.size(), 2u * (2u + 1u + 1u + 4u * 2u + 2u));  // layer 0: 2; layer 1: router, gate, experts, shared
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.mlp.shared_expert_gate.lora_A.weight"));
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.mlp.shared_expert.down_proj.lora_B.weight"));
+    EXPECT_TRUE(adapted.count("base_model.model.model.layers.1.mlp.gate.lora_B.weight"));
+    expect_trains_and_loads_in_peft(t, "qwen2_moe_shared");
+}
+
 // Text prompts are tokenized as TRL 1.16 tokenizes them (processing_class(text=prompts)): with the
 // tokenizer's special tokens, here Gemma's <bos>, without which Gemma generates garbage (TRL #3520,
 // when TRL left them out); until 2026-11-27 Grove left them out too.

@@ -4,7 +4,7 @@ import os
 
 import torch
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MixtralConfig, Olmo2Config, Olmo3Config,
-                          OlmoeConfig, Qwen3MoeConfig)
+                          OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig)
 
 
 def save_tiny_llama(folder):
@@ -65,8 +65,9 @@ def save_tiny_olmo2(folder, olmo3=False):
 def save_tiny_moe(folder, family="qwen3_moe"):
     """A 2-layer mixture of experts (vocabulary 128, GQA 4/2 heads), weights N(0, 0.08), norms N(1, 0.2),
     routers and experts N(0, 0.3) so that routing matters: Qwen3-MoE (6 experts, 2 per token,
-    renormalized; layer 1 dense through mlp_only_layers), Mixtral (4 experts, 2 per token, every layer)
-    or OLMoE (4 experts, 2 per token, not renormalized, q and k normed over the whole projection)."""
+    renormalized; layer 1 dense through mlp_only_layers), Mixtral (4 experts, 2 per token, every layer),
+    OLMoE (4 experts, 2 per token, not renormalized, q and k normed over the whole projection) or Qwen2-MoE
+    (4 experts, 2 per token, and a shared expert behind its sigmoid gate, in every layer)."""
     torch.manual_seed(0)
     common = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
@@ -75,14 +76,18 @@ def save_tiny_moe(folder, family="qwen3_moe"):
                                                   num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
                                                   head_dim=16, **common),
               "mixtral": lambda: MixtralConfig(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, **common),
-              "olmoe": lambda: OlmoeConfig(intermediate_size=32, num_experts=4, num_experts_per_tok=2, **common)}[family]()
+              "olmoe": lambda: OlmoeConfig(intermediate_size=32, num_experts=4, num_experts_per_tok=2, **common),
+              "qwen2_moe": lambda: Qwen2MoeConfig(intermediate_size=96, moe_intermediate_size=32, num_experts=4,
+                                                  num_experts_per_tok=2, shared_expert_intermediate_size=48,
+                                                  use_sliding_window=False, **common)}[family]()
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.normal_(1.0, 0.2)
             else:
-                p.normal_(0, 0.3 if ".experts." in name or name.endswith(".gate.weight") else 0.08)
+                p.normal_(0, 0.3 if ".experts." in name or "shared_expert" in name or name.endswith(".gate.weight")
+                          else 0.08)
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
     return folder

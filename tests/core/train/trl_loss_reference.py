@@ -124,7 +124,8 @@ ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                       dict(name="qwen3_moe_grpo_aux", loss_type="grpo", model="qwen3_moe", router_aux_loss_coef=0.5),
                       dict(name="mixtral_dr_grpo_aux", loss_type="dr_grpo", model="mixtral", router_aux_loss_coef=0.5),
                       dict(name="mixtral_no_aux", loss_type="dapo", model="mixtral", router_aux_loss_coef=0.0),
-                      dict(name="olmoe_bnpo", loss_type="bnpo", model="olmoe")]
+                      dict(name="olmoe_bnpo", loss_type="bnpo", model="olmoe"),
+                      dict(name="qwen2_moe_grpo_aux", loss_type="grpo", model="qwen2_moe", router_aux_loss_coef=0.5)]
 
 
 def main():
@@ -134,7 +135,8 @@ def main():
                "olmo3": save_tiny_olmo2(os.path.join(OUT, "olmo3"), olmo3=True),
                "qwen3_moe": save_tiny_moe(os.path.join(OUT, "qwen3_moe")),
                "mixtral": save_tiny_moe(os.path.join(OUT, "mixtral"), "mixtral"),
-               "olmoe": save_tiny_moe(os.path.join(OUT, "olmoe"), "olmoe")}
+               "olmoe": save_tiny_moe(os.path.join(OUT, "olmoe"), "olmoe"),
+               "qwen2_moe": save_tiny_moe(os.path.join(OUT, "qwen2_moe"), "qwen2_moe")}
     # TRL needs a processing class; the rollouts below are token ids, so any 128-word vocabulary does
     word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(128)}, unk_token="t0"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
