@@ -316,8 +316,7 @@ TEST(Trainer, Qwen3MoeLoraOnTheRouterAndExpertsLoadsInPeft) {
 // Qwen2-MoE's shared expert and its gate take LoRA under PEFT's names (a dense layer 0, a sparse
 // layer 1), and PEFT loads the adapter onto transformers' Qwen2MoeForCausalLM with Grove's logits.
 TEST(Trainer, Qwen2MoeLoraOnTheSharedExpertLoadsInPeft) {
-    grove::Trainer t(
-        lora_run("qwen2_moe_shared", "[\"gate\", \"shared_expert_gate\", \"gate_proj\", \"down_proj\"]"), fresh());
+    grove::Trainer t(lora_run("qwen2_moe_shared", "[\"gate\", \"shared_expert_gate\", \"gate_proj\", \"down_proj\"]"), fresh());
     std::set<std::string> adapted;
     for (const auto& [name, p] : t.model().adapter_parameters()) adapted.insert(name);
     EXPECT_EQ(adapted.size(), 2u * (2u + 1u + 1u + 4u * 2u + 2u));  // layer 0: 2; layer 1: router, gate, experts, shared
