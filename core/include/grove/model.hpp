@@ -1,7 +1,7 @@
 // The policy: one libtorch implementation of the Llama-family decoder (Llama 2/3 incl. llama3 rope
 // scaling, Qwen2/2.5 with q/k/v biases, Qwen3, Mistral, Phi-3, SmolLM/SmolLM2/SmolLM3, TinyLlama,
 // Gemma 3's text model with its four norms per layer, OLMo 2 / 3, and the mixtures of experts
-// Qwen3-MoE, Mixtral and OLMoE), loaded from and saved to a Hugging Face
+// Qwen3-MoE, Qwen2-MoE, Mixtral and OLMoE), loaded from and saved to a Hugging Face
 // folder. Numerics follow transformers' modeling_llama / modeling_qwen2 / modeling_gemma3: RMSNorm in
 // float32, rotary embeddings computed in float32, SwiGLU (GeGLU for Gemma), grouped-query attention
 // via at::scaled_dot_product_attention.

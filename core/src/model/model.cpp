@@ -140,7 +140,10 @@ const std::map<std::string, std::string> kSupported = {
     {"MistralForSequenceClassification", "mistral"},
     {"Phi3ForSequenceClassification", "phi3"},
     {"SmolLM3ForSequenceClassification", "smollm3"},
-    {"Gemma3TextForSequenceClassification", "gemma3_text"}};
+    {"Gemma3TextForSequenceClassification", "gemma3_text"},
+    {"Qwen3MoeForSequenceClassification", "qwen3_moe"},
+    {"Qwen2MoeForSequenceClassification", "qwen2_moe"},
+    {"MixtralForSequenceClassification", "mixtral"}};
 
 std::string supported_list() {
     std::vector<std::string> names;
@@ -207,8 +210,8 @@ void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c
                     file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
 }
 
-// Qwen3-MoE's, Mixtral's and OLMoE's experts (Qwen3MoeConfig, MixtralConfig, OlmoeConfig, with their
-// defaults): which layers are sparse, how many experts a token takes, and the router's settings
+// Qwen3-MoE's, Mixtral's, OLMoE's and Qwen2-MoE's experts (Qwen3MoeConfig, MixtralConfig, OlmoeConfig,
+// Qwen2MoeConfig, with their defaults): which layers are sparse, how many experts a token takes, and the router's settings
 void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) {
     const bool qwen2 = c.model_type == "qwen2_moe", qwen = qwen2 || c.model_type == "qwen3_moe";
     const bool mixtral = c.model_type == "mixtral", olmoe = c.model_type == "olmoe";
@@ -225,7 +228,8 @@ void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) 
         c.shared_expert_intermediate_size = get_or<int64_t>(j, "shared_expert_intermediate_size", 5632, file);
         if (c.shared_expert_intermediate_size < 1)
             throw Error(ErrorKind::input, file + ": shared_expert_intermediate_size must be positive");
-        // transformers' Qwen2-MoE windows only some attention implementations; released configs leave it off
+        // transformers' Qwen2-MoE windows all layers or only those from max_window_layers on, depending on
+        // the attention implementation; released configs leave it off
         if (get_or<bool>(j, "use_sliding_window", false, file))
             throw Error(ErrorKind::input, file +
                                               ": use_sliding_window is true: Grove does not run Qwen2-MoE's sliding "
@@ -255,6 +259,13 @@ void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) 
     } else if (olmoe) {  // OLMo 2's q_norm / k_norm over the whole projection, Llama's norms before each block
         c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
         c.qk_norm = c.qk_norm_whole = true;
+        // OlmoeAttention ignores head_dim: its heads are hidden_size / num_attention_heads wide
+        if (c.num_attention_heads > 0 && c.head_dim != c.hidden_size / c.num_attention_heads)
+            throw Error(ErrorKind::input, file + ": head_dim " + std::to_string(c.head_dim) +
+                                              " differs from hidden_size / num_attention_heads (" +
+                                              std::to_string(c.hidden_size / c.num_attention_heads) +
+                                              "), the width transformers' OLMoE gives its heads whatever head_dim "
+                                              "says; remove the key");
         if (j.contains("clip_qkv") && !j["clip_qkv"].is_null())
             throw Error(ErrorKind::input, file +
                                               ": clip_qkv is set: Grove does not clamp q, k and v; released OLMoE "
@@ -506,11 +517,15 @@ ModelConfig load_model_config(const std::string& folder) {
     c.intermediate_size = get<int64_t>(j, "intermediate_size", file);
     c.num_hidden_layers = get<int64_t>(j, "num_hidden_layers", file);
     c.num_attention_heads = get<int64_t>(j, "num_attention_heads", file);
-    // Qwen3MoeConfig's and MixtralConfig's defaults; the others' are multi-head attention
+    // the config classes' defaults (Qwen3-MoE's 4, Mixtral's 8, Qwen2-MoE's 16); null, or the others':
+    // multi-head attention
+    const bool kv_heads_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
     c.num_key_value_heads = get_or<int64_t>(j, "num_key_value_heads",
-                                            c.model_type == "qwen3_moe" ? 4
-                                            : c.model_type == "mixtral" ? 8
-                                                                        : c.num_attention_heads,
+                                            kv_heads_null                 ? c.num_attention_heads
+                                            : c.model_type == "qwen3_moe" ? 4
+                                            : c.model_type == "mixtral"   ? 8
+                                            : c.model_type == "qwen2_moe" ? 16
+                                                                          : c.num_attention_heads,
                                             file);
     // Qwen3Config's head_dim defaults to 128 rather than hidden_size / heads
     const int64_t default_head_dim = c.model_type == "qwen3" ? 128

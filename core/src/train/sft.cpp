@@ -152,6 +152,9 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     if (log && c.model.cast_lm_head_to_fp32)  // TRL's SFTConfig has no such option
         *log << "grove: warning: model.cast_lm_head_to_fp32 is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
                 "does not); grove sft ignores it\n";
+    if (log && c.train.gradient_accumulation_steps > 1)
+        *log << "grove: warning: train.gradient_accumulation_steps = " << c.train.gradient_accumulation_steps
+             << ": grove sft takes one batch of per_device_train_batch_size examples per optimizer step and ignores it\n";
 
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over

@@ -323,6 +323,16 @@ REWARD_CONFIGS = {
                                     no_rope_layer_interval=2, **COMMON),
     "gemma3_reward": Gemma3TextConfig(num_attention_heads=4, num_key_value_heads=1, head_dim=16, num_labels=1,
                                       pad_token_id=0, sliding_window=4, sliding_window_pattern=2, **COMMON),
+    # mixtures of experts (OLMoE has no sequence classifier in transformers)
+    "qwen3_moe_reward": Qwen3MoeConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
+                                       num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True, num_labels=1,
+                                       pad_token_id=0, use_sliding_window=False, **COMMON),
+    "qwen2_moe_reward": Qwen2MoeConfig(num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                       moe_intermediate_size=32, shared_expert_intermediate_size=48, num_labels=1,
+                                       pad_token_id=0, use_sliding_window=False, **COMMON),
+    "mixtral_reward": MixtralConfig(num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                    num_experts_per_tok=2, num_labels=1, pad_token_id=0,
+                                    **{**COMMON, "intermediate_size": 48}),
 }
 REWARD_ROWS = [("What is 2 + 2?", " The answer is 4."), ("Hello", " world, hello there. Hello world, hello there."),
                ("What is 2 + 2?", " 5"), ("", "Hello"), ("Hello world", "")]
@@ -345,12 +355,14 @@ def save_reward_model(name, config):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     texts = [p + c for p, c in REWARD_ROWS]
     inputs = tokenizer(text=texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
+    inputs.pop("token_type_ids", None)  # this tiny tokenizer's, which Qwen2-MoE's forward refuses (Qwen's have none)
     with torch.no_grad():
         scores = model(**inputs).logits[:, 0]
     conversations = [apply_chat_template({"messages": p + [{"role": "assistant", "content": c}]}, tokenizer)["text"]
                      for p, c in REWARD_CONVERSATIONS]
     inputs = tokenizer(text=conversations, return_tensors="pt", padding=True, padding_side="right",
                        add_special_tokens=False)
+    inputs.pop("token_type_ids", None)
     with torch.no_grad():
         conversation_scores = model(**inputs).logits[:, 0]
     with open(os.path.join(folder, "reference.json"), "w") as f:
