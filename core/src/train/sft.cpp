@@ -17,6 +17,7 @@
 #include "grove/tokenizer.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_log.hpp"
+#include "train/sft_loss.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -91,11 +92,10 @@ private:
     PromptSource::Position at_;
 };
 
-// One optimizer step's loss on the examples `picked`: next-token cross-entropy where trained, the rows
-// packed end to end (only real tokens computed). A mixture of experts records its routing into
-// `router_load` when one is given.
-at::Tensor sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
-                    RouterLoad* router_load) {
+}  // namespace
+
+SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
+                 double router_aux_loss_coef) {
     // labels = next token where it is trained, -100 elsewhere (prompt, environment, each row's last token)
     std::vector<int64_t> tokens, positions, labels, row_lengths;
     for (int64_t i : picked) {
@@ -109,13 +109,20 @@ at::Tensor sft_loss(Model& model, const std::vector<SftExample>& examples, const
         }
         row_lengths.push_back(n);
     }
-    const at::Tensor hidden =
-        model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong), row_lengths, router_load);
+    RouterLoad routing;
+    const at::Tensor hidden = model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong),
+                                                         row_lengths, router_aux_loss_coef != 0 ? &routing : nullptr);
     const at::Tensor logits = model.logits(hidden).to(at::kFloat);
-    return at::cross_entropy_loss(logits, at::tensor(labels, at::kLong).to(logits.device()), std::nullopt, at::Reduction::Mean,
-                                  -100);
+    SftLoss out;
+    out.loss = at::cross_entropy_loss(logits, at::tensor(labels, at::kLong).to(logits.device()), std::nullopt,
+                                      at::Reduction::Mean, -100);
+    if (router_aux_loss_coef != 0) {
+        const at::Tensor aux = routing.balancing_loss().to(out.loss.device());
+        out.aux_loss = aux.item<double>();
+        out.loss = out.loss + aux * router_aux_loss_coef;
+    }
+    return out;
 }
-}  // namespace
 
 SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options) {
     const RunConfig c = RunConfig::from(manifest);
@@ -183,14 +190,9 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     for (int64_t step = progress.global_step; step < total; ++step) {
         std::vector<int64_t> picked;
         for (int64_t b = 0; b < batch; ++b) picked.push_back(order.next());
-        RouterLoad routing;
-        at::Tensor loss = sft_loss(*model, examples, picked, router_aux_loss_coef != 0 ? &routing : nullptr);
-        std::optional<double> aux_loss;  // TRL's SFT adds coef * aux too (one micro-batch per step here)
-        if (router_aux_loss_coef != 0) {
-            const at::Tensor aux = routing.balancing_loss().to(loss.device());
-            aux_loss = aux.item<double>();
-            loss = loss + aux * router_aux_loss_coef;
-        }
+        const SftLoss step_loss = sft_loss(*model, examples, picked, router_aux_loss_coef);
+        const at::Tensor& loss = step_loss.loss;
+        const std::optional<double>& aux_loss = step_loss.aux_loss;
         double value = loss.item<double>();
         if (!std::isfinite(value))
             throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +

@@ -21,6 +21,7 @@
 #include "grove/safetensors.hpp"
 #include "model/tensor_io.hpp"
 #include "train/policy_step.hpp"
+#include "train/sft_loss.hpp"
 #include "plugin_test_support.hpp"
 
 namespace {
@@ -167,5 +168,35 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
         for (const auto& [key, value] : ours) EXPECT_TRUE(logged.contains(key)) << name << " logs " << key << ", TRL does not";
         EXPECT_EQ(logged.contains("kl"), o.beta != 0.0) << name;
         EXPECT_EQ(ours.count("kl"), logged.contains("kl") ? 1u : 0u) << name;
+    }
+}
+
+// grove sft's loss on one batch against TRL 1.16's SFTTrainer.compute_loss (trl_loss_reference.py):
+// the cross-entropy of the trained tokens on the dense Llama, and on mixtures of experts with the
+// load-balancing term TRL adds (the config's coefficient, and 0.5): loss, logged aux_loss and the
+// gradient norm.
+TEST(SftLoss, MatchesTrlSftComputeLoss) {
+    std::ifstream in(kDir + "/sft_cases.json");
+    const auto spec = nlohmann::json::parse(in);
+    std::vector<grove::SftExample> examples;
+    std::vector<int64_t> picked;
+    for (const auto& row : spec["rows"]) {
+        examples.push_back({row["ids"].get<std::vector<int64_t>>(), row["trained"].get<std::vector<uint8_t>>()});
+        picked.push_back(int64_t(picked.size()));
+    }
+    for (const auto& c : spec["cases"]) {
+        const std::string name = c["name"];
+        auto model = grove::Model::load(kDir + "/" + c["model"].get<std::string>());
+        model->set_base_trainable(true);
+        const grove::SftLoss result = grove::sft_loss(*model, examples, picked, c["router_aux_loss_coef"].get<double>());
+        result.loss.backward();
+        double squared = 0;
+        for (const auto& p : model->trainable_parameters())
+            if (p.grad().defined()) squared += p.grad().pow(2).sum().item<double>();
+        const double trl_loss = c["loss"], trl_norm = c["grad_norm"];
+        EXPECT_NEAR(result.loss.item<double>(), trl_loss, 1e-5 * std::abs(trl_loss)) << name;
+        EXPECT_NEAR(std::sqrt(squared), trl_norm, 1e-5 * trl_norm) << name;
+        ASSERT_EQ(result.aux_loss.has_value(), !c["aux_loss"].is_null()) << name;
+        if (result.aux_loss) EXPECT_NEAR(*result.aux_loss, c["aux_loss"].get<double>(), 1e-6) << name;
     }
 }

@@ -5,7 +5,8 @@
 Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/gemma (a tiny Gemma 3, for the cases that name it),
 OUT_DIR/rollouts.safetensors (prompt/completion ids and
 masks, advantages, old and reference log-probs) and OUT_DIR/cases.json (one entry per configuration
-with TRL's loss and grad_norm). Everything numeric here is computed by TRL and transformers.
+with TRL's loss and grad_norm), and OUT_DIR/sft_cases.json (TRL's SFTTrainer.compute_loss on one fixed
+batch). Everything numeric here is computed by TRL and transformers.
 """
 import inspect
 import json
@@ -128,6 +129,42 @@ ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                       dict(name="qwen2_moe_grpo_aux", loss_type="grpo", model="qwen2_moe", router_aux_loss_coef=0.5)]
 
 
+# TRL's SFTTrainer.compute_loss on one fixed batch (grove sft's loss): the dense Llama, and mixtures of
+# experts whose loss takes the load-balancing term (the config's coefficient, and 0.5)
+SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", model="qwen3_moe"),
+             dict(name="sft_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5)]
+SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1, 1]),
+            ([40, 41, 42, 43, 44, 45, 46, 2], [0, 0, 0, 0, 1, 1, 1, 1])]
+
+
+def sft_reference(folders, tokenizer):
+    from trl import SFTConfig, SFTTrainer
+    T = max(len(ids) for ids, _ in SFT_ROWS)
+    ids = torch.zeros(len(SFT_ROWS), T, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for b, (row, trained) in enumerate(SFT_ROWS):  # right-padded; a label where the token is trained
+        ids[b, :len(row)] = torch.tensor(row)
+        mask[b, :len(row)] = 1
+        labels[b, :len(row)] = torch.where(torch.tensor(trained) == 1, torch.tensor(row), -100)
+    results = []
+    for case in SFT_CASES:
+        args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,
+                         per_device_train_batch_size=len(SFT_ROWS), gradient_checkpointing=False,
+                         router_aux_loss_coef=case.get("router_aux_loss_coef"))
+        trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(folders[case["model"]]), args=args,
+                             processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
+        trainer.model.train()
+        trainer.model.zero_grad()
+        loss = trainer.compute_loss(trainer.model, {"input_ids": ids, "attention_mask": mask, "labels": labels})
+        loss.backward()
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
+        aux = trainer._metrics["train"].get("aux_loss")
+        results.append({**case, "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
+                        "loss": loss.item(), "grad_norm": grad_norm.item(), "aux_loss": aux[-1] if aux else None})
+    return {"rows": [{"ids": row, "trained": trained} for row, trained in SFT_ROWS], "cases": results}
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma")),
@@ -248,6 +285,8 @@ def main():
               os.path.join(OUT, "rollouts.safetensors"))
     with open(os.path.join(OUT, "cases.json"), "w") as f:
         json.dump({"temperature": TEMPERATURE, "max_completion_length": C, "cases": results}, f, indent=1)
+    with open(os.path.join(OUT, "sft_cases.json"), "w") as f:
+        json.dump(sft_reference(folders, tokenizer), f, indent=1)
     print(f"TRL reference losses written to {OUT}")
 
 
