@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -296,6 +297,20 @@ std::string render_training_prompts(const grove::RunConfig& config, const grove:
            " prompts render as grove train renders them (conversations: " + std::to_string(conversations) + ")";
 }
 
+// A mixture of experts' routing and the weight of its load-balancing loss, in a line; a weight set
+// for a model without experts is refused here as grove train refuses it. Nothing when the model
+// folder is not there yet.
+std::string check_mixture_of_experts(const grove::RunConfig& config) {
+    if (!std::filesystem::exists(std::filesystem::path(config.model.path) / "config.json")) return "";
+    const grove::ModelConfig model = grove::load_model_config(config.model.path);
+    const double coef = config.router_aux_loss_coef_for(model);
+    if (!model.mixture_of_experts()) return "";
+    std::ostringstream line;
+    line << "mixture of experts: " << model.architecture << ", " << model.experts_per_token << " of " << model.num_experts
+         << " experts per token; load-balancing loss weight " << coef;
+    return line.str();
+}
+
 int check(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("manifest", po::value<std::string>()->required(), "the run's TOML manifest")(
@@ -327,6 +342,7 @@ int check(const std::vector<std::string>& args) {
     instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
     const grove::RunConfig config = grove::RunConfig::from(manifest);  // the rules across keys
     config.check_adapter(adapter.name, (adapter.flags & GROVE_PLUGIN_TRAINS_BASE_WEIGHTS) != 0);
+    const std::string experts = check_mixture_of_experts(config);
     if (!config.model.enable_thinking) config.chat_template(grove::Tokenizer::load(config.model.path)->config());
     std::unique_ptr<grove::Environment> environment;
     if (config.environment.use)
@@ -342,6 +358,7 @@ int check(const std::vector<std::string>& args) {
     for (const auto& instance : instances) list(instance.info());
     if (environment) list(environment->info());
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
+    if (!experts.empty()) std::cout << "# " << experts << "\n";
     if (!prompts.empty()) std::cout << "# " << prompts << "\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;

@@ -158,7 +158,7 @@ case("manifest", "enable_thinking = false for a template without that switch",
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,
      "set data.eval_source", run_folder())
 case("manifest", "router_aux_loss_coef for a model without experts (no load-balancing loss to weight)",
-     TRAIN + " --set loss.router_aux_loss_coef=0.01", 3, "has no experts, so there is no load-balancing loss to weight",
+     "check grove.toml --set loss.router_aux_loss_coef=0.01", 3, "has no experts, so there is no load-balancing loss to weight",
      run_folder())
 case("plugins", "an unknown reward plugin", "check grove.toml", 4, "no plugin named 'formt'",
      lambda d: write(f"{d}/grove.toml", manifest(rewards='[[rewards]]\nplugin = "formt"\n')))

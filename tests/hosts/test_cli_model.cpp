@@ -226,6 +226,27 @@ TEST(CliModel, CheckRendersTheTrainingPromptsAsTrainDoes) {
     EXPECT_CONTAINS(r.out, "prompts.jsonl:2: mistral chat template: conversation roles must alternate");
 }
 
+// `grove check` on a mixture of experts names its routing and the load-balancing loss's weight (the
+// checkpoint's, or router_aux_loss_coef), and refuses that key for a dense model as grove train does.
+TEST(CliModel, CheckNamesTheExpertsAndRefusesALoadBalancingWeightWithoutThem) {
+    const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/check_experts";
+    std::filesystem::create_directories(folder);
+    std::ofstream(folder + "/prompts.jsonl") << "{\"prompt\": \"1 + 2 =\"}\n";
+    std::ofstream(folder + "/grove.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                          << "/models/tiny/qwen3_moe_experts\"\n[data]\nsource = \"prompts.jsonl\"\n"
+                                             "[[rewards]]\nplugin = \"format\"\n";
+    auto r = run_grove("check " + folder + "/grove.toml");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_CONTAINS(r.out,
+                    "# mixture of experts: Qwen3MoeForCausalLM, 2 of 8 experts per token; load-balancing loss "
+                    "weight 0.001");
+    r = run_grove("check " + folder + "/grove.toml --set loss.router_aux_loss_coef=0.25");
+    EXPECT_CONTAINS(r.out, "load-balancing loss weight 0.25");
+    r = run_grove("check " + folder + "/grove.toml --set loss.router_aux_loss_coef=0.25 --set model.path=\"" + kModel + "\"");
+    EXPECT_EQ(r.exit_code, 3) << r.out;
+    EXPECT_CONTAINS(r.out, "has no experts, so there is no load-balancing loss to weight");
+}
+
 // `grove generate --environment`: whole episodes, the environment's parts marked; the wrong kind of
 // plugin is refused with exit code 4 (plugin failure) naming the option.
 TEST(CliModel, GenerateRunsEpisodesWithAnEnvironment) {
