@@ -1072,13 +1072,10 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
                 layer->shared_expert = copy_expert(from->shared_expert);
                 layer->shared_expert_gate = copy_linear(from->shared_expert_gate);
             }
-            for (auto [to, source] : {std::pair{&layer->q, &from->q}, {&layer->k, &from->k}, {&layer->v, &from->v}})
-                *to = copy_linear(*source);
         } else {
             layer->down = copy_linear(from->down);
         }
-        if (from->sparse()) {
-        } else if (from->fused()) {  // the copy's layout either way: separate linears viewing one matrix
+        if (from->fused()) {  // the copy's layout either way: separate linears viewing one matrix
             const int64_t q_rows = config_.num_attention_heads * config_.head_dim,
                           kv_rows = config_.num_key_value_heads * config_.head_dim;
             split(copy_linear(from->qkv), {{&layer->q, q_rows}, {&layer->k, kv_rows}, {&layer->v, kv_rows}}, layer->qkv_weight,
@@ -1087,12 +1084,12 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
                   {{&layer->gate, config_.intermediate_size}, {&layer->up, config_.intermediate_size}}, layer->gate_up_weight,
                   layer->gate_up_bias);
         } else {
-            for (auto [to, source] : {std::pair{&layer->q, &from->q},
-                                      {&layer->k, &from->k},
-                                      {&layer->v, &from->v},
-                                      {&layer->gate, &from->gate},
-                                      {&layer->up, &from->up}})
+            for (auto [to, source] : {std::pair{&layer->q, &from->q}, {&layer->k, &from->k}, {&layer->v, &from->v}})
                 *to = copy_linear(*source);
+            if (!from->sparse()) {
+                layer->gate = copy_linear(from->gate);
+                layer->up = copy_linear(from->up);
+            }
         }
         m->layers_.push_back(std::move(layer));
     }
@@ -1387,14 +1384,19 @@ at::Tensor Model::experts_mlp(const Layer& layer, const at::Tensor& x, RouterLoa
     return out.view(x.sizes());
 }
 
+namespace {
+// total += part, total starting undefined
+void accumulate(at::Tensor& total, const at::Tensor& part) { total = total.defined() ? total + part : part; }
+}  // namespace
+
 void RouterLoad::record(const at::Tensor& router_logits, int64_t experts_per_token) {
     const at::Tensor probabilities = at::softmax(router_logits, -1);
     const at::Tensor picked = std::get<1>(at::topk(probabilities, experts_per_token, -1));  // [N, K]
     const int64_t experts = router_logits.size(-1);
     at::Tensor count = at::one_hot(picked.detach(), experts).to(at::kFloat).sum(0);  // [K, experts]
     at::Tensor sum = probabilities.sum(0).to(at::kFloat);  // in their dtype, as transformers sums them
-    probability_sum = probability_sum.defined() ? probability_sum + sum : sum;
-    selection_count = selection_count.defined() ? selection_count + count : count;
+    accumulate(probability_sum, sum);
+    accumulate(selection_count, count);
     routed += router_logits.size(0);
 }
 
@@ -1433,8 +1435,7 @@ struct Model::CheckpointedLayer : torch::autograd::Function<Model::CheckpointedL
         recording.router_load = &load;
         at::Tensor out = model->layer_forward(size_t(index), h, cos, sin, recording, nullptr);
         RouterLoad& total = *attention->router_load;
-        total.selection_count =
-            total.selection_count.defined() ? total.selection_count + load.selection_count : load.selection_count;
+        accumulate(total.selection_count, load.selection_count);
         total.routed += load.routed;
         return {out, load.probability_sum};
     }
@@ -1516,7 +1517,7 @@ at::Tensor Model::decoder_stack(at::Tensor h, const at::Tensor& position_ids, co
         h = outputs[0];
         if (outputs.size() > 1) {  // a sparse layer's routing, with the graph the backward rebuilds
             RouterLoad& load = *attention.router_load;
-            load.probability_sum = load.probability_sum.defined() ? load.probability_sum + outputs[1] : outputs[1];
+            accumulate(load.probability_sum, outputs[1]);
         }
     }
     return norm(h, norm_);
