@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -94,8 +95,17 @@ private:
 
 }  // namespace
 
+int64_t trained_tokens(const std::vector<SftExample>& examples, const std::vector<int64_t>& picked) {
+    // TRL counts the labels before the shift, so a row's first token counts if it is trained (a row
+    // without a prompt), though nothing predicts it
+    int64_t count = 0;
+    for (int64_t i : picked)
+        for (uint8_t trained : examples[size_t(i)].trained) count += trained ? 1 : 0;
+    return std::max<int64_t>(count, 1);
+}
+
 SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
-                 double router_aux_loss_coef) {
+                 double router_aux_loss_coef, const SftStep& step) {
     // labels = next token where it is trained, -100 elsewhere (prompt, environment, each row's last token)
     std::vector<int64_t> tokens, positions, labels, row_lengths;
     for (int64_t i : picked) {
@@ -115,11 +125,12 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     const at::Tensor logits = model.logits(hidden).to(at::kFloat);
     SftLoss out;
     out.loss = at::cross_entropy_loss(logits, at::tensor(labels, at::kLong).to(logits.device()), std::nullopt,
-                                      at::Reduction::Mean, -100);
+                                      at::Reduction::Sum, -100) /
+               double(step.trained_tokens);
     if (router_aux_loss_coef != 0) {
         const at::Tensor aux = routing.balancing_loss().to(out.loss.device());
         out.aux_loss = aux.item<double>();
-        out.loss = out.loss + aux * router_aux_loss_coef;
+        out.loss = out.loss + aux * (router_aux_loss_coef / double(step.micro_batches));
     }
     return out;
 }
@@ -151,17 +162,15 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     ao.weight_decay = c.train.weight_decay;
     std::vector<at::Tensor> params = model->trainable_parameters();
     AdamW optimizer(params, ao);
-    int64_t batch = c.train.per_device_train_batch_size;
+    const int64_t batch = c.train.per_device_train_batch_size;
+    const int64_t micro_batches = c.train.gradient_accumulation_steps;
     int64_t total = c.train.max_steps;
-    if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch)));
+    if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch * micro_batches)));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
     if (log) *log << schedule.ignored_warmup_warning();
     if (log && c.model.cast_lm_head_to_fp32)  // TRL's SFTConfig has no such option
         *log << "grove: warning: model.cast_lm_head_to_fp32 is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
                 "does not); grove sft ignores it\n";
-    if (log && c.train.gradient_accumulation_steps > 1)
-        *log << "grove: warning: train.gradient_accumulation_steps = " << c.train.gradient_accumulation_steps
-             << ": grove sft takes one batch of per_device_train_batch_size examples per optimizer step and ignores it\n";
 
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
@@ -188,16 +197,23 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
 
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
-        std::vector<int64_t> picked;
-        for (int64_t b = 0; b < batch; ++b) picked.push_back(order.next());
-        const SftLoss step_loss = sft_loss(*model, examples, picked, router_aux_loss_coef);
-        const at::Tensor& loss = step_loss.loss;
-        const std::optional<double>& aux_loss = step_loss.aux_loss;
-        double value = loss.item<double>();
-        if (!std::isfinite(value))
-            throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +
-                                                std::to_string(step + 1) + "; lower train.learning_rate");
-        loss.backward();
+        std::vector<std::vector<int64_t>> picked(size_t(micro_batches), std::vector<int64_t>(size_t(batch), 0));
+        std::vector<int64_t> all_picked;
+        for (auto& micro_batch : picked)
+            for (int64_t& example : micro_batch) all_picked.push_back(example = order.next());
+        const SftStep scale{trained_tokens(examples, all_picked), micro_batches};
+        double value = 0;                // the step's loss, as TRL logs it: the sum of its micro-batches' scaled losses
+        std::optional<double> aux_loss;  // TRL logs the micro-batches' mean
+        for (const auto& micro_batch : picked) {
+            const SftLoss part = sft_loss(*model, examples, micro_batch, router_aux_loss_coef, scale);
+            const double part_value = part.loss.item<double>();
+            if (!std::isfinite(part_value))
+                throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(part_value) + " at step " +
+                                                    std::to_string(step + 1) + "; lower train.learning_rate");
+            part.loss.backward();
+            value += part_value;
+            if (part.aux_loss) aux_loss = aux_loss.value_or(0) + *part.aux_loss / double(micro_batches);
+        }
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         const double lr = schedule.rate(step);
         optimizer.step(lr);

@@ -18,10 +18,22 @@ struct SftLoss {
     std::optional<double> aux_loss;  // a mixture of experts' load-balancing loss (unweighted), when it is trained
 };
 
-// Next-token cross-entropy over the trained tokens of the examples `picked`, their rows packed end to
-// end; a mixture of experts with router_aux_loss_coef != 0 adds coef x its load-balancing loss, as
-// TRL 1.16's SFTTrainer does (one micro-batch per optimizer step).
+// The optimizer step a micro-batch belongs to, for scaling its loss as TRL 1.16's SFTTrainer does
+// under transformers' Trainer: the cross-entropy is summed and divided by the trained tokens of the
+// whole step (Trainer's num_items_in_batch), the load-balancing term divided by the micro-batches.
+struct SftStep {
+    int64_t trained_tokens = 1;  // of every micro-batch of the step; see trained_tokens()
+    int64_t micro_batches = 1;
+};
+
+// Trained tokens of the examples `picked` (TRL's labels != -100), at least 1 as TRL clamps it.
+int64_t trained_tokens(const std::vector<SftExample>& examples, const std::vector<int64_t>& picked);
+
+// One micro-batch's loss: the next-token cross-entropy over the trained tokens of the examples
+// `picked`, their rows packed end to end, scaled for `step`; a mixture of experts with
+// router_aux_loss_coef != 0 adds coef x its load-balancing loss / step.micro_batches. The micro-
+// batches' losses (and gradients) add up to the step's.
 SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
-                 double router_aux_loss_coef);
+                 double router_aux_loss_coef, const SftStep& step);
 
 }  // namespace grove

@@ -166,6 +166,27 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     EXPECT_EQ(again.exit_code, 0) << again.out;
     EXPECT_NE(again.out.find("sft had no steps left"), std::string::npos) << again.out;
 
+    // train.gradient_accumulation_steps, scaled as TRL's Trainer scales it (each micro-batch's token
+    // sum over the trained tokens of the whole step): 2 micro-batches of 2 examples take the steps
+    // of batches of 4 — the same losses and weights, up to float rounding
+    auto accumulated = sft(dir + "/accumulated",
+                           "--set train.max_steps=4 --set train.per_device_train_batch_size=2 "
+                           "--set train.gradient_accumulation_steps=2");
+    ASSERT_EQ(accumulated.exit_code, 0) << accumulated.out;
+    auto losses_logged = [](const std::string& out) {
+        std::vector<double> losses;
+        std::ifstream in(out + "/metrics.jsonl");
+        for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+        return losses;
+    };
+    const auto whole_losses = losses_logged(dir + "/straight"), accumulated_losses = losses_logged(dir + "/accumulated");
+    ASSERT_EQ(accumulated_losses.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(accumulated_losses[i], whole_losses[i], 1e-5) << "step " << i + 1;
+    double apart = 0.0;
+    for (const auto& [name, t] : weights(dir + "/accumulated"))
+        apart = std::max(apart, (t - a.at(name)).abs().max().item<double>());
+    EXPECT_LT(apart, 1e-4) << "after 4 steps of learning rate 1e-3";
+
     // a GRPO-only setting in the shared manifest is named as ignored, not silently dropped
     auto cast = sft(dir + "/cast", "--set train.max_steps=1 --set model.cast_lm_head_to_fp32=true");
     EXPECT_EQ(cast.exit_code, 0) << cast.out;

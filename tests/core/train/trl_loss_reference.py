@@ -130,38 +130,60 @@ ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
 
 
 # TRL's SFTTrainer.compute_loss on one fixed batch (grove sft's loss): the dense Llama, and mixtures of
-# experts whose loss takes the load-balancing term (the config's coefficient, and 0.5)
+# experts whose loss takes the load-balancing term (the config's coefficient, and 0.5). The cases with
+# micro_batches take one optimizer step of gradient accumulation through Trainer.training_step, which
+# scales each micro-batch's loss by the step's trained tokens (num_items_in_batch).
 SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", model="qwen3_moe"),
-             dict(name="sft_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5)]
+             dict(name="sft_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5),
+             dict(name="sft_llama_accumulated", model="model", micro_batches=[[0, 1], [2]]),
+             dict(name="sft_mixtral_aux_accumulated", model="mixtral", router_aux_loss_coef=0.5,
+                  micro_batches=[[2], [0, 1]])]
 SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1, 1]),
             ([40, 41, 42, 43, 44, 45, 46, 2], [0, 0, 0, 0, 1, 1, 1, 1])]
 
 
-def sft_reference(folders, tokenizer):
-    from trl import SFTConfig, SFTTrainer
-    T = max(len(ids) for ids, _ in SFT_ROWS)
-    ids = torch.zeros(len(SFT_ROWS), T, dtype=torch.long)
+def sft_batch(picked):
+    """The rows `picked`, right-padded, with a label where the token is trained."""
+    rows = [SFT_ROWS[i] for i in picked]
+    T = max(len(ids) for ids, _ in rows)
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
     mask = torch.zeros_like(ids)
     labels = torch.full_like(ids, -100)
-    for b, (row, trained) in enumerate(SFT_ROWS):  # right-padded; a label where the token is trained
+    for b, (row, trained) in enumerate(rows):
         ids[b, :len(row)] = torch.tensor(row)
         mask[b, :len(row)] = 1
         labels[b, :len(row)] = torch.where(torch.tensor(trained) == 1, torch.tensor(row), -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def sft_reference(folders, tokenizer):
+    from trl import SFTConfig, SFTTrainer
     results = []
     for case in SFT_CASES:
+        micro_batches = case.get("micro_batches", [list(range(len(SFT_ROWS)))])
         args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,
-                         per_device_train_batch_size=len(SFT_ROWS), gradient_checkpointing=False,
+                         per_device_train_batch_size=max(len(m) for m in micro_batches),
+                         gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
                          router_aux_loss_coef=case.get("router_aux_loss_coef"))
         trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(folders[case["model"]]), args=args,
                              processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
         trainer.model.train()
         trainer.model.zero_grad()
-        loss = trainer.compute_loss(trainer.model, {"input_ids": ids, "attention_mask": mask, "labels": labels})
-        loss.backward()
+        if "micro_batches" in case:  # Trainer's inner loop for one optimizer step
+            batches = [sft_batch(m) for m in micro_batches]
+            trainer.current_gradient_accumulation_steps = len(batches)
+            num_items = trainer._get_num_items_in_batch(batches, torch.device("cpu"))
+            assert num_items is not None, "Trainer should scale by the step's tokens"
+            loss = sum(trainer.training_step(trainer.model, b, num_items) for b in batches)
+        else:
+            loss = trainer.compute_loss(trainer.model, sft_batch(micro_batches[0]))
+            loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
         aux = trainer._metrics["train"].get("aux_loss")
-        results.append({**case, "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
-                        "loss": loss.item(), "grad_norm": grad_norm.item(), "aux_loss": aux[-1] if aux else None})
+        results.append({**case, "micro_batches": micro_batches,
+                        "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
+                        "loss": float(loss), "grad_norm": grad_norm.item(),
+                        "aux_loss": sum(aux) / len(aux) if aux else None})
     return {"rows": [{"ids": row, "trained": trained} for row, trained in SFT_ROWS], "cases": results}
 
 
