@@ -25,7 +25,7 @@ import torch
 
 SECTIONS = ["environment", "correctness", "training", "distributed", "generation", "step", "trace"]
 TINY = ["llama_gqa", "llama3_rope", "qwen2_tied", "qwen3_qknorm", "mistral_mha", "phi3_longrope", "phi3_partial",
-        "mistral_window", "qwen2_window", "smollm3_nope", "gemma3_window", "gemma3_vision", "olmo2_post_norm",
+        "mistral_window", "qwen2_window", "smollm3_nope", "gemma2_softcap", "gemma3_window", "gemma3_vision", "olmo2_post_norm",
         "olmo3_window", "qwen3_moe_experts", "mixtral_experts", "olmoe_experts",
         "qwen2_moe_shared"]
 RANDOM_SHAPES = ["smollm2-135m", "qwen2.5-0.5b"]
@@ -124,7 +124,9 @@ def grove_logprobs(ctx, folder, rows, temperature, dtype):
 def transformers_logprobs(ctx, folder, rows, temperature, dtype):
     """The same log-probs from transformers on this device (TRL's recipe: logits / T, log_softmax, gather)."""
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(ctx.device).eval()
+    # Gemma 2: transformers' SDPA leaves out the attention's soft-capping; its eager attention applies it
+    eager = {"attn_implementation": "eager"} if "gemma2" in folder else {}
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **eager).to(ctx.device).eval()
     out = []
     with torch.no_grad():
         for r in rows:

@@ -107,6 +107,8 @@ public:
                                     const std::vector<int64_t>& row_lengths, RouterLoad* router_load = nullptr) const;
     // logits = lm_head(hidden); float32 when the head is kept in float32
     at::Tensor logits(const at::Tensor& hidden) const;
+    // The output layer's logits soft-capped as the config asks (Gemma 2's final_logit_softcapping)
+    at::Tensor soft_capped_logits(const at::Tensor& logits) const;
     // TRL's cast_lm_head_to_fp32 (the ScaleRL recipe): the output layer's weight is kept in float32
     // and its product runs in float32 outside autocast, on hidden states cast up (logits(),
     // token_logprobs). A tied head keeps the embedding matrix in float32 and casts its lookups to
@@ -184,6 +186,9 @@ private:
     // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                              const Attention& attention, KVCache* cache) const;
+    // ATen's attention [B, heads, T, D] -> [B, heads, T, D], soft-capped when the config asks
+    at::Tensor scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::optional<at::Tensor>& visible, bool causal, bool grouped) const;
     // [B, heads, T, D] each -> [B, T, heads * D], under `visible` (the layer's mask in `attention`)
     at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, const at::Tensor& visible,
                       KVCache* cache, size_t index) const;

@@ -29,7 +29,7 @@ struct RopeScaling {
 
 struct ModelConfig {
     std::string
-        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral, olmoe, qwen2_moe
+        model_type;  // llama, qwen2, qwen3, mistral, phi3, smollm3, gemma2, gemma3_text, gemma3, olmo2, olmo3, qwen3_moe, mixtral, olmoe, qwen2_moe
     std::string architecture;          // LlamaForCausalLM, ..., or LlamaForSequenceClassification, ... (a reward model)
     bool sequence_classifier = false;  // a score head [num_labels, hidden] in place of the LM head
     int64_t num_labels = 0;
@@ -68,6 +68,10 @@ struct ModelConfig {
     enum class Activation { silu, gelu_tanh } activation = Activation::silu;  // the gated MLP's: SwiGLU or GeGLU
     double embedding_scale = 1.0;  // token embeddings are multiplied by it (Gemma: sqrt(hidden_size))
     double attention_scale = 0.0;  // the queries' scale: head_dim^-1/2, Gemma's query_pre_attn_scalar^-1/2
+    // Gemma 2's tanh soft-capping, cap * tanh(x / cap), of the scaled attention scores (before the
+    // mask) and of the final logits (0: none)
+    double attention_logit_softcap = 0.0;
+    double final_logit_softcap = 0.0;
     // Gemma 3's sliding layers rotate with their own base and no scaling, OLMo 3's with rope_theta and
     // no scaling (0: every layer rotates alike)
     double local_rope_theta = 0.0;

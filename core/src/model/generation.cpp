@@ -533,9 +533,9 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     detail::check_generation_length(model, prompts, o.max_new_tokens);
     // the engine merges adapters into its generation weights: one without merged_delta stays eager,
-    // as does a mixture of experts (its steps' work follows the routing)
+    // as does a mixture of experts (its steps' work follows the routing) and soft-capped attention
     if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled() && model.adapters_can_merge() &&
-        !model.config().mixture_of_experts())
+        !model.config().mixture_of_experts() && model.config().attention_logit_softcap == 0)
         return static_generate(model, prompts, o);
     DecodeSession session(model, prompts, o, o.max_new_tokens, /*resumable=*/false);
     const auto turns = session.sample_turn(std::vector<int64_t>(prompts.size(), o.max_new_tokens));
@@ -572,7 +572,8 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
     // memory is what is short there. The CPU keeps autograd's path, where the recomputed product
     // would cost time and memory is plentiful. A trained entropy needs the logits' graph: autograd's path.
     const bool recording = at::GradMode::is_enabled() && (hidden.requires_grad() || model.lm_head_weight().requires_grad());
-    if (recording && hidden.is_cuda() && B * T > 0 && !(entropy && entropy_graph)) {
+    // (its backward knows no soft-capped logits: Gemma 2 takes autograd's path)
+    if (recording && hidden.is_cuda() && B * T > 0 && !(entropy && entropy_graph) && model.config().final_logit_softcap == 0) {
         if (entropy) {
             at::NoGradGuard no_grad;
             token_logprobs(model, hidden, targets, temperature, chunk_rows, entropy);
@@ -584,7 +585,9 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
     // one pass even with no positions, so the result stays in the graph of hidden and the head
     for (int64_t start = 0; start == 0 || start < B * T; start += chunk_rows) {
         int64_t n = std::min(chunk_rows, B * T - start);
-        at::Tensor logits = at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight()).to(at::kFloat) / temperature;
+        at::Tensor logits =
+            model.soft_capped_logits(at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight())).to(at::kFloat) /
+            temperature;
         at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
         at::Tensor normalizer = at::logsumexp(logits, -1);
         pieces.push_back(picked - normalizer);

@@ -126,6 +126,7 @@ const std::map<std::string, std::string> kSupported = {
     {"MistralForCausalLM", "mistral"},
     {"Phi3ForCausalLM", "phi3"},
     {"SmolLM3ForCausalLM", "smollm3"},
+    {"Gemma2ForCausalLM", "gemma2"},
     {"Gemma3ForCausalLM", "gemma3_text"},
     {"Gemma3ForConditionalGeneration", "gemma3"},  // its text model only; the vision tower is kept as it is
     {"Olmo2ForCausalLM", "olmo2"},
@@ -140,6 +141,7 @@ const std::map<std::string, std::string> kSupported = {
     {"MistralForSequenceClassification", "mistral"},
     {"Phi3ForSequenceClassification", "phi3"},
     {"SmolLM3ForSequenceClassification", "smollm3"},
+    {"Gemma2ForSequenceClassification", "gemma2"},
     {"Gemma3TextForSequenceClassification", "gemma3_text"},
     {"Qwen3MoeForSequenceClassification", "qwen3_moe"},
     {"Qwen2MoeForSequenceClassification", "qwen2_moe"},
@@ -282,6 +284,32 @@ void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) 
 
 // Gemma 3's text model (Gemma3TextConfig): what differs from Llama's layers, and what Grove does not
 // compute refused by name.
+// A soft-capping key (Gemma 2): its value, the config class's default when absent, 0 (none) when null
+double read_softcap(const json& j, const char* key, double absent, const std::string& file) {
+    if (!j.contains(key)) return absent;
+    if (j[key].is_null()) return 0.0;
+    const double cap = get_or<double>(j, key, absent, file);
+    if (!(cap > 0 && std::isfinite(cap))) throw Error(ErrorKind::input, file + ": " + key + " must be positive or null");
+    return cap;
+}
+
+// Gemma 2: Gemma 3's norms, embedding scale, GeGLU and query scale, without q_norm / k_norm or a
+// local rotary base, and with tanh soft-capping of the attention scores and of the final logits
+void read_gemma2_specifics(const json& j, const std::string& file, ModelConfig& c) {
+    c.gemma_norms = true;
+    c.norm_scaling = ModelConfig::NormScaling::one_plus_in_float32;
+    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    c.attention_scale = std::pow(get_or<double>(j, "query_pre_attn_scalar", 256.0, file), -0.5);
+    if (!(c.attention_scale > 0 && std::isfinite(c.attention_scale)))
+        throw Error(ErrorKind::input, file + ": query_pre_attn_scalar must be positive");
+    c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
+    c.attention_logit_softcap = read_softcap(j, "attn_logit_softcapping", 50.0, file);
+    c.final_logit_softcap = read_softcap(j, "final_logit_softcapping", 30.0, file);
+    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
+        throw Error(ErrorKind::input,
+                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+}
+
 void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& c) {
     c.gemma_norms = true;
     c.norm_scaling = ModelConfig::NormScaling::one_plus_in_float32;
@@ -389,7 +417,11 @@ void read_sliding_window(const json& j, const std::string& file, ModelConfig& c)
     const size_t layers = size_t(c.num_hidden_layers);  // positive: the sizes are checked first
     c.windowed_layers.assign(layers, false);
     if (c.gemma_norms || c.model_type == "olmo3") {  // OLMo 3: three of every four layers slide
-        read_sliding_layer_types(j, file, c, c.gemma_norms ? get_or<int64_t>(j, "sliding_window_pattern", 6, file) : 4);
+        // Gemma 2: every other layer slides, from the first
+        const int64_t pattern = c.model_type == "gemma2" ? 2
+                                : c.gemma_norms          ? get_or<int64_t>(j, "sliding_window_pattern", 6, file)
+                                                         : 4;
+        read_sliding_layer_types(j, file, c, pattern);
         return;
     }
     const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
@@ -499,9 +531,10 @@ ModelConfig load_model_config(const std::string& folder) {
         j = j.contains("text_config") && j["text_config"].is_object() ? j["text_config"] : json::object();
         file += " text_config";
     }
-    const bool gemma = c.model_type == "gemma3_text" || c.nested_text_model;
-    if (gemma)  // Gemma3TextConfig's defaults for the keys Grove otherwise requires
-        for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", 262208},
+    const bool gemma2 = c.model_type == "gemma2";
+    const bool gemma = c.model_type == "gemma3_text" || c.nested_text_model || gemma2;
+    if (gemma)  // Gemma2Config's and Gemma3TextConfig's defaults for the keys Grove otherwise requires
+        for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", gemma2 ? 256000 : 262208},
                                          {"hidden_size", 2304},
                                          {"intermediate_size", 9216},
                                          {"num_hidden_layers", 26},
@@ -535,7 +568,8 @@ ModelConfig load_model_config(const std::string& folder) {
     const bool olmo = c.model_type == "olmo2" || c.model_type == "olmo3";
     const bool mixtral = c.model_type == "mixtral";
     c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings",
-                                                gemma                                                        ? 131072
+                                                gemma2                                                       ? 8192
+                                                : gemma                                                      ? 131072
                                                 : olmo                                                       ? 2048
                                                 : mixtral                                                    ? 131072
                                                 : c.model_type == "qwen3_moe" || c.model_type == "qwen2_moe" ? 32768
@@ -546,6 +580,7 @@ ModelConfig load_model_config(const std::string& folder) {
                                     c.model_type == "phi3" || olmo || mixtral || c.model_type == "olmoe" ? 1e-5 : 1e-6, file);
     c.rope_theta = get_or<double>(j, "rope_theta",
                                   c.model_type == "smollm3" ? 2000000.0
+                                  : gemma2                  ? 10000.0
                                   : gemma || mixtral        ? 1000000.0
                                                             : 10000.0,
                                   file);
@@ -563,6 +598,8 @@ ModelConfig load_model_config(const std::string& folder) {
         c.qk_norm = true;  // Qwen3: an RMS norm over each head of q and k, before the rotary embedding
     } else if (c.model_type == "phi3") {
         read_phi3_specifics(j, file, c);
+    } else if (gemma2) {
+        read_gemma2_specifics(j, file, c);
     } else if (gemma) {
         read_gemma3_specifics(j, file, c);
     } else if (c.model_type == "qwen3_moe" || c.model_type == "mixtral" || c.model_type == "olmoe" ||
@@ -573,7 +610,7 @@ ModelConfig load_model_config(const std::string& folder) {
         // OLMo 3's sliding layers rotate without the rope scaling its full layers take
         if (c.model_type == "olmo3") c.local_rope_theta = c.rope_theta;
     }
-    // Gemma3TextConfig names it hidden_activation (and ignores hidden_act)
+    // Gemma2Config and Gemma3TextConfig name it hidden_activation (and ignore hidden_act)
     const std::string activation_key = gemma ? "hidden_activation" : "hidden_act";
     const std::string activation = get_or<std::string>(j, activation_key, gemma ? "gelu_pytorch_tanh" : "silu", file);
     if (activation == "gelu_pytorch_tanh")  // ACT2FN: gelu(x, approximate="tanh")
@@ -595,7 +632,7 @@ ModelConfig load_model_config(const std::string& folder) {
     if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
     const json* rope_parameters =
         j.contains("rope_parameters") && j["rope_parameters"].is_object() ? &j["rope_parameters"] : nullptr;
-    if (gemma && rope_parameters && rope_parameters->contains("full_attention"))
+    if (gemma && !gemma2 && rope_parameters && rope_parameters->contains("full_attention"))
         rope_parameters = gemma3_rope_parameters(*rope_parameters, file, c);
     const json* scaling = nullptr;
     if (j.contains("rope_scaling") && j["rope_scaling"].is_object())
@@ -627,7 +664,7 @@ ModelConfig load_model_config(const std::string& folder) {
     }
     if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids);
     if (c.nested_text_model && top.contains("eos_token_id")) add_ids(top["eos_token_id"], c.eos_token_ids);
-    if (gemma) {  // Gemma3TextConfig's ids where the keys are absent
+    if (gemma) {  // Gemma2Config's and Gemma3TextConfig's ids where the keys are absent
         if (!j.contains("eos_token_id")) c.eos_token_ids.push_back(1);
         if (!j.contains("bos_token_id")) c.bos_token_id = 2;
         if (!j.contains("pad_token_id")) c.pad_token_id = 0;
@@ -1243,9 +1280,10 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     }
     const at::Tensor& visible =
         c.layer_windowed(index) && attention.windowed.defined() ? attention.windowed : attention.visible;
-    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
-                                  cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
-                                  visible.is_contiguous() && visible.scalar_type() == at::kBool && visible.numel() == B * S;
+    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() &&
+                                  c.attention_logit_softcap == 0 && v.is_contiguous() && cache->keys[index].is_contiguous() &&
+                                  cache->values[index].is_contiguous() && visible.is_contiguous() &&
+                                  visible.scalar_type() == at::kBool && visible.numel() == B * S;
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention_kernel) {
         attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
@@ -1276,6 +1314,37 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     return h + norm(mlp(layer, norm(h, layer.pre_feedforward_norm), attention.router_load), layer.post_feedforward_norm);
 }
 
+namespace {
+// Attention with soft-capped scores (Gemma 2), in the order of transformers' eager attention, the
+// only one of its implementations that applies the cap: the scaled product and the cap in q's
+// dtype, masked keys at the dtype's lowest value, the softmax in float32 cast back. q [B, heads, T,
+// D]; k, v [B, kv_heads, S, D] (heads a multiple of kv_heads); visible [B or 1, 1, T, S], key j
+// visible to query i, or none: causal (the last T of S positions).
+at::Tensor softcapped_attention(const at::Tensor& q, at::Tensor k, at::Tensor v, const std::optional<at::Tensor>& visible,
+                                double scale, double cap) {
+    const int64_t group = q.size(1) / k.size(1), T = q.size(2), S = k.size(2);
+    if (group > 1) k = k.repeat_interleave(group, 1), v = v.repeat_interleave(group, 1);
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+    scores = (scores / cap).tanh() * cap;
+    at::Tensor mask = visible ? *visible : at::ones({T, S}, q.options().dtype(at::kBool)).tril(S - T);
+    // finite, so that a fully masked row (a padding query) stays finite rather than NaN
+    const at::Scalar lowest = scores.scalar_type() == at::kBFloat16 ? at::Scalar(std::numeric_limits<c10::BFloat16>::lowest())
+                              : scores.scalar_type() == at::kHalf   ? at::Scalar(std::numeric_limits<c10::Half>::lowest())
+                                                                    : at::Scalar(std::numeric_limits<float>::lowest());
+    scores = scores.masked_fill(mask.logical_not(), lowest);
+    return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), v);
+}
+}  // namespace
+
+// The attention of layer_forward's ATen path: scaled dot-product attention, or its soft-capped form
+at::Tensor Model::scaled_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const std::optional<at::Tensor>& visible, bool causal, bool grouped) const {
+    const ModelConfig& c = config_;
+    if (c.attention_logit_softcap > 0)
+        return softcapped_attention(q, k, v, causal ? std::nullopt : visible, c.attention_scale, c.attention_logit_softcap);
+    return at::scaled_dot_product_attention(q, k, v, visible, 0.0, causal, c.attention_scale, grouped);
+}
+
 // ATen's attention for layer_forward: packed rows (causal, or under the window's band), or a padded
 // batch (with its cache) under its mask
 at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attention& attention, const at::Tensor& visible,
@@ -1301,9 +1370,8 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
             keys = keys.repeat_interleave(group, 1);
             values = values.repeat_interleave(group, 1);
         }
-        at::Tensor rows =
-            at::scaled_dot_product_attention(to_rows(q), keys, values, band ? std::optional<at::Tensor>(visible) : std::nullopt,
-                                             0.0, !band, c.attention_scale, gqa && !band);
+        at::Tensor rows = scaled_attention(to_rows(q), keys, values, band ? std::optional<at::Tensor>(visible) : std::nullopt,
+                                           !band, gqa && !band);
         attn = rows.transpose(1, 2)
                    .reshape({attention.rows * attention.width, c.num_attention_heads * c.head_dim})
                    .index_select(0, attention.slots)
@@ -1321,11 +1389,10 @@ at::Tensor Model::attend(at::Tensor q, at::Tensor k, at::Tensor v, const Attenti
             // fused kernels, which take no grouped heads with a mask (ATen's math path would: 0.5 ms
             // of host time per call on an H100).
             const int64_t group = c.num_attention_heads / c.num_key_value_heads;
-            attn = at::scaled_dot_product_attention(q.reshape({B, c.num_key_value_heads, group, c.head_dim}), k, v, visible,
-                                                    0.0, false, c.attention_scale)
+            attn = scaled_attention(q.reshape({B, c.num_key_value_heads, group, c.head_dim}), k, v, visible, false, false)
                        .reshape({B, 1, c.num_attention_heads * c.head_dim});
         } else {
-            attn = at::scaled_dot_product_attention(q, k, v, visible, 0.0, false, c.attention_scale, gqa)
+            attn = scaled_attention(q, k, v, visible, false, gqa)
                        .transpose(1, 2)
                        .reshape({B, T, c.num_attention_heads * c.head_dim});
         }
@@ -1597,9 +1664,14 @@ at::Tensor Model::embed(const at::Tensor& ids) const {
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {
-    if (!lm_head_float32_) return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
+    if (!lm_head_float32_) return soft_capped_logits(linear_for_scope(hidden, lm_head_weight(), std::nullopt));
     AutocastScope off(hidden.device().type(), false, at::kBFloat16);
-    return linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt);
+    return soft_capped_logits(linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt));
+}
+
+at::Tensor Model::soft_capped_logits(const at::Tensor& logits) const {
+    const double cap = config_.final_logit_softcap;
+    return cap > 0 ? (logits / cap).tanh() * cap : logits;  // in the logits' dtype, as transformers
 }
 
 void Model::keep_lm_head_in_float32() {

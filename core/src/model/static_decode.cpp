@@ -395,6 +395,8 @@ GenerationResult static_generate(const Model& policy, const std::vector<std::vec
     // which expert a token takes decides the work per step, which a captured graph cannot follow
     if (policy.config().mixture_of_experts())
         throw Error(ErrorKind::usage, "the graph engine does not run mixtures of experts; generate() decodes them eagerly");
+    if (policy.config().attention_logit_softcap > 0)  // its fused attention takes no cap
+        throw Error(ErrorKind::usage, "the graph engine does not soft-cap attention (Gemma 2); generate() decodes it eagerly");
     detail::check_generation_length(policy, prompts, o.max_new_tokens);
     at::NoGradGuard no_grad;
     const at::Device device = policy.device();

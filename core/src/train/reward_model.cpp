@@ -25,8 +25,10 @@ RewardModel::RewardModel(const std::string& folder, const std::string& device, c
                                               ", not a reward model: [[rewards]] model = needs a sequence classifier "
                                               "(LlamaForSequenceClassification, Qwen2ForSequenceClassification, "
                                               "Qwen3ForSequenceClassification, MistralForSequenceClassification, "
-                                              "Phi3ForSequenceClassification, SmolLM3ForSequenceClassification or "
-                                              "Gemma3TextForSequenceClassification)");
+                                              "Phi3ForSequenceClassification, SmolLM3ForSequenceClassification, "
+                                              "Gemma2ForSequenceClassification, Gemma3TextForSequenceClassification, "
+                                              "Qwen3MoeForSequenceClassification, Qwen2MoeForSequenceClassification or "
+                                              "MixtralForSequenceClassification)");
         folder_ = folder;
         model_ = Model::load(folder, device, "float32");
         tokenizer_ = Tokenizer::load(folder);

@@ -18,7 +18,7 @@ import trl
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from trl.data_utils import apply_chat_template
-from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma3Config,
+from transformers import (AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, Gemma2Config, Gemma3Config,
                           Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Olmo2Config, Olmo3Config, OlmoeConfig,
                           Phi3Config, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
 
@@ -82,6 +82,14 @@ CONFIGS = {
                                       rope_scaling={"rope_type": "linear", "factor": 8.0},
                                       # Gemma's ids; sqrt(48) rounds in bfloat16, as sqrt(1152) does for gemma-3-1b
                                       **{**COMMON, "bos_token_id": 2, "eos_token_id": 1, "hidden_size": 48}),
+    # Gemma 2: Gemma 3's norms, GeGLU, embedding scale and query scale (query_pre_attn_scalar 20),
+    # without q/k norms; the attention scores soft-capped at 1 and the final logits at 2 (gemma-2's 50
+    # and 30 cap scores of its own scale; these caps are small enough to bend this model's), layer 0
+    # sliding (window 4) as Gemma2Config's rule has it
+    "gemma2_softcap": Gemma2Config(num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=20,
+                                   attn_logit_softcapping=1.0, final_logit_softcapping=2.0, sliding_window=4,
+                                   tie_word_embeddings=True, pad_token_id=0,
+                                   **{**COMMON, "bos_token_id": 2, "eos_token_id": 1}),
     # Gemma 3 4B and larger: the text model (as above, global layer first) under text_config beside a
     # vision tower and projector, which Grove keeps as they are
     "gemma3_vision": Gemma3Config(
@@ -137,6 +145,8 @@ WITHOUT = {
     "mixtral_experts": {"the second expert": {"num_experts_per_tok": 1}, "the window": {"sliding_window": None}},
     "olmoe_experts": {"the second expert": {"num_experts_per_tok": 1}, "unrenormalized top-2": {"norm_topk_prob": True}},
     "qwen2_moe_shared": {"the second expert": {"num_experts_per_tok": 1}},
+    "gemma2_softcap": {"the attention's soft-capping": {"attn_logit_softcapping": None},
+                       "the final soft-capping": {"final_logit_softcapping": None}, "the window": {"sliding_window": 256}},
     "gemma3_window": {"the window": {"sliding_window": 256}, "the local rotary base": {"rope_local_base_freq": 1000000.0},
                       "linear scaling": {"rope_scaling": {"rope_type": "default"}}},
 }
@@ -158,8 +168,11 @@ def print_sensitivity(name, config, model, ids, mask, positions, logits):
 
 def bfloat16_logprobs(folder, ids, mask, completion, temperature):
     """The completion's log-probabilities under transformers' own bf16 model (as from_pretrained gives
-    it: SDPA attention), row by row without padding: where each product rounds is the architecture's."""
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    it: SDPA attention, but eager for Gemma 2, whose SDPA leaves out the attention's soft-capping),
+    row by row without padding: where each product rounds is the architecture's."""
+    eager = "gemma2" in folder
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16,
+                                                 **({"attn_implementation": "eager"} if eager else {})).eval()
     rows = []
     with torch.no_grad():
         for b in range(ids.shape[0]):
@@ -321,6 +334,8 @@ REWARD_CONFIGS = {
                               tie_word_embeddings=False, **COMMON),
     "smollm3_reward": SmolLM3Config(num_attention_heads=4, num_key_value_heads=2, num_labels=1, pad_token_id=0,
                                     no_rope_layer_interval=2, **COMMON),
+    "gemma2_reward": Gemma2Config(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_labels=1, pad_token_id=0,
+                                  attn_logit_softcapping=1.0, sliding_window=4, **COMMON),
     "gemma3_reward": Gemma3TextConfig(num_attention_heads=4, num_key_value_heads=1, head_dim=16, num_labels=1,
                                       pad_token_id=0, sliding_window=4, sliding_window_pattern=2, **COMMON),
     # mixtures of experts (OLMoE has no sequence classifier in transformers)
@@ -476,7 +491,7 @@ def main():
             save_gemma_tokenizer(folder)
             from transformers import Gemma3ImageProcessor
             Gemma3ImageProcessor(size={"height": 16, "width": 16}).save_pretrained(folder)
-        if name in ("olmo2_post_norm", "olmo3_window", "qwen3_moe_experts",
+        if name in ("gemma2_softcap", "olmo2_post_norm", "olmo3_window", "qwen3_moe_experts",
                     "qwen2_moe_shared"):  # the LoRA tests train them from text prompts
             save_tokenizer(folder)
         if name == "llama_gqa":

@@ -30,10 +30,10 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModels = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny";
-const char* const kNames[] = {"llama_gqa",       "llama3_rope",   "qwen2_tied",      "qwen3_qknorm", "mistral_mha",
-                              "phi3_longrope",   "phi3_partial",  "mistral_window",  "qwen2_window", "smollm3_nope",
-                              "gemma3_window",   "gemma3_vision", "olmo2_post_norm", "olmo3_window", "qwen3_moe_experts",
-                              "mixtral_experts", "olmoe_experts", "qwen2_moe_shared"};
+const char* const kNames[] = {"llama_gqa",         "llama3_rope",     "qwen2_tied",     "qwen3_qknorm",    "mistral_mha",
+                              "phi3_longrope",     "phi3_partial",    "mistral_window", "qwen2_window",    "smollm3_nope",
+                              "gemma2_softcap",    "gemma3_window",   "gemma3_vision",  "olmo2_post_norm", "olmo3_window",
+                              "qwen3_moe_experts", "mixtral_experts", "olmoe_experts",  "qwen2_moe_shared"};
 
 std::map<std::string, at::Tensor> reference(const std::string& name) {
     grove::SafetensorsFile file(kModels + "/" + name + "/reference.safetensors");

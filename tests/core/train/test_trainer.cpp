@@ -762,12 +762,12 @@ TEST(Trainer, DynamicSamplingTrainsOnlyOnGroupsThatDisagree) {
 
 // A reward model's scores equal transformers' sequence-classification logits as TRL computes them
 // (prompt + completion without special tokens, right-padded, the last real token's first logit), on
-// the tiny Llama, Qwen2, Qwen3, Phi-3, SmolLM3, Gemma 3, Qwen3-MoE, Qwen2-MoE and Mixtral classifiers
+// the tiny Llama, Qwen2, Qwen3, Phi-3, SmolLM3, Gemma 2, Gemma 3, Qwen3-MoE, Qwen2-MoE and Mixtral classifiers
 // make_tiny_models.py writes, texts of unequal lengths
 // included.
 TEST(RewardModel, ScoresEqualTransformersSequenceClassification) {
-    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward", "smollm3_reward", "gemma3_reward",
-                             "qwen3_moe_reward", "qwen2_moe_reward", "mixtral_reward"}) {
+    for (const char* name : {"llama_reward", "qwen2_reward", "qwen3_reward", "phi3_reward", "smollm3_reward", "gemma2_reward",
+                             "gemma3_reward", "qwen3_moe_reward", "qwen2_moe_reward", "mixtral_reward"}) {
         const std::string folder = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
         std::ifstream in(folder + "/reference.json");
         const auto reference = nlohmann::json::parse(in);
