@@ -585,8 +585,9 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
     // one pass even with no positions, so the result stays in the graph of hidden and the head
     for (int64_t start = 0; start == 0 || start < B * T; start += chunk_rows) {
         int64_t n = std::min(chunk_rows, B * T - start);
+        // soft-capped in float32, as TRL's fused head computes GRPO's log-probabilities
         at::Tensor logits =
-            model.soft_capped_logits(at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight())).to(at::kFloat) /
+            model.soft_capped_logits(at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight()).to(at::kFloat)) /
             temperature;
         at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
         at::Tensor normalizer = at::logsumexp(logits, -1);

@@ -320,11 +320,9 @@ void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& 
         throw Error(ErrorKind::input, file + ": query_pre_attn_scalar must be positive");
     c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
     c.qk_norm = true;  // q_norm / k_norm over each head, before the rotary embedding, as Qwen3
-    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
-        if (j.contains(key) && !j[key].is_null())
-            throw Error(ErrorKind::input, file + ": " + key +
-                                              " is set: Grove does not apply logit soft-capping (Gemma 2's); Gemma 3 "
-                                              "checkpoints have it null");
+    // Gemma3TextConfig's caps are null; a config that sets them gets them, as in transformers
+    c.attention_logit_softcap = read_softcap(j, "attn_logit_softcapping", 0.0, file);
+    c.final_logit_softcap = read_softcap(j, "final_logit_softcapping", 0.0, file);
     if (get_or<bool>(j, "use_bidirectional_attention", false, file))
         throw Error(ErrorKind::input, file +
                                           ": use_bidirectional_attention is true (an embedding model's "

@@ -173,11 +173,17 @@ def bfloat16_logprobs(folder, ids, mask, completion, temperature):
     eager = "gemma2" in folder
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16,
                                                  **({"attn_implementation": "eager"} if eager else {})).eval()
+    # Gemma 2's final soft-capping as TRL's fused head applies it (GRPO's log-probabilities): on the
+    # float32 logits, where transformers' forward caps the bf16 ones
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    model.config.final_logit_softcapping = None
     rows = []
     with torch.no_grad():
         for b in range(ids.shape[0]):
             prompt = ids[b][mask[b].bool()]
             logits = model(input_ids=torch.cat([prompt, completion[b]])[None]).logits.float()[0, len(prompt) - 1:-1]
+            if cap:
+                logits = cap * torch.tanh(logits / cap)
             rows.append(torch.log_softmax(logits / temperature, -1).gather(-1, completion[b][:, None])[:, 0])
     return torch.stack(rows).contiguous()
 
@@ -504,8 +510,9 @@ def main():
             json.dump({"temperature": temperature, **extra}, f)
     for name, config in REWARD_CONFIGS.items():
         save_reward_model(name, config)
-    # an untied head, one tied to the embedding, and Gemma's tied one, whose embeddings are scaled
-    for name in ("llama_gqa", "qwen2_tied", "gemma3_window"):
+    # an untied head, one tied to the embedding, and Gemma's tied ones, whose embeddings are scaled (and
+    # Gemma 2's final logits soft-capped, which TRL's fused head does in float32)
+    for name in ("llama_gqa", "qwen2_tied", "gemma2_softcap", "gemma3_window"):
         float32_head_reference(name)
     print(f"tiny models written to {OUT}")
 

@@ -101,7 +101,9 @@ TEST(Model, CompletionLogprobsMatchTransformers) {
 
 // In bf16 each product rounds where transformers' bf16 model rounds it (Llama's norms scale after
 // the cast, OLMo 2's and Gemma 3's before it, OLMo 2 rotates in float32): the log-probs equal
-// transformers' own bf16 ones, where rounding at another place moves them by about 1e-2.
+// transformers' own bf16 ones, where rounding at another place moves them by about 1e-2. Gemma 2's
+// final logits are soft-capped in float32, as TRL's fused head caps them (transformers' forward caps
+// the bf16 logits: 5e-3 apart).
 TEST(Model, Bfloat16LogprobsAreTransformersBfloat16Logprobs) {
     for (const char* name : kNames) {
         auto model = grove::Model::load(kModels + "/" + name, "cpu", "bfloat16");
@@ -461,7 +463,7 @@ TEST(Model, CheckpointedExpertsGiveTheLoadBalancingGradients) {
 // bf16 autocast a float32 model's head still runs in float32, outside it.
 TEST(Model, Float32HeadGivesTrlsCastLmHeadLogprobs) {
     auto max_abs = [](const at::Tensor& t) { return t.abs().max().item<double>(); };
-    for (const std::string name : {"llama_gqa", "qwen2_tied", "gemma3_window"}) {
+    for (const std::string name : {"llama_gqa", "qwen2_tied", "gemma2_softcap", "gemma3_window"}) {
         grove::SafetensorsFile file(kModels + "/" + name + "/float32_head.safetensors");
         auto t = [&](const char* n) { return grove::tensor_from_entry(*file.find(n), file.path()); };
         const double temperature = 0.7;
@@ -758,8 +760,32 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
     EXPECT_EQ(gemma.rope_scaling.factor, 4.0);
     EXPECT_EQ(gemma.rope_theta, 500000.0);
     EXPECT_EQ(gemma.local_rope_theta, 20000.0);
-    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"final_logit_softcapping", 30.0}}); }),
-                    "final_logit_softcapping is set: Grove does not apply logit soft-capping");
+    // soft-capping (null in Gemma 3's configs) is applied when a Gemma 3 config sets it, as transformers does
+    gemma = config_with("gemma3_window", {{"final_logit_softcapping", 30.0}, {"attn_logit_softcapping", nullptr}});
+    EXPECT_EQ(gemma.final_logit_softcap, 30.0);
+    EXPECT_EQ(gemma.attention_logit_softcap, 0.0);
+    EXPECT_EQ(config_with("gemma3_window", {}).final_logit_softcap, 0.0);
+    // Gemma 2: without layer_types every other layer slides, from the first; Gemma2Config's defaults
+    // (caps 50 and 30; null: none); no q/k norms or local rotary base
+    auto gemma2 = config_with("gemma2_softcap", {{"layer_types", nullptr}});
+    EXPECT_EQ(gemma2.windowed_layers, (Layers{true, false}));
+    EXPECT_EQ(gemma2.attention_logit_softcap, 1.0);
+    EXPECT_EQ(gemma2.final_logit_softcap, 2.0);
+    gemma2 = config_with("gemma2_softcap", {{"attn_logit_softcapping", "<absent>"},
+                                            {"final_logit_softcapping", nullptr},
+                                            {"rope_theta", "<absent>"},
+                                            {"max_position_embeddings", "<absent>"},
+                                            {"query_pre_attn_scalar", "<absent>"},
+                                            {"sliding_window", "<absent>"}});
+    EXPECT_EQ(gemma2.attention_logit_softcap, 50.0);
+    EXPECT_EQ(gemma2.final_logit_softcap, 0.0);
+    EXPECT_EQ(gemma2.rope_theta, 10000.0);
+    EXPECT_EQ(gemma2.max_position_embeddings, 8192);
+    EXPECT_DOUBLE_EQ(gemma2.attention_scale, 1.0 / 16);
+    EXPECT_EQ(gemma2.sliding_window, 4096);
+    EXPECT_TRUE(gemma2.gemma_norms && !gemma2.qk_norm && gemma2.local_rope_theta == 0);
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma2_softcap", {{"attn_logit_softcapping", -1.0}}); }),
+                    "attn_logit_softcapping must be positive or null");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"hidden_activation", "gelu"}}); }),
                     "hidden_activation \"gelu\" is not supported (supported: silu, swish, gelu_pytorch_tanh)");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"use_bidirectional_attention", true}}); }),

@@ -351,6 +351,10 @@ TEST(Trainer, TextPromptsGetTheTokenizersSpecialTokensAsInTrl) {
 // transformers' Olmo3ForCausalLM.
 TEST(Trainer, Olmo3LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_loads_in_peft("olmo3_window"); }
 
+// Gemma 2 (soft-capped attention scores and final logits) likewise, onto transformers' eager
+// Gemma2ForCausalLM, the attention that applies the cap.
+TEST(Trainer, Gemma2LoraOnEveryLinearLoadsInPeft) { expect_lora_on_every_linear_loads_in_peft("gemma2_softcap"); }
+
 // A multimodal Gemma 3 checkpoint trains LoRA on its text model under transformers' module names
 // (model.language_model.*), and PEFT loads the adapter onto Gemma3ForConditionalGeneration with
 // Grove's logits.

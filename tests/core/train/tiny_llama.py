@@ -3,7 +3,7 @@ folder train, written by transformers."""
 import os
 
 import torch
-from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MixtralConfig, Olmo2Config, Olmo3Config,
+from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MixtralConfig, Olmo2Config, Olmo3Config,
                           OlmoeConfig, Qwen2MoeConfig, Qwen3MoeConfig)
 
 
@@ -33,6 +33,24 @@ def save_tiny_gemma(folder):
                               eos_token_id=1, pad_token_id=0)
     model = AutoModelForCausalLM.from_config(config)
     with torch.no_grad():  # the norms too: Gemma's scale by 1 + weight
+        for p in model.parameters():
+            p.normal_(0, 0.08)
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_gemma2(folder):
+    """A 2-layer Gemma 2 (vocabulary 128, GQA 4/2 heads, head_dim 16, query_pre_attn_scalar 20; layer 0
+    slides with a window of 3), its attention scores soft-capped at 1 and its final logits at 2 (caps
+    that bend this small model's values), weights N(0, 0.08)."""
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=20, sliding_window=3,
+                          attn_logit_softcapping=1.0, final_logit_softcapping=2.0, max_position_embeddings=128,
+                          rms_norm_eps=1e-5, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.08)
     os.makedirs(folder, exist_ok=True)

@@ -24,7 +24,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from tiny_llama import save_tiny_gemma, save_tiny_llama, save_tiny_moe, save_tiny_olmo2
+from tiny_llama import save_tiny_gemma, save_tiny_gemma2, save_tiny_llama, save_tiny_moe, save_tiny_olmo2
 
 warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
@@ -111,8 +111,12 @@ def trl_sampling_ratio(trainer, old_per_token_logps, sampling_per_token_logps, c
 # on-policy cases on other architectures: the tiny Gemma 3 (its loss and every weight's gradient
 # through (1 + w) norms, scaled embeddings, GeGLU and the sliding layer) and the tiny OLMo 2 (norms
 # after the attention and the MLP, q and k normed over the whole projection), and the tiny OLMo 3
-# (OLMo 2's layers, a sliding one)
-ARCHITECTURE_CASES = [dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
+# (OLMo 2's layers, a sliding one); the tiny Gemma 2, its attention scores and final logits soft-capped
+# (TRL's fused head caps the logits; transformers' eager attention, which the case asks for, caps the
+# scores)
+ARCHITECTURE_CASES = [dict(name="gemma2_grpo", loss_type="grpo", model="gemma2"),
+                      dict(name="gemma2_dapo", loss_type="dapo", model="gemma2"),
+dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                       dict(name="gemma_dapo", loss_type="dapo", model="gemma"),
                       dict(name="gemma_dr_grpo", loss_type="dr_grpo", model="gemma"),
                       dict(name="olmo2_grpo", loss_type="grpo", model="olmo2"),
@@ -190,6 +194,7 @@ def sft_reference(folders, tokenizer):
 def main():
     os.makedirs(OUT, exist_ok=True)
     folders = {"model": save_tiny_llama(os.path.join(OUT, "model")), "gemma": save_tiny_gemma(os.path.join(OUT, "gemma")),
+               "gemma2": save_tiny_gemma2(os.path.join(OUT, "gemma2")),
                "olmo2": save_tiny_olmo2(os.path.join(OUT, "olmo2")),
                "olmo3": save_tiny_olmo2(os.path.join(OUT, "olmo3"), olmo3=True),
                "qwen3_moe": save_tiny_moe(os.path.join(OUT, "qwen3_moe")),
@@ -247,7 +252,9 @@ def main():
                           vllm_importance_sampling_clip_min=case.get("clip_min"),
                           vllm_importance_sampling_clip_max=case.get("clip_max", 3.0),
                           router_aux_loss_coef=case.get("router_aux_loss_coef"))
-        model = AutoModelForCausalLM.from_pretrained(folder)
+        # Gemma 2: transformers' default SDPA attention leaves out its soft-capping; the eager one applies it
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, **({"attn_implementation": "eager"} if case.get("model") == "gemma2" else {}))
         # TRL 1.16's fused LM head runs the backbone as model.base_model, which for Gemma3ForCausalLM
         # under transformers 4.57 (base_model_prefix "language_model", an attribute it lacks) is the whole
         # model again, and fails; pointing it at the backbone is what TRL expects
