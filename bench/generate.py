@@ -22,8 +22,10 @@ allocated memory (the caching allocator's, as torch.cuda.max_memory_allocated co
 one decode step must read at least (weights once, plus the KV cache), for a roofline.
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -100,6 +102,7 @@ def main():
 
     torch.manual_seed(0)
     folder = tempfile.mkdtemp(prefix="grove-bench-")
+    atexit.register(shutil.rmtree, folder, True)  # a random checkpoint of gigabytes
     config = model_config(args.shape)
     model = AutoModelForCausalLM.from_config(config, attn_implementation=peer_attention(config)).eval()
     model.save_pretrained(folder)

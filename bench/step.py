@@ -21,11 +21,13 @@ seconds) with its mean completion length (the batch is as long as its longest co
 also both sides' peak allocated GPU memory.
 """
 import argparse
+import atexit
 import glob
 import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,6 +165,7 @@ def main():
         return trl_side(args)
 
     work = tempfile.mkdtemp(prefix="grove-step-")
+    atexit.register(shutil.rmtree, work, True)  # the model and Grove's final checkpoint: gigabytes
     model = os.path.join(work, "model")
     if args.shape in RANDOM_SHAPES:
         make_random(model, args.shape)
