@@ -1,6 +1,7 @@
 #include "grove/sft.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -123,14 +124,47 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     const at::Tensor hidden = model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong),
                                                          row_lengths, router_aux_loss_coef != 0 ? &routing : nullptr);
     const at::Tensor logits = model.logits(hidden).to(at::kFloat);
+    const at::Tensor targets = at::tensor(labels, at::kLong).to(logits.device());
     SftLoss out;
-    out.loss = at::cross_entropy_loss(logits, at::tensor(labels, at::kLong).to(logits.device()), std::nullopt,
-                                      at::Reduction::Sum, -100) /
-               double(step.trained_tokens);
+    out.loss = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100) / double(step.trained_tokens);
+    {
+        at::NoGradGuard no_grad;
+        const at::Tensor scored = targets.ne(-100).nonzero().squeeze(1);
+        const double count = double(scored.numel());
+        if (count > 0) {
+            const at::Tensor z = logits.detach().index_select(0, scored);
+            const at::Tensor normalizer = at::logsumexp(z, -1);
+            out.entropy = (normalizer - (at::softmax(z, -1) * z).sum(-1)).sum().item<double>() / count;
+            out.mean_token_accuracy = z.argmax(-1).eq(targets.index_select(0, scored)).sum().item<double>() / count;
+        }
+    }
     if (router_aux_loss_coef != 0) {
         const at::Tensor aux = routing.balancing_loss().to(out.loss.device());
         out.aux_loss = aux.item<double>();
         out.loss = out.loss + aux * (router_aux_loss_coef / double(step.micro_batches));
+    }
+    return out;
+}
+
+SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
+                            const std::vector<std::vector<int64_t>>& micro_batches, double router_aux_loss_coef,
+                            int64_t step_number) {
+    std::vector<int64_t> all_picked;
+    for (const auto& micro_batch : micro_batches) all_picked.insert(all_picked.end(), micro_batch.begin(), micro_batch.end());
+    const double parts = double(micro_batches.size());
+    const SftStep scale{trained_tokens(examples, all_picked), int64_t(micro_batches.size())};
+    SftStepMetrics out;
+    for (const auto& micro_batch : micro_batches) {
+        const SftLoss part = sft_loss(model, examples, micro_batch, router_aux_loss_coef, scale);
+        const double value = part.loss.item<double>();
+        if (!std::isfinite(value))
+            throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +
+                                                std::to_string(step_number) + "; lower train.learning_rate");
+        part.loss.backward();
+        out.loss += value;
+        if (part.aux_loss) out.aux_loss = out.aux_loss.value_or(0) + *part.aux_loss / parts;
+        out.mean_token_accuracy += part.mean_token_accuracy / parts;
+        out.entropy += part.entropy / parts;
     }
     return out;
 }
@@ -198,31 +232,22 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
         std::vector<std::vector<int64_t>> picked(size_t(micro_batches), std::vector<int64_t>(size_t(batch), 0));
-        std::vector<int64_t> all_picked;
         for (auto& micro_batch : picked)
-            for (int64_t& example : micro_batch) all_picked.push_back(example = order.next());
-        const SftStep scale{trained_tokens(examples, all_picked), micro_batches};
-        double value = 0;                // the step's loss, as TRL logs it: the sum of its micro-batches' scaled losses
-        std::optional<double> aux_loss;  // TRL logs the micro-batches' mean
-        for (const auto& micro_batch : picked) {
-            const SftLoss part = sft_loss(*model, examples, micro_batch, router_aux_loss_coef, scale);
-            const double part_value = part.loss.item<double>();
-            if (!std::isfinite(part_value))
-                throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(part_value) + " at step " +
-                                                    std::to_string(step + 1) + "; lower train.learning_rate");
-            part.loss.backward();
-            value += part_value;
-            if (part.aux_loss) aux_loss = aux_loss.value_or(0) + *part.aux_loss / double(micro_batches);
-        }
+            for (int64_t& example : micro_batch) example = order.next();
+        const SftStepMetrics stepped = sft_backward(*model, examples, picked, router_aux_loss_coef, step + 1);
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         const double lr = schedule.rate(step);
         optimizer.step(lr);
         optimizer.zero_grad();
         progress.global_step = step + 1;
         progress.sampler = order.position();
-        result.losses.push_back(value);
-        std::map<std::string, double> logged{{"loss", value}, {"grad_norm", grad_norm}, {"learning_rate", lr}};
-        if (aux_loss) logged["aux_loss"] = *aux_loss;
+        result.losses.push_back(stepped.loss);
+        std::map<std::string, double> logged{{"loss", stepped.loss},
+                                             {"grad_norm", grad_norm},
+                                             {"learning_rate", lr},
+                                             {"mean_token_accuracy", stepped.mean_token_accuracy},
+                                             {"entropy", stepped.entropy}};
+        if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
         json line(logged);
         line["step"] = step + 1;
         metrics << line.dump() << "\n";
@@ -230,7 +255,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
             throw Error(ErrorKind::runtime, output + "/metrics.jsonl: write failed; free space, then --resume");
         if (tensorboard) tensorboard->write_scalars(step + 1, logged);
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
-            *log << "sft step " << step + 1 << "/" << total << "  loss " << value << "  grad_norm " << grad_norm << "\n"
+            *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm << "\n"
                  << std::flush;
         if ((step + 1) % c.output.save_steps == 0 || step + 1 == total)
             checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);

@@ -16,6 +16,10 @@ class Model;
 struct SftLoss {
     at::Tensor loss;                 // differentiable: the cross-entropy plus the weighted load-balancing term
     std::optional<double> aux_loss;  // a mixture of experts' load-balancing loss (unweighted), when it is trained
+    // TRL's SFT metrics over the micro-batch's trained tokens (0 when it has none): the share whose
+    // most likely token (the first, on ties) is the label, and the mean entropy of the distribution
+    double mean_token_accuracy = 0.0;
+    double entropy = 0.0;
 };
 
 // The optimizer step a micro-batch belongs to, for scaling its loss as TRL 1.16's SFTTrainer does
@@ -35,5 +39,17 @@ int64_t trained_tokens(const std::vector<SftExample>& examples, const std::vecto
 // batches' losses (and gradients) add up to the step's.
 SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
                  double router_aux_loss_coef, const SftStep& step);
+
+// One optimizer step's forward and backward passes over its micro-batches (the gradients add up in
+// the parameters), and what TRL logs for the step: the loss summed over the micro-batches (each
+// scaled for the step), the aux loss, accuracy and entropy averaged over them. step_number names
+// the step in the error a non-finite loss raises.
+struct SftStepMetrics {
+    double loss = 0.0, mean_token_accuracy = 0.0, entropy = 0.0;
+    std::optional<double> aux_loss;
+};
+SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
+                            const std::vector<std::vector<int64_t>>& micro_batches, double router_aux_loss_coef,
+                            int64_t step_number);
 
 }  // namespace grove

@@ -171,10 +171,11 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
     }
 }
 
-// grove sft's loss on one batch against TRL 1.16's SFTTrainer.compute_loss (trl_loss_reference.py):
-// the cross-entropy of the trained tokens on the dense Llama, and on mixtures of experts with the
-// load-balancing term TRL adds (the config's coefficient, and 0.5): loss, logged aux_loss and the
-// gradient norm.
+// grove sft's optimizer step against TRL 1.16's SFTTrainer (trl_loss_reference.py): the
+// cross-entropy of the trained tokens on the dense Llama, and on mixtures of experts with the
+// load-balancing term TRL adds (the config's coefficient, and 0.5), on one batch (compute_loss) and
+// over two micro-batches of gradient accumulation (Trainer.training_step): loss, gradient norm, and
+// the logged aux_loss, entropy and mean_token_accuracy.
 TEST(SftLoss, MatchesTrlSftComputeLoss) {
     std::ifstream in(kDir + "/sft_cases.json");
     const auto spec = nlohmann::json::parse(in);
@@ -185,26 +186,19 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
         const std::string name = c["name"];
         auto model = grove::Model::load(kDir + "/" + c["model"].get<std::string>());
         model->set_base_trainable(true);
-        // one optimizer step: its micro-batches' losses and gradients add up, as in run_sft
-        const auto micro_batches = c["micro_batches"].get<std::vector<std::vector<int64_t>>>();
-        std::vector<int64_t> all_picked;
-        for (const auto& m : micro_batches) all_picked.insert(all_picked.end(), m.begin(), m.end());
-        const grove::SftStep step{grove::trained_tokens(examples, all_picked), int64_t(micro_batches.size())};
-        double loss = 0;
-        std::optional<double> aux_loss;
-        for (const auto& m : micro_batches) {
-            const grove::SftLoss part = grove::sft_loss(*model, examples, m, c["router_aux_loss_coef"].get<double>(), step);
-            part.loss.backward();
-            loss += part.loss.item<double>();
-            if (part.aux_loss) aux_loss = aux_loss.value_or(0) + *part.aux_loss / double(micro_batches.size());
-        }
+        // one optimizer step, as run_sft takes it: its micro-batches' losses and gradients add up
+        const grove::SftStepMetrics step = grove::sft_backward(
+            *model, examples, c["micro_batches"].get<std::vector<std::vector<int64_t>>>(), c["router_aux_loss_coef"], 1);
         double squared = 0;
         for (const auto& p : model->trainable_parameters())
             if (p.grad().defined()) squared += p.grad().pow(2).sum().item<double>();
         const double trl_loss = c["loss"], trl_norm = c["grad_norm"];
-        EXPECT_NEAR(loss, trl_loss, 1e-5 * std::abs(trl_loss)) << name;
+        EXPECT_NEAR(step.loss, trl_loss, 1e-5 * std::abs(trl_loss)) << name;
         EXPECT_NEAR(std::sqrt(squared), trl_norm, 1e-5 * trl_norm) << name;
-        ASSERT_EQ(aux_loss.has_value(), !c["aux_loss"].is_null()) << name;
-        if (aux_loss) EXPECT_NEAR(*aux_loss, c["aux_loss"].get<double>(), 1e-6) << name;
+        ASSERT_EQ(step.aux_loss.has_value(), !c["aux_loss"].is_null()) << name;
+        if (step.aux_loss) EXPECT_NEAR(*step.aux_loss, c["aux_loss"].get<double>(), 1e-6) << name;
+        // the metrics TRL logs besides the loss
+        EXPECT_NEAR(step.entropy, c["entropy"].get<double>(), 1e-5) << name;
+        EXPECT_NEAR(step.mean_token_accuracy, c["mean_token_accuracy"].get<double>(), 1e-6) << name;
     }
 }

@@ -139,11 +139,14 @@ dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
 # scales each micro-batch's loss by the step's trained tokens (num_items_in_batch).
 SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", model="qwen3_moe"),
              dict(name="sft_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5),
-             dict(name="sft_llama_accumulated", model="model", micro_batches=[[0, 1], [2]]),
+             dict(name="sft_llama_accumulated", model="model", micro_batches=[[0, 1], [2, 3]]),
              dict(name="sft_mixtral_aux_accumulated", model="mixtral", router_aux_loss_coef=0.5,
-                  micro_batches=[[2], [0, 1]])]
+                  micro_batches=[[2], [0, 1, 3]])]
+# the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
+# that mean_token_accuracy is not 0 for every row of a random model
 SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1, 1]),
             ([40, 41, 42, 43, 44, 45, 46, 2], [0, 0, 0, 0, 1, 1, 1, 1])]
+GREEDY_PROMPT = [20, 21, 22]
 
 
 def sft_batch(picked):
@@ -162,6 +165,11 @@ def sft_batch(picked):
 
 def sft_reference(folders, tokenizer):
     from trl import SFTConfig, SFTTrainer
+    llama = AutoModelForCausalLM.from_pretrained(folders["model"]).eval()
+    with torch.no_grad():
+        greedy = llama.generate(torch.tensor([GREEDY_PROMPT]), attention_mask=torch.ones(1, len(GREEDY_PROMPT), dtype=torch.long),
+                                do_sample=False, max_new_tokens=5, min_new_tokens=5, pad_token_id=0, eos_token_id=None)
+    SFT_ROWS.append((greedy[0].tolist(), [0] * len(GREEDY_PROMPT) + [1] * 5))
     results = []
     for case in SFT_CASES:
         micro_batches = case.get("micro_batches", [list(range(len(SFT_ROWS)))])
@@ -183,11 +191,11 @@ def sft_reference(folders, tokenizer):
             loss = trainer.compute_loss(trainer.model, sft_batch(micro_batches[0]))
             loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
-        aux = trainer._metrics["train"].get("aux_loss")
+        logged = {key: sum(values) / len(values) for key, values in trainer._metrics["train"].items() if values}
         results.append({**case, "micro_batches": micro_batches,
                         "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
-                        "loss": float(loss), "grad_norm": grad_norm.item(),
-                        "aux_loss": sum(aux) / len(aux) if aux else None})
+                        "loss": float(loss), "grad_norm": grad_norm.item(), "aux_loss": logged.get("aux_loss"),
+                        "entropy": logged["entropy"], "mean_token_accuracy": logged["mean_token_accuracy"]})
     return {"rows": [{"ids": row, "trained": trained} for row, trained in SFT_ROWS], "cases": results}
 
 
