@@ -109,6 +109,9 @@ public:
     at::Tensor logits(const at::Tensor& hidden) const;
     // The output layer's logits soft-capped as the config asks (Gemma 2's final_logit_softcapping)
     at::Tensor soft_capped_logits(const at::Tensor& logits) const;
+    // The logits in float32, soft-capped after the cast: TRL's fused head, which computes the losses
+    // (logits() caps them in their own dtype, as transformers' forward does)
+    at::Tensor float32_logits(const at::Tensor& hidden) const;
     // TRL's cast_lm_head_to_fp32 (the ScaleRL recipe): the output layer's weight is kept in float32
     // and its product runs in float32 outside autocast, on hidden states cast up (logits(),
     // token_logprobs). A tied head keeps the embedding matrix in float32 and casts its lookups to

@@ -157,6 +157,8 @@ void normalize_heads(std::vector<at::Tensor>& qkv, const at::Tensor& q_norm, con
 at::Tensor Model::decode_step_logits(const at::Tensor& token, const at::Tensor& position, const at::Tensor& visible,
                                      KVCache& cache) const {
     const ModelConfig& c = config_;
+    if (c.attention_logit_softcap > 0)  // static_generate refuses such a model before it gets here
+        throw Error(ErrorKind::usage, "decode_step_logits: the graph engine's decode step does not soft-cap attention");
     const int64_t B = token.size(0);
     if (token.numel() != B || position.numel() != B || visible.scalar_type() != at::kBool || visible.dim() != 2 ||
         visible.size(0) != B || visible.size(1) != cache.capacity || !cache.column.defined())

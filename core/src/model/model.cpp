@@ -320,9 +320,13 @@ void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& 
         throw Error(ErrorKind::input, file + ": query_pre_attn_scalar must be positive");
     c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
     c.qk_norm = true;  // q_norm / k_norm over each head, before the rotary embedding, as Qwen3
-    // Gemma3TextConfig's caps are null; a config that sets them gets them, as in transformers
-    c.attention_logit_softcap = read_softcap(j, "attn_logit_softcapping", 0.0, file);
-    c.final_logit_softcap = read_softcap(j, "final_logit_softcapping", 0.0, file);
+    // transformers' Gemma 3 never applies the attention cap and applies the final one only in
+    // Gemma3ForCausalLM: a set cap is refused rather than computed another way
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+        if (j.contains(key) && !j[key].is_null())
+            throw Error(ErrorKind::input, file + ": " + key +
+                                              " is set: Grove soft-caps Gemma 2's logits, not Gemma 3's (its checkpoints "
+                                              "have it null); set it to null");
     if (get_or<bool>(j, "use_bidirectional_attention", false, file))
         throw Error(ErrorKind::input, file +
                                           ": use_bidirectional_attention is true (an embedding model's "
@@ -398,10 +402,12 @@ void read_sliding_layer_types(const json& j, const std::string& file, ModelConfi
     }
     c.sliding_window = j.contains("sliding_window") ? get_or<int64_t>(j, "sliding_window", 0, file) : 4096;
     if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
-    if (c.model_type == "olmo3" && c.sliding_window == 0)  // transformers' Olmo3 fails on such a config
-        throw Error(ErrorKind::input, file +
-                                          ": sliding_window is null or 0, which transformers' Olmo3 cannot run; set the "
-                                          "window of its sliding layers (4096 in OLMo 3's configs)");
+    // transformers' Olmo3 and Gemma2 fail on such a config
+    if ((c.model_type == "olmo3" || c.model_type == "gemma2") && c.sliding_window == 0)
+        throw Error(ErrorKind::input, file + ": sliding_window is null or 0, which transformers' " +
+                                          (c.model_type == "olmo3" ? "Olmo3" : "Gemma2") +
+                                          " cannot run; set the window of its sliding layers (4096 in " +
+                                          (c.model_type == "olmo3" ? "OLMo 3's" : "Gemma 2's") + " configs)");
 }
 
 // Sliding-window attention as transformers applies it: Mistral's, Mixtral's and Phi-3's sliding_window
@@ -1659,6 +1665,17 @@ at::Tensor Model::embed(const at::Tensor& ids) const {
     if (config_.embedding_scale != 1.0)
         h = h * at::scalar_tensor(config_.embedding_scale, at::kFloat).to(dtype()).to(h.scalar_type());
     return h.scalar_type() == dtype() ? h : h.to(dtype());
+}
+
+at::Tensor Model::float32_logits(const at::Tensor& hidden) const {
+    at::Tensor raw;
+    if (!lm_head_float32_) {
+        raw = linear_for_scope(hidden, lm_head_weight(), std::nullopt);
+    } else {
+        AutocastScope off(hidden.device().type(), false, at::kBFloat16);
+        raw = linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt);
+    }
+    return soft_capped_logits(raw.to(at::kFloat));
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const {

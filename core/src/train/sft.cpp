@@ -123,7 +123,7 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     RouterLoad routing;
     const at::Tensor hidden = model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong),
                                                          row_lengths, router_aux_loss_coef != 0 ? &routing : nullptr);
-    const at::Tensor logits = model.logits(hidden).to(at::kFloat);
+    const at::Tensor logits = model.float32_logits(hidden);
     const at::Tensor targets = at::tensor(labels, at::kLong).to(logits.device());
     SftLoss out;
     out.loss = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100) / double(step.trained_tokens);

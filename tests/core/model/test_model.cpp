@@ -760,11 +760,9 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
     EXPECT_EQ(gemma.rope_scaling.factor, 4.0);
     EXPECT_EQ(gemma.rope_theta, 500000.0);
     EXPECT_EQ(gemma.local_rope_theta, 20000.0);
-    // soft-capping (null in Gemma 3's configs) is applied when a Gemma 3 config sets it, as transformers does
-    gemma = config_with("gemma3_window", {{"final_logit_softcapping", 30.0}, {"attn_logit_softcapping", nullptr}});
-    EXPECT_EQ(gemma.final_logit_softcap, 30.0);
-    EXPECT_EQ(gemma.attention_logit_softcap, 0.0);
-    EXPECT_EQ(config_with("gemma3_window", {}).final_logit_softcap, 0.0);
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"final_logit_softcapping", 30.0}}); }),
+                    "final_logit_softcapping is set: Grove soft-caps Gemma 2's logits, not Gemma 3's");
+    EXPECT_EQ(config_with("gemma3_window", {{"attn_logit_softcapping", nullptr}}).attention_logit_softcap, 0.0);
     // Gemma 2: without layer_types every other layer slides, from the first; Gemma2Config's defaults
     // (caps 50 and 30; null: none); no q/k norms or local rotary base
     auto gemma2 = config_with("gemma2_softcap", {{"layer_types", nullptr}});
@@ -786,6 +784,8 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
     EXPECT_TRUE(gemma2.gemma_norms && !gemma2.qk_norm && gemma2.local_rope_theta == 0);
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma2_softcap", {{"attn_logit_softcapping", -1.0}}); }),
                     "attn_logit_softcapping must be positive or null");
+    EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma2_softcap", {{"sliding_window", nullptr}}); }),
+                    "sliding_window is null or 0, which transformers' Gemma2 cannot run");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"hidden_activation", "gelu"}}); }),
                     "hidden_activation \"gelu\" is not supported (supported: silu, swish, gelu_pytorch_tanh)");
     EXPECT_CONTAINS(grove::test::error_message([&] { config_with("gemma3_window", {{"use_bidirectional_attention", true}}); }),

@@ -141,7 +141,9 @@ SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", m
              dict(name="sft_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5),
              dict(name="sft_llama_accumulated", model="model", micro_batches=[[0, 1], [2, 3]]),
              dict(name="sft_mixtral_aux_accumulated", model="mixtral", router_aux_loss_coef=0.5,
-                  micro_batches=[[2], [0, 1, 3]])]
+                  micro_batches=[[2], [0, 1, 3]]),
+             # bf16 Gemma 2: TRL's fused head caps the final logits after its cast to float32
+             dict(name="sft_gemma2_bf16", model="gemma2", dtype="bfloat16")]
 # the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
 # that mean_token_accuracy is not 0 for every row of a random model
 SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1, 1]),
@@ -177,7 +179,10 @@ def sft_reference(folders, tokenizer):
                          per_device_train_batch_size=max(len(m) for m in micro_batches),
                          gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
                          router_aux_loss_coef=case.get("router_aux_loss_coef"))
-        trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(folders[case["model"]]), args=args,
+        model = AutoModelForCausalLM.from_pretrained(
+            folders[case["model"]], dtype=getattr(torch, case.get("dtype", "float32")),
+            **({"attn_implementation": "eager"} if case["model"] == "gemma2" else {}))  # the eager attention caps
+        trainer = SFTTrainer(model=model, args=args,
                              processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
         trainer.model.train()
         trainer.model.zero_grad()
@@ -192,7 +197,7 @@ def sft_reference(folders, tokenizer):
             loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
         logged = {key: sum(values) / len(values) for key, values in trainer._metrics["train"].items() if values}
-        results.append({**case, "micro_batches": micro_batches,
+        results.append({"dtype": "float32", **case, "micro_batches": micro_batches,
                         "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
                         "loss": float(loss), "grad_norm": grad_norm.item(), "aux_loss": logged.get("aux_loss"),
                         "entropy": logged["entropy"], "mean_token_accuracy": logged["mean_token_accuracy"]})
