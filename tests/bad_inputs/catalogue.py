@@ -244,6 +244,14 @@ case("model", "an OLMo 3 config with sliding_window null, which transformers' Ol
      "sliding_window is null or 0",
      both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
          architectures=["Olmo3ForCausalLM"], model_type="olmo3", sliding_window=None))), IDS))
+case("model", "a Gemma 2 config whose attention soft-cap is not positive", LOGPROBS, 5,
+     "attn_logit_softcapping must be positive or null",
+     both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
+         architectures=["Gemma2ForCausalLM"], model_type="gemma2", attn_logit_softcapping=0.0))), IDS))
+case("model", "a Gemma 3 config that sets a logit soft-cap (Gemma 2's; transformers' Gemma 3 never caps attention)",
+     LOGPROBS, 5, "attn_logit_softcapping is set: Grove soft-caps Gemma 2's logits, not Gemma 3's",
+     both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
+         architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", attn_logit_softcapping=50.0))), IDS))
 case("model", "a Mixtral config with router_jitter_noise (training noise Grove's router does not add)", LOGPROBS, 5,
      "router_jitter_noise is not 0",
      both(with_model(lambda m: edit_json(f"{m}/config.json", lambda j: j.update(
