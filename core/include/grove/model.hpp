@@ -186,6 +186,8 @@ private:
     struct CheckpointedLayer;
     struct RotaryTables;
     Model() = default;
+    // the output layer's product (in float32 under cast_lm_head_to_fp32), before any soft-capping
+    at::Tensor uncapped_logits(const at::Tensor& hidden) const;
     // One decoder layer: h [B, T, H] -> h. cos/sin [B, 1, T, D] rotary tables.
     at::Tensor layer_forward(size_t index, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                              const Attention& attention, KVCache* cache) const;

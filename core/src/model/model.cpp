@@ -1667,21 +1667,16 @@ at::Tensor Model::embed(const at::Tensor& ids) const {
     return h.scalar_type() == dtype() ? h : h.to(dtype());
 }
 
-at::Tensor Model::float32_logits(const at::Tensor& hidden) const {
-    at::Tensor raw;
-    if (!lm_head_float32_) {
-        raw = linear_for_scope(hidden, lm_head_weight(), std::nullopt);
-    } else {
-        AutocastScope off(hidden.device().type(), false, at::kBFloat16);
-        raw = linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt);
-    }
-    return soft_capped_logits(raw.to(at::kFloat));
+at::Tensor Model::uncapped_logits(const at::Tensor& hidden) const {
+    if (!lm_head_float32_) return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
+    AutocastScope off(hidden.device().type(), false, at::kBFloat16);
+    return linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt);
 }
 
-at::Tensor Model::logits(const at::Tensor& hidden) const {
-    if (!lm_head_float32_) return soft_capped_logits(linear_for_scope(hidden, lm_head_weight(), std::nullopt));
-    AutocastScope off(hidden.device().type(), false, at::kBFloat16);
-    return soft_capped_logits(linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt));
+at::Tensor Model::logits(const at::Tensor& hidden) const { return soft_capped_logits(uncapped_logits(hidden)); }
+
+at::Tensor Model::float32_logits(const at::Tensor& hidden) const {
+    return soft_capped_logits(uncapped_logits(hidden).to(at::kFloat));
 }
 
 at::Tensor Model::soft_capped_logits(const at::Tensor& logits) const {
