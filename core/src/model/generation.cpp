@@ -533,9 +533,9 @@ GenerationResult generate(const Model& model, const std::vector<std::vector<int6
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     detail::check_generation_length(model, prompts, o.max_new_tokens);
     // the engine merges adapters into its generation weights: one without merged_delta stays eager,
-    // as does a mixture of experts (its steps' work follows the routing) and soft-capped attention
+    // as do the models it refuses
     if (o.cuda_graphs && model.device().is_cuda() && cuda_graphs_compiled() && model.adapters_can_merge() &&
-        !model.config().mixture_of_experts() && model.config().attention_logit_softcap == 0)
+        !graph_engine_refusal(model.config()))
         return static_generate(model, prompts, o);
     DecodeSession session(model, prompts, o, o.max_new_tokens, /*resumable=*/false);
     const auto turns = session.sample_turn(std::vector<int64_t>(prompts.size(), o.max_new_tokens));

@@ -199,6 +199,13 @@ void read_phi3_specifics(const json& j, const std::string& file, ModelConfig& c)
                                           std::to_string(c.head_dim) + " to rotate");
 }
 
+// Grove computes no dropout inside the model (OLMo 2, the mixtures of experts, Gemma)
+void refuse_attention_dropout(const json& j, const std::string& file) {
+    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
+        throw Error(ErrorKind::input,
+                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+}
+
 // OLMo 2 (Olmo2Config): norms after the attention and the MLP instead of before, q and k normed
 // over the whole projection, every norm scaled in float32 before the cast
 void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c) {
@@ -207,9 +214,7 @@ void read_olmo2_specifics(const json& j, const std::string& file, ModelConfig& c
     c.qk_norm = c.qk_norm_whole = true;
     c.rotary_in_float32 = true;
     c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
-    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
-        throw Error(ErrorKind::input,
-                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+    refuse_attention_dropout(j, file);
 }
 
 // Qwen3-MoE's, Mixtral's, OLMoE's and Qwen2-MoE's experts (Qwen3MoeConfig, MixtralConfig, OlmoeConfig,
@@ -277,13 +282,9 @@ void read_moe_specifics(const json& j, const std::string& file, ModelConfig& c) 
                                           ": router_jitter_noise is not 0: Grove's router adds no noise in training; "
                                           "set it to 0.0 (as released Mixtral checkpoints have it)");
     }
-    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
-        throw Error(ErrorKind::input,
-                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+    refuse_attention_dropout(j, file);
 }
 
-// Gemma 3's text model (Gemma3TextConfig): what differs from Llama's layers, and what Grove does not
-// compute refused by name.
 // A soft-capping key (Gemma 2): its value, the config class's default when absent, 0 (none) when null
 double read_softcap(const json& j, const char* key, double absent, const std::string& file) {
     if (!j.contains(key)) return absent;
@@ -293,9 +294,9 @@ double read_softcap(const json& j, const char* key, double absent, const std::st
     return cap;
 }
 
-// Gemma 2: Gemma 3's norms, embedding scale, GeGLU and query scale, without q_norm / k_norm or a
-// local rotary base, and with tanh soft-capping of the attention scores and of the final logits
-void read_gemma2_specifics(const json& j, const std::string& file, ModelConfig& c) {
+// What Gemma 2's and Gemma 3's layers share: (1 + weight) norms in float32, four per layer, embeddings
+// scaled by sqrt(hidden_size), queries by query_pre_attn_scalar^-1/2, optional attention biases
+void read_gemma_layers(const json& j, const std::string& file, ModelConfig& c) {
     c.gemma_norms = true;
     c.norm_scaling = ModelConfig::NormScaling::one_plus_in_float32;
     c.embedding_scale = std::sqrt(double(c.hidden_size));
@@ -303,22 +304,22 @@ void read_gemma2_specifics(const json& j, const std::string& file, ModelConfig& 
     if (!(c.attention_scale > 0 && std::isfinite(c.attention_scale)))
         throw Error(ErrorKind::input, file + ": query_pre_attn_scalar must be positive");
     c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
-    c.attention_logit_softcap = read_softcap(j, "attn_logit_softcapping", 50.0, file);
-    c.final_logit_softcap = read_softcap(j, "final_logit_softcapping", 30.0, file);
-    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
-        throw Error(ErrorKind::input,
-                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
 }
 
+// Gemma 2: Gemma's layers without q_norm / k_norm or a local rotary base, and with tanh soft-capping
+// of the attention scores and of the final logits
+void read_gemma2_specifics(const json& j, const std::string& file, ModelConfig& c) {
+    read_gemma_layers(j, file, c);
+    c.attention_logit_softcap = read_softcap(j, "attn_logit_softcapping", 50.0, file);
+    c.final_logit_softcap = read_softcap(j, "final_logit_softcapping", 30.0, file);
+    refuse_attention_dropout(j, file);
+}
+
+// Gemma 3's text model (Gemma3TextConfig): what differs from Llama's layers, and what Grove does not
+// compute refused by name.
 void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& c) {
-    c.gemma_norms = true;
-    c.norm_scaling = ModelConfig::NormScaling::one_plus_in_float32;
-    c.embedding_scale = std::sqrt(double(c.hidden_size));
+    read_gemma_layers(j, file, c);
     c.local_rope_theta = get_or<double>(j, "rope_local_base_freq", 10000.0, file);
-    c.attention_scale = std::pow(get_or<double>(j, "query_pre_attn_scalar", 256.0, file), -0.5);
-    if (!(c.attention_scale > 0 && std::isfinite(c.attention_scale)))
-        throw Error(ErrorKind::input, file + ": query_pre_attn_scalar must be positive");
-    c.attention_bias = c.o_proj_bias = get_or<bool>(j, "attention_bias", false, file);
     c.qk_norm = true;  // q_norm / k_norm over each head, before the rotary embedding, as Qwen3
     // transformers' Gemma 3 never applies the attention cap and applies the final one only in
     // Gemma3ForCausalLM: a set cap is refused rather than computed another way
@@ -331,9 +332,7 @@ void read_gemma3_specifics(const json& j, const std::string& file, ModelConfig& 
         throw Error(ErrorKind::input, file +
                                           ": use_bidirectional_attention is true (an embedding model's "
                                           "attention); Grove trains causal language models: set it to false");
-    if (get_or<double>(j, "attention_dropout", 0.0, file) != 0.0)
-        throw Error(ErrorKind::input,
-                    file + ": attention_dropout is not 0: Grove applies no dropout inside the model; set it to 0.0");
+    refuse_attention_dropout(j, file);
 }
 
 // transformers 5 keeps Gemma 3's rotary settings per layer type: rope_parameters.full_attention (the
@@ -403,11 +402,13 @@ void read_sliding_layer_types(const json& j, const std::string& file, ModelConfi
     c.sliding_window = j.contains("sliding_window") ? get_or<int64_t>(j, "sliding_window", 0, file) : 4096;
     if (c.sliding_window < 0) throw Error(ErrorKind::input, file + ": sliding_window must be positive or null");
     // transformers' Olmo3 and Gemma2 fail on such a config
-    if ((c.model_type == "olmo3" || c.model_type == "gemma2") && c.sliding_window == 0)
+    if ((c.model_type == "olmo3" || c.model_type == "gemma2") && c.sliding_window == 0) {
+        const bool olmo3 = c.model_type == "olmo3";
         throw Error(ErrorKind::input, file + ": sliding_window is null or 0, which transformers' " +
-                                          (c.model_type == "olmo3" ? "Olmo3" : "Gemma2") +
+                                          (olmo3 ? "Olmo3" : "Gemma2") +
                                           " cannot run; set the window of its sliding layers (4096 in " +
-                                          (c.model_type == "olmo3" ? "OLMo 3's" : "Gemma 2's") + " configs)");
+                                          (olmo3 ? "OLMo 3's" : "Gemma 2's") + " configs)");
+    }
 }
 
 // Sliding-window attention as transformers applies it: Mistral's, Mixtral's and Phi-3's sliding_window

@@ -388,15 +388,19 @@ void StepRunner::run(int64_t rows) {
 
 }  // namespace
 
+const char* graph_engine_refusal(const ModelConfig& config) {
+    if (config.mixture_of_experts())
+        return "the graph engine does not run mixtures of experts; generate() decodes them eagerly";
+    if (config.attention_logit_softcap > 0)
+        return "the graph engine does not soft-cap attention (Gemma 2); generate() decodes it eagerly";
+    return nullptr;
+}
+
 GenerationResult static_generate(const Model& policy, const std::vector<std::vector<int64_t>>& prompts,
                                  const SamplingOptions& o) {
     if (o.max_new_tokens < 1) throw Error(ErrorKind::usage, "generate: max_new_tokens must be >= 1");
     if (!o.greedy && !(o.temperature > 0)) throw Error(ErrorKind::usage, "generate: temperature must be > 0");
-    // which expert a token takes decides the work per step, which a captured graph cannot follow
-    if (policy.config().mixture_of_experts())
-        throw Error(ErrorKind::usage, "the graph engine does not run mixtures of experts; generate() decodes them eagerly");
-    if (policy.config().attention_logit_softcap > 0)  // its fused attention takes no cap
-        throw Error(ErrorKind::usage, "the graph engine does not soft-cap attention (Gemma 2); generate() decodes it eagerly");
+    if (const char* refusal = graph_engine_refusal(policy.config())) throw Error(ErrorKind::usage, refusal);
     detail::check_generation_length(policy, prompts, o.max_new_tokens);
     at::NoGradGuard no_grad;
     const at::Device device = policy.device();

@@ -36,6 +36,13 @@ class Model;
 // Whether this build can capture CUDA graphs (compiled with the CUDA headers).
 bool cuda_graphs_compiled();
 
+struct ModelConfig;
+
+// Why the static engine cannot run a model of this config, or null when it can: a mixture of
+// experts (which expert a token takes decides the work per step, which a captured graph cannot
+// follow), soft-capped attention (its fused attention takes no cap). generate() decodes those eagerly.
+const char* graph_engine_refusal(const ModelConfig& config);
+
 // generate()'s contract, on the static engine (one turn, no stop strings).
 GenerationResult static_generate(const Model& model, const std::vector<std::vector<int64_t>>& prompts,
                                  const SamplingOptions& options);

@@ -1,5 +1,5 @@
-// grove sft's loss on one batch, shared by run_sft and the test that compares it with TRL's
-// SFTTrainer.compute_loss. Internal to core/.
+// grove sft's loss on a micro-batch and its optimizer step, shared by run_sft and the test that
+// compares them with TRL's SFTTrainer. Internal to core/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

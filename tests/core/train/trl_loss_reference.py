@@ -5,8 +5,8 @@
 Writes OUT_DIR/model (a tiny random Llama), OUT_DIR/gemma (a tiny Gemma 3, for the cases that name it),
 OUT_DIR/rollouts.safetensors (prompt/completion ids and
 masks, advantages, old and reference log-probs) and OUT_DIR/cases.json (one entry per configuration
-with TRL's loss and grad_norm), and OUT_DIR/sft_cases.json (TRL's SFTTrainer.compute_loss on one fixed
-batch). Everything numeric here is computed by TRL and transformers.
+with TRL's loss and grad_norm), and OUT_DIR/sft_cases.json (TRL's SFTTrainer on fixed batches: one
+compute_loss, or one optimizer step of gradient accumulation; loss, grad_norm and logged metrics). Everything numeric here is computed by TRL and transformers.
 """
 import inspect
 import json
@@ -151,9 +151,9 @@ SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1
 GREEDY_PROMPT = [20, 21, 22]
 
 
-def sft_batch(picked):
+def sft_batch(all_rows, picked):
     """The rows `picked`, right-padded, with a label where the token is trained."""
-    rows = [SFT_ROWS[i] for i in picked]
+    rows = [all_rows[i] for i in picked]
     T = max(len(ids) for ids, _ in rows)
     ids = torch.zeros(len(rows), T, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -171,10 +171,10 @@ def sft_reference(folders, tokenizer):
     with torch.no_grad():
         greedy = llama.generate(torch.tensor([GREEDY_PROMPT]), attention_mask=torch.ones(1, len(GREEDY_PROMPT), dtype=torch.long),
                                 do_sample=False, max_new_tokens=5, min_new_tokens=5, pad_token_id=0, eos_token_id=None)
-    SFT_ROWS.append((greedy[0].tolist(), [0] * len(GREEDY_PROMPT) + [1] * 5))
+    rows = SFT_ROWS + [(greedy[0].tolist(), [0] * len(GREEDY_PROMPT) + [1] * 5)]
     results = []
     for case in SFT_CASES:
-        micro_batches = case.get("micro_batches", [list(range(len(SFT_ROWS)))])
+        micro_batches = case.get("micro_batches", [list(range(len(rows)))])
         args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,
                          per_device_train_batch_size=max(len(m) for m in micro_batches),
                          gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
@@ -187,13 +187,13 @@ def sft_reference(folders, tokenizer):
         trainer.model.train()
         trainer.model.zero_grad()
         if "micro_batches" in case:  # Trainer's inner loop for one optimizer step
-            batches = [sft_batch(m) for m in micro_batches]
+            batches = [sft_batch(rows, m) for m in micro_batches]
             trainer.current_gradient_accumulation_steps = len(batches)
             num_items = trainer._get_num_items_in_batch(batches, torch.device("cpu"))
             assert num_items is not None, "Trainer should scale by the step's tokens"
             loss = sum(trainer.training_step(trainer.model, b, num_items) for b in batches)
         else:
-            loss = trainer.compute_loss(trainer.model, sft_batch(micro_batches[0]))
+            loss = trainer.compute_loss(trainer.model, sft_batch(rows, micro_batches[0]))
             loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
         logged = {key: sum(values) / len(values) for key, values in trainer._metrics["train"].items() if values}
@@ -201,7 +201,7 @@ def sft_reference(folders, tokenizer):
                         "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
                         "loss": float(loss), "grad_norm": grad_norm.item(), "aux_loss": logged.get("aux_loss"),
                         "entropy": logged["entropy"], "mean_token_accuracy": logged["mean_token_accuracy"]})
-    return {"rows": [{"ids": row, "trained": trained} for row, trained in SFT_ROWS], "cases": results}
+    return {"rows": [{"ids": row, "trained": trained} for row, trained in rows], "cases": results}
 
 
 def main():
