@@ -81,7 +81,8 @@ TEST(Cli, CheckPrintsResolvedConfigurationThatChecksAgain) {
     auto r = run_grove("check " + write("ok.toml", kManifest) + " --set generation.num_generations=4 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_CONTAINS(r.out, "num_generations = 4");
-    EXPECT_CONTAINS(r.out, "learning_rate = 1e-06");
+    EXPECT_CONTAINS(r.out, "# learning_rate = (unset)");  // grove train's 1e-6, grove sft's 2e-5
+    EXPECT_CONTAINS(r.out, "max_grad_norm = 1.0");
     EXPECT_CONTAINS(r.out, "reduction  grpo 1.0.0");
     auto again = run_grove("check " + write("resolved.toml", r.out));
     EXPECT_EQ(again.exit_code, 0) << again.out;

@@ -27,6 +27,10 @@ std::string prompt_text(const PromptRow& row, ChatTemplate family, const Tokeniz
 // Reward plugins see it (grove_reward_batch.prompt_json): TRL's reward functions take this form.
 std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages);
 
+// A JSON list of chat messages ({"role", "content"} objects) from the row at `where`; refuses other
+// shapes, and fields Grove's templates do not render (tool_calls, reasoning_content), naming `where`.
+std::vector<ChatMessage> chat_messages(const nlohmann::json& list, const std::string& where);
+
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");

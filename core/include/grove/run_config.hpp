@@ -67,7 +67,7 @@ struct ModelSection {
 
 struct DataSection {
     std::optional<std::string> source, eval_source;
-    std::string prompt_column, completion_column;
+    std::string prompt_column, completion_column, text_column;
     bool shuffle = true;
 };
 
@@ -138,6 +138,13 @@ struct LoggingSection {
     std::optional<int64_t> num_completions_to_print;
 };
 
+// grove sft's data preparation (TRL's SFTConfig options of the same names)
+struct SftSection {
+    int64_t max_length = 1024;  // 0 = no limit
+    bool keep_end = false;      // truncation_mode = "keep_end"
+    bool completion_only_loss = true;
+};
+
 struct EnvironmentSection {
     std::optional<PluginUse> use;  // unset: single-turn completions
     int64_t max_turns = 4;
@@ -154,6 +161,7 @@ struct RunConfig {
     GenerationSection generation;
     LossSection loss;
     TrainSection train;
+    SftSection sft;
     std::optional<std::string> rollouts_path;
     OutputSection output;
     LoggingSection logging;
@@ -162,7 +170,9 @@ struct RunConfig {
     EnvironmentSection environment;
     int world_size = 1;
 
-    static RunConfig from(const Manifest& manifest);
+    // `kind` picks the defaults TRL's GRPOConfig and SFTConfig set differently (learning_rate).
+    enum class Kind { grpo, sft };
+    static RunConfig from(const Manifest& manifest, Kind kind = Kind::grpo);
     // The rules that need the adapter plugin: loss.sync_ref_model moves a reference model apart from
     // the policy, so an adapter that keeps the base model as its reference (LoRA) is refused, naming
     // [adapter]. `grove train` and `grove check` both call it.

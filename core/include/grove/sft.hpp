@@ -1,6 +1,6 @@
-// `grove sft`: supervised warm-start before GRPO. Next-token cross-entropy on prompt -> reference
-// completion (+ EOS), with the prompt's tokens masked out of the loss; full fine-tuning, AdamW. A
-// reference episode given as turns trains the model's turns only.
+// `grove sft`: supervised fine-tuning as TRL 1.16's SFTTrainer does it: next-token cross-entropy on
+// the rows of TRL's dataset formats, prepared as its SFTTrainer prepares them (core/src/train/
+// sft_data.cpp); full fine-tuning, AdamW. A reference episode given as turns trains the model's turns only.
 #pragma once
 
 #include <cstdint>
@@ -10,23 +10,50 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace grove {
 
 class Manifest;
 class Tokenizer;
-struct PromptRow;
 enum class ChatTemplate;
 
-// One supervised example: the prompt's and the completion's token ids, and which of them the loss
-// trains. The completion column holds text, or turns [{"role": "model"|"environment", "text"}]
-// (the shape `grove eval` prints episodes in), tokenized turn by turn as an episode is; the
-// environment's turns are context only (TRL's env_mask).
+// One supervised example: its token ids, and which of them the loss trains (TRL's labels != -100).
 struct SftExample {
     std::vector<int64_t> ids;
     std::vector<uint8_t> trained;
 };
-SftExample sft_example(const PromptRow& row, const std::string& column, const Tokenizer& tokenizer, ChatTemplate chat,
-                       std::optional<int64_t> eos);
+
+// How rows become examples: TRL's SFTConfig options of the same names (the [sft] section, and
+// data.*_column).
+struct SftDataOptions {
+    std::string prompt_column = "prompt", completion_column = "completion";
+    std::string text_column = "text";  // TRL's dataset_text_field
+    bool completion_only_loss = true;  // prompt-completion rows: train the completion only
+    int64_t max_length = 1024;         // tokens per example; 0 = no limit
+    bool keep_end = false;             // truncation_mode = "keep_end": cut the start instead of the end
+};
+
+// One JSON row (`where` names it in errors), untruncated, in the first of these formats it has:
+// - prompt + completion (TRL's prompt-completion): text, or chat messages rendered with the chat
+//   template (the prompt with its generation prompt, then the whole conversation); the completion
+//   starts where the tokens of the prompt alone and of the whole row part, as TRL finds it; a text
+//   completion gets the EOS token's text unless it ends with it. The completion may also be
+//   Grove's reference episode, turns [{"role": "model"|"environment", "text"}] tokenized one by one
+//   as an episode's are, of which only the model's turns (and the EOS) are trained.
+// - "messages" (TRL's conversational language modeling): the rendered conversation, all trained.
+// - text_column (language modeling): the text and the EOS text, all trained.
+// Text is tokenized with the tokenizer's special tokens (Llama's and Gemma's BOS), conversations
+// without (their template writes them), as TRL does. `eos`: the EOS id when the tokenizer names no
+// EOS text (the model's).
+SftExample sft_example(const nlohmann::json& row, const std::string& where, const SftDataOptions& options,
+                       const Tokenizer& tokenizer, ChatTemplate chat, std::optional<int64_t> eos);
+
+// Every row of `source` (JSONL or builtin:NAME) as an example, cut to max_length; those left
+// without a trained token are left out (counted on `log`), as TRL drops them. Refuses a dataset
+// that keeps no example.
+std::vector<SftExample> load_sft_examples(const std::string& source, const SftDataOptions& options, const Tokenizer& tokenizer,
+                                          ChatTemplate chat, std::optional<int64_t> eos, std::ostream* log);
 
 struct SftResult {
     std::vector<double> losses;  // one per optimizer step

@@ -86,6 +86,10 @@ const std::vector<KeySpec>& manifest_schema() {
         key("data", "completion_column", T::string, "\"completion\"",
             "`grove sft`: column holding the reference completion: text, or turns [{role = model|environment, text}] of which "
             "only the model's are trained"),
+        trl(key("data", "text_column", T::string, "\"text\"",
+                "`grove sft`: column holding a language-modeling row's text, trained whole (rows without a prompt or "
+                "\"messages\")"),
+            "dataset_text_field"),
         trl(key("data", "shuffle", T::boolean, "true", "shuffle prompts each epoch with the run seed"), "shuffle_dataset"),
 
         trl(range(key("generation", "num_generations", T::integer, "8", "completions per prompt (G), at least 2"), 2,
@@ -274,7 +278,10 @@ const std::vector<KeySpec>& manifest_schema() {
                       "micro-batches per generation batch; unset = gradient_accumulation_steps"),
                   1, kMaxCount),
             "steps_per_generation"),
-        trl(range(key("train", "learning_rate", T::number, "1e-6", "peak learning rate (TRL's GRPO default)"), 0, kInf),
+        trl(range(key("train", "learning_rate", T::number, nullptr,
+                      "peak learning rate; unset: 1e-6 for grove train (GRPOConfig's default), 2e-5 for grove sft "
+                      "(SFTConfig's)"),
+                  0, kInf),
             "learning_rate"),
         trl(pick(key("train", "lr_scheduler_type", T::string, "\"linear\"",
                      "after the warmup: linear decay to 0, cosine, cosine to min_lr_rate, cosines with hard restarts, "
@@ -369,6 +376,19 @@ const std::vector<KeySpec>& manifest_schema() {
         path(key("rollouts", "path", T::string, nullptr,
                  "train on rollouts made elsewhere (JSONL: prompt_ids or prompt, completion_ids, optional "
                  "sampling_logprobs, rewards and multi-turn env_mask) instead of generating")),
+
+        trl(range(key("sft", "max_length", T::integer, "1024",
+                      "`grove sft`: longest example in tokens; longer ones are cut (truncation_mode) and those left "
+                      "with no trained token are left out; 0 = no limit"),
+                  0, kMaxCount),
+            "max_length"),
+        trl(pick(key("sft", "truncation_mode", T::string, "\"keep_start\"",
+                     "`grove sft`: keep_start cuts a long example's end, keep_end its start"),
+                 "keep_start|keep_end"),
+            "truncation_mode"),
+        trl(key("sft", "completion_only_loss", T::boolean, "true",
+                "`grove sft`: train only the completion of prompt-completion rows; false trains the prompt too"),
+            "completion_only_loss"),
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
         trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf), "save_steps"),

@@ -145,7 +145,7 @@ DdpBackend ddp_backend_from_name(const std::string& name) {
                                  {{"auto", DdpBackend::automatic}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}});
 }
 
-RunConfig RunConfig::from(const Manifest& m) {
+RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     RunConfig c;
     c.manifest_path = m.path();
     c.world_size = m.world_size();
@@ -164,6 +164,7 @@ RunConfig RunConfig::from(const Manifest& m) {
     c.data.eval_source = m.optional_string("data.eval_source");
     c.data.prompt_column = m.string("data.prompt_column");
     c.data.completion_column = m.string("data.completion_column");
+    c.data.text_column = m.string("data.text_column");
     c.data.shuffle = m.boolean("data.shuffle");
 
     GenerationSection& g = c.generation;
@@ -215,7 +216,8 @@ RunConfig RunConfig::from(const Manifest& m) {
     t.gradient_accumulation_steps = m.integer("train.gradient_accumulation_steps");
     t.generation_batch_size = m.integer("train.generation_batch_size");
     t.steps_per_generation = m.integer("train.steps_per_generation");
-    t.learning_rate = m.number("train.learning_rate");
+    // unset: GRPOConfig's default, or SFTConfig's for grove sft
+    t.learning_rate = m.optional_number("train.learning_rate").value_or(kind == Kind::sft ? 2e-5 : 1e-6);
     t.lr_scheduler_type = lr_schedule_from_name(m.string("train.lr_scheduler_type"));
     t.warmup_steps = m.integer("train.warmup_steps");
     t.warmup_ratio = m.number("train.warmup_ratio");
@@ -253,6 +255,10 @@ RunConfig RunConfig::from(const Manifest& m) {
                                              "builtin:NAME), or train.eval_steps = 0 and train.eval_on_start = false");
 
     c.rollouts_path = m.optional_string("rollouts.path");
+    c.sft.max_length = m.integer("sft.max_length");
+    c.sft.keep_end = m.string("sft.truncation_mode") == "keep_end";
+    c.sft.completion_only_loss = m.boolean("sft.completion_only_loss");
+
     c.output.dir = m.string("output.dir");
     c.output.save_steps = m.integer("output.save_steps");
     c.output.save_total_limit = m.optional_integer("output.save_total_limit");

@@ -270,6 +270,25 @@ void for_each_jsonl(const std::string& path, const std::string& what,
     }
 }
 
+std::vector<ChatMessage> chat_messages(const json& list, const std::string& where) {
+    std::vector<ChatMessage> messages;
+    for (const auto& m : list) {
+        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
+            throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
+        // templates render them; Grove's do not. An empty tool_calls list is false in Jinja, so
+        // nothing (datasets exported from tool-calling chats carry one)
+        for (const char* field : {"tool_calls", "reasoning_content"})
+            if (m.contains(field) && !m[field].is_null() &&
+                !(m[field].is_array() && m[field].empty() && std::string(field) == "tool_calls"))
+                throw Error(ErrorKind::input, where + ": a message's \"" + field +
+                                                  "\" is not rendered by Grove's chat templates, so the prompt "
+                                                  "would differ from apply_chat_template's; write it into "
+                                                  "\"content\" as the model should see it");
+        messages.push_back({m["role"], m["content"]});
+    }
+    return messages;
+}
+
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column) {
     if (source.rfind("builtin:", 0) == 0) {
         std::string name = source.substr(8), query;
@@ -295,20 +314,7 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
             if (prompt.is_string()) {
                 row.text = prompt;
             } else if (prompt.is_array() && !prompt.empty()) {
-                for (const auto& m : prompt) {
-                    if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
-                        throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
-                    // templates render them; Grove's do not. An empty tool_calls list is false in Jinja, so
-                    // nothing (datasets exported from tool-calling chats carry one)
-                    for (const char* field : {"tool_calls", "reasoning_content"})
-                        if (m.contains(field) && !m[field].is_null() &&
-                            !(m[field].is_array() && m[field].empty() && std::string(field) == "tool_calls"))
-                            throw Error(ErrorKind::input, where + ": a message's \"" + field +
-                                                              "\" is not rendered by Grove's chat templates, so the prompt "
-                                                              "would differ from apply_chat_template's; write it into "
-                                                              "\"content\" as the model should see it");
-                    row.messages.push_back({m["role"], m["content"]});
-                }
+                row.messages = chat_messages(prompt, where);
             } else {
                 throw Error(ErrorKind::input, where + ": \"" + prompt_column + "\" must be text or a list of messages");
             }

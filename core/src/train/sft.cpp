@@ -26,45 +26,9 @@ using nlohmann::json;
 
 namespace grove {
 
-SftExample sft_example(const PromptRow& row, const std::string& column, const Tokenizer& tokenizer, ChatTemplate chat,
-                       std::optional<int64_t> eos) {
-    json columns = json::parse(row.columns_json);
-    const bool text = columns.contains(column) && columns[column].is_string();
-    if (!text && !(columns.contains(column) && columns[column].is_array()))
-        throw Error(ErrorKind::input, row.origin + ": no column \"" + column +
-                                          "\" (data.completion_column) to imitate: text, or a list of turns "
-                                          "{\"role\": \"model\"|\"environment\", \"text\": ...}");
-    SftExample e;
-    // the prompt as GRPO tokenizes it (a text prompt with the tokenizer's special tokens, as TRL's
-    // SFTTrainer and GRPOTrainer do), so the warm start sees what training will
-    e.ids = tokenizer.encode(prompt_text(row, chat, tokenizer.config()), row.messages.empty());
-    e.trained.assign(e.ids.size(), 0);
-    auto add = [&](const std::string& part, bool from_model) {
-        for (int64_t id : tokenizer.encode(part, false)) e.ids.push_back(id);
-        e.trained.resize(e.ids.size(), from_model ? 1 : 0);
-    };
-    if (text) {
-        add(columns[column].get<std::string>(), true);
-    } else {
-        for (const json& turn : columns[column]) {
-            const std::string role = turn.is_object() ? turn.value("role", "") : "";
-            if ((role != "model" && role != "environment") || !turn.contains("text") || !turn["text"].is_string())
-                throw Error(ErrorKind::input, row.origin + ": column \"" + column +
-                                                  "\": each turn needs \"role\" (model or environment) and string "
-                                                  "\"text\", e.g. {\"role\": \"model\", \"text\": \"<calc>2 * 3</calc>\"}");
-            add(turn["text"].get<std::string>(), role == "model");
-        }
-    }
-    if (eos) {
-        e.ids.push_back(*eos);
-        e.trained.push_back(1);
-    }
-    return e;
-}
-
 namespace {
-// The examples in the order SFT visits them: a permutation per pass, drawn from the run seed, so
-// a resumed run can draw the same ones again.
+// The examples in the order SFT visits them: a permutation per pass (epoch), drawn from the run
+// seed, so a resumed run can draw the same ones again.
 class ExampleOrder {
 public:
     ExampleOrder(int64_t examples, int64_t seed)
@@ -80,9 +44,17 @@ public:
         while (at_.epoch < p.epoch) draw(), ++at_.epoch;
         at_.position = p.position;
     }
-    int64_t next() {
+    // transformers' Trainer: an epoch is ceil(examples / batch) batches, the last one shorter,
+    // taken `micro_batches` at a time; the last step of an epoch takes the batches left.
+    std::vector<std::vector<int64_t>> next_step(int64_t batch, int64_t micro_batches) {
         if (at_.position == examples_) draw(), ++at_.epoch, at_.position = 0;
-        return order_[at_.position++].item<int64_t>();
+        std::vector<std::vector<int64_t>> step;
+        while (int64_t(step.size()) < micro_batches && at_.position < examples_) {
+            std::vector<int64_t>& picked = step.emplace_back();
+            while (int64_t(picked.size()) < batch && at_.position < examples_)
+                picked.push_back(order_[at_.position++].item<int64_t>());
+        }
+        return step;
     }
     const PromptSource::Position& position() const { return at_; }
 
@@ -93,6 +65,27 @@ private:
     at::Tensor order_;
     PromptSource::Position at_;
 };
+
+SftDataOptions sft_data_options(const RunConfig& c) {
+    SftDataOptions o;
+    o.prompt_column = c.data.prompt_column;
+    o.completion_column = c.data.completion_column;
+    o.text_column = c.data.text_column;
+    o.completion_only_loss = c.sft.completion_only_loss;
+    o.max_length = c.sft.max_length;
+    o.keep_end = c.sft.keep_end;
+    return o;
+}
+
+// transformers' step count: ceil(epochs x steps per epoch), where an epoch has
+// ceil(ceil(examples / batch) / micro_batches) steps; max_steps > 0 overrides it.
+int64_t total_steps(const TrainSection& t, int64_t examples) {
+    if (t.max_steps > 0) return t.max_steps;
+    const int64_t batches = (examples + t.per_device_train_batch_size - 1) / t.per_device_train_batch_size;
+    const int64_t steps_per_epoch =
+        std::max<int64_t>((batches + t.gradient_accumulation_steps - 1) / t.gradient_accumulation_steps, 1);
+    return int64_t(std::ceil(t.num_train_epochs * double(steps_per_epoch)));
+}
 
 }  // namespace
 
@@ -170,7 +163,7 @@ SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& example
 }
 
 SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options) {
-    const RunConfig c = RunConfig::from(manifest);
+    const RunConfig c = RunConfig::from(manifest, RunConfig::Kind::sft);
     const std::string output = c.output.dir;
     const RunStart start = run_start(output, c.model.path, options.resume, options.overwrite, log);
     prepare_output_folder(output, start.clear);
@@ -179,13 +172,9 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     ChatTemplate chat = c.chat_template(tokenizer->config());
     auto source = c.data.source;
     if (!source) throw Error(ErrorKind::manifest, c.manifest_path + ": grove sft needs data.source");
-    auto rows = load_prompts(*source, c.data.prompt_column);
-    std::string column = c.data.completion_column;
     std::optional<int64_t> eos = tokenizer->config().eos_id;
     if (!eos && !model->config().eos_token_ids.empty()) eos = model->config().eos_token_ids.front();
-
-    std::vector<SftExample> examples;
-    for (const auto& row : rows) examples.push_back(sft_example(row, column, *tokenizer, chat, eos));
+    const std::vector<SftExample> examples = load_sft_examples(*source, sft_data_options(c), *tokenizer, chat, eos, log);
 
     model->set_base_trainable(true);
     const double router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
@@ -196,10 +185,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     ao.weight_decay = c.train.weight_decay;
     std::vector<at::Tensor> params = model->trainable_parameters();
     AdamW optimizer(params, ao);
-    const int64_t batch = c.train.per_device_train_batch_size;
-    const int64_t micro_batches = c.train.gradient_accumulation_steps;
-    int64_t total = c.train.max_steps;
-    if (total <= 0) total = int64_t(std::ceil(c.train.num_train_epochs * double(rows.size()) / double(batch * micro_batches)));
+    const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
     if (log) *log << schedule.ignored_warmup_warning();
     if (log && c.model.cast_lm_head_to_fp32)  // TRL's SFTConfig has no such option
@@ -231,9 +217,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
 
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
-        std::vector<std::vector<int64_t>> picked(size_t(micro_batches), std::vector<int64_t>(size_t(batch), 0));
-        for (auto& micro_batch : picked)
-            for (int64_t& example : micro_batch) example = order.next();
+        const auto picked = order.next_step(c.train.per_device_train_batch_size, c.train.gradient_accumulation_steps);
         const SftStepMetrics stepped = sft_backward(*model, examples, picked, router_aux_loss_coef, step + 1);
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         const double lr = schedule.rate(step);
@@ -241,12 +225,13 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         optimizer.zero_grad();
         progress.global_step = step + 1;
         progress.sampler = order.position();
+        // TRL's num_tokens: every token of the examples trained on so far, prompts included
+        for (const auto& micro_batch : picked)
+            for (int64_t example : micro_batch) progress.num_tokens += int64_t(examples[size_t(example)].ids.size());
         result.losses.push_back(stepped.loss);
-        std::map<std::string, double> logged{{"loss", stepped.loss},
-                                             {"grad_norm", grad_norm},
-                                             {"learning_rate", lr},
-                                             {"mean_token_accuracy", stepped.mean_token_accuracy},
-                                             {"entropy", stepped.entropy}};
+        std::map<std::string, double> logged{{"loss", stepped.loss},       {"grad_norm", grad_norm},
+                                             {"learning_rate", lr},        {"mean_token_accuracy", stepped.mean_token_accuracy},
+                                             {"entropy", stepped.entropy}, {"num_tokens", double(progress.num_tokens)}};
         if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
         json line(logged);
         line["step"] = step + 1;

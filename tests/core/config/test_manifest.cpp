@@ -56,7 +56,17 @@ TEST(Manifest, DefaultsFollowTrl) {
     EXPECT_EQ(m.string("loss.scale_rewards"), "group");
     EXPECT_EQ(m.reduction().plugin, "dapo");
     EXPECT_EQ(m.adapter().plugin, "full");
-    EXPECT_DOUBLE_EQ(m.number("train.learning_rate"), 1e-6);
+    // unset: GRPOConfig's 1e-6 for grove train, SFTConfig's 2e-5 for grove sft; SFTConfig's data options
+    EXPECT_FALSE(m.optional_number("train.learning_rate").has_value());
+    EXPECT_DOUBLE_EQ(grove::RunConfig::from(m).train.learning_rate, 1e-6);
+    const auto sft = grove::RunConfig::from(m, grove::RunConfig::Kind::sft);
+    EXPECT_DOUBLE_EQ(sft.train.learning_rate, 2e-5);
+    EXPECT_EQ(sft.sft.max_length, 1024);
+    EXPECT_FALSE(sft.sft.keep_end);
+    EXPECT_TRUE(sft.sft.completion_only_loss);
+    EXPECT_EQ(sft.data.text_column, "text");
+    auto set = grove::Manifest::parse(kMinimal + "\n[train]\nlearning_rate = 3e-4\n", "/runs/exp/grove.toml");
+    EXPECT_DOUBLE_EQ(grove::RunConfig::from(set, grove::RunConfig::Kind::sft).train.learning_rate, 3e-4);
     EXPECT_EQ(m.integer("train.per_device_train_batch_size"), 8);
     EXPECT_EQ(m.integer("train.steps_per_generation"), 1);   // = gradient_accumulation_steps
     EXPECT_EQ(m.integer("train.generation_batch_size"), 8);  // = 8 x 1 process x 1

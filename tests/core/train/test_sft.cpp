@@ -64,15 +64,16 @@ TEST(Sft, FromScratchTheModelLearnsTheAnswerFormat) {
 // tokenizer's special tokens (Gemma's <bos>), as GRPO training tokenizes it.
 TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
     auto tokenizer = grove::Tokenizer::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/gemma3_window");
-    grove::PromptRow row;
-    row.text = "What is 12 * 34?";
-    row.origin = "rows.jsonl:3";
-    row.columns_json = R"({"episode": [{"role": "model", "text": "<calc>12 * 34</calc>"},
-                                       {"role": "environment", "text": "<result>408</result>"},
-                                       {"role": "model", "text": "<answer>408</answer>"}],
-                          "completion": "plain text"})";
-    const auto e = grove::sft_example(row, "episode", *tokenizer, grove::ChatTemplate::plain, 2);
-    std::vector<int64_t> ids = tokenizer->encode(row.text, true);
+    const std::string prompt = "What is 12 * 34?";
+    nlohmann::json row = {{"prompt", prompt},
+                          {"episode",
+                           {{{"role", "model"}, {"text", "<calc>12 * 34</calc>"}},
+                            {{"role", "environment"}, {"text", "<result>408</result>"}},
+                            {{"role", "model"}, {"text", "<answer>408</answer>"}}}}};
+    grove::SftDataOptions options;
+    options.completion_column = "episode";
+    const auto e = grove::sft_example(row, "rows.jsonl:3", options, *tokenizer, grove::ChatTemplate::plain, 2);
+    std::vector<int64_t> ids = tokenizer->encode(prompt, true);
     ASSERT_EQ(ids[0], 2) << "Gemma's <bos>";
     std::vector<uint8_t> trained(ids.size(), 0);
     for (auto [text, learn] :
@@ -85,21 +86,54 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
     trained.push_back(1);
     EXPECT_EQ(e.ids, ids);
     EXPECT_EQ(e.trained, trained);
-    // a text column trains all of it
-    const auto text = grove::sft_example(row, "completion", *tokenizer, grove::ChatTemplate::plain, std::nullopt);
-    const size_t prompt = tokenizer->encode(row.text, true).size();
-    EXPECT_EQ(text.ids.size(), prompt + tokenizer->encode("plain text", false).size());
-    EXPECT_EQ(std::count(text.trained.begin(), text.trained.end(), 1), long(text.ids.size() - prompt));
+    // completion_only_loss = false trains the prompt too, never the environment's turns
+    options.completion_only_loss = false;
+    const auto whole = grove::sft_example(row, "rows.jsonl:3", options, *tokenizer, grove::ChatTemplate::plain, 2);
+    std::vector<uint8_t> with_prompt = trained;
+    std::fill(with_prompt.begin(), with_prompt.begin() + long(tokenizer->encode(prompt, true).size()), 1);
+    EXPECT_EQ(whole.trained, with_prompt);
 
-    row.columns_json = R"({"episode": [{"role": "tool", "text": "x"}]})";
+    row["episode"] = {{{"role", "tool"}, {"text", "x"}}};
     try {
-        grove::sft_example(row, "episode", *tokenizer, grove::ChatTemplate::plain, 2);
+        grove::sft_example(row, "rows.jsonl:3", options, *tokenizer, grove::ChatTemplate::plain, 2);
         FAIL() << "a turn with role 'tool' was accepted";
     } catch (const grove::Error& error) {
         const std::string what = error.what();
         EXPECT_NE(what.find("rows.jsonl:3: column \"episode\": each turn needs \"role\" (model or environment)"),
                   std::string::npos)
             << what;
+    }
+}
+
+// TRL 1.16's SFTTrainer prepares each of its dataset formats (language modeling, conversational
+// language modeling, prompt-completion, conversational prompt-completion) with the tiny checkpoints'
+// tokenizers and chat templates (ChatML, Gemma's, Qwen3's reasoning blocks), under its defaults, a
+// 24-token limit keeping either end, and completion_only_loss = false
+// (tests/core/train/trl_sft_data_reference.py); grove sft's examples are its input_ids, with
+// trained = labels != -100, row for row, the rows TRL drops left out.
+TEST(SftData, PreparesRowsAsTrl) {
+    std::ifstream in(std::string(GROVE_TEST_BINARY_DIR) + "/trainer/trl_sft_data/cases.json");
+    ASSERT_TRUE(in) << "run the sft_data_trl_reference test first";
+    const nlohmann::json cases = nlohmann::json::parse(in);
+    ASSERT_GE(cases.size(), 40u);
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c["name"].get<std::string>());
+        auto tokenizer = grove::Tokenizer::load(c["tokenizer"]);
+        grove::SftDataOptions o;
+        const auto& options = c["options"];
+        o.max_length = options.value("max_length", 1024);
+        o.keep_end = options.value("truncation_mode", "keep_start") == "keep_end";
+        o.completion_only_loss = options.value("completion_only_loss", true);
+        const auto chat = grove::chat_template_from_name("auto", tokenizer->config());
+        const auto examples = grove::load_sft_examples(c["data"], o, *tokenizer, chat, tokenizer->config().eos_id, nullptr);
+        ASSERT_EQ(examples.size(), c["rows"].size());
+        for (size_t i = 0; i < examples.size(); ++i) {
+            const auto& row = c["rows"][i];
+            EXPECT_EQ(examples[i].ids, row["input_ids"].get<std::vector<int64_t>>()) << "row " << i;
+            std::vector<uint8_t> trained;
+            for (const auto& label : row["labels"]) trained.push_back(label.get<int64_t>() != -100);
+            EXPECT_EQ(examples[i].trained, trained) << "row " << i;
+        }
     }
 }
 
@@ -211,6 +245,48 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     EXPECT_NE(kept.out.find("--overwrite would delete " + dir + "/inplace, which holds the model it trains"), std::string::npos)
         << kept.out;
     EXPECT_TRUE(fs::exists(dir + "/inplace/base/model.safetensors"));
+}
+
+// Epochs as transformers' Trainer counts them: 10 examples in batches of 4 are 3 batches an epoch
+// (the last of 2), in steps of 2 batches: 2 steps an epoch, the second of one batch; 2 epochs are 4
+// steps, 1.5 epochs ceil(1.5 x 2) = 3. TRL's num_tokens (every token trained on so far) shows each
+// epoch takes every example exactly once, whatever the shuffle.
+TEST(Sft, EpochsCountStepsAsTransformersTrainer) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_epochs";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    {
+        std::ofstream data(dir + "/texts.jsonl");
+        for (int i = 0; i < 10; ++i) data << nlohmann::json({{"text", std::string(size_t(i + 1), 'a') + " b"}}).dump() << "\n";
+    }
+    const std::string model = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << model
+                                     << "\"\nchat_template = \"none\"\n[data]\nsource = \"texts.jsonl\"\n"
+                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+                                        "[train]\nper_device_train_batch_size = 4\ngradient_accumulation_steps = 2\n"
+                                        "[logging]\nlogging_steps = 1\n";
+    auto tokenizer = grove::Tokenizer::load(model);
+    int64_t all_tokens = 0;
+    for (const auto& e : grove::load_sft_examples(dir + "/texts.jsonl", {}, *tokenizer, grove::ChatTemplate::plain,
+                                                  tokenizer->config().eos_id, nullptr))
+        all_tokens += int64_t(e.ids.size());
+    auto tokens_logged = [&](const std::string& epochs) {
+        const std::string out = dir + "/epochs" + epochs;
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + out +
+                                        "\"' --set train.num_train_epochs=" + epochs + " 2>&1");
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+        std::vector<int64_t> tokens;
+        std::ifstream in(out + "/metrics.jsonl");
+        for (std::string line; std::getline(in, line);)
+            tokens.push_back(int64_t(nlohmann::json::parse(line)["num_tokens"].get<double>()));
+        return tokens;
+    };
+    const auto two = tokens_logged("2");
+    ASSERT_EQ(two.size(), 4u);
+    EXPECT_EQ(two[1], all_tokens) << "the first epoch ends with the second step";
+    EXPECT_EQ(two[3], 2 * all_tokens);
+    EXPECT_LT(two[1] - two[0], two[0]) << "the epoch's last step has its last batch, 2 examples";
+    EXPECT_EQ(tokens_logged("1.5").size(), 3u);
 }
 
 // A mixture of experts: grove sft adds TRL 1.16's SFT load-balancing term (loss + coef x aux) and

@@ -1,0 +1,189 @@
+// grove sft's examples from TRL's dataset formats, prepared as TRL 1.16's SFTTrainer prepares them
+// (SFTTrainer._prepare_dataset: EOS text, tokenization, the completion mask, truncation, dropping
+// rows left without a trained token). tests/core/train/trl_sft_data_reference.py records TRL's.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "grove/dataset.hpp"
+#include "grove/error.hpp"
+#include "grove/sft.hpp"
+#include "grove/tokenizer.hpp"
+
+using nlohmann::json;
+
+namespace grove {
+
+namespace {
+
+bool is_conversation(const json& value) { return value.is_array() && !value.empty() && value[0].contains("content"); }
+
+std::string rendered(ChatTemplate chat, const std::vector<ChatMessage>& messages, bool generation_prompt,
+                     const TokenizerConfig& config, const std::string& where) {
+    try {
+        return render_chat(chat, messages, generation_prompt, config);
+    } catch (const Error& e) {  // which row the template refuses
+        throw Error(e.kind(), where + ": " + e.what());
+    }
+}
+
+// TRL appends the EOS token's text to a text completion (or language-modeling text) that does not
+// end with it, then tokenizes. The EOS is appended as its id, which is what a tokenizer that splits
+// special tokens out of text gives (transformers' do; sentencepiece's own encoder does not).
+struct EndOfText {
+    std::string text;           // the tokenizer's EOS token, if it names one
+    std::optional<int64_t> id;  // its id, or the model's EOS id
+    std::vector<int64_t> encode_ending(const Tokenizer& tokenizer, std::string s, bool special_tokens) const {
+        if (!text.empty() && s.size() >= text.size() && s.compare(s.size() - text.size(), text.size(), text) == 0)
+            s.resize(s.size() - text.size());
+        std::vector<int64_t> ids = tokenizer.encode(s, special_tokens);
+        if (id) ids.push_back(*id);
+        return ids;
+    }
+};
+
+SftExample all_trained(std::vector<int64_t> ids) {
+    SftExample e;
+    e.trained.assign(ids.size(), 1);
+    e.ids = std::move(ids);
+    return e;
+}
+
+// The prompt's tokens and the whole row's: the completion starts where they part (TRL's
+// common_prefix_length), which is after the prompt unless the template renders the prompt alone
+// differently or tokens merge across the boundary.
+SftExample split_at_common_prefix(const std::vector<int64_t>& prompt, std::vector<int64_t> whole, bool train_prompt) {
+    size_t start = 0;
+    while (start < prompt.size() && start < whole.size() && prompt[start] == whole[start]) ++start;
+    SftExample e;
+    e.trained.assign(whole.size(), 1);
+    if (!train_prompt) std::fill(e.trained.begin(), e.trained.begin() + long(start), 0);
+    e.ids = std::move(whole);
+    return e;
+}
+
+// Grove's reference episode: the prompt, then each turn tokenized on its own as an episode's turns
+// are, the model's trained, and the EOS.
+SftExample episode_example(const std::string& prompt, bool special_tokens, const json& turns, const std::string& where,
+                           const SftDataOptions& o, const Tokenizer& tokenizer, std::optional<int64_t> eos) {
+    SftExample e;
+    e.ids = tokenizer.encode(prompt, special_tokens);
+    e.trained.assign(e.ids.size(), o.completion_only_loss ? 0 : 1);
+    for (const json& turn : turns) {
+        const std::string role = turn.is_object() ? turn.value("role", "") : "";
+        if ((role != "model" && role != "environment") || !turn.contains("text") || !turn["text"].is_string())
+            throw Error(ErrorKind::input, where + ": column \"" + o.completion_column +
+                                              "\": each turn needs \"role\" (model or environment) and string "
+                                              "\"text\", e.g. {\"role\": \"model\", \"text\": \"<calc>2 * 3</calc>\"}, or "
+                                              "each message \"role\" and \"content\" (a conversational completion)");
+        for (int64_t id : tokenizer.encode(turn["text"].get<std::string>(), false)) e.ids.push_back(id);
+        e.trained.resize(e.ids.size(), role == "model" ? 1 : 0);
+    }
+    if (eos) {
+        e.ids.push_back(*eos);
+        e.trained.push_back(1);
+    }
+    return e;
+}
+
+SftExample prompt_completion_example(const json& row, const std::string& where, const SftDataOptions& o,
+                                     const Tokenizer& tokenizer, ChatTemplate chat, const EndOfText& end) {
+    const json& prompt = row[o.prompt_column];
+    if (!prompt.is_string() && !(prompt.is_array() && !prompt.empty()))
+        throw Error(ErrorKind::input, where + ": \"" + o.prompt_column + "\" must be text or a list of messages");
+    if (!row.contains(o.completion_column))
+        throw Error(ErrorKind::input, where + ": no column \"" + o.completion_column +
+                                          "\" (data.completion_column) to imitate: text, chat messages, or a list of turns "
+                                          "{\"role\": \"model\"|\"environment\", \"text\": ...}");
+    const json& completion = row[o.completion_column];
+    const TokenizerConfig& config = tokenizer.config();
+    std::vector<ChatMessage> prompt_messages;
+    if (prompt.is_array()) prompt_messages = chat_messages(prompt, where);
+    // text prompts get the tokenizer's special tokens; a conversation's template writes its own
+    const bool special_tokens = prompt.is_string();
+    const std::string prompt_text =
+        prompt.is_string() ? prompt.get<std::string>() : rendered(chat, prompt_messages, true, config, where);
+    const std::vector<int64_t> prompt_ids = tokenizer.encode(prompt_text, special_tokens);
+    if (is_conversation(completion)) {
+        if (prompt.is_string())
+            throw Error(ErrorKind::input, where +
+                                              ": the completion is chat messages but the prompt is text; give the "
+                                              "prompt as messages too, or the completion as text");
+        std::vector<ChatMessage> whole = prompt_messages;
+        for (const ChatMessage& m : chat_messages(completion, where)) whole.push_back(m);
+        return split_at_common_prefix(prompt_ids, tokenizer.encode(rendered(chat, whole, false, config, where), false),
+                                      !o.completion_only_loss);
+    }
+    if (completion.is_array()) return episode_example(prompt_text, special_tokens, completion, where, o, tokenizer, end.id);
+    if (!completion.is_string())
+        throw Error(ErrorKind::input, where + ": \"" + o.completion_column +
+                                          "\" must be text, chat messages, or a list of turns {\"role\": "
+                                          "\"model\"|\"environment\", \"text\": ...}");
+    return split_at_common_prefix(prompt_ids,
+                                  end.encode_ending(tokenizer, prompt_text + completion.get<std::string>(), special_tokens),
+                                  !o.completion_only_loss);
+}
+
+void truncate(SftExample& e, const SftDataOptions& o) {
+    const auto length = int64_t(e.ids.size());
+    if (o.max_length <= 0 || length <= o.max_length) return;
+    const int64_t first = o.keep_end ? length - o.max_length : 0;
+    e.ids = std::vector<int64_t>(e.ids.begin() + first, e.ids.begin() + first + o.max_length);
+    e.trained = std::vector<uint8_t>(e.trained.begin() + first, e.trained.begin() + first + o.max_length);
+}
+
+}  // namespace
+
+SftExample sft_example(const json& row, const std::string& where, const SftDataOptions& o, const Tokenizer& tokenizer,
+                       ChatTemplate chat, std::optional<int64_t> eos) {
+    if (!row.is_object()) throw Error(ErrorKind::input, where + ": a row must be a JSON object");
+    const EndOfText end{tokenizer.config().eos_token.value_or(""), eos};
+    if (row.contains(o.prompt_column)) return prompt_completion_example(row, where, o, tokenizer, chat, end);
+    if (row.contains("messages")) {
+        if (!is_conversation(row["messages"]))
+            throw Error(ErrorKind::input, where + ": \"messages\" must be a list of {\"role\", \"content\"} messages");
+        return all_trained(
+            tokenizer.encode(rendered(chat, chat_messages(row["messages"], where), false, tokenizer.config(), where), false));
+    }
+    if (row.contains(o.text_column) && row[o.text_column].is_string()) {
+        return all_trained(end.encode_ending(tokenizer, row[o.text_column].get<std::string>(), true));
+    }
+    throw Error(ErrorKind::input, where + ": the row has none of TRL's SFT formats: \"" + o.prompt_column + "\" and \"" +
+                                      o.completion_column +
+                                      "\" (data.prompt_column, data.completion_column), \"messages\", "
+                                      "or text in \"" +
+                                      o.text_column + "\" (data.text_column)");
+}
+
+std::vector<SftExample> load_sft_examples(const std::string& source, const SftDataOptions& o, const Tokenizer& tokenizer,
+                                          ChatTemplate chat, std::optional<int64_t> eos, std::ostream* log) {
+    std::vector<SftExample> examples;
+    int64_t rows = 0;
+    auto add = [&](const json& row, const std::string& where) {
+        ++rows;
+        SftExample e = sft_example(row, where, o, tokenizer, chat, eos);
+        truncate(e, o);
+        if (std::find(e.trained.begin(), e.trained.end(), 1) != e.trained.end()) examples.push_back(std::move(e));
+    };
+    if (source.rfind("builtin:", 0) == 0) {
+        for (const PromptRow& p : load_prompts(source, o.prompt_column)) {
+            json row = json::parse(p.columns_json);
+            row[o.prompt_column] = json::parse(prompt_json(p.text, p.messages));
+            add(row, p.origin);
+        }
+    } else {
+        for_each_jsonl(source, "the SFT dataset (JSONL)", add);
+    }
+    const int64_t dropped = rows - int64_t(examples.size());
+    if (examples.empty())
+        throw Error(ErrorKind::input, source + ": no example has a trained token" +
+                                          (rows ? " within sft.max_length = " + std::to_string(o.max_length) +
+                                                      " tokens; raise it, or set sft.truncation_mode = \"keep_end\""
+                                                : std::string(" (the file has no rows)")));
+    if (dropped > 0 && log)
+        *log << "grove sft: " << dropped << " of " << rows << " rows of " << source
+             << " have no trained token within sft.max_length = " << o.max_length << " tokens; left out (as TRL drops them)\n";
+    return examples;
+}
+
+}  // namespace grove

@@ -1,0 +1,100 @@
+"""What TRL 1.16's SFTTrainer trains on: its dataset preparation (SFTTrainer._prepare_dataset) run
+on each of TRL's dataset formats with the tiny checkpoints' tokenizers and chat templates. Writes
+OUT_DIR/cases.json (each case: the tokenizer folder, the JSONL file, the SFTConfig options, and
+TRL's input_ids and labels per kept row) and the JSONL files; `SftData.PreparesRowsAsTrl` prepares
+the same files with grove sft's code and compares.
+
+    .venv/bin/python tests/core/train/trl_sft_data_reference.py TINY_MODELS_DIR OUT_DIR
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import types
+
+import trl
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import SFTConfig, SFTTrainer
+
+TINY, OUT = sys.argv[1], sys.argv[2]
+os.makedirs(OUT, exist_ok=True)
+
+# Qwen3's template (reasoning blocks: the prompt alone and the prompt followed by its completion
+# render differently, so the completion starts where their tokens part) on the tiny Llama's tokenizer
+QWEN3_TOKENIZER = os.path.join(OUT, "qwen3_template")
+shutil.rmtree(QWEN3_TOKENIZER, ignore_errors=True)
+os.makedirs(QWEN3_TOKENIZER)
+for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(os.path.join(TINY, "llama_gqa", name), QWEN3_TOKENIZER)
+with open(os.path.join(QWEN3_TOKENIZER, "tokenizer_config.json")) as f:
+    config = json.load(f)
+with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
+    config["chat_template"] = f.read()
+with open(os.path.join(QWEN3_TOKENIZER, "tokenizer_config.json"), "w") as f:
+    json.dump(config, f)
+
+TOKENIZERS = {"chatml": os.path.join(TINY, "llama_gqa"), "gemma": os.path.join(TINY, "gemma3_window"),
+              "qwen3": QWEN3_TOKENIZER}
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 6
+
+
+def datasets(eos):
+    """TRL's four formats; some rows already end with the EOS text, some prompts end with a space."""
+    return {
+        "language_modeling": [{"text": "Hello world, how are you?"}, {"text": "It ends with EOS." + eos},
+                              {"text": LONG}],
+        "conversational_language_modeling": [
+            {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]},
+            {"messages": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
+                          {"role": "user", "content": LONG}, {"role": "assistant", "content": "A fox."}]}],
+        "prompt_completion": [{"prompt": "What is 2+2? ", "completion": "It is 4."},
+                              {"prompt": "Say hi.", "completion": " hi" + eos},
+                              {"prompt": LONG, "completion": " The end."},
+                              # the prompt's last token merges with the completion's first
+                              {"prompt": "The quick brown fox jumps over ", "completion": "the lazy dog."}],
+        "conversational_prompt_completion": [
+            {"prompt": [{"role": "user", "content": "What is 2+2?"}],
+             "completion": [{"role": "assistant", "content": "4"}]},
+            {"prompt": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."},
+                        {"role": "user", "content": LONG}],
+             "completion": [{"role": "assistant", "content": "A fox jumps."}]}],
+    }
+
+
+# SFTConfig options: TRL's defaults, short limits keeping either end, and the prompt trained too
+OPTIONS = [dict(), dict(max_length=24), dict(max_length=24, truncation_mode="keep_end"),
+           dict(completion_only_loss=False)]
+
+
+def prepare(tokenizer, rows, options):
+    args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False, **options)
+    sample = rows[0]
+    # what SFTTrainer.__init__ sets before it prepares the data
+    fake = types.SimpleNamespace(
+        _tokenizer=tokenizer, chat_template=None,
+        completion_only_loss=("prompt" in sample and "completion" in sample) if args.completion_only_loss is None
+        else args.completion_only_loss)
+    dataset = SFTTrainer._prepare_dataset(fake, Dataset.from_list(rows), tokenizer, args, False, None, "train")
+    return [dict(input_ids=r["input_ids"], labels=r["labels"]) for r in dataset]
+
+
+cases = []
+for family, folder in TOKENIZERS.items():
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for kind, rows in datasets(tokenizer.eos_token).items():
+        data = os.path.join(OUT, f"{family}_{kind}.jsonl")
+        with open(data, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        for options in OPTIONS:
+            if kind.endswith("language_modeling") and "completion_only_loss" in options:
+                continue  # TRL: not for language modeling rows
+            cases.append(dict(name=f"{family}_{kind}_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
+                              tokenizer=folder, data=data, options=options,
+                              rows=prepare(tokenizer, rows, options)))
+with open(os.path.join(OUT, "cases.json"), "w") as f:
+    json.dump(cases, f, indent=1)
+print(f"{len(cases)} cases in {OUT}/cases.json")
