@@ -71,4 +71,11 @@ private:
     std::deque<std::pair<std::string, at::Tensor>> parameters_;
 };
 
+class Model;
+// The model's trainable tensors with the adapter attached (or its base weights, for full training);
+// an adapter that left none (target_modules matching no layer) is a plugin error naming
+// `adapter_use`'s origin and the model's layer names.
+std::vector<at::Tensor> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
+                                                       const std::string& adapter_name);
+
 }  // namespace grove

@@ -5,6 +5,9 @@
 #include <cmath>
 
 #include "grove/error.hpp"
+#include "grove/manifest.hpp"
+#include "grove/model.hpp"
+#include "text/text_util.hpp"
 
 // The per-call context behind the C op table. Handles are pointers to at::Tensor objects kept in a
 // deque (stable addresses) for the duration of the call; parameters live in AdaptedLinear.
@@ -249,6 +252,17 @@ at::Tensor AdaptedLinear::merged_delta() const {
         throw Error(ErrorKind::plugin, "plugin " + host_.adapter_.info().display() + " returned a merged delta of shape " +
                                            c10::str(result.sizes()) + " for weight " + c10::str(layer_.weight.sizes()));
     return result;
+}
+
+std::vector<at::Tensor> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
+                                                       const std::string& adapter_name) {
+    std::vector<at::Tensor> params = model.trainable_parameters();
+    if (params.empty())
+        throw Error(ErrorKind::plugin, adapter_use.origin + ": the adapter '" + adapter_name +
+                                           "' left no trainable parameter: check its target_modules against the model's "
+                                           "layer names (" +
+                                           join(model.linear_module_names(), ", ") + ")");
+    return params;
 }
 
 }  // namespace grove

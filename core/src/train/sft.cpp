@@ -9,14 +9,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "grove/adapter_checkpoint.hpp"
+#include "grove/adapter_host.hpp"
 #include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
 #include "grove/optimizer.hpp"
+#include "grove/plugin_host.hpp"
 #include "grove/run_config.hpp"
 #include "grove/tensorboard.hpp"
 #include "grove/tokenizer.hpp"
+#include "model/autocast.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_log.hpp"
 #include "train/sft_loss.hpp"
@@ -167,7 +171,13 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     const std::string output = c.output.dir;
     const RunStart start = run_start(output, c.model.path, options.resume, options.overwrite, log);
     prepare_output_folder(output, start.clear);
+    // [adapter]: full fine-tuning, or LoRA (TRL's peft_config); the plugin outlives the model, whose
+    // adapted layers call into it when they are destroyed
+    PluginHost host(plugin_search_path(c.plugin_dirs));
+    const PluginInstance adapter = create_plugin(host, c.adapter, GROVE_PLUGIN_KIND_ADAPTER);
+    AdapterHost adapter_host(adapter);
     auto model = Model::load(c.model.path, c.model.device, c.model.dtype);
+    model->set_gradient_checkpointing(c.model.gradient_checkpointing);
     auto tokenizer = Tokenizer::load(c.model.path);
     ChatTemplate chat = c.chat_template(tokenizer->config());
     auto source = c.data.source;
@@ -176,14 +186,22 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     if (!eos && !model->config().eos_token_ids.empty()) eos = model->config().eos_token_ids.front();
     const std::vector<SftExample> examples = load_sft_examples(*source, sft_data_options(c), *tokenizer, chat, eos, log);
 
-    model->set_base_trainable(true);
+    const bool full = adapter_host.trains_base_weights();
+    model->set_base_trainable(full);
+    at::manual_seed(uint64_t(c.train.seed));  // the adapter's initialisation
+    if (!full) model->attach_adapter(adapter_host);
+    adapter_host.set_training(!c.model.disable_dropout);  // the adapter's dropout, as PEFT's trains with it
+    std::optional<at::DeviceType> autocast_device;        // train.mixed_precision, as grove train resolves it
+    if (c.train.mixed_precision == MixedPrecision::bf16 ||
+        (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
+        autocast_device = model->device().type();
     const double router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
     AdamWOptions ao;
     ao.beta1 = c.train.adam_beta1;
     ao.beta2 = c.train.adam_beta2;
     ao.epsilon = c.train.adam_epsilon;
     ao.weight_decay = c.train.weight_decay;
-    std::vector<at::Tensor> params = model->trainable_parameters();
+    std::vector<at::Tensor> params = trainable_parameters_or_refuse(*model, c.adapter, adapter.info().name);
     AdamW optimizer(params, ao);
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
@@ -210,15 +228,21 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         tensorboard = std::make_unique<TensorBoardWriter>(
             (fs::path(output) / "runs").string(),
             start.resume_from ? std::optional<int64_t>(progress.global_step) : std::nullopt);
-    auto export_model = [&](const std::string& folder) {
-        model->save(folder);
+    auto export_model = [&](const std::string& folder) {  // a Hugging Face folder, or the adapter in PEFT's layout
+        if (full)
+            model->save(folder);
+        else
+            save_adapter_checkpoint(folder, *model, adapter_host, c.adapter, c.model.path);
         copy_tokenizer_files(c.model.path, folder);
     };
 
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
         const auto picked = order.next_step(c.train.per_device_train_batch_size, c.train.gradient_accumulation_steps);
-        const SftStepMetrics stepped = sft_backward(*model, examples, picked, router_aux_loss_coef, step + 1);
+        const SftStepMetrics stepped = [&] {
+            AutocastScope autocast(autocast_device);
+            return sft_backward(*model, examples, picked, router_aux_loss_coef, step + 1);
+        }();
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         const double lr = schedule.rate(step);
         optimizer.step(lr);

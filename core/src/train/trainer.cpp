@@ -212,12 +212,7 @@ void Trainer::State::load() {
     if (reference && c.model.cast_lm_head_to_fp32) reference->keep_lm_head_in_float32();  // as TRL casts both
     c.check_adapter(adapter->info().name, full);
 
-    params = model->trainable_parameters();
-    if (params.empty())
-        throw Error(ErrorKind::plugin, c.adapter.origin + ": the adapter '" + adapter->info().name +
-                                           "' left no trainable parameter: check its target_modules against the model's "
-                                           "layer names (" +
-                                           join(model->linear_module_names(), ", ") + ")");
+    params = trainable_parameters_or_refuse(*model, c.adapter, adapter->info().name);
     std::vector<bool> updated;  // empty: all
     if (c.train.shard_optimizer_state && options.group) {
         owners = shard_owners(params, options.world_size);

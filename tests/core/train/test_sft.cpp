@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <filesystem>
 #include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "grove/adapter_checkpoint.hpp"
 #include "grove/dataset.hpp"
+#include "grove/model.hpp"
 #include "grove/error.hpp"
 #include "grove/safetensors.hpp"
 #include "grove/tensorboard.hpp"
@@ -287,6 +290,52 @@ TEST(Sft, EpochsCountStepsAsTransformersTrainer) {
     EXPECT_EQ(two[3], 2 * all_tokens);
     EXPECT_LT(two[1] - two[0], two[0]) << "the epoch's last step has its last batch, 2 examples";
     EXPECT_EQ(tokens_logged("1.5").size(), 3u);
+}
+
+// [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's
+// layout; PEFT loads it onto transformers' model with the logits Grove computes from the folder.
+TEST(Sft, LoraTrainsTheAdapterThatPeftLoads) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_lora";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    {
+        std::ofstream data(dir + "/pairs.jsonl");
+        for (int i = 0; i < 8; ++i)
+            data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}})
+                        .dump()
+                 << "\n";
+    }
+    const std::string base = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
+    std::ofstream(dir + "/sft.toml")
+        << "[model]\npath = \"" << base
+        << "\"\nchat_template = \"none\"\n[data]\nsource = \"pairs.jsonl\"\n"
+           "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+           "[adapter]\nplugin = \"lora\"\nconfig = { r = 4, alpha = 8, target_modules = "
+           "[\"q_proj\", \"v_proj\", \"down_proj\"] }\n"
+           "[train]\nper_device_train_batch_size = 4\nlearning_rate = 1e-2\nmax_steps = 6\n"
+           "lr_scheduler_type = \"constant\"\n[output]\ndir = \"out\"\n[logging]\nlogging_steps = 1\n";
+    auto r = grove::test::run_grove("sft " + dir + "/sft.toml 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const std::string out = dir + "/out";
+    EXPECT_TRUE(fs::exists(out + "/adapter_model.safetensors"));
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors")) << "only the adapter is saved";
+    std::vector<double> losses;
+    std::ifstream metrics(out + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    ASSERT_EQ(losses.size(), 6u);
+    EXPECT_LT(losses.back(), losses.front());
+
+    auto model = grove::load_model_or_adapter_checkpoint(out, "cpu", "float32");
+    at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0), logits;
+    {
+        at::NoGradGuard no_grad;
+        logits = model->forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
+    }
+    const std::string file = dir + "/grove_logits.safetensors";
+    grove::save_tensors(file, {{"input_ids", ids}, {"logits", logits.contiguous()}});
+    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
+                                out + " " + base + " " + file;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
 // A mixture of experts: grove sft adds TRL 1.16's SFT load-balancing term (loss + coef x aux) and
