@@ -143,7 +143,9 @@ SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", m
              dict(name="sft_mixtral_aux_accumulated", model="mixtral", router_aux_loss_coef=0.5,
                   micro_batches=[[2], [0, 1, 3]]),
              # bf16 Gemma 2: TRL's fused head caps the final logits after its cast to float32
-             dict(name="sft_gemma2_bf16", model="gemma2", dtype="bfloat16")]
+             dict(name="sft_gemma2_bf16", model="gemma2", dtype="bfloat16"),
+             # bf16 autocast (SFTConfig's bf16=True; grove sft's train.mixed_precision), one training_step
+             dict(name="sft_llama_autocast", model="model", micro_batches=[[0, 1, 2, 3]], autocast=True)]
 # the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
 # that mean_token_accuracy is not 0 for every row of a random model
 SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1, 1]),
@@ -175,7 +177,7 @@ def sft_reference(folders, tokenizer):
     results = []
     for case in SFT_CASES:
         micro_batches = case.get("micro_batches", [list(range(len(rows)))])
-        args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,
+        args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=case.get("autocast", False),
                          per_device_train_batch_size=max(len(m) for m in micro_batches),
                          gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
                          router_aux_loss_coef=case.get("router_aux_loss_coef"))
@@ -197,7 +199,7 @@ def sft_reference(folders, tokenizer):
             loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
         logged = {key: sum(values) / len(values) for key, values in trainer._metrics["train"].items() if values}
-        results.append({"dtype": "float32", **case, "micro_batches": micro_batches,
+        results.append({"dtype": "float32", "autocast": False, **case, "micro_batches": micro_batches,
                         "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
                         "loss": float(loss), "grad_norm": grad_norm.item(), "aux_loss": logged.get("aux_loss"),
                         "entropy": logged["entropy"], "mean_token_accuracy": logged["mean_token_accuracy"]})
