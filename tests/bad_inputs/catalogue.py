@@ -211,6 +211,16 @@ case("data", "a prompt that is a number", TRAIN, 5, "\"prompt\" must be text or 
      run_folder(prompts='{"prompt": 5}\n'))
 case("data", "an empty dataset", TRAIN, 5, "prompts.jsonl",
      run_folder(prompts=''))
+SFT = "sft grove.toml"
+case("data", "an SFT row in none of TRL's formats (prompt + completion, messages, text)", SFT, 5,
+     "prompts.jsonl:1: the row has none of TRL's SFT formats",
+     run_folder(prompts='{"question": "1 + 2 =", "answer": "3"}\n'))
+case("data", "an SFT completion given as messages after a text prompt", SFT, 5,
+     "prompts.jsonl:1: the completion is chat messages but the prompt is text",
+     run_folder(prompts='{"prompt": "1 + 2 =", "completion": [{"role": "assistant", "content": "3"}]}\n'))
+case("data", "SFT rows whose prompts fill sft.max_length, so no completion token is left", SFT + " --set sft.max_length=2", 5,
+     "no example has a trained token within sft.max_length = 2 tokens",
+     run_folder(prompts='{"prompt": "12 + 34 + 56 =", "completion": " 102"}\n'))
 ROLLOUTS = 'source = "prompts.jsonl"\n[rollouts]\npath = "rollouts.jsonl"'
 case("data", "a rollout row that is a number", TRAIN, 5, "rollouts.jsonl:1: a rollout is a JSON object",
      both(run_folder(data=ROLLOUTS), lambda d: write(f"{d}/rollouts.jsonl", "5\n")))

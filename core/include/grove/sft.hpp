@@ -65,11 +65,12 @@ struct SftOptions {
     std::optional<std::string> resume;  // "latest" or a checkpoint folder
 };
 
-// Uses model.*, data.source / prompt_column / completion_column, train.* (batch size, learning rate,
-// schedule, warmup, AdamW, max_grad_norm, max_steps, seed) and output.* (dir, save_steps,
-// save_total_limit). Writes metrics.jsonl, a checkpoint every save_steps and at the end (as grove
-// train's: the model as a Hugging Face folder and the training state, so --resume continues
-// exactly), and the final model with the tokenizer files in output.dir itself.
+// Uses model.*, data.* (source and columns), [adapter] (full or LoRA), [sft], train.* (batch sizes,
+// learning rate, schedule, warmup, AdamW, max_grad_norm, epochs or max_steps, seed, mixed precision)
+// and output.* (dir, save_steps, save_total_limit). Writes metrics.jsonl, a checkpoint every
+// save_steps and at the end (as grove train's: the model as a Hugging Face folder, or the adapter in
+// PEFT's layout, and the training state, so --resume continues exactly), and the final model with
+// the tokenizer files in output.dir itself.
 SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options = {});
 
 }  // namespace grove
