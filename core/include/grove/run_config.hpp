@@ -180,6 +180,10 @@ struct RunConfig {
     // model.chat_template resolved against the checkpoint's tokenizer_config.json, with
     // model.enable_thinking; a switch the template lacks is a manifest error naming the file.
     ChatTemplate chat_template(const TokenizerConfig& tokenizer) const;
+    // train.mixed_precision resolved: bf16 autocast for "bf16", and for "auto" on CUDA.
+    bool bf16_autocast(bool on_cuda) const {
+        return train.mixed_precision == MixedPrecision::bf16 || (train.mixed_precision == MixedPrecision::automatic && on_cuda);
+    }
     // TRL's router_aux_loss_coef for this checkpoint: unset takes the config's; set (non-zero) for a
     // model without experts is a manifest error, there being no load-balancing loss to weight.
     double router_aux_loss_coef_for(const ModelConfig& model) const;

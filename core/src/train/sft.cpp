@@ -191,10 +191,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     at::manual_seed(uint64_t(c.train.seed));  // the adapter's initialisation
     if (!full) model->attach_adapter(adapter_host);
     adapter_host.set_training(!c.model.disable_dropout);  // the adapter's dropout, as PEFT's trains with it
-    std::optional<at::DeviceType> autocast_device;        // train.mixed_precision, as grove train resolves it
-    if (c.train.mixed_precision == MixedPrecision::bf16 ||
-        (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
-        autocast_device = model->device().type();
+    std::optional<at::DeviceType> autocast_device;
+    if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     const double router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
     AdamWOptions ao;
     ao.beta1 = c.train.adam_beta1;

@@ -184,9 +184,7 @@ void Trainer::State::load() {
                                           c.model.path + "\" and give [model] path a causal LM");
     router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
     model->set_gradient_checkpointing(c.model.gradient_checkpointing);  // the training forward only
-    if (c.train.mixed_precision == MixedPrecision::bf16 ||
-        (c.train.mixed_precision == MixedPrecision::automatic && model->device().is_cuda()))
-        autocast_device = model->device().type();
+    if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     tokenizer = Tokenizer::load(c.model.path);
     chat_template = c.chat_template(tokenizer->config());
 
