@@ -221,6 +221,8 @@ case("data", "an SFT completion given as messages after a text prompt", SFT, 5,
 case("data", "SFT rows whose prompts fill sft.max_length, so no completion token is left", SFT + " --set sft.max_length=2", 5,
      "no example has a trained token within sft.max_length = 2 tokens",
      run_folder(prompts='{"prompt": "12 + 34 + 56 =", "completion": " 102"}\n'))
+case("data", "SFT packing with no max_length to pack to", SFT + " --set sft.packing=true --set sft.max_length=0", 3,
+     "sft.packing needs sft.max_length", run_folder())
 ROLLOUTS = 'source = "prompts.jsonl"\n[rollouts]\npath = "rollouts.jsonl"'
 case("data", "a rollout row that is a number", TRAIN, 5, "rollouts.jsonl:1: a rollout is a JSON object",
      both(run_folder(data=ROLLOUTS), lambda d: write(f"{d}/rollouts.jsonl", "5\n")))

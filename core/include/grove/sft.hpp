@@ -19,9 +19,12 @@ class Tokenizer;
 enum class ChatTemplate;
 
 // One supervised example: its token ids, and which of them the loss trains (TRL's labels != -100).
+// A packed example holds several sequences end to end, each attending to itself only and starting
+// at position 0: their lengths, in order (empty: one sequence).
 struct SftExample {
     std::vector<int64_t> ids;
     std::vector<uint8_t> trained;
+    std::vector<int64_t> sequence_lengths;
 };
 
 // How rows become examples: TRL's SFTConfig options of the same names (the [sft] section, and
@@ -32,6 +35,13 @@ struct SftDataOptions {
     bool completion_only_loss = true;  // prompt-completion rows: train the completion only
     int64_t max_length = 1024;         // tokens per example; 0 = no limit
     bool keep_end = false;             // truncation_mode = "keep_end": cut the start instead of the end
+    // TRL's packing: examples packed into rows of max_length tokens (bfd: best fit decreasing,
+    // cutting longer ones; bfd_split: splitting them; wrapped: the tokens cut every max_length,
+    // ignoring where examples end)
+    enum class Packing { none, bfd, bfd_split, wrapped } packing = Packing::none;
+    // TRL's padding_free (forced by bfd packing): a sequence's first token is not counted as trained
+    // (nothing predicts it; TRL's collator masks it, so the step's token count leaves it out)
+    bool padding_free = false;
 };
 
 // One JSON row (`where` names it in errors), untruncated, in the first of these formats it has:
@@ -50,8 +60,14 @@ SftExample sft_example(const nlohmann::json& row, const std::string& where, cons
                        const Tokenizer& tokenizer, ChatTemplate chat, std::optional<int64_t> eos);
 
 // Every row of `source` (JSONL or builtin:NAME) as an example, cut to max_length; those left
-// without a trained token are left out (counted on `log`), as TRL drops them. Refuses a dataset
-// that keeps no example.
+// without a trained token are left out (counted on `log`), as TRL drops them; or, with packing,
+// packed as TRL packs them. Refuses a dataset that keeps no example.
+// TRL's pack_dataset on prepared examples: bfd and bfd_split sort each chunk of 1000 examples
+// (datasets' map batches) by length, longest first, and put each into the fullest row it fits;
+// wrapped cuts each chunk's tokens every max_length.
+std::vector<SftExample> packed_examples(const std::vector<SftExample>& examples, int64_t max_length,
+                                        SftDataOptions::Packing packing);
+
 std::vector<SftExample> load_sft_examples(const std::string& source, const SftDataOptions& options, const Tokenizer& tokenizer,
                                           ChatTemplate chat, std::optional<int64_t> eos, std::ostream* log);
 

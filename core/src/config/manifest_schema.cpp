@@ -389,6 +389,18 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(key("sft", "completion_only_loss", T::boolean, "true",
                 "`grove sft`: train only the completion of prompt-completion rows; false trains the prompt too"),
             "completion_only_loss"),
+        trl(key("sft", "packing", T::boolean, "false",
+                "`grove sft`: pack examples into rows of max_length tokens (fewer, fuller rows: a batch counts rows)"),
+            "packing"),
+        trl(pick(key("sft", "packing_strategy", T::string, "\"bfd\"",
+                     "`grove sft`: bfd (best fit decreasing; longer examples cut), bfd_split (longer examples split), "
+                     "wrapped (tokens cut every max_length, across examples)"),
+                 "bfd|bfd_split|wrapped"),
+            "packing_strategy"),
+        trl(key("sft", "padding_free", T::boolean, "false",
+                "`grove sft`: count each example's first token out of the step's trained tokens, as TRL's padding-free "
+                "batches mask it (bfd packing sets it)"),
+            "padding_free"),
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
         trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf), "save_steps"),

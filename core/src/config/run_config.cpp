@@ -258,6 +258,13 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.sft.max_length = m.integer("sft.max_length");
     c.sft.keep_end = m.string("sft.truncation_mode") == "keep_end";
     c.sft.completion_only_loss = m.boolean("sft.completion_only_loss");
+    c.sft.packing = m.boolean("sft.packing");
+    c.sft.packing_strategy = m.string("sft.packing_strategy");
+    c.sft.padding_free = m.boolean("sft.padding_free");
+    if (c.sft.packing && c.sft.max_length == 0)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": sft.packing needs sft.max_length, the length of a packed "
+                                             "row (TRL refuses max_length=None with packing too)");
 
     c.output.dir = m.string("output.dir");
     c.output.save_steps = m.integer("output.save_steps");

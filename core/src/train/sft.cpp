@@ -78,6 +78,11 @@ SftDataOptions sft_data_options(const RunConfig& c) {
     o.completion_only_loss = c.sft.completion_only_loss;
     o.max_length = c.sft.max_length;
     o.keep_end = c.sft.keep_end;
+    if (c.sft.packing)
+        o.packing = c.sft.packing_strategy == "wrapped"     ? SftDataOptions::Packing::wrapped
+                    : c.sft.packing_strategy == "bfd_split" ? SftDataOptions::Packing::bfd_split
+                                                            : SftDataOptions::Packing::bfd;
+    o.padding_free = c.sft.padding_free;
     return o;
 }
 
@@ -107,15 +112,17 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     // labels = next token where it is trained, -100 elsewhere (prompt, environment, each row's last token)
     std::vector<int64_t> tokens, positions, labels, row_lengths;
     for (int64_t i : picked) {
-        const auto& seq = examples[size_t(i)].ids;
-        const auto& learn = examples[size_t(i)].trained;
-        const int64_t n = int64_t(seq.size());
-        for (int64_t t = 0; t < n; ++t) {
-            tokens.push_back(seq[size_t(t)]);
-            positions.push_back(t);
-            labels.push_back(t + 1 < n && learn[size_t(t + 1)] ? seq[size_t(t + 1)] : -100);
+        const SftExample& e = examples[size_t(i)];
+        int64_t start = 0;  // each sequence of a packed example is a row of its own
+        for (int64_t n : e.sequence_lengths.empty() ? std::vector<int64_t>{int64_t(e.ids.size())} : e.sequence_lengths) {
+            for (int64_t t = 0; t < n; ++t) {
+                tokens.push_back(e.ids[size_t(start + t)]);
+                positions.push_back(t);
+                labels.push_back(t + 1 < n && e.trained[size_t(start + t + 1)] ? e.ids[size_t(start + t + 1)] : -100);
+            }
+            row_lengths.push_back(n);
+            start += n;
         }
-        row_lengths.push_back(n);
     }
     RouterLoad routing;
     const at::Tensor hidden = model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong),

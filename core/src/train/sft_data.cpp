@@ -2,6 +2,8 @@
 // (SFTTrainer._prepare_dataset: EOS text, tokenization, the completion mask, truncation, dropping
 // rows left without a trained token). tests/core/train/trl_sft_data_reference.py records TRL's.
 #include <algorithm>
+#include <deque>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -124,6 +126,71 @@ SftExample prompt_completion_example(const json& row, const std::string& where, 
                                   !o.completion_only_loss);
 }
 
+// A sequence to pack: `length` tokens of an example from `start`.
+struct Piece {
+    const SftExample* example;
+    int64_t start, length;
+};
+
+SftExample row_of(const std::vector<Piece>& pieces, bool several_sequences) {
+    SftExample row;
+    for (const Piece& p : pieces) {
+        const auto first = p.example->ids.begin() + p.start;
+        row.ids.insert(row.ids.end(), first, first + p.length);
+        const auto trained = p.example->trained.begin() + p.start;
+        row.trained.insert(row.trained.end(), trained, trained + p.length);
+        if (several_sequences) row.sequence_lengths.push_back(p.length);
+    }
+    return row;
+}
+
+// TRL's best fit decreasing: longest first (a stable sort), each into the row with the least room
+// that still holds it (the first such row opened, on ties), else into a new row.
+std::vector<SftExample> best_fit_decreasing(std::vector<Piece> pieces, int64_t max_length) {
+    std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.length > b.length; });
+    std::vector<std::vector<Piece>> rows;
+    std::map<int64_t, std::deque<size_t>> rows_with_room;  // room left (0 < room < max_length) -> rows, oldest first
+    for (const Piece& piece : pieces) {
+        size_t row = rows.size();
+        int64_t room = max_length;
+        if (auto fit = rows_with_room.lower_bound(piece.length); fit != rows_with_room.end()) {
+            room = fit->first;
+            row = fit->second.front();
+            fit->second.pop_front();
+            if (fit->second.empty()) rows_with_room.erase(fit);
+        } else {
+            rows.emplace_back();
+        }
+        rows[row].push_back(piece);
+        if (room - piece.length > 0) rows_with_room[room - piece.length].push_back(row);
+    }
+    std::vector<SftExample> packed;
+    for (const auto& pieces_of_row : rows) packed.push_back(row_of(pieces_of_row, true));
+    return packed;
+}
+
+// TRL's wrapped packing: the examples' tokens end to end, cut every max_length.
+std::vector<SftExample> wrapped(const std::vector<Piece>& examples, int64_t max_length) {
+    const SftExample all = row_of(examples, false);
+    std::vector<SftExample> rows;
+    for (size_t start = 0; start < all.ids.size(); start += size_t(max_length)) {
+        const size_t end = std::min(all.ids.size(), start + size_t(max_length));
+        SftExample& row = rows.emplace_back();
+        row.ids.assign(all.ids.begin() + long(start), all.ids.begin() + long(end));
+        row.trained.assign(all.trained.begin() + long(start), all.trained.begin() + long(end));
+    }
+    return rows;
+}
+
+// TRL's padding-free batches: each sequence's first token is masked (nothing predicts it).
+void mask_first_tokens(SftExample& e) {
+    int64_t start = 0;
+    for (int64_t length : e.sequence_lengths.empty() ? std::vector<int64_t>{int64_t(e.ids.size())} : e.sequence_lengths) {
+        if (length > 0) e.trained[size_t(start)] = 0;
+        start += length;
+    }
+}
+
 void truncate(SftExample& e, const SftDataOptions& o) {
     const auto length = int64_t(e.ids.size());
     if (o.max_length <= 0 || length <= o.max_length) return;
@@ -133,6 +200,29 @@ void truncate(SftExample& e, const SftDataOptions& o) {
 }
 
 }  // namespace
+
+std::vector<SftExample> packed_examples(const std::vector<SftExample>& examples, int64_t max_length,
+                                        SftDataOptions::Packing packing) {
+    constexpr size_t kChunk = 1000;  // datasets' Dataset.map batch, within which TRL packs
+    std::vector<SftExample> packed;
+    for (size_t first = 0; first < examples.size(); first += kChunk) {
+        std::vector<Piece> pieces;
+        for (size_t i = first; i < std::min(examples.size(), first + kChunk); ++i) {
+            const auto length = int64_t(examples[i].ids.size());
+            if (length == 0) continue;
+            if (packing == SftDataOptions::Packing::bfd_split)  // full pieces, the last one shorter
+                for (int64_t start = 0; start < length; start += max_length)
+                    pieces.push_back({&examples[i], start, std::min(max_length, length - start)});
+            else
+                pieces.push_back(
+                    {&examples[i], 0, packing == SftDataOptions::Packing::bfd ? std::min(max_length, length) : length});
+        }
+        auto rows = packing == SftDataOptions::Packing::wrapped ? wrapped(pieces, max_length)
+                                                                : best_fit_decreasing(std::move(pieces), max_length);
+        for (auto& row : rows) packed.push_back(std::move(row));
+    }
+    return packed;
+}
 
 SftExample sft_example(const json& row, const std::string& where, const SftDataOptions& o, const Tokenizer& tokenizer,
                        ChatTemplate chat, std::optional<int64_t> eos) {
@@ -159,9 +249,14 @@ std::vector<SftExample> load_sft_examples(const std::string& source, const SftDa
                                           ChatTemplate chat, std::optional<int64_t> eos, std::ostream* log) {
     std::vector<SftExample> examples;
     int64_t rows = 0;
+    const bool packing = o.packing != SftDataOptions::Packing::none;
     auto add = [&](const json& row, const std::string& where) {
         ++rows;
         SftExample e = sft_example(row, where, o, tokenizer, chat, eos);
+        if (packing) {  // TRL packs without truncating or dropping first
+            examples.push_back(std::move(e));
+            return;
+        }
         truncate(e, o);
         if (std::find(e.trained.begin(), e.trained.end(), 1) != e.trained.end()) examples.push_back(std::move(e));
     };
@@ -174,7 +269,10 @@ std::vector<SftExample> load_sft_examples(const std::string& source, const SftDa
     } else {
         for_each_jsonl(source, "the SFT dataset (JSONL)", add);
     }
-    const int64_t dropped = rows - int64_t(examples.size());
+    if (packing) examples = packed_examples(examples, o.max_length, o.packing);
+    if (o.padding_free || o.packing == SftDataOptions::Packing::bfd || o.packing == SftDataOptions::Packing::bfd_split)
+        for (SftExample& e : examples) mask_first_tokens(e);
+    const int64_t dropped = packing ? 0 : rows - int64_t(examples.size());
     if (examples.empty())
         throw Error(ErrorKind::input, source + ": no example has a trained token" +
                                           (rows ? " within sft.max_length = " + std::to_string(o.max_length) +

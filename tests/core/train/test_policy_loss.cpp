@@ -187,12 +187,25 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
         const std::string name = c["name"];
         auto model = grove::Model::load(kDir + "/" + c["model"].get<std::string>(), "cpu", c["dtype"].get<std::string>());
         model->set_base_trainable(true);
+        // packed rows, as grove sft packs them: sequences end to end, each one's first token out of
+        // the trained count (TRL's padding-free collator masks it)
+        std::vector<grove::SftExample> packed;
+        for (const auto& row : c.value("packed", nlohmann::json::array())) {
+            grove::SftExample& e = packed.emplace_back();
+            for (size_t i : row.get<std::vector<size_t>>()) {
+                e.ids.insert(e.ids.end(), examples[i].ids.begin(), examples[i].ids.end());
+                e.trained.insert(e.trained.end(), examples[i].trained.begin(), examples[i].trained.end());
+                e.trained[e.trained.size() - examples[i].ids.size()] = 0;
+                e.sequence_lengths.push_back(int64_t(examples[i].ids.size()));
+            }
+        }
         // one optimizer step, as run_sft takes it: its micro-batches' losses and gradients add up;
         // under bf16 autocast when TRL ran with bf16=True (train.mixed_precision = "bf16")
         const grove::SftStepMetrics step = [&] {
             grove::AutocastScope autocast(c["autocast"].get<bool>() ? std::optional(at::kCPU) : std::nullopt);
-            return grove::sft_backward(*model, examples, c["micro_batches"].get<std::vector<std::vector<int64_t>>>(),
-                                       c["router_aux_loss_coef"], 1);
+            return grove::sft_backward(*model, packed.empty() ? examples : packed,
+                                       c["micro_batches"].get<std::vector<std::vector<int64_t>>>(), c["router_aux_loss_coef"],
+                                       1);
         }();
         double squared = 0;
         for (const auto& p : model->trainable_parameters())
@@ -200,10 +213,11 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
         const double trl_loss = c["loss"], trl_norm = c["grad_norm"];
         // bf16: the same products rounded in the same places; TRL's norm is itself rounded to bf16.
         // Autocast: products of other shapes (Grove packs the rows, TRL pads them) round to bf16 a
-        // little differently; float32 is 1e-5 from TRL's autocast loss and 3e-4 from its norm
+        // little differently, 1.4e-4 apart in the norm; the loss tells autocast apart (float32's is
+        // 1.1e-5 from TRL's autocast loss)
         const bool bf16 = c["dtype"] == "bfloat16", autocast = c["autocast"];
         EXPECT_NEAR(step.loss, trl_loss, (bf16 ? 2e-5 : autocast ? 2e-6 : 1e-5) * std::abs(trl_loss)) << name;
-        EXPECT_NEAR(std::sqrt(squared), trl_norm, (bf16 ? 1e-2 : autocast ? 1e-4 : 1e-5) * trl_norm) << name;
+        EXPECT_NEAR(std::sqrt(squared), trl_norm, (bf16 ? 1e-2 : autocast ? 5e-4 : 1e-5) * trl_norm) << name;
         ASSERT_EQ(step.aux_loss.has_value(), !c["aux_loss"].is_null()) << name;
         if (step.aux_loss) EXPECT_NEAR(*step.aux_loss, c["aux_loss"].get<double>(), 1e-6) << name;
         // the metrics TRL logs besides the loss

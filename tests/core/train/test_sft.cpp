@@ -111,14 +111,15 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
 // TRL 1.16's SFTTrainer prepares each of its dataset formats (language modeling, conversational
 // language modeling, prompt-completion, conversational prompt-completion) with the tiny checkpoints'
 // tokenizers and chat templates (ChatML, Gemma's, Qwen3's reasoning blocks), under its defaults, a
-// 24-token limit keeping either end, and completion_only_loss = false
-// (tests/core/train/trl_sft_data_reference.py); grove sft's examples are its input_ids, with
-// trained = labels != -100, row for row, the rows TRL drops left out.
+// 24-token limit keeping either end, completion_only_loss = false, packing into rows of 32 tokens
+// (bfd, bfd_split, wrapped) and padding-free rows (tests/core/train/trl_sft_data_reference.py);
+// grove sft's examples are its input_ids, with trained = labels != -100 (after the padding-free
+// collator's masking) and its packed sequence lengths, row for row, the rows TRL drops left out.
 TEST(SftData, PreparesRowsAsTrl) {
     std::ifstream in(std::string(GROVE_TEST_BINARY_DIR) + "/trainer/trl_sft_data/cases.json");
     ASSERT_TRUE(in) << "run the sft_data_trl_reference test first";
     const nlohmann::json cases = nlohmann::json::parse(in);
-    ASSERT_GE(cases.size(), 40u);
+    ASSERT_GE(cases.size(), 100u);
     for (const auto& c : cases) {
         SCOPED_TRACE(c["name"].get<std::string>());
         auto tokenizer = grove::Tokenizer::load(c["tokenizer"]);
@@ -127,6 +128,13 @@ TEST(SftData, PreparesRowsAsTrl) {
         o.max_length = options.value("max_length", 1024);
         o.keep_end = options.value("truncation_mode", "keep_start") == "keep_end";
         o.completion_only_loss = options.value("completion_only_loss", true);
+        if (options.value("packing", false)) {
+            const std::string strategy = options.value("packing_strategy", "bfd");
+            o.packing = strategy == "wrapped"     ? grove::SftDataOptions::Packing::wrapped
+                        : strategy == "bfd_split" ? grove::SftDataOptions::Packing::bfd_split
+                                                  : grove::SftDataOptions::Packing::bfd;
+        }
+        o.padding_free = options.value("padding_free", false);
         const auto chat = grove::chat_template_from_name("auto", tokenizer->config());
         const auto examples = grove::load_sft_examples(c["data"], o, *tokenizer, chat, tokenizer->config().eos_id, nullptr);
         ASSERT_EQ(examples.size(), c["rows"].size());
@@ -136,6 +144,9 @@ TEST(SftData, PreparesRowsAsTrl) {
             std::vector<uint8_t> trained;
             for (const auto& label : row["labels"]) trained.push_back(label.get<int64_t>() != -100);
             EXPECT_EQ(examples[i].trained, trained) << "row " << i;
+            EXPECT_EQ(examples[i].sequence_lengths,
+                      row["seq_lengths"].is_null() ? std::vector<int64_t>{} : row["seq_lengths"].get<std::vector<int64_t>>())
+                << "row " << i;
         }
     }
 }

@@ -133,10 +133,10 @@ dict(name="gemma_grpo", loss_type="grpo", model="gemma"),
                       dict(name="qwen2_moe_grpo_aux", loss_type="grpo", model="qwen2_moe", router_aux_loss_coef=0.5)]
 
 
-# TRL's SFTTrainer.compute_loss on one fixed batch (grove sft's loss): the dense Llama, and mixtures of
-# experts whose loss takes the load-balancing term (the config's coefficient, and 0.5). The cases with
-# micro_batches take one optimizer step of gradient accumulation through Trainer.training_step, which
-# scales each micro-batch's loss by the step's trained tokens (num_items_in_batch).
+# One optimizer step of TRL's SFTTrainer on fixed rows (grove sft's loss), through
+# Trainer.training_step, which scales each micro-batch's loss by the step's trained tokens
+# (num_items_in_batch): the dense Llama, and mixtures of experts whose loss takes the load-balancing
+# term (the config's coefficient, and 0.5); one micro-batch of all rows unless micro_batches says.
 SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", model="qwen3_moe"),
              dict(name="sft_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5),
              dict(name="sft_llama_accumulated", model="model", micro_batches=[[0, 1], [2, 3]]),
@@ -145,10 +145,13 @@ SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", m
              # bf16 Gemma 2: TRL's fused head caps the final logits after its cast to float32
              dict(name="sft_gemma2_bf16", model="gemma2", dtype="bfloat16"),
              # bf16 autocast (SFTConfig's bf16=True; grove sft's train.mixed_precision), one training_step
-             dict(name="sft_llama_autocast", model="model", micro_batches=[[0, 1, 2, 3]], autocast=True)]
+             dict(name="sft_llama_autocast", model="model", micro_batches=[[0, 1, 2, 3]], autocast=True),
+             # packed rows (rows 0 and 1 in one, 2 and 3 in the other) in a padding-free batch
+             dict(name="sft_llama_packed", model="model", packed=[[0, 1], [2, 3]])]
 # the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
-# that mean_token_accuracy is not 0 for every row of a random model
-SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [0, 1, 1, 1]),
+# that mean_token_accuracy is not 0 for every row of a random model; the second row is trained whole
+# (a language-modeling row), so its first token counts unpacked and not in a padding-free batch
+SFT_ROWS = [([5, 6, 7, 8, 9, 2], [0, 0, 1, 1, 1, 1]), ([10, 11, 12, 2], [1, 1, 1, 1]),
             ([40, 41, 42, 43, 44, 45, 46, 2], [0, 0, 0, 0, 1, 1, 1, 1])]
 GREEDY_PROMPT = [20, 21, 22]
 
@@ -176,7 +179,7 @@ def sft_reference(folders, tokenizer):
     rows = SFT_ROWS + [(greedy[0].tolist(), [0] * len(GREEDY_PROMPT) + [1] * 5)]
     results = []
     for case in SFT_CASES:
-        micro_batches = case.get("micro_batches", [list(range(len(rows)))])
+        micro_batches = case.get("micro_batches", [list(range(len(case.get("packed", rows))))])
         args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=case.get("autocast", False),
                          per_device_train_batch_size=max(len(m) for m in micro_batches),
                          gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
@@ -188,15 +191,21 @@ def sft_reference(folders, tokenizer):
                              processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
         trainer.model.train()
         trainer.model.zero_grad()
-        if "micro_batches" in case:  # Trainer's inner loop for one optimizer step
+        if "packed" in case:  # TRL's padding-free collator on packed rows, one training_step
+            from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+            packed = [dict(input_ids=sum((rows[i][0] for i in row), []),
+                           labels=sum(([t if m else -100 for t, m in zip(*rows[i])] for i in row), []),
+                           seq_lengths=[len(rows[i][0]) for i in row]) for row in case["packed"]]
+            batches = [DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(packed)]
+            trainer.current_gradient_accumulation_steps = 1
+            num_items = trainer._get_num_items_in_batch(batches, torch.device("cpu"))
+            loss = trainer.training_step(trainer.model, batches[0], num_items)
+        else:  # Trainer's inner loop for one optimizer step (num_items_in_batch counts labels before the shift)
             batches = [sft_batch(rows, m) for m in micro_batches]
             trainer.current_gradient_accumulation_steps = len(batches)
             num_items = trainer._get_num_items_in_batch(batches, torch.device("cpu"))
             assert num_items is not None, "Trainer should scale by the step's tokens"
             loss = sum(trainer.training_step(trainer.model, b, num_items) for b in batches)
-        else:
-            loss = trainer.compute_loss(trainer.model, sft_batch(rows, micro_batches[0]))
-            loss.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
         logged = {key: sum(values) / len(values) for key, values in trainer._metrics["train"].items() if values}
         results.append({"dtype": "float32", "autocast": False, **case, "micro_batches": micro_batches,

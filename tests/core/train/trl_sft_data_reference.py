@@ -55,6 +55,9 @@ def datasets(eos):
                               {"prompt": LONG, "completion": " The end."},
                               # the prompt's last token merges with the completion's first
                               {"prompt": "The quick brown fox jumps over ", "completion": "the lazy dog."}],
+        # lengths that leave rows of 32 tokens partly filled, for packing to choose among
+        "language_modeling_many": [{"text": " ".join(["fox", "dog", "jumps"][i % 3] for i in range((7 * k) % 9 + 1))}
+                                   for k in range(14)],
         "conversational_prompt_completion": [
             {"prompt": [{"role": "user", "content": "What is 2+2?"}],
              "completion": [{"role": "assistant", "content": "4"}]},
@@ -66,7 +69,10 @@ def datasets(eos):
 
 # SFTConfig options: TRL's defaults, short limits keeping either end, and the prompt trained too
 OPTIONS = [dict(), dict(max_length=24), dict(max_length=24, truncation_mode="keep_end"),
-           dict(completion_only_loss=False)]
+           dict(completion_only_loss=False),
+           # packed into rows of 32 tokens three ways, and padding-free rows
+           dict(packing=True, max_length=32), dict(packing=True, max_length=32, packing_strategy="bfd_split"),
+           dict(packing=True, max_length=32, packing_strategy="wrapped"), dict(padding_free=True)]
 
 
 def prepare(tokenizer, rows, options):
@@ -77,8 +83,19 @@ def prepare(tokenizer, rows, options):
         _tokenizer=tokenizer, chat_template=None,
         completion_only_loss=("prompt" in sample and "completion" in sample) if args.completion_only_loss is None
         else args.completion_only_loss)
-    dataset = SFTTrainer._prepare_dataset(fake, Dataset.from_list(rows), tokenizer, args, False, None, "train")
-    return [dict(input_ids=r["input_ids"], labels=r["labels"]) for r in dataset]
+    dataset = SFTTrainer._prepare_dataset(fake, Dataset.from_list(rows), tokenizer, args, args.packing, None, "train")
+    # padding-free batches (bfd packing sets them): TRL's collator masks each sequence's first label
+    padding_free = args.padding_free or (args.packing and args.packing_strategy in {"bfd", "bfd_split"})
+    prepared = []
+    for r in dataset:
+        labels = list(r["labels"])
+        if padding_free:
+            start = 0
+            for length in r.get("seq_lengths") or [len(labels)]:
+                labels[start] = -100
+                start += length
+        prepared.append(dict(input_ids=r["input_ids"], labels=labels, seq_lengths=r.get("seq_lengths")))
+    return prepared
 
 
 cases = []
