@@ -221,6 +221,11 @@ case("data", "an SFT completion given as messages after a text prompt", SFT, 5,
 case("data", "SFT rows whose prompts fill sft.max_length, so no completion token is left", SFT + " --set sft.max_length=2", 5,
      "no example has a trained token within sft.max_length = 2 tokens",
      run_folder(prompts='{"prompt": "12 + 34 + 56 =", "completion": " 102"}\n'))
+case("data", "SFT padding_free without packing, which would not cut examples to max_length", SFT + " --set sft.padding_free=true",
+     3, "sft.padding_free without sft.packing", run_folder())
+case("data", "an SFT row with a tools column, which TRL renders the row with", SFT, 5,
+     "prompts.jsonl:1: the row's \"tools\" column is not rendered by grove sft",
+     run_folder(prompts='{"prompt": "1 + 2 =", "completion": " 3", "tools": [{"type": "function"}]}\n'))
 case("data", "SFT packing with no max_length to pack to", SFT + " --set sft.packing=true --set sft.max_length=0", 3,
      "sft.packing needs sft.max_length", run_folder())
 ROLLOUTS = 'source = "prompts.jsonl"\n[rollouts]\npath = "rollouts.jsonl"'

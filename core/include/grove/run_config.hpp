@@ -122,6 +122,7 @@ struct TrainSection {
     bool shard_optimizer_state = false;              // several processes: ZeRO stage 1
     int64_t eval_steps = 0;                          // evaluate on data.eval_source every N steps; 0 = never
     bool eval_on_start = false;                      // and before the first step (a step-0 line)
+    int64_t per_device_eval_batch_size = 8;          // grove sft's evaluation batches
     int64_t num_generations_eval = 8;                // completions per held-out prompt (resolved)
 };
 

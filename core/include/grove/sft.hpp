@@ -25,6 +25,10 @@ struct SftExample {
     std::vector<int64_t> ids;
     std::vector<uint8_t> trained;
     std::vector<int64_t> sequence_lengths;
+    // its sequences' lengths, in order (one, unpacked)
+    std::vector<int64_t> sequences() const {
+        return sequence_lengths.empty() ? std::vector<int64_t>{int64_t(ids.size())} : sequence_lengths;
+    }
 };
 
 // How rows become examples: TRL's SFTConfig options of the same names (the [sft] section, and

@@ -365,6 +365,11 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(key("train", "eval_on_start", T::boolean, "false",
                 "also evaluate before the first step (a line with step 0 in metrics.jsonl): the starting point"),
             "eval_on_start"),
+        trl(range(key("train", "per_device_eval_batch_size", T::integer, "8",
+                      "`grove sft`: held-out examples per evaluation batch (eval_loss weighs each batch's mean by its "
+                      "size, as Trainer does)"),
+                  1, kMaxCount),
+            "per_device_eval_batch_size"),
         trl(range(key("train", "num_generations_eval", T::integer, nullptr,
                       "completions per held-out prompt when evaluating; unset = generation.num_generations"),
                   1, kMaxCount),

@@ -247,6 +247,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     t.eval_steps = m.integer("train.eval_steps");
     t.num_generations_eval = m.optional_integer("train.num_generations_eval").value_or(c.generation.num_generations);
     t.eval_on_start = m.boolean("train.eval_on_start");
+    t.per_device_eval_batch_size = m.integer("train.per_device_eval_batch_size");
     if ((t.eval_steps > 0 || t.eval_on_start) && !c.data.eval_source)
         throw Error(ErrorKind::manifest, c.manifest_path + ": " +
                                              (t.eval_steps > 0 ? "train.eval_steps = " + std::to_string(t.eval_steps)
@@ -261,6 +262,11 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.sft.packing = m.boolean("sft.packing");
     c.sft.packing_strategy = m.string("sft.packing_strategy");
     c.sft.padding_free = m.boolean("sft.padding_free");
+    if (c.sft.padding_free && !c.sft.packing && c.sft.max_length > 0)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": sft.padding_free without sft.packing does not cut examples to "
+                                             "sft.max_length (TRL refuses the pair too): set sft.packing = true, "
+                                             "or sft.max_length = 0");
     if (c.sft.packing && c.sft.max_length == 0)
         throw Error(ErrorKind::manifest, c.manifest_path +
                                              ": sft.packing needs sft.max_length, the length of a packed "

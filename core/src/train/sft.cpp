@@ -4,6 +4,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -114,7 +115,7 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     for (int64_t i : picked) {
         const SftExample& e = examples[size_t(i)];
         int64_t start = 0;  // each sequence of a packed example is a row of its own
-        for (int64_t n : e.sequence_lengths.empty() ? std::vector<int64_t>{int64_t(e.ids.size())} : e.sequence_lengths) {
+        for (int64_t n : e.sequences()) {
             for (int64_t t = 0; t < n; ++t) {
                 tokens.push_back(e.ids[size_t(start + t)]);
                 positions.push_back(t);
@@ -173,6 +174,40 @@ SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& example
     return out;
 }
 
+std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftExample>& examples, int64_t batch_size,
+                                           double router_aux_loss_coef) {
+    at::NoGradGuard no_grad;
+    double weighted_loss = 0, entropy = 0, accuracy = 0, aux = 0;
+    int64_t batches = 0;
+    bool has_aux = false;
+    const auto N = int64_t(examples.size());
+    for (int64_t first = 0; first < N; first += batch_size, ++batches) {
+        std::vector<int64_t> picked;
+        for (int64_t i = first; i < std::min(N, first + batch_size); ++i) picked.push_back(i);
+        // without a step's token count, TRL's loss is the mean over the tokens predicted: labels
+        // after the shift, so no sequence's first token
+        int64_t predicted = 0;
+        for (int64_t i : picked) {
+            const SftExample& e = examples[size_t(i)];
+            int64_t start = 0;
+            for (int64_t n : e.sequences()) {
+                for (int64_t t = 1; t < n; ++t) predicted += e.trained[size_t(start + t)];
+                start += n;
+            }
+        }
+        const SftLoss part = sft_loss(model, examples, picked, router_aux_loss_coef, {std::max<int64_t>(predicted, 1), 1});
+        weighted_loss += part.loss.item<double>() * double(picked.size());
+        entropy += part.entropy;
+        accuracy += part.mean_token_accuracy;
+        if (part.aux_loss) aux += *part.aux_loss, has_aux = true;
+    }
+    std::map<std::string, double> metrics{{"eval_loss", weighted_loss / double(std::max<int64_t>(N, 1))},
+                                          {"eval_entropy", entropy / double(std::max<int64_t>(batches, 1))},
+                                          {"eval_mean_token_accuracy", accuracy / double(std::max<int64_t>(batches, 1))}};
+    if (has_aux) metrics["eval_aux_loss"] = aux / double(batches);
+    return metrics;
+}
+
 SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options) {
     const RunConfig c = RunConfig::from(manifest, RunConfig::Kind::sft);
     const std::string output = c.output.dir;
@@ -197,7 +232,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     model->set_base_trainable(full);
     at::manual_seed(uint64_t(c.train.seed));  // the adapter's initialisation
     if (!full) model->attach_adapter(adapter_host);
-    adapter_host.set_training(!c.model.disable_dropout);  // the adapter's dropout, as PEFT's trains with it
+    adapter_host.set_training(true);  // the adapter's dropout, as PEFT trains with it
     std::optional<at::DeviceType> autocast_device;
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     const double router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
@@ -211,9 +246,16 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
     if (log) *log << schedule.ignored_warmup_warning();
-    if (log && c.model.cast_lm_head_to_fp32)  // TRL's SFTConfig has no such option
-        *log << "grove: warning: model.cast_lm_head_to_fp32 is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
-                "does not); grove sft ignores it\n";
+    // GRPO settings in a shared manifest that TRL's SFTConfig does not have
+    for (const auto& [set, key] : {std::pair{c.model.cast_lm_head_to_fp32, "model.cast_lm_head_to_fp32"},
+                                   {c.model.disable_dropout, "model.disable_dropout"}})
+        if (log && set)
+            *log << "grove: warning: " << key << " is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
+                 << "does not); grove sft ignores it\n";
+    if (log && !c.data.shuffle)
+        *log << "grove: warning: grove sft ignores data.shuffle = false: each epoch visits the examples in a new order, "
+                "as transformers' Trainer does, and packing takes them in the file's order (TRL's default "
+                "shuffle_dataset = False)\n";
 
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
@@ -241,6 +283,30 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         copy_tokenizer_files(c.model.path, folder);
     };
 
+    auto write_metrics = [&](int64_t step, const std::map<std::string, double>& logged) {
+        json line(logged);
+        line["step"] = step;
+        metrics << line.dump() << "\n";
+        if (!metrics.flush())
+            throw Error(ErrorKind::runtime, output + "/metrics.jsonl: write failed; free space, then --resume");
+        if (tensorboard) tensorboard->write_scalars(step, logged);
+    };
+    // TRL's eval_strategy = "steps" on data.eval_source, prepared as the training data
+    std::vector<SftExample> held_out;
+    if (c.train.eval_steps > 0 || c.train.eval_on_start)
+        held_out = load_sft_examples(*c.data.eval_source, sft_data_options(c), *tokenizer, chat, eos, log);
+    auto evaluate = [&] {
+        const auto started = std::chrono::steady_clock::now();
+        adapter_host.set_training(false);  // Trainer.evaluate puts the model in eval mode
+        AutocastScope autocast(autocast_device);
+        auto figures = sft_evaluate(*model, held_out, c.train.per_device_eval_batch_size, router_aux_loss_coef);
+        adapter_host.set_training(true);
+        figures["eval_num_tokens"] = double(progress.num_tokens);
+        figures["eval_runtime"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        return figures;
+    };
+    if (c.train.eval_on_start && progress.global_step == 0) write_metrics(0, evaluate());
+
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
         const auto picked = order.next_step(c.train.per_device_train_batch_size, c.train.gradient_accumulation_steps);
@@ -262,12 +328,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
                                              {"learning_rate", lr},        {"mean_token_accuracy", stepped.mean_token_accuracy},
                                              {"entropy", stepped.entropy}, {"num_tokens", double(progress.num_tokens)}};
         if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
-        json line(logged);
-        line["step"] = step + 1;
-        metrics << line.dump() << "\n";
-        if (!metrics.flush())
-            throw Error(ErrorKind::runtime, output + "/metrics.jsonl: write failed; free space, then --resume");
-        if (tensorboard) tensorboard->write_scalars(step + 1, logged);
+        if (c.train.eval_steps > 0 && (step + 1) % c.train.eval_steps == 0) logged.merge(evaluate());
+        write_metrics(step + 1, logged);
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm << "\n"
                  << std::flush;

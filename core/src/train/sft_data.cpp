@@ -185,7 +185,7 @@ std::vector<SftExample> wrapped(const std::vector<Piece>& examples, int64_t max_
 // TRL's padding-free batches: each sequence's first token is masked (nothing predicts it).
 void mask_first_tokens(SftExample& e) {
     int64_t start = 0;
-    for (int64_t length : e.sequence_lengths.empty() ? std::vector<int64_t>{int64_t(e.ids.size())} : e.sequence_lengths) {
+    for (int64_t length : e.sequences()) {
         if (length > 0) e.trained[size_t(start)] = 0;
         start += length;
     }
@@ -227,6 +227,11 @@ std::vector<SftExample> packed_examples(const std::vector<SftExample>& examples,
 SftExample sft_example(const json& row, const std::string& where, const SftDataOptions& o, const Tokenizer& tokenizer,
                        ChatTemplate chat, std::optional<int64_t> eos) {
     if (!row.is_object()) throw Error(ErrorKind::input, where + ": a row must be a JSON object");
+    for (const char* column : {"tools", "chat_template_kwargs"})  // TRL renders the row with them
+        if (row.contains(column) && !row[column].is_null())
+            throw Error(ErrorKind::input, where + ": the row's \"" + std::string(column) +
+                                              "\" column is not rendered by grove sft, so its tokens would differ from "
+                                              "TRL's; leave it out");
     const EndOfText end{tokenizer.config().eos_token.value_or(""), eos};
     if (row.contains(o.prompt_column)) return prompt_completion_example(row, where, o, tokenizer, chat, end);
     if (row.contains("messages")) {
@@ -258,7 +263,9 @@ std::vector<SftExample> load_sft_examples(const std::string& source, const SftDa
             return;
         }
         truncate(e, o);
-        if (std::find(e.trained.begin(), e.trained.end(), 1) != e.trained.end()) examples.push_back(std::move(e));
+        // TRL drops the rows truncation leaves without a trained token (only when it truncates)
+        if (o.max_length == 0 || std::find(e.trained.begin(), e.trained.end(), 1) != e.trained.end())
+            examples.push_back(std::move(e));
     };
     if (source.rfind("builtin:", 0) == 0) {
         for (const PromptRow& p : load_prompts(source, o.prompt_column)) {

@@ -4,7 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "grove/sft.hpp"
@@ -51,5 +53,13 @@ struct SftStepMetrics {
 SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
                             const std::vector<std::vector<int64_t>>& micro_batches, double router_aux_loss_coef,
                             int64_t step_number);
+
+// TRL's evaluation (Trainer.evaluate through SFTTrainer.compute_loss), without gradients: the
+// examples in order, in batches of batch_size (the last one shorter); each batch's loss is its mean
+// cross-entropy over the tokens it predicts (+ coef x its load-balancing loss); eval_loss is those
+// means weighted by the batches' sizes, eval_entropy, eval_mean_token_accuracy and eval_aux_loss the
+// batches' plain means.
+std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftExample>& examples, int64_t batch_size,
+                                           double router_aux_loss_coef);
 
 }  // namespace grove

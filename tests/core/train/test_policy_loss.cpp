@@ -225,3 +225,25 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
         EXPECT_NEAR(step.mean_token_accuracy, c["mean_token_accuracy"].get<double>(), 1e-6) << name;
     }
 }
+
+// grove sft's evaluation (train.eval_steps) against TRL's Trainer.evaluate on the same rows in
+// batches of 3 and 1: eval_loss weighs each batch's mean loss by its size; entropy, accuracy and a
+// mixture of experts' aux_loss are the batches' means.
+TEST(SftLoss, EvaluationMatchesTrlEvaluate) {
+    std::ifstream in(kDir + "/sft_cases.json");
+    const auto spec = nlohmann::json::parse(in);
+    std::vector<grove::SftExample> examples;
+    for (const auto& row : spec["rows"])
+        examples.push_back({row["ids"].get<std::vector<int64_t>>(), row["trained"].get<std::vector<uint8_t>>()});
+    ASSERT_EQ(spec["evaluations"].size(), 2u);
+    for (const auto& c : spec["evaluations"]) {
+        const std::string name = c["name"];
+        auto model = grove::Model::load(kDir + "/" + c["model"].get<std::string>(), "cpu", "float32");
+        const auto figures = grove::sft_evaluate(*model, examples, c["batch_size"], c["router_aux_loss_coef"]);
+        for (const char* key : {"eval_loss", "eval_entropy", "eval_mean_token_accuracy"})
+            EXPECT_NEAR(figures.at(key), c[key].get<double>(), 1e-5) << name << " " << key;
+        ASSERT_EQ(figures.count("eval_aux_loss"), c.contains("eval_aux_loss") ? 1u : 0u) << name;
+        if (c.contains("eval_aux_loss"))
+            EXPECT_NEAR(figures.at("eval_aux_loss"), c["eval_aux_loss"].get<double>(), 1e-6) << name;
+    }
+}

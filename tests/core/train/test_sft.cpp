@@ -19,6 +19,7 @@
 #include "grove/sft.hpp"
 #include "grove/tokenizer.hpp"
 #include "model/tensor_io.hpp"
+#include "train/sft_loss.hpp"
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -125,7 +126,9 @@ TEST(SftData, PreparesRowsAsTrl) {
         auto tokenizer = grove::Tokenizer::load(c["tokenizer"]);
         grove::SftDataOptions o;
         const auto& options = c["options"];
-        o.max_length = options.value("max_length", 1024);
+        o.max_length = !options.contains("max_length")   ? 1024
+                       : options["max_length"].is_null() ? 0
+                                                         : options["max_length"].get<int64_t>();
         o.keep_end = options.value("truncation_mode", "keep_start") == "keep_end";
         o.completion_only_loss = options.value("completion_only_loss", true);
         if (options.value("packing", false)) {
@@ -301,6 +304,62 @@ TEST(Sft, EpochsCountStepsAsTransformersTrainer) {
     EXPECT_EQ(two[3], 2 * all_tokens);
     EXPECT_LT(two[1] - two[0], two[0]) << "the epoch's last step has its last batch, 2 examples";
     EXPECT_EQ(tokens_logged("1.5").size(), 3u);
+
+    // a resume inside the second epoch (step 3: 8 of its 10 examples) continues it exactly: the same
+    // weights as 4 steps straight, with accumulation and the epoch's shorter last step
+    auto run = [&](const std::string& out, const std::string& extra) {
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir + "/" + out +
+                                        "\"' --set train.lr_scheduler_type=\"constant\" --set train.learning_rate=1e-3 " +
+                                        extra + " 2>&1");
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+    };
+    run("straight", "--set train.max_steps=4");
+    run("resumed", "--set train.max_steps=3");
+    run("resumed", "--set train.max_steps=4 --resume");
+    grove::SafetensorsFile straight(dir + "/straight/model.safetensors"), resumed(dir + "/resumed/model.safetensors");
+    for (const auto& t : straight.tensors())
+        EXPECT_TRUE(at::equal(grove::tensor_from_entry(t, straight.path()),
+                              grove::tensor_from_entry(*resumed.find(t.name), resumed.path())))
+            << t.name;
+}
+
+// train.eval_steps and eval_on_start: TRL's evaluation of data.eval_source (SftLoss.EvaluationMatchesTrlEvaluate
+// checks the figures) in the lines of step 0 and of every second step
+TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_eval";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    {
+        std::ofstream data(dir + "/pairs.jsonl");
+        for (int i = 0; i < 8; ++i)
+            data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}})
+                        .dump()
+                 << "\n";
+    }
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
+                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
+                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 3e-3\nmax_steps = 4\n"
+                                        "eval_steps = 2\neval_on_start = true\nper_device_eval_batch_size = 3\n"
+                                        "[output]\ndir = \"out\"\n";
+    auto r = grove::test::run_grove("sft " + dir + "/sft.toml 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(dir + "/out/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 5u);
+    EXPECT_EQ(lines[0]["step"], 0);
+    EXPECT_FALSE(lines[0].contains("loss")) << "step 0 is the evaluation alone";
+    for (size_t i : {0u, 2u, 4u}) EXPECT_TRUE(lines[i].contains("eval_loss")) << "step " << i;
+    for (size_t i : {1u, 3u}) EXPECT_FALSE(lines[i].contains("eval_loss")) << "step " << i;
+    EXPECT_LT(lines[4]["eval_loss"].get<double>(), lines[0]["eval_loss"].get<double>()) << "it learnt the examples";
+    // step 0 is the untrained model, in batches of 3, 3 and 2
+    auto model = grove::Model::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa", "cpu", "float32");
+    auto tokenizer = grove::Tokenizer::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa");
+    const auto held_out = grove::load_sft_examples(dir + "/pairs.jsonl", {}, *tokenizer, grove::ChatTemplate::plain,
+                                                   tokenizer->config().eos_id, nullptr);
+    EXPECT_NEAR(lines[0]["eval_loss"].get<double>(), grove::sft_evaluate(*model, held_out, 3, 0.0).at("eval_loss"), 1e-6);
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's

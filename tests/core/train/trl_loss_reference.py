@@ -148,6 +148,8 @@ SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", m
              dict(name="sft_llama_autocast", model="model", micro_batches=[[0, 1, 2, 3]], autocast=True),
              # packed rows (rows 0 and 1 in one, 2 and 3 in the other) in a padding-free batch
              dict(name="sft_llama_packed", model="model", packed=[[0, 1], [2, 3]])]
+SFT_EVAL_CASES = [dict(name="sft_eval_llama", model="model"),
+                  dict(name="sft_eval_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5)]
 # the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
 # that mean_token_accuracy is not 0 for every row of a random model; the second row is trained whole
 # (a language-modeling row), so its first token counts unpacked and not in a padding-free batch
@@ -177,6 +179,21 @@ def sft_reference(folders, tokenizer):
         greedy = llama.generate(torch.tensor([GREEDY_PROMPT]), attention_mask=torch.ones(1, len(GREEDY_PROMPT), dtype=torch.long),
                                 do_sample=False, max_new_tokens=5, min_new_tokens=5, pad_token_id=0, eos_token_id=None)
     rows = SFT_ROWS + [(greedy[0].tolist(), [0] * len(GREEDY_PROMPT) + [1] * 5)]
+    # Trainer.evaluate on the rows in batches of 3 (the last of 1): eval_loss and the eval metrics; first,
+    # since a bf16 trainer leaves accelerate's mixed precision on for the trainers made after it
+    evaluations = []
+    for case in SFT_EVAL_CASES:
+        args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,
+                         per_device_eval_batch_size=3, router_aux_loss_coef=case.get("router_aux_loss_coef"))
+        trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(folders[case["model"]]), args=args,
+                             processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
+        held_out = Dataset.from_list([{"input_ids": row, "labels": [t if m else -100 for t, m in zip(row, trained)]}
+                                      for row, trained in rows])
+        figures = trainer.evaluate(eval_dataset=held_out)
+        evaluations.append({**case, "batch_size": 3,
+                            "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
+                            **{k: v for k, v in figures.items() if k in (
+                                "eval_loss", "eval_entropy", "eval_mean_token_accuracy", "eval_aux_loss")}})
     results = []
     for case in SFT_CASES:
         micro_batches = case.get("micro_batches", [list(range(len(case.get("packed", rows))))])
@@ -212,7 +229,8 @@ def sft_reference(folders, tokenizer):
                         "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
                         "loss": float(loss), "grad_norm": grad_norm.item(), "aux_loss": logged.get("aux_loss"),
                         "entropy": logged["entropy"], "mean_token_accuracy": logged["mean_token_accuracy"]})
-    return {"rows": [{"ids": row, "trained": trained} for row, trained in rows], "cases": results}
+    return {"rows": [{"ids": row, "trained": trained} for row, trained in rows], "cases": results,
+            "evaluations": evaluations}
 
 
 def main():

@@ -72,7 +72,10 @@ OPTIONS = [dict(), dict(max_length=24), dict(max_length=24, truncation_mode="kee
            dict(completion_only_loss=False),
            # packed into rows of 32 tokens three ways, and padding-free rows
            dict(packing=True, max_length=32), dict(packing=True, max_length=32, packing_strategy="bfd_split"),
-           dict(packing=True, max_length=32, packing_strategy="wrapped"), dict(padding_free=True)]
+           dict(packing=True, max_length=32, packing_strategy="wrapped"),
+           dict(packing=True, max_length=32, truncation_mode="keep_end"),  # packing keeps the start anyway
+           # no limit: nothing cut or dropped; padding-free rows (TRL refuses them with a limit)
+           dict(max_length=None), dict(padding_free=True, max_length=None)]
 
 
 def prepare(tokenizer, rows, options):
@@ -112,6 +115,16 @@ for family, folder in TOKENIZERS.items():
             cases.append(dict(name=f"{family}_{kind}_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
                               tokenizer=folder, data=data, options=options,
                               rows=prepare(tokenizer, rows, options)))
+# 1100 short texts: TRL packs each chunk of 1000 rows (datasets' map batch) on its own
+many = os.path.join(OUT, "chatml_1100_texts.jsonl")
+tokenizer = AutoTokenizer.from_pretrained(TOKENIZERS["chatml"])
+rows = [{"text": " ".join(["fox"] * ((5 * k) % 7 + 1))} for k in range(1100)]
+with open(many, "w") as f:
+    for row in rows:
+        f.write(json.dumps(row) + "\n")
+for options in (dict(packing=True, max_length=32), dict(packing=True, max_length=32, packing_strategy="wrapped")):
+    cases.append(dict(name=f"chatml_1100_texts_{options.get('packing_strategy', 'bfd')}", tokenizer=TOKENIZERS["chatml"],
+                      data=many, options=options, rows=prepare(tokenizer, rows, options)))
 with open(os.path.join(OUT, "cases.json"), "w") as f:
     json.dump(cases, f, indent=1)
 print(f"{len(cases)} cases in {OUT}/cases.json")
