@@ -24,6 +24,16 @@
 
 namespace fs = std::filesystem;
 
+namespace {
+// 8 prompt-completion rows: "I + 2 =" -> " I+2"
+void write_pairs(const std::string& path) {
+    std::ofstream data(path);
+    for (int i = 0; i < 8; ++i)
+        data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}}).dump()
+             << "\n";
+}
+}  // namespace
+
 TEST(Sft, FromScratchTheModelLearnsTheAnswerFormat) {
     std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft";
     fs::remove_all(dir);
@@ -162,13 +172,7 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_resume";
     fs::remove_all(dir);
     fs::create_directories(dir);
-    {
-        std::ofstream data(dir + "/pairs.jsonl");
-        for (int i = 0; i < 8; ++i)
-            data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}})
-                        .dump()
-                 << "\n";
-    }
+    write_pairs(dir + "/pairs.jsonl");
     std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
                                      << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
                                         "[data]\nsource = \"pairs.jsonl\"\n[[rewards]]\nplugin = \"correctness\"\n"
@@ -329,13 +333,7 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_eval";
     fs::remove_all(dir);
     fs::create_directories(dir);
-    {
-        std::ofstream data(dir + "/pairs.jsonl");
-        for (int i = 0; i < 8; ++i)
-            data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}})
-                        .dump()
-                 << "\n";
-    }
+    write_pairs(dir + "/pairs.jsonl");
     std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
                                      << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
                                         "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
@@ -368,13 +366,7 @@ TEST(Sft, LoraTrainsTheAdapterThatPeftLoads) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_lora";
     fs::remove_all(dir);
     fs::create_directories(dir);
-    {
-        std::ofstream data(dir + "/pairs.jsonl");
-        for (int i = 0; i < 8; ++i)
-            data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}})
-                        .dump()
-                 << "\n";
-    }
+    write_pairs(dir + "/pairs.jsonl");
     const std::string base = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
     std::ofstream(dir + "/sft.toml")
         << "[model]\npath = \"" << base
