@@ -1,6 +1,7 @@
 // `grove sft`: supervised fine-tuning as TRL 1.16's SFTTrainer does it: next-token cross-entropy on
 // the rows of TRL's dataset formats, prepared as its SFTTrainer prepares them (core/src/train/
-// sft_data.cpp); full fine-tuning, AdamW. A reference episode given as turns trains the model's turns only.
+// sft_data.cpp); full fine-tuning or an adapter (LoRA), AdamW, evaluation on held-out rows. A
+// reference episode given as turns trains the model's turns only.
 #pragma once
 
 #include <cstdint>

@@ -54,7 +54,7 @@ RunLog::RunLog(const std::string& output_dir, bool open, std::optional<Resume> r
         if (!stream) throw Error(ErrorKind::runtime, path.string() + ": cannot open for writing: " + std::strerror(errno));
     };
     open_log(metrics_, "metrics.jsonl");
-    open_log(completions_, "completions.jsonl");
+    if (files.completions) open_log(completions_, "completions.jsonl");
     if (files.save_rollouts) {
         open_log(rollouts_, "rollouts.jsonl");
         rollouts_path_ = (fs::path(output_dir) / "rollouts.jsonl").string();

@@ -31,6 +31,7 @@ public:
     };
     struct Files {
         bool save_rollouts = false, tensorboard = false;
+        bool completions = true;  // grove sft samples none
     };
     // Opens the files (appending when resuming); `open` false gives a log that writes nothing.
     RunLog(const std::string& output_dir, bool open, std::optional<Resume> resume, Files files);

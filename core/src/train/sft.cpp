@@ -6,9 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/adapter_host.hpp"
@@ -19,15 +16,11 @@
 #include "grove/optimizer.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/run_config.hpp"
-#include "grove/tensorboard.hpp"
 #include "grove/tokenizer.hpp"
 #include "model/autocast.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_log.hpp"
 #include "train/sft_loss.hpp"
-
-namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace grove {
 
@@ -85,6 +78,21 @@ SftDataOptions sft_data_options(const RunConfig& c) {
                                                             : SftDataOptions::Packing::bfd;
     o.padding_free = c.sft.padding_free;
     return o;
+}
+
+// GRPO settings in a shared manifest, named when grove sft ignores them.
+void warn_of_ignored_settings(const RunConfig& c, std::ostream* log) {
+    if (!log) return;
+    // TRL's SFTConfig does not have these
+    for (const auto& [set, key] : {std::pair{c.model.cast_lm_head_to_fp32, "model.cast_lm_head_to_fp32"},
+                                   {c.model.disable_dropout, "model.disable_dropout"}})
+        if (set)
+            *log << "grove: warning: " << key << " is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
+                 << "does not); grove sft ignores it\n";
+    if (!c.data.shuffle)
+        *log << "grove: warning: grove sft ignores data.shuffle = false: each epoch visits the examples in a new order, "
+                "as transformers' Trainer does, and packing takes them in the file's order (TRL's default "
+                "shuffle_dataset = False)\n";
 }
 
 // transformers' step count: ceil(epochs x steps per epoch), where an epoch has
@@ -246,16 +254,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
     if (log) *log << schedule.ignored_warmup_warning();
-    // GRPO settings in a shared manifest that TRL's SFTConfig does not have
-    for (const auto& [set, key] : {std::pair{c.model.cast_lm_head_to_fp32, "model.cast_lm_head_to_fp32"},
-                                   {c.model.disable_dropout, "model.disable_dropout"}})
-        if (log && set)
-            *log << "grove: warning: " << key << " is a GRPO setting (TRL's GRPOConfig has it, its SFTConfig "
-                 << "does not); grove sft ignores it\n";
-    if (log && !c.data.shuffle)
-        *log << "grove: warning: grove sft ignores data.shuffle = false: each epoch visits the examples in a new order, "
-                "as transformers' Trainer does, and packing takes them in the file's order (TRL's default "
-                "shuffle_dataset = False)\n";
+    warn_of_ignored_settings(c, log);
 
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
@@ -267,14 +266,9 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         checkpoints.restore(*start.resume_from, state);
         checkpoints.warn_of_changed_settings(*start.resume_from, log);
         order.seek(progress.sampler);
-        drop_steps_after((fs::path(output) / "metrics.jsonl").string(), progress.global_step);
     }
-    std::ofstream metrics(fs::path(output) / "metrics.jsonl", start.resume_from ? std::ios::app : std::ios::trunc);
-    std::unique_ptr<TensorBoardWriter> tensorboard;
-    if (c.logging.tensorboard)
-        tensorboard = std::make_unique<TensorBoardWriter>(
-            (fs::path(output) / "runs").string(),
-            start.resume_from ? std::optional<int64_t>(progress.global_step) : std::nullopt);
+    RunLog run_log(output, true, start.resume_from ? std::optional(RunLog::Resume{progress.global_step}) : std::nullopt,
+                   RunLog::Files{false, c.logging.tensorboard, false});
     auto export_model = [&](const std::string& folder) {  // a Hugging Face folder, or the adapter in PEFT's layout
         if (full)
             model->save(folder);
@@ -283,14 +277,6 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         copy_tokenizer_files(c.model.path, folder);
     };
 
-    auto write_metrics = [&](int64_t step, const std::map<std::string, double>& logged) {
-        json line(logged);
-        line["step"] = step;
-        metrics << line.dump() << "\n";
-        if (!metrics.flush())
-            throw Error(ErrorKind::runtime, output + "/metrics.jsonl: write failed; free space, then --resume");
-        if (tensorboard) tensorboard->write_scalars(step, logged);
-    };
     // TRL's eval_strategy = "steps" on data.eval_source, prepared as the training data
     std::vector<SftExample> held_out;
     if (c.train.eval_steps > 0 || c.train.eval_on_start)
@@ -305,7 +291,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         figures["eval_runtime"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         return figures;
     };
-    if (c.train.eval_on_start && progress.global_step == 0) write_metrics(0, evaluate());
+    if (c.train.eval_on_start && progress.global_step == 0) run_log.write_metrics(0, evaluate());
 
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
@@ -329,9 +315,10 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
                                              {"entropy", stepped.entropy}, {"num_tokens", double(progress.num_tokens)}};
         if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
         if (c.train.eval_steps > 0 && (step + 1) % c.train.eval_steps == 0) logged.merge(evaluate());
-        write_metrics(step + 1, logged);
+        run_log.write_metrics(step + 1, logged);
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
-            *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm << "\n"
+            *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm
+                 << (logged.count("eval_loss") ? "  eval_loss " + std::to_string(logged.at("eval_loss")) : "") << "\n"
                  << std::flush;
         if ((step + 1) % c.output.save_steps == 0 || step + 1 == total)
             checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);
