@@ -11,6 +11,7 @@
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
+#include "grove/run_config.hpp"
 #include "grove/sft.hpp"
 #include "grove/trainer.hpp"
 
@@ -37,6 +38,7 @@ int train(const std::vector<std::string>& args) {
     if (nproc > 1) {
         // one clear error before any rank starts
         auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, nproc);
+        RunConfig::from(manifest);  // the rules across keys (a reward, ...)
         place_rank(manifest.path(), manifest.string("model.device"),
                    ddp_backend_from_name(manifest.string("train.ddp_backend")), 0);
         std::vector<std::string> command{"train"};

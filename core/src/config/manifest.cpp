@@ -293,18 +293,12 @@ Manifest Manifest::load(const std::string& path, const std::vector<std::string>&
 }
 
 namespace {
-// [[rewards]]: an array of tables with unique metric names; at least one unless the environment's
-// judgement of whole episodes is the reward (TRL's environment that owns the reward).
+// [[rewards]]: an array of tables with unique metric names, or none (GRPO needs one:
+// RunConfig::from checks, since grove sft does not).
 std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, const std::string& source_name,
                                      const std::string& directory) {
     const toml::node* rewards = root.get("rewards");
-    const toml::table* environment = root["environment"].as_table();
-    if (!rewards && environment && environment->contains("reward_weight")) return {};
-    if (!rewards)
-        throw manifest_error(source_name,
-                             "no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  plugin = \"correctness\"\n"
-                             "(or let the environment's judgement of whole episodes be the reward: [environment] "
-                             "reward_weight = 1.0)");
+    if (!rewards) return {};
     const toml::array* reward_array = rewards->as_array();
     if (!reward_array || !reward_array->is_array_of_tables() || reward_array->empty())
         throw manifest_error(v.where(*rewards, "rewards"), "'rewards' must be one or more [[rewards]] tables");

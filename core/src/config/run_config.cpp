@@ -310,6 +310,14 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
         c.environment.reward->name = name;
         c.environment.reward->weight = *weight;
     }
+    // GRPO needs a reward: a [[rewards]] table, or the environment's judgement of whole episodes
+    // (TRL's environment that owns the reward); grove sft needs none
+    if (kind == Kind::grpo && c.rewards.empty() && !c.environment.reward)
+        throw Error(ErrorKind::manifest,
+                    c.manifest_path +
+                        ": error: no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  "
+                        "plugin = \"correctness\"\n(or let the environment's judgement of whole episodes be "
+                        "the reward: [environment] reward_weight = 1.0)");
     return c;
 }
 

@@ -295,6 +295,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
 
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
+        const auto started = std::chrono::steady_clock::now();
         const auto picked = order.next_step(c.train.per_device_train_batch_size, c.train.gradient_accumulation_steps);
         const SftStepMetrics stepped = [&] {
             AutocastScope autocast(autocast_device);
@@ -314,6 +315,8 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
                                              {"learning_rate", lr},        {"mean_token_accuracy", stepped.mean_token_accuracy},
                                              {"entropy", stepped.entropy}, {"num_tokens", double(progress.num_tokens)}};
         if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
+        // seconds of the step's passes and update (grove train's step_time), before any evaluation
+        logged["step_time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (c.train.eval_steps > 0 && (step + 1) % c.train.eval_steps == 0) logged.merge(evaluate());
         run_log.write_metrics(step + 1, logged);
         if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))

@@ -182,8 +182,11 @@ TEST(Manifest, SetOverridesValuesAndIsCheckedLikeTheFile) {
 }
 
 TEST(Manifest, RewardsAreRequiredAndUniquelyNamed) {
-    auto message = manifest_error("[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n");
-    EXPECT_CONTAINS(message, "no reward: add at least one [[rewards]] table");
+    // GRPO needs a reward, grove sft none
+    const auto no_rewards = grove::Manifest::parse("[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n", "grove.toml");
+    auto message = grove::test::error_message([&] { grove::RunConfig::from(no_rewards); });
+    EXPECT_CONTAINS(message, "grove.toml: error: no reward: add at least one [[rewards]] table");
+    EXPECT_TRUE(grove::RunConfig::from(no_rewards, grove::RunConfig::Kind::sft).rewards.empty());
     message = manifest_error(kMinimal + "\n[[rewards]]\nplugin = \"correctness\"\n");
     EXPECT_CONTAINS(message, "two rewards are named 'correctness'");
     auto m = grove::Manifest::parse(kMinimal +
