@@ -340,7 +340,10 @@ int check(const std::vector<std::string>& args) {
     const grove::PluginInfo adapter = instances.back().info();
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
     instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
-    const grove::RunConfig config = grove::RunConfig::from(manifest);  // the rules across keys
+    // the rules across keys; a manifest without a reward can only be grove sft's
+    const bool sft_only = manifest.rewards().empty() && !manifest.optional_number("environment.reward_weight");
+    const grove::RunConfig config =
+        grove::RunConfig::from(manifest, sft_only ? grove::RunConfig::Kind::sft : grove::RunConfig::Kind::grpo);
     config.check_adapter(adapter.name, (adapter.flags & GROVE_PLUGIN_TRAINS_BASE_WEIGHTS) != 0);
     const std::string experts = check_mixture_of_experts(config);
     if (!config.model.enable_thinking) config.chat_template(grove::Tokenizer::load(config.model.path)->config());
@@ -348,7 +351,7 @@ int check(const std::vector<std::string>& args) {
     if (config.environment.use)
         environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());
 
-    const std::string prompts = render_training_prompts(config, environment.get());
+    const std::string prompts = sft_only ? "" : render_training_prompts(config, environment.get());
     std::cout << manifest.resolved_toml();
     std::cout << "\n# plugins (all created successfully)\n";
     auto list = [](const grove::PluginInfo& info) {
@@ -360,6 +363,7 @@ int check(const std::vector<std::string>& args) {
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
     if (!experts.empty()) std::cout << "# " << experts << "\n";
     if (!prompts.empty()) std::cout << "# " << prompts << "\n";
+    if (sft_only) std::cout << "# no [[rewards]]: valid for grove sft only (grove train and grove eval need a reward)\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;
 }

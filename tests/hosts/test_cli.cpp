@@ -88,6 +88,17 @@ TEST(Cli, CheckPrintsResolvedConfigurationThatChecksAgain) {
     EXPECT_EQ(again.exit_code, 0) << again.out;
 }
 
+// A manifest without a reward is grove sft's: grove check says so, grove train refuses it.
+TEST(Cli, CheckNamesAManifestWithoutRewardsAsGroveSfts) {
+    const std::string manifest = write("sft_only.toml", "[model]\npath = \"model\"\n[data]\nsource = \"builtin:arithmetic\"\n");
+    auto r = run_grove("check " + manifest + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_CONTAINS(r.out, "no [[rewards]]: valid for grove sft only");
+    r = run_grove("train " + manifest + " 2>&1");
+    EXPECT_EQ(r.exit_code, 3) << r.out;
+    EXPECT_CONTAINS(r.out, "sft_only.toml: error: no reward: add at least one [[rewards]] table");
+}
+
 TEST(Cli, CheckTheShippedExample) {
     auto r = run_grove("check examples/arithmetic/grove.toml");
     EXPECT_EQ(r.exit_code, 0) << r.out;
