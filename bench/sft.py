@@ -22,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step import GROVE, RANDOM_SHAPES, make_random, make_tiny, rss_and_output  # noqa: E402
+from step import GROVE, RANDOM_SHAPES, make_model, rss_and_output  # noqa: E402
 
 
 def trl_side(args):
@@ -76,10 +76,7 @@ def main():
     work = tempfile.mkdtemp(prefix="grove-sft-bench-")
     atexit.register(shutil.rmtree, work, True)  # the model and Grove's final folder: gigabytes
     model = os.path.join(work, "model")
-    if args.shape in RANDOM_SHAPES:
-        make_random(model, args.shape)
-    else:
-        make_tiny(model)
+    make_model(model, args.shape)
     rng = random.Random(0)
     data = os.path.join(work, "rows.jsonl")
     with open(data, "w") as f:

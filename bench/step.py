@@ -88,6 +88,14 @@ def make_smollm2(folder):
     subprocess.run([GROVE, "convert", "gguf", gguf, folder], check=True, stdout=subprocess.DEVNULL)
 
 
+def make_model(folder, shape):
+    """The model of a --shape: tiny, smollm2 (the converted checkpoint) or a random one of RANDOM_SHAPES."""
+    if shape in RANDOM_SHAPES:
+        make_random(folder, shape)
+    else:
+        (make_tiny if shape == "tiny" else make_smollm2)(folder)
+
+
 def rss_and_output(command, env=None):
     """Runs command and returns (its peak RSS in MiB, stdout, stderr); exits with its stderr if it fails."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -167,10 +175,7 @@ def main():
     work = tempfile.mkdtemp(prefix="grove-step-")
     atexit.register(shutil.rmtree, work, True)  # the model and Grove's final checkpoint: gigabytes
     model = os.path.join(work, "model")
-    if args.shape in RANDOM_SHAPES:
-        make_random(model, args.shape)
-    else:
-        (make_tiny if args.shape == "tiny" else make_smollm2)(model)
+    make_model(model, args.shape)
     data = os.path.join(work, "prompts.jsonl")
     with open(data, "w") as f:
         for a in range(8):

@@ -49,6 +49,9 @@ struct SftDataOptions {
     bool padding_free = false;
 };
 
+// sft.packing_strategy's names: "bfd", "bfd_split", "wrapped" (the schema admits no other).
+SftDataOptions::Packing packing_from_name(const std::string& strategy);
+
 // One JSON row (`where` names it in errors), untruncated, in the first of these formats it has:
 // - prompt + completion (TRL's prompt-completion): text, or chat messages rendered with the chat
 //   template (the prompt with its generation prompt, then the whole conversation); the completion

@@ -72,10 +72,7 @@ SftDataOptions sft_data_options(const RunConfig& c) {
     o.completion_only_loss = c.sft.completion_only_loss;
     o.max_length = c.sft.max_length;
     o.keep_end = c.sft.keep_end;
-    if (c.sft.packing)
-        o.packing = c.sft.packing_strategy == "wrapped"     ? SftDataOptions::Packing::wrapped
-                    : c.sft.packing_strategy == "bfd_split" ? SftDataOptions::Packing::bfd_split
-                                                            : SftDataOptions::Packing::bfd;
+    if (c.sft.packing) o.packing = packing_from_name(c.sft.packing_strategy);
     o.padding_free = c.sft.padding_free;
     return o;
 }
@@ -139,7 +136,9 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     const at::Tensor logits = model.float32_logits(hidden);
     const at::Tensor targets = at::tensor(labels, at::kLong).to(logits.device());
     SftLoss out;
-    out.loss = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100) / double(step.trained_tokens);
+    const int64_t divisor = step.trained_tokens.value_or(
+        std::max<int64_t>(std::count_if(labels.begin(), labels.end(), [](int64_t l) { return l != -100; }), 1));
+    out.loss = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100) / double(divisor);
     {
         at::NoGradGuard no_grad;
         const at::Tensor scored = targets.ne(-100).nonzero().squeeze(1);
@@ -192,18 +191,8 @@ std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftEx
     for (int64_t first = 0; first < N; first += batch_size, ++batches) {
         std::vector<int64_t> picked;
         for (int64_t i = first; i < std::min(N, first + batch_size); ++i) picked.push_back(i);
-        // without a step's token count, TRL's loss is the mean over the tokens predicted: labels
-        // after the shift, so no sequence's first token
-        int64_t predicted = 0;
-        for (int64_t i : picked) {
-            const SftExample& e = examples[size_t(i)];
-            int64_t start = 0;
-            for (int64_t n : e.sequences()) {
-                for (int64_t t = 1; t < n; ++t) predicted += e.trained[size_t(start + t)];
-                start += n;
-            }
-        }
-        const SftLoss part = sft_loss(model, examples, picked, router_aux_loss_coef, {std::max<int64_t>(predicted, 1), 1});
+        // without a step's token count, TRL's loss is the mean over the tokens the batch predicts
+        const SftLoss part = sft_loss(model, examples, picked, router_aux_loss_coef, SftStep{});
         weighted_loss += part.loss.item<double>() * double(picked.size());
         entropy += part.entropy;
         accuracy += part.mean_token_accuracy;

@@ -201,6 +201,12 @@ void truncate(SftExample& e, const SftDataOptions& o) {
 
 }  // namespace
 
+SftDataOptions::Packing packing_from_name(const std::string& strategy) {
+    return strategy == "wrapped"     ? SftDataOptions::Packing::wrapped
+           : strategy == "bfd_split" ? SftDataOptions::Packing::bfd_split
+                                     : SftDataOptions::Packing::bfd;
+}
+
 std::vector<SftExample> packed_examples(const std::vector<SftExample>& examples, int64_t max_length,
                                         SftDataOptions::Packing packing) {
     constexpr size_t kChunk = 1000;  // datasets' Dataset.map batch, within which TRL packs

@@ -28,7 +28,9 @@ struct SftLoss {
 // under transformers' Trainer: the cross-entropy is summed and divided by the trained tokens of the
 // whole step (Trainer's num_items_in_batch), the load-balancing term divided by the micro-batches.
 struct SftStep {
-    int64_t trained_tokens = 1;  // of every micro-batch of the step; see trained_tokens()
+    // of every micro-batch of the step (see trained_tokens()); unset: the tokens this micro-batch
+    // predicts (its labels after the shift), as TRL divides without num_items_in_batch (evaluation)
+    std::optional<int64_t> trained_tokens;
     int64_t micro_batches = 1;
 };
 

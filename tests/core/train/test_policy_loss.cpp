@@ -172,17 +172,28 @@ TEST(PolicyLoss, MatchesTrlComputeLoss) {
     }
 }
 
-// grove sft's optimizer step against TRL 1.16's SFTTrainer (trl_loss_reference.py): the
-// cross-entropy of the trained tokens on the dense Llama, and on mixtures of experts with the
-// load-balancing term TRL adds (the config's coefficient, and 0.5), on one batch (compute_loss) and
-// over two micro-batches of gradient accumulation (Trainer.training_step): loss, gradient norm, and
-// the logged aux_loss, entropy and mean_token_accuracy.
-TEST(SftLoss, MatchesTrlSftComputeLoss) {
+namespace {
+// tests/core/train/trl_loss_reference.py's SFT cases, and the token rows they train on
+nlohmann::json sft_reference() {
     std::ifstream in(kDir + "/sft_cases.json");
-    const auto spec = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
+}
+std::vector<grove::SftExample> sft_reference_rows(const nlohmann::json& spec) {
     std::vector<grove::SftExample> examples;
     for (const auto& row : spec["rows"])
         examples.push_back({row["ids"].get<std::vector<int64_t>>(), row["trained"].get<std::vector<uint8_t>>()});
+    return examples;
+}
+}  // namespace
+
+// grove sft's optimizer step against TRL 1.16's SFTTrainer (trl_loss_reference.py): the
+// cross-entropy of the trained tokens on the dense Llama, and on mixtures of experts with the
+// load-balancing term TRL adds (the config's coefficient, and 0.5), each an optimizer step through
+// Trainer.training_step, of one micro-batch or two (gradient accumulation): loss, gradient norm, and
+// the logged aux_loss, entropy and mean_token_accuracy.
+TEST(SftLoss, MatchesTrlSftComputeLoss) {
+    const auto spec = sft_reference();
+    const std::vector<grove::SftExample> examples = sft_reference_rows(spec);
     for (const auto& c : spec["cases"]) {
         const std::string name = c["name"];
         auto model = grove::Model::load(kDir + "/" + c["model"].get<std::string>(), "cpu", c["dtype"].get<std::string>());
@@ -230,11 +241,8 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
 // batches of 3 and 1: eval_loss weighs each batch's mean loss by its size; entropy, accuracy and a
 // mixture of experts' aux_loss are the batches' means.
 TEST(SftLoss, EvaluationMatchesTrlEvaluate) {
-    std::ifstream in(kDir + "/sft_cases.json");
-    const auto spec = nlohmann::json::parse(in);
-    std::vector<grove::SftExample> examples;
-    for (const auto& row : spec["rows"])
-        examples.push_back({row["ids"].get<std::vector<int64_t>>(), row["trained"].get<std::vector<uint8_t>>()});
+    const auto spec = sft_reference();
+    const std::vector<grove::SftExample> examples = sft_reference_rows(spec);
     ASSERT_EQ(spec["evaluations"].size(), 2u);
     for (const auto& c : spec["evaluations"]) {
         const std::string name = c["name"];

@@ -141,12 +141,7 @@ TEST(SftData, PreparesRowsAsTrl) {
                                                          : options["max_length"].get<int64_t>();
         o.keep_end = options.value("truncation_mode", "keep_start") == "keep_end";
         o.completion_only_loss = options.value("completion_only_loss", true);
-        if (options.value("packing", false)) {
-            const std::string strategy = options.value("packing_strategy", "bfd");
-            o.packing = strategy == "wrapped"     ? grove::SftDataOptions::Packing::wrapped
-                        : strategy == "bfd_split" ? grove::SftDataOptions::Packing::bfd_split
-                                                  : grove::SftDataOptions::Packing::bfd;
-        }
+        if (options.value("packing", false)) o.packing = grove::packing_from_name(options.value("packing_strategy", "bfd"));
         o.padding_free = options.value("padding_free", false);
         const auto chat = grove::chat_template_from_name("auto", tokenizer->config());
         const auto examples = grove::load_sft_examples(c["data"], o, *tokenizer, chat, tokenizer->config().eos_id, nullptr);
