@@ -147,6 +147,7 @@ struct SftSection {
     bool packing = false;
     std::string packing_strategy = "bfd";  // bfd | bfd_split | wrapped
     bool padding_free = false;
+    bool dft = false;  // loss_type = "dft": each token's -log p weighted by its probability p
 };
 
 struct EnvironmentSection {

@@ -406,6 +406,11 @@ const std::vector<KeySpec>& manifest_schema() {
                 "`grove sft`: count each example's first token out of the step's trained tokens, as TRL's padding-free "
                 "batches mask it (bfd packing sets it)"),
             "padding_free"),
+        trl(pick(key("sft", "loss_type", T::string, "\"nll\"",
+                     "`grove sft`: nll (cross-entropy) or dft (each token's cross-entropy weighted by its probability, "
+                     "Dynamic Fine-Tuning), in training and evaluation"),
+                 "nll|dft"),
+            "loss_type"),
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
         trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf), "save_steps"),

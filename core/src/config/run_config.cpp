@@ -262,6 +262,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.sft.packing = m.boolean("sft.packing");
     c.sft.packing_strategy = m.string("sft.packing_strategy");
     c.sft.padding_free = m.boolean("sft.padding_free");
+    c.sft.dft = m.string("sft.loss_type") == "dft";
     if (c.sft.padding_free && !c.sft.packing && c.sft.max_length > 0)
         throw Error(ErrorKind::manifest, c.manifest_path +
                                              ": sft.padding_free without sft.packing does not cut examples to "

@@ -196,6 +196,14 @@ RunStart run_start(const std::string& output, const std::string& model_path, con
     return start;
 }
 
+void seed_step_randomness(int64_t seed, int64_t step) {
+    // splitmix64's mix, so that neighbouring steps (and seeds) get unrelated generator states
+    uint64_t x = uint64_t(seed) * 0x9E3779B97F4A7C15ull + uint64_t(step) + 1;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    at::manual_seed(x ^ (x >> 31));
+}
+
 void test_kill_point(const char* point, int64_t step) {
     static const char* wanted = std::getenv("GROVE_TEST_KILL_AT");
     if (wanted && std::string(wanted) == std::string(point) + ":" + std::to_string(step)) ::kill(::getpid(), SIGKILL);

@@ -76,6 +76,10 @@ RunStart run_start(const std::string& output_dir, const std::string& model_path,
 // model loads, so a read-only or missing folder costs seconds, not the steps before a checkpoint.
 void prepare_output_folder(const std::string& output_dir, bool clear);
 
+// Torch's random generator (the adapter's dropout masks) is not in a checkpoint: every optimizer step
+// reseeds it from the run's seed and the step's index, so a resumed run draws what a straight one drew.
+void seed_step_randomness(int64_t seed, int64_t step);
+
 // For the kill-and-resume tests: when the environment's GROVE_TEST_KILL_AT is "<point>:<step>", the
 // process kills itself with SIGKILL here (points: startup, step, save; docs/reliability.md).
 void test_kill_point(const char* point, int64_t step);

@@ -114,7 +114,7 @@ int64_t trained_tokens(const std::vector<SftExample>& examples, const std::vecto
 }
 
 SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
-                 double router_aux_loss_coef, const SftStep& step) {
+                 const SftObjective& objective, const SftStep& step) {
     // labels = next token where it is trained, -100 elsewhere (prompt, environment, each row's last token)
     std::vector<int64_t> tokens, positions, labels, row_lengths;
     for (int64_t i : picked) {
@@ -132,13 +132,18 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     }
     RouterLoad routing;
     const at::Tensor hidden = model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong),
-                                                         row_lengths, router_aux_loss_coef != 0 ? &routing : nullptr);
+                                                         row_lengths, objective.router_aux_loss_coef != 0 ? &routing : nullptr);
     const at::Tensor logits = model.float32_logits(hidden);
     const at::Tensor targets = at::tensor(labels, at::kLong).to(logits.device());
     SftLoss out;
     const int64_t divisor = step.trained_tokens.value_or(
         std::max<int64_t>(std::count_if(labels.begin(), labels.end(), [](int64_t l) { return l != -100; }), 1));
-    out.loss = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100) / double(divisor);
+    if (objective.dft) {  // -log p x p: 0 at the ignored positions, whose cross-entropy is 0
+        const at::Tensor per_token = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::None, -100);
+        out.loss = (per_token * at::exp(-per_token.detach())).sum() / double(divisor);
+    } else {
+        out.loss = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100) / double(divisor);
+    }
     {
         at::NoGradGuard no_grad;
         const at::Tensor scored = targets.ne(-100).nonzero().squeeze(1);
@@ -150,16 +155,16 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
             out.mean_token_accuracy = z.argmax(-1).eq(targets.index_select(0, scored)).sum().item<double>() / count;
         }
     }
-    if (router_aux_loss_coef != 0) {
+    if (objective.router_aux_loss_coef != 0) {
         const at::Tensor aux = routing.balancing_loss().to(out.loss.device());
         out.aux_loss = aux.item<double>();
-        out.loss = out.loss + aux * (router_aux_loss_coef / double(step.micro_batches));
+        out.loss = out.loss + aux * (objective.router_aux_loss_coef / double(step.micro_batches));
     }
     return out;
 }
 
 SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
-                            const std::vector<std::vector<int64_t>>& micro_batches, double router_aux_loss_coef,
+                            const std::vector<std::vector<int64_t>>& micro_batches, const SftObjective& objective,
                             int64_t step_number) {
     std::vector<int64_t> all_picked;
     for (const auto& micro_batch : micro_batches) all_picked.insert(all_picked.end(), micro_batch.begin(), micro_batch.end());
@@ -167,7 +172,7 @@ SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& example
     const SftStep scale{trained_tokens(examples, all_picked), int64_t(micro_batches.size())};
     SftStepMetrics out;
     for (const auto& micro_batch : micro_batches) {
-        const SftLoss part = sft_loss(model, examples, micro_batch, router_aux_loss_coef, scale);
+        const SftLoss part = sft_loss(model, examples, micro_batch, objective, scale);
         const double value = part.loss.item<double>();
         if (!std::isfinite(value))
             throw Error(ErrorKind::runtime, "grove sft: the loss became " + std::to_string(value) + " at step " +
@@ -182,7 +187,7 @@ SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& example
 }
 
 std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftExample>& examples, int64_t batch_size,
-                                           double router_aux_loss_coef) {
+                                           const SftObjective& objective) {
     at::NoGradGuard no_grad;
     double weighted_loss = 0, entropy = 0, accuracy = 0, aux = 0;
     int64_t batches = 0;
@@ -192,7 +197,7 @@ std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftEx
         std::vector<int64_t> picked;
         for (int64_t i = first; i < std::min(N, first + batch_size); ++i) picked.push_back(i);
         // without a step's token count, TRL's loss is the mean over the tokens the batch predicts
-        const SftLoss part = sft_loss(model, examples, picked, router_aux_loss_coef, SftStep{});
+        const SftLoss part = sft_loss(model, examples, picked, objective, SftStep{});
         weighted_loss += part.loss.item<double>() * double(picked.size());
         entropy += part.entropy;
         accuracy += part.mean_token_accuracy;
@@ -232,7 +237,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     adapter_host.set_training(true);  // the adapter's dropout, as PEFT trains with it
     std::optional<at::DeviceType> autocast_device;
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
-    const double router_aux_loss_coef = c.router_aux_loss_coef_for(model->config());
+    const SftObjective objective{c.sft.dft, c.router_aux_loss_coef_for(model->config())};
     AdamWOptions ao;
     ao.beta1 = c.train.adam_beta1;
     ao.beta2 = c.train.adam_beta2;
@@ -274,7 +279,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         const auto started = std::chrono::steady_clock::now();
         adapter_host.set_training(false);  // Trainer.evaluate puts the model in eval mode
         AutocastScope autocast(autocast_device);
-        auto figures = sft_evaluate(*model, held_out, c.train.per_device_eval_batch_size, router_aux_loss_coef);
+        auto figures = sft_evaluate(*model, held_out, c.train.per_device_eval_batch_size, objective);
         adapter_host.set_training(true);
         figures["eval_num_tokens"] = double(progress.num_tokens);
         figures["eval_runtime"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -286,9 +291,10 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     for (int64_t step = progress.global_step; step < total; ++step) {
         const auto started = std::chrono::steady_clock::now();
         const auto picked = order.next_step(c.train.per_device_train_batch_size, c.train.gradient_accumulation_steps);
+        seed_step_randomness(c.train.seed, step);
         const SftStepMetrics stepped = [&] {
             AutocastScope autocast(autocast_device);
-            return sft_backward(*model, examples, picked, router_aux_loss_coef, step + 1);
+            return sft_backward(*model, examples, picked, objective, step + 1);
         }();
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         const double lr = schedule.rate(step);

@@ -24,6 +24,15 @@ struct SftLoss {
     double entropy = 0.0;
 };
 
+// What a token's loss is (TRL's SFTConfig.loss_type and router_aux_loss_coef).
+struct SftObjective {
+    // loss_type = "dft" (Dynamic Fine-Tuning): each trained token's -log p times p, p detached;
+    // false: the cross-entropy -log p
+    bool dft = false;
+    // a mixture of experts' load-balancing term's weight; 0: not computed
+    double router_aux_loss_coef = 0.0;
+};
+
 // The optimizer step a micro-batch belongs to, for scaling its loss as TRL 1.16's SFTTrainer does
 // under transformers' Trainer: the cross-entropy is summed and divided by the trained tokens of the
 // whole step (Trainer's num_items_in_batch), the load-balancing term divided by the micro-batches.
@@ -37,12 +46,12 @@ struct SftStep {
 // Trained tokens of the examples `picked` (TRL's labels != -100), at least 1 as TRL clamps it.
 int64_t trained_tokens(const std::vector<SftExample>& examples, const std::vector<int64_t>& picked);
 
-// One micro-batch's loss: the next-token cross-entropy over the trained tokens of the examples
-// `picked`, their rows packed end to end, scaled for `step`; a mixture of experts with
+// One micro-batch's loss: the next-token loss (`objective`) summed over the trained tokens of the
+// examples `picked`, their rows packed end to end, scaled for `step`; a mixture of experts with
 // router_aux_loss_coef != 0 adds coef x its load-balancing loss / step.micro_batches. The micro-
 // batches' losses (and gradients) add up to the step's.
 SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const std::vector<int64_t>& picked,
-                 double router_aux_loss_coef, const SftStep& step);
+                 const SftObjective& objective, const SftStep& step);
 
 // One optimizer step's forward and backward passes over its micro-batches (the gradients add up in
 // the parameters), and what TRL logs for the step: the loss summed over the micro-batches (each
@@ -53,15 +62,15 @@ struct SftStepMetrics {
     std::optional<double> aux_loss;
 };
 SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
-                            const std::vector<std::vector<int64_t>>& micro_batches, double router_aux_loss_coef,
+                            const std::vector<std::vector<int64_t>>& micro_batches, const SftObjective& objective,
                             int64_t step_number);
 
 // TRL's evaluation (Trainer.evaluate through SFTTrainer.compute_loss), without gradients: the
 // examples in order, in batches of batch_size (the last one shorter); each batch's loss is its mean
-// cross-entropy over the tokens it predicts (+ coef x its load-balancing loss); eval_loss is those
+// token loss (`objective`) over the tokens it predicts (+ coef x its load-balancing loss); eval_loss is those
 // means weighted by the batches' sizes, eval_entropy, eval_mean_token_accuracy and eval_aux_loss the
 // batches' plain means.
 std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftExample>& examples, int64_t batch_size,
-                                           double router_aux_loss_coef);
+                                           const SftObjective& objective);
 
 }  // namespace grove

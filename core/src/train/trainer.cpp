@@ -519,6 +519,7 @@ std::map<std::string, double> Trainer::step() {
     double trained_entropy_sum = 0, trained_token_count = 0;  // adaptive entropy's window
     int64_t bad_micro_step = -1;
     StepMetrics step_metrics;
+    seed_step_randomness(c.train.seed, p.global_step);
     for (int64_t a = 0; a < c.train.gradient_accumulation_steps; ++a) {
         if (p.micro_step % (S * c.loss.num_iterations) == 0 || s.buffer.empty()) {
             s.memory.close("train", s.model->device());  // micro-batches already trained this step (or a checkpoint)

@@ -178,6 +178,10 @@ nlohmann::json sft_reference() {
     std::ifstream in(kDir + "/sft_cases.json");
     return nlohmann::json::parse(in);
 }
+// A case's SFTConfig.loss_type and router_aux_loss_coef
+grove::SftObjective objective_of(const nlohmann::json& c) {
+    return {c.value("loss_type", std::string("nll")) == "dft", c["router_aux_loss_coef"].get<double>()};
+}
 std::vector<grove::SftExample> sft_reference_rows(const nlohmann::json& spec) {
     std::vector<grove::SftExample> examples;
     for (const auto& row : spec["rows"])
@@ -187,7 +191,8 @@ std::vector<grove::SftExample> sft_reference_rows(const nlohmann::json& spec) {
 }  // namespace
 
 // grove sft's optimizer step against TRL 1.16's SFTTrainer (trl_loss_reference.py): the
-// cross-entropy of the trained tokens on the dense Llama, and on mixtures of experts with the
+// cross-entropy of the trained tokens on the dense Llama (and its loss_type = "dft", whole and
+// accumulated), and on mixtures of experts with the
 // load-balancing term TRL adds (the config's coefficient, and 0.5), each an optimizer step through
 // Trainer.training_step, of one micro-batch or two (gradient accumulation): loss, gradient norm, and
 // the logged aux_loss, entropy and mean_token_accuracy.
@@ -215,8 +220,7 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
         const grove::SftStepMetrics step = [&] {
             grove::AutocastScope autocast(c["autocast"].get<bool>() ? std::optional(at::kCPU) : std::nullopt);
             return grove::sft_backward(*model, packed.empty() ? examples : packed,
-                                       c["micro_batches"].get<std::vector<std::vector<int64_t>>>(), c["router_aux_loss_coef"],
-                                       1);
+                                       c["micro_batches"].get<std::vector<std::vector<int64_t>>>(), objective_of(c), 1);
         }();
         double squared = 0;
         for (const auto& p : model->trainable_parameters())
@@ -238,16 +242,16 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
 }
 
 // grove sft's evaluation (train.eval_steps) against TRL's Trainer.evaluate on the same rows in
-// batches of 3 and 1: eval_loss weighs each batch's mean loss by its size; entropy, accuracy and a
+// batches of 3 and 1 (the dense Llama with either loss_type, a mixture of experts): eval_loss weighs each batch's mean loss by its size; entropy, accuracy and a
 // mixture of experts' aux_loss are the batches' means.
 TEST(SftLoss, EvaluationMatchesTrlEvaluate) {
     const auto spec = sft_reference();
     const std::vector<grove::SftExample> examples = sft_reference_rows(spec);
-    ASSERT_EQ(spec["evaluations"].size(), 2u);
+    ASSERT_EQ(spec["evaluations"].size(), 3u);
     for (const auto& c : spec["evaluations"]) {
         const std::string name = c["name"];
         auto model = grove::Model::load(kDir + "/" + c["model"].get<std::string>(), "cpu", "float32");
-        const auto figures = grove::sft_evaluate(*model, examples, c["batch_size"], c["router_aux_loss_coef"]);
+        const auto figures = grove::sft_evaluate(*model, examples, c["batch_size"], objective_of(c));
         for (const char* key : {"eval_loss", "eval_entropy", "eval_mean_token_accuracy"})
             EXPECT_NEAR(figures.at(key), c[key].get<double>(), 1e-5) << name << " " << key;
         ASSERT_EQ(figures.count("eval_aux_loss"), c.contains("eval_aux_loss") ? 1u : 0u) << name;

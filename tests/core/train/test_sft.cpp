@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "grove/adapter_checkpoint.hpp"
@@ -352,7 +353,21 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     auto tokenizer = grove::Tokenizer::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa");
     const auto held_out = grove::load_sft_examples(dir + "/pairs.jsonl", {}, *tokenizer, grove::ChatTemplate::plain,
                                                    tokenizer->config().eos_id, nullptr);
-    EXPECT_NEAR(lines[0]["eval_loss"].get<double>(), grove::sft_evaluate(*model, held_out, 3, 0.0).at("eval_loss"), 1e-6);
+    const double nll = grove::sft_evaluate(*model, held_out, 3, {}).at("eval_loss");
+    EXPECT_NEAR(lines[0]["eval_loss"].get<double>(), nll, 1e-6);
+
+    // sft.loss_type = "dft" reaches training and evaluation: step 0 evaluates the DFT loss
+    auto dft = grove::test::run_grove("sft " + dir +
+                                      "/sft.toml --set 'sft.loss_type=\"dft\"' --set train.max_steps=1 "
+                                      "--set 'output.dir=\"" +
+                                      dir + "/dft\"' 2>&1");
+    ASSERT_EQ(dft.exit_code, 0) << dft.out;
+    std::ifstream dft_metrics(dir + "/dft/metrics.jsonl");
+    std::string first_line;
+    std::getline(dft_metrics, first_line);
+    const double dft_loss = nlohmann::json::parse(first_line)["eval_loss"].get<double>();
+    EXPECT_NEAR(dft_loss, grove::sft_evaluate(*model, held_out, 3, {true, 0.0}).at("eval_loss"), 1e-6);
+    EXPECT_LT(dft_loss, 0.5 * nll) << "each token's loss weighted by its probability, far below 1 for a random model";
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's
@@ -393,6 +408,31 @@ TEST(Sft, LoraTrainsTheAdapterThatPeftLoads) {
     const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_peft.py " +
                                 out + " " + base + " " + file;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
+
+    // with LoRA dropout, resumed after step 2, the adapter ends as 4 steps straight: every step
+    // reseeds the masks' generator, which a checkpoint does not hold
+    std::string with_dropout;
+    {
+        std::ifstream in(dir + "/sft.toml");
+        with_dropout.assign(std::istreambuf_iterator<char>(in), {});
+        with_dropout.replace(with_dropout.find("r = 4,"), 6, "r = 4, dropout = 0.3,");
+    }
+    std::ofstream(dir + "/dropout.toml") << with_dropout;
+    auto dropout_run = [&](const std::string& folder, const std::string& extra) {
+        return grove::test::run_grove("sft " + dir + "/dropout.toml --set 'output.dir=\"" + dir + "/" + folder +
+                                      "\"' --set output.save_steps=2 " + extra + " 2>&1");
+    };
+    ASSERT_EQ(dropout_run("straight", "--set train.max_steps=4").exit_code, 0);
+    ASSERT_EQ(dropout_run("resumed", "--set train.max_steps=2").exit_code, 0);
+    auto resumed = dropout_run("resumed", "--set train.max_steps=4 --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+    grove::SafetensorsFile straight(dir + "/straight/adapter_model.safetensors"),
+        again(dir + "/resumed/adapter_model.safetensors");
+    ASSERT_EQ(straight.tensors().size(), again.tensors().size());
+    for (size_t i = 0; i < straight.tensors().size(); ++i)
+        EXPECT_TRUE(at::equal(grove::tensor_from_entry(straight.tensors()[i], straight.path()),
+                              grove::tensor_from_entry(again.tensors()[i], again.path())))
+            << straight.tensors()[i].name;
 }
 
 // A mixture of experts: grove sft adds TRL 1.16's SFT load-balancing term (loss + coef x aux) and

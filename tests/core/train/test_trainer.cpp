@@ -424,6 +424,24 @@ TEST(Trainer, ResumeContinuesExactly) {
     EXPECT_EQ(fs::read_symlink(fs::path(saved).parent_path() / "latest"), fs::path("checkpoint-6")) << "moved on";
 }
 
+// LoRA dropout draws its masks from torch's generator, which a checkpoint does not save: each step
+// reseeds it from (train.seed, step), so a resumed run draws the masks the straight run drew.
+TEST(Trainer, ResumeWithLoraDropoutContinuesExactly) {
+    std::vector<std::string> settings{"train.max_steps=4", "train.per_device_train_batch_size=4", "adapter.plugin=\"lora\"",
+                                      "adapter.config={ r = 4, alpha = 8.0, dropout = 0.3, target_modules = [\"q_proj\", "
+                                      "\"v_proj\", \"down_proj\"] }"};
+    grove::Trainer straight(manifest("lora_dropout_straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
+    auto second = resumed_after(manifest("lora_dropout_resumed", settings), 2);
+    for (int i = 2; i < 4; ++i) {
+        auto got = second->step();
+        for (const char* key : {"loss", "grad_norm"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+}
+
 // A resume names each setting that changed since its checkpoint was written (here max_steps, which
 // reshapes the learning-rate schedule, and the temperature) and says nothing when none did.
 TEST(Trainer, AResumeNamesTheSettingsChangedSinceItsCheckpoint) {

@@ -147,8 +147,11 @@ SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", m
              # bf16 autocast (SFTConfig's bf16=True; grove sft's train.mixed_precision), one training_step
              dict(name="sft_llama_autocast", model="model", micro_batches=[[0, 1, 2, 3]], autocast=True),
              # packed rows (rows 0 and 1 in one, 2 and 3 in the other) in a padding-free batch
-             dict(name="sft_llama_packed", model="model", packed=[[0, 1], [2, 3]])]
-SFT_EVAL_CASES = [dict(name="sft_eval_llama", model="model"),
+             dict(name="sft_llama_packed", model="model", packed=[[0, 1], [2, 3]]),
+             # loss_type="dft": each token's -log p weighted by p (detached)
+             dict(name="sft_llama_dft", model="model", loss_type="dft"),
+             dict(name="sft_llama_dft_accumulated", model="model", loss_type="dft", micro_batches=[[0, 1], [2, 3]])]
+SFT_EVAL_CASES = [dict(name="sft_eval_llama", model="model"), dict(name="sft_eval_llama_dft", model="model", loss_type="dft"),
                   dict(name="sft_eval_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5)]
 # the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
 # that mean_token_accuracy is not 0 for every row of a random model; the second row is trained whole
@@ -184,7 +187,8 @@ def sft_reference(folders, tokenizer):
     evaluations = []
     for case in SFT_EVAL_CASES:
         args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,
-                         per_device_eval_batch_size=3, router_aux_loss_coef=case.get("router_aux_loss_coef"))
+                         per_device_eval_batch_size=3, router_aux_loss_coef=case.get("router_aux_loss_coef"),
+                         loss_type=case.get("loss_type", "nll"))
         trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(folders[case["model"]]), args=args,
                              processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
         held_out = Dataset.from_list([{"input_ids": row, "labels": [t if m else -100 for t, m in zip(row, trained)]}
@@ -200,7 +204,7 @@ def sft_reference(folders, tokenizer):
         args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=case.get("autocast", False),
                          per_device_train_batch_size=max(len(m) for m in micro_batches),
                          gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
-                         router_aux_loss_coef=case.get("router_aux_loss_coef"))
+                         router_aux_loss_coef=case.get("router_aux_loss_coef"), loss_type=case.get("loss_type", "nll"))
         model = AutoModelForCausalLM.from_pretrained(
             folders[case["model"]], dtype=getattr(torch, case.get("dtype", "float32")),
             **({"attn_implementation": "eager"} if case["model"] == "gemma2" else {}))  # the eager attention caps
