@@ -103,8 +103,13 @@ public:
     // the linear layers never compute padding, which is most of a GRPO batch whose completions end
     // early (the batch is as long as its longest completion).
     // A mixture of experts records its routing into `router_load` when one is given.
+    // `embedding_hook`, when set, replaces the token embeddings [N, H] by what it returns, at the
+    // point transformers' forward hooks on embed_tokens see them: before Gemma 1 / 2's scaling by
+    // sqrt(hidden_size), after Gemma 3's (its embedding module scales). NEFTune's noise goes there.
+    using EmbeddingHook = std::function<at::Tensor(const at::Tensor&)>;
     at::Tensor packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
-                                    const std::vector<int64_t>& row_lengths, RouterLoad* router_load = nullptr) const;
+                                    const std::vector<int64_t>& row_lengths, RouterLoad* router_load = nullptr,
+                                    const EmbeddingHook& embedding_hook = {}) const;
     // logits = lm_head(hidden); float32 when the head is kept in float32
     at::Tensor logits(const at::Tensor& hidden) const;
     // The output layer's logits soft-capped as the config asks (Gemma 2's final_logit_softcapping)
@@ -222,7 +227,8 @@ private:
     // projector), written back by save() from the folder the model was loaded from
     std::string passthrough_folder_;
     std::vector<std::string> passthrough_tensors_;
-    at::Tensor embed(const at::Tensor& ids) const;  // token embeddings in the model's dtype
+    // token embeddings in the model's dtype, through `hook` (see packed_hidden_states) when set
+    at::Tensor embed(const at::Tensor& ids, const EmbeddingHook& hook = {}) const;
 };
 
 }  // namespace grove

@@ -147,7 +147,8 @@ struct SftSection {
     bool packing = false;
     std::string packing_strategy = "bfd";  // bfd | bfd_split | wrapped
     bool padding_free = false;
-    bool dft = false;  // loss_type = "dft": each token's -log p weighted by its probability p
+    bool dft = false;                  // loss_type = "dft": each token's -log p weighted by its probability p
+    double neftune_noise_alpha = 0.0;  // 0: no NEFTune noise
 };
 
 struct EnvironmentSection {

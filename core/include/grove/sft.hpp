@@ -49,6 +49,10 @@ struct SftDataOptions {
     bool padding_free = false;
 };
 
+// Whether TRL's collator makes each micro-batch one row of every token (padding-free: padding_free,
+// or packing with bfd / bfd_split), rather than rows padded to the longest.
+bool padding_free_batches(const SftDataOptions& options);
+
 // sft.packing_strategy's names: "bfd", "bfd_split", "wrapped" (the schema admits no other).
 SftDataOptions::Packing packing_from_name(const std::string& strategy);
 

@@ -406,6 +406,11 @@ const std::vector<KeySpec>& manifest_schema() {
                 "`grove sft`: count each example's first token out of the step's trained tokens, as TRL's padding-free "
                 "batches mask it (bfd packing sets it)"),
             "padding_free"),
+        trl(range(key("sft", "neftune_noise_alpha", T::number, nullptr,
+                      "`grove sft`: NEFTune: uniform noise of half-width alpha / sqrt(length x hidden size) added to the "
+                      "token embeddings while training (5 in the NEFTune paper); unset = none"),
+                  0, kInf, true),
+            "neftune_noise_alpha"),
         trl(pick(key("sft", "loss_type", T::string, "\"nll\"",
                      "`grove sft`: nll (cross-entropy) or dft (each token's cross-entropy weighted by its probability, "
                      "Dynamic Fine-Tuning), in training and evaluation"),

@@ -263,6 +263,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.sft.packing_strategy = m.string("sft.packing_strategy");
     c.sft.padding_free = m.boolean("sft.padding_free");
     c.sft.dft = m.string("sft.loss_type") == "dft";
+    c.sft.neftune_noise_alpha = m.optional_number("sft.neftune_noise_alpha").value_or(0.0);
     if (c.sft.padding_free && !c.sft.packing && c.sft.max_length > 0)
         throw Error(ErrorKind::manifest, c.manifest_path +
                                              ": sft.padding_free without sft.packing does not cut examples to "

@@ -1632,7 +1632,8 @@ at::Tensor Model::hidden_states(const at::Tensor& input_ids, const at::Tensor& a
 }
 
 at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Tensor& position_ids,
-                                       const std::vector<int64_t>& row_lengths, RouterLoad* router_load) const {
+                                       const std::vector<int64_t>& row_lengths, RouterLoad* router_load,
+                                       const EmbeddingHook& embedding_hook) const {
     const int64_t N = token_ids.size(0);
     Attention attention;
     attention.router_load = config_.mixture_of_experts() ? router_load : nullptr;
@@ -1655,16 +1656,20 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
         attention.windowed =
             (key <= query).logical_and(key > query - config_.sliding_window).view({1, 1, attention.width, attention.width});
     }
-    at::Tensor h = embed(token_ids.to(device)).unsqueeze(0);
+    at::Tensor h = embed(token_ids.to(device), embedding_hook).unsqueeze(0);
     return decoder_stack(h, position_ids.view({1, N}), attention, nullptr).squeeze(0);
 }
 
-at::Tensor Model::embed(const at::Tensor& ids) const {
+at::Tensor Model::embed(const at::Tensor& ids, const EmbeddingHook& hook) const {
     at::Tensor h = at::embedding(embed_tokens_, ids);
+    // transformers scales Gemma 3's embeddings inside its embedding module, Gemma 1 / 2's after it
+    const bool scaled_in_module = config_.model_type.rfind("gemma3", 0) == 0;
+    if (hook && !scaled_in_module) h = hook(h);
     // Gemma: transformers' scale is a buffer in the model's dtype, cast to the table's (a float32 table
     // under cast_lm_head_to_fp32 still multiplies by the bf16-rounded scale)
     if (config_.embedding_scale != 1.0)
         h = h * at::scalar_tensor(config_.embedding_scale, at::kFloat).to(dtype()).to(h.scalar_type());
+    if (hook && scaled_in_module) h = hook(h);
     return h.scalar_type() == dtype() ? h : h.to(dtype());
 }
 

@@ -102,6 +102,27 @@ int64_t total_steps(const TrainSection& t, int64_t examples) {
     return int64_t(std::ceil(t.num_train_epochs * double(steps_per_epoch)));
 }
 
+// NEFTune's noise for the examples `picked` (SftNoise), or no hook
+Model::EmbeddingHook neftune_hook(const SftNoise& noise, const std::vector<SftExample>& examples,
+                                  const std::vector<int64_t>& picked) {
+    if (noise.neftune_noise_alpha == 0.0) return {};
+    std::vector<int64_t> row_lengths;
+    for (int64_t i : picked) row_lengths.push_back(int64_t(examples[size_t(i)].ids.size()));
+    return [alpha = noise.neftune_noise_alpha, padding_free = noise.padding_free, row_lengths](const at::Tensor& h) {
+        const int64_t N = h.size(0), H = h.size(1);
+        const int64_t rows = padding_free ? 1 : int64_t(row_lengths.size());
+        const int64_t width = padding_free ? N : *std::max_element(row_lengths.begin(), row_lengths.end());
+        // transformers computes the half-width in float32: alpha / sqrt(tensor(L x H))
+        const float half_width = float(alpha) / std::sqrt(float(width * H));
+        const at::Tensor drawn = at::zeros({rows, width, H}, h.options()).uniform_(-half_width, half_width);
+        if (padding_free) return h + drawn[0];
+        std::vector<int64_t> slots;  // each token's position in the padded batch
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t t = 0; t < row_lengths[size_t(r)]; ++t) slots.push_back(r * width + t);
+        return h + drawn.view({rows * width, H}).index_select(0, at::tensor(slots, at::kLong).to(h.device()));
+    };
+}
+
 }  // namespace
 
 int64_t trained_tokens(const std::vector<SftExample>& examples, const std::vector<int64_t>& picked) {
@@ -132,7 +153,8 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
     }
     RouterLoad routing;
     const at::Tensor hidden = model.packed_hidden_states(at::tensor(tokens, at::kLong), at::tensor(positions, at::kLong),
-                                                         row_lengths, objective.router_aux_loss_coef != 0 ? &routing : nullptr);
+                                                         row_lengths, objective.router_aux_loss_coef != 0 ? &routing : nullptr,
+                                                         neftune_hook(step.noise, examples, picked));
     const at::Tensor logits = model.float32_logits(hidden);
     const at::Tensor targets = at::tensor(labels, at::kLong).to(logits.device());
     SftLoss out;
@@ -165,11 +187,11 @@ SftLoss sft_loss(Model& model, const std::vector<SftExample>& examples, const st
 
 SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
                             const std::vector<std::vector<int64_t>>& micro_batches, const SftObjective& objective,
-                            int64_t step_number) {
+                            const SftNoise& noise, int64_t step_number) {
     std::vector<int64_t> all_picked;
     for (const auto& micro_batch : micro_batches) all_picked.insert(all_picked.end(), micro_batch.begin(), micro_batch.end());
     const double parts = double(micro_batches.size());
-    const SftStep scale{trained_tokens(examples, all_picked), int64_t(micro_batches.size())};
+    const SftStep scale{trained_tokens(examples, all_picked), int64_t(micro_batches.size()), noise};
     SftStepMetrics out;
     for (const auto& micro_batch : micro_batches) {
         const SftLoss part = sft_loss(model, examples, micro_batch, objective, scale);
@@ -238,6 +260,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
     std::optional<at::DeviceType> autocast_device;
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     const SftObjective objective{c.sft.dft, c.router_aux_loss_coef_for(model->config())};
+    const SftNoise noise{c.sft.neftune_noise_alpha, padding_free_batches(sft_data_options(c))};
     AdamWOptions ao;
     ao.beta1 = c.train.adam_beta1;
     ao.beta2 = c.train.adam_beta2;
@@ -294,7 +317,7 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         seed_step_randomness(c.train.seed, step);
         const SftStepMetrics stepped = [&] {
             AutocastScope autocast(autocast_device);
-            return sft_backward(*model, examples, picked, objective, step + 1);
+            return sft_backward(*model, examples, picked, objective, noise, step + 1);
         }();
         double grad_norm = optimizer.clip_grad_norm(c.train.max_grad_norm);
         const double lr = schedule.rate(step);

@@ -201,6 +201,11 @@ void truncate(SftExample& e, const SftDataOptions& o) {
 
 }  // namespace
 
+bool padding_free_batches(const SftDataOptions& options) {
+    return options.padding_free || options.packing == SftDataOptions::Packing::bfd ||
+           options.packing == SftDataOptions::Packing::bfd_split;
+}
+
 SftDataOptions::Packing packing_from_name(const std::string& strategy) {
     return strategy == "wrapped"     ? SftDataOptions::Packing::wrapped
            : strategy == "bfd_split" ? SftDataOptions::Packing::bfd_split
@@ -283,7 +288,7 @@ std::vector<SftExample> load_sft_examples(const std::string& source, const SftDa
         for_each_jsonl(source, "the SFT dataset (JSONL)", add);
     }
     if (packing) examples = packed_examples(examples, o.max_length, o.packing);
-    if (o.padding_free || o.packing == SftDataOptions::Packing::bfd || o.packing == SftDataOptions::Packing::bfd_split)
+    if (padding_free_batches(o))
         for (SftExample& e : examples) mask_first_tokens(e);
     const int64_t dropped = packing ? 0 : rows - int64_t(examples.size());
     if (examples.empty())

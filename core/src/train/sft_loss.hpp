@@ -33,6 +33,16 @@ struct SftObjective {
     double router_aux_loss_coef = 0.0;
 };
 
+// NEFTune (TRL's neftune_noise_alpha, through transformers' hook on the embeddings): while training,
+// noise uniform in [-m, m], m = alpha / sqrt(L x hidden_size), is added to the token embeddings. It
+// is drawn from torch's generator for the batch as TRL's collator lays it out, [rows, longest row,
+// hidden_size] (L the longest row), or [1, every token, hidden_size] padding-free (L their count), and
+// each token takes its own position's draw: the same seed draws TRL's noise.
+struct SftNoise {
+    double neftune_noise_alpha = 0.0;  // 0: none
+    bool padding_free = false;         // padding_free_batches()
+};
+
 // The optimizer step a micro-batch belongs to, for scaling its loss as TRL 1.16's SFTTrainer does
 // under transformers' Trainer: the cross-entropy is summed and divided by the trained tokens of the
 // whole step (Trainer's num_items_in_batch), the load-balancing term divided by the micro-batches.
@@ -41,6 +51,7 @@ struct SftStep {
     // predicts (its labels after the shift), as TRL divides without num_items_in_batch (evaluation)
     std::optional<int64_t> trained_tokens;
     int64_t micro_batches = 1;
+    SftNoise noise;  // training only
 };
 
 // Trained tokens of the examples `picked` (TRL's labels != -100), at least 1 as TRL clamps it.
@@ -63,7 +74,7 @@ struct SftStepMetrics {
 };
 SftStepMetrics sft_backward(Model& model, const std::vector<SftExample>& examples,
                             const std::vector<std::vector<int64_t>>& micro_batches, const SftObjective& objective,
-                            int64_t step_number);
+                            const SftNoise& noise, int64_t step_number);
 
 // TRL's evaluation (Trainer.evaluate through SFTTrainer.compute_loss), without gradients: the
 // examples in order, in batches of batch_size (the last one shorter); each batch's loss is its mean

@@ -192,7 +192,8 @@ std::vector<grove::SftExample> sft_reference_rows(const nlohmann::json& spec) {
 
 // grove sft's optimizer step against TRL 1.16's SFTTrainer (trl_loss_reference.py): the
 // cross-entropy of the trained tokens on the dense Llama (and its loss_type = "dft", whole and
-// accumulated), and on mixtures of experts with the
+// accumulated; NEFTune's noise padded, accumulated and packed, and on Gemma 3 and Gemma 2, whose
+// embeddings scale after the noise), and on mixtures of experts with the
 // load-balancing term TRL adds (the config's coefficient, and 0.5), each an optimizer step through
 // Trainer.training_step, of one micro-batch or two (gradient accumulation): loss, gradient norm, and
 // the logged aux_loss, entropy and mean_token_accuracy.
@@ -217,10 +218,13 @@ TEST(SftLoss, MatchesTrlSftComputeLoss) {
         }
         // one optimizer step, as run_sft takes it: its micro-batches' losses and gradients add up;
         // under bf16 autocast when TRL ran with bf16=True (train.mixed_precision = "bf16")
+        // NEFTune draws its noise from torch's generator, seeded as the reference seeded it
+        const grove::SftNoise noise{c["neftune_noise_alpha"].get<double>(), !packed.empty()};
+        at::manual_seed(c["seed"].get<uint64_t>());
         const grove::SftStepMetrics step = [&] {
             grove::AutocastScope autocast(c["autocast"].get<bool>() ? std::optional(at::kCPU) : std::nullopt);
             return grove::sft_backward(*model, packed.empty() ? examples : packed,
-                                       c["micro_batches"].get<std::vector<std::vector<int64_t>>>(), objective_of(c), 1);
+                                       c["micro_batches"].get<std::vector<std::vector<int64_t>>>(), objective_of(c), noise, 1);
         }();
         double squared = 0;
         for (const auto& p : model->trainable_parameters())

@@ -368,6 +368,18 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     const double dft_loss = nlohmann::json::parse(first_line)["eval_loss"].get<double>();
     EXPECT_NEAR(dft_loss, grove::sft_evaluate(*model, held_out, 3, {true, 0.0}).at("eval_loss"), 1e-6);
     EXPECT_LT(dft_loss, 0.5 * nll) << "each token's loss weighted by its probability, far below 1 for a random model";
+
+    // sft.neftune_noise_alpha: noise in the training step's embeddings (its loss moves), none in
+    // evaluation (SftLoss.MatchesTrlSftComputeLoss compares the noise itself with TRL's)
+    auto neftune = grove::test::run_grove("sft " + dir + "/sft.toml --set sft.neftune_noise_alpha=50.0 " +
+                                          "--set train.max_steps=1 --set 'output.dir=\"" + dir + "/neftune\"' 2>&1");
+    ASSERT_EQ(neftune.exit_code, 0) << neftune.out;
+    std::ifstream neftune_metrics(dir + "/neftune/metrics.jsonl");
+    std::vector<nlohmann::json> noisy;
+    for (std::string line; std::getline(neftune_metrics, line);) noisy.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(noisy.size(), 2u);
+    EXPECT_DOUBLE_EQ(noisy[0]["eval_loss"].get<double>(), lines[0]["eval_loss"].get<double>());
+    EXPECT_GT(std::abs(noisy[1]["loss"].get<double>() - lines[1]["loss"].get<double>()), 1e-4);
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's

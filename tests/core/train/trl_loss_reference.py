@@ -150,7 +150,15 @@ SFT_CASES = [dict(name="sft_llama", model="model"), dict(name="sft_qwen3_moe", m
              dict(name="sft_llama_packed", model="model", packed=[[0, 1], [2, 3]]),
              # loss_type="dft": each token's -log p weighted by p (detached)
              dict(name="sft_llama_dft", model="model", loss_type="dft"),
-             dict(name="sft_llama_dft_accumulated", model="model", loss_type="dft", micro_batches=[[0, 1], [2, 3]])]
+             dict(name="sft_llama_dft_accumulated", model="model", loss_type="dft", micro_batches=[[0, 1], [2, 3]]),
+             # NEFTune (transformers' hook on the embeddings; torch seeded before the step): padded rows of
+             # different lengths, accumulated; packed rows in a padding-free batch; Gemma 3 (its embedding
+             # module scales) and Gemma 2 (scaled after the hook's noise)
+             dict(name="sft_llama_neftune", model="model", neftune_noise_alpha=5.0, micro_batches=[[0, 1], [2, 3]]),
+             dict(name="sft_llama_neftune_packed", model="model", neftune_noise_alpha=5.0, packed=[[0, 1], [2, 3]]),
+             dict(name="sft_gemma3_neftune", model="gemma", neftune_noise_alpha=5.0),
+             dict(name="sft_gemma2_neftune", model="gemma2", neftune_noise_alpha=5.0)]
+NEFTUNE_SEED = 1234
 SFT_EVAL_CASES = [dict(name="sft_eval_llama", model="model"), dict(name="sft_eval_llama_dft", model="model", loss_type="dft"),
                   dict(name="sft_eval_mixtral_aux", model="mixtral", router_aux_loss_coef=0.5)]
 # the last row continues its prompt with the tiny Llama's greedy tokens (sft_reference adds it), so
@@ -204,14 +212,20 @@ def sft_reference(folders, tokenizer):
         args = SFTConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=case.get("autocast", False),
                          per_device_train_batch_size=max(len(m) for m in micro_batches),
                          gradient_accumulation_steps=len(micro_batches), gradient_checkpointing=False,
-                         router_aux_loss_coef=case.get("router_aux_loss_coef"), loss_type=case.get("loss_type", "nll"))
+                         router_aux_loss_coef=case.get("router_aux_loss_coef"), loss_type=case.get("loss_type", "nll"),
+                         neftune_noise_alpha=case.get("neftune_noise_alpha"))
         model = AutoModelForCausalLM.from_pretrained(
             folders[case["model"]], dtype=getattr(torch, case.get("dtype", "float32")),
             **({"attn_implementation": "eager"} if case["model"] == "gemma2" else {}))  # the eager attention caps
+        if model.base_model is model:  # Gemma3ForCausalLM: the backbone for TRL's fused head, as below
+            model.base_model_prefix = "model"
         trainer = SFTTrainer(model=model, args=args,
                              processing_class=tokenizer, train_dataset=Dataset.from_dict({"text": ["t5 t6"]}))
         trainer.model.train()
         trainer.model.zero_grad()
+        if "neftune_noise_alpha" in case:  # Trainer.train() would add the hook
+            trainer.model = trainer._activate_neftune(trainer.model)
+            torch.manual_seed(NEFTUNE_SEED)
         if "packed" in case:  # TRL's padding-free collator on packed rows, one training_step
             from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
             packed = [dict(input_ids=sum((rows[i][0] for i in row), []),
@@ -229,7 +243,8 @@ def sft_reference(folders, tokenizer):
             loss = sum(trainer.training_step(trainer.model, b, num_items) for b in batches)
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainer.model.parameters() if p.grad is not None])
         logged = {key: sum(values) / len(values) for key, values in trainer._metrics["train"].items() if values}
-        results.append({"dtype": "float32", "autocast": False, **case, "micro_batches": micro_batches,
+        results.append({"dtype": "float32", "autocast": False, "neftune_noise_alpha": 0.0, "seed": NEFTUNE_SEED, **case,
+                        "micro_batches": micro_batches,
                         "router_aux_loss_coef": trainer.router_aux_loss_coef if trainer.aux_loss_enabled else 0.0,
                         "loss": float(loss), "grad_norm": grad_norm.item(), "aux_loss": logged.get("aux_loss"),
                         "entropy": logged["entropy"], "mean_token_accuracy": logged["mean_token_accuracy"]})
