@@ -226,6 +226,15 @@ case("data", "SFT padding_free without packing, which would not cut examples to 
 case("data", "an SFT row with a tools column, which TRL renders the row with", SFT, 5,
      "prompts.jsonl:1: the row's \"tools\" column is not rendered by grove sft",
      run_folder(prompts='{"prompt": "1 + 2 =", "completion": " 3", "tools": [{"type": "function"}]}\n'))
+case("data", "a tokenized SFT row with a token id beyond the tokenizer's vocabulary", SFT, 5,
+     "prompts.jsonl:1: input_ids[1] = 100000 is not a token of this tokenizer",
+     run_folder(prompts='{"input_ids": [5, 100000, 7]}\n'))
+case("data", "a tokenized SFT row whose labels are other tokens than its input_ids", SFT, 5,
+     "prompts.jsonl:1: labels[2] is 9, neither -100 nor input_ids[2]",
+     run_folder(prompts='{"input_ids": [5, 6, 7], "labels": [-100, 6, 9]}\n'))
+case("data", "a tokenized SFT row whose mask is shorter than its input_ids", SFT, 5,
+     "prompts.jsonl:1: \"completion_mask\" must be a list of integers, one per token of input_ids (3)",
+     run_folder(prompts='{"input_ids": [5, 6, 7], "completion_mask": [0, 1]}\n'))
 case("data", "SFT packing with no max_length to pack to", SFT + " --set sft.packing=true --set sft.max_length=0", 3,
      "sft.packing needs sft.max_length", run_folder())
 ROLLOUTS = 'source = "prompts.jsonl"\n[rollouts]\npath = "rollouts.jsonl"'

@@ -57,6 +57,9 @@ bool padding_free_batches(const SftDataOptions& options);
 SftDataOptions::Packing packing_from_name(const std::string& strategy);
 
 // One JSON row (`where` names it in errors), untruncated, in the first of these formats it has:
+// - "input_ids" (TRL's processed rows, tokenized already; no EOS added): all trained, or where
+//   "labels" is not -100 (then equal to input_ids there), else where the 0/1 masks
+//   "assistant_masks" and "completion_mask" (the latter unless completion_only_loss is false) are 1.
 // - prompt + completion (TRL's prompt-completion): text, or chat messages rendered with the chat
 //   template (the prompt with its generation prompt, then the whole conversation); the completion
 //   starts where the tokens of the prompt alone and of the whole row part, as TRL finds it; a text

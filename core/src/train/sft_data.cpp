@@ -183,6 +183,48 @@ std::vector<SftExample> wrapped(const std::vector<Piece>& examples, int64_t max_
 }
 
 // TRL's padding-free batches: each sequence's first token is masked (nothing predicts it).
+// A column of `row` that must hold one integer per token (input_ids, labels, a 0/1 mask), read.
+std::vector<int64_t> token_column(const json& row, const char* column, size_t length, const std::string& where) {
+    const json& values = row[column];
+    bool integers = values.is_array() && (length == 0 || values.size() == length);
+    for (size_t i = 0; integers && i < values.size(); ++i) integers = values[i].is_number_integer();
+    if (!integers)
+        throw Error(ErrorKind::input, where + ": \"" + column + "\" must be a list of integers" +
+                                          (length ? ", one per token of input_ids (" + std::to_string(length) + ")" : ""));
+    return values.get<std::vector<int64_t>>();
+}
+
+// TRL's processed row: input_ids as they are, trained where labels are not -100, or where every mask
+// that applies is 1 (TRL's build_labels)
+SftExample processed_example(const json& row, const std::string& where, const SftDataOptions& o, int64_t vocab_size) {
+    SftExample e;
+    e.ids = token_column(row, "input_ids", 0, where);
+    for (size_t i = 0; i < e.ids.size(); ++i)
+        if (e.ids[i] < 0 || e.ids[i] >= vocab_size)
+            throw Error(ErrorKind::input, where + ": input_ids[" + std::to_string(i) + "] = " + std::to_string(e.ids[i]) +
+                                              " is not a token of this tokenizer (ids 0 to " + std::to_string(vocab_size - 1) +
+                                              ")");
+    e.trained.assign(e.ids.size(), 1);
+    if (row.contains("labels") && !row["labels"].is_null()) {
+        const std::vector<int64_t> labels = token_column(row, "labels", e.ids.size(), where);
+        for (size_t i = 0; i < labels.size(); ++i) {
+            if (labels[i] != -100 && labels[i] != e.ids[i])
+                throw Error(ErrorKind::input, where + ": labels[" + std::to_string(i) + "] is " + std::to_string(labels[i]) +
+                                                  ", neither -100 nor input_ids[" + std::to_string(i) +
+                                                  "]: grove sft trains a row's own next tokens; mark the others -100");
+            e.trained[i] = labels[i] != -100;
+        }
+        return e;
+    }
+    for (const char* mask : {"assistant_masks", "completion_mask"}) {
+        if (!row.contains(mask) || row[mask].is_null()) continue;
+        if (std::string(mask) == "completion_mask" && !o.completion_only_loss) continue;
+        const std::vector<int64_t> bits = token_column(row, mask, e.ids.size(), where);
+        for (size_t i = 0; i < bits.size(); ++i) e.trained[i] = e.trained[i] && bits[i] != 0;
+    }
+    return e;
+}
+
 void mask_first_tokens(SftExample& e) {
     int64_t start = 0;
     for (int64_t length : e.sequences()) {
@@ -243,6 +285,7 @@ SftExample sft_example(const json& row, const std::string& where, const SftDataO
             throw Error(ErrorKind::input, where + ": the row's \"" + std::string(column) +
                                               "\" column is not rendered by grove sft, so its tokens would differ from "
                                               "TRL's; leave it out");
+    if (row.contains("input_ids")) return processed_example(row, where, o, tokenizer.vocab_size());
     const EndOfText end{tokenizer.config().eos_token.value_or(""), eos};
     if (row.contains(o.prompt_column)) return prompt_completion_example(row, where, o, tokenizer, chat, end);
     if (row.contains("messages")) {
@@ -254,8 +297,8 @@ SftExample sft_example(const json& row, const std::string& where, const SftDataO
     if (row.contains(o.text_column) && row[o.text_column].is_string()) {
         return all_trained(end.encode_ending(tokenizer, row[o.text_column].get<std::string>(), true));
     }
-    throw Error(ErrorKind::input, where + ": the row has none of TRL's SFT formats: \"" + o.prompt_column + "\" and \"" +
-                                      o.completion_column +
+    throw Error(ErrorKind::input, where + ": the row has none of TRL's SFT formats: \"input_ids\", \"" + o.prompt_column +
+                                      "\" and \"" + o.completion_column +
                                       "\" (data.prompt_column, data.completion_column), \"messages\", "
                                       "or text in \"" +
                                       o.text_column + "\" (data.text_column)");

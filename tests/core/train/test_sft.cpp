@@ -121,7 +121,8 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
 }
 
 // TRL 1.16's SFTTrainer prepares each of its dataset formats (language modeling, conversational
-// language modeling, prompt-completion, conversational prompt-completion) with the tiny checkpoints'
+// language modeling, prompt-completion, conversational prompt-completion, tokenized rows with or
+// without masks or labels) with the tiny checkpoints'
 // tokenizers and chat templates (ChatML, Gemma's, Qwen3's reasoning blocks), under its defaults, a
 // 24-token limit keeping either end, completion_only_loss = false, packing into rows of 32 tokens
 // (bfd, bfd_split, wrapped) and padding-free rows (tests/core/train/trl_sft_data_reference.py);

@@ -39,6 +39,7 @@ TOKENIZERS = {"chatml": os.path.join(TINY, "llama_gqa"), "gemma": os.path.join(T
               "qwen3": QWEN3_TOKENIZER}
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 6
+PROCESSED = [[5, 6, 7, 8, 9, 10], list(range(11, 21)), [(7 * i) % 40 + 3 for i in range(30)]]
 
 
 def datasets(eos):
@@ -64,6 +65,16 @@ def datasets(eos):
             {"prompt": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."},
                         {"role": "user", "content": LONG}],
              "completion": [{"role": "assistant", "content": "A fox jumps."}]}],
+        # processed rows (input_ids: tokenized already), as they are, with TRL's masks, or with labels;
+        # the last row's trained tokens all lie beyond 24 tokens
+        "processed": [{"input_ids": PROCESSED[0]}, {"input_ids": PROCESSED[1]}, {"input_ids": PROCESSED[2]}],
+        "processed_masks": [{"input_ids": ids, "completion_mask": [int(i >= 3) for i in range(len(ids))],
+                             "assistant_masks": [int(i % 4 != 1) for i in range(len(ids))]} for ids in PROCESSED[:2]]
+                           + [{"input_ids": PROCESSED[2], "completion_mask": [int(i >= 26) for i in range(30)],
+                               "assistant_masks": [1] * 30}],
+        "processed_labels": [{"input_ids": ids, "labels": [t if i % 3 else -100 for i, t in enumerate(ids)]}
+                             for ids in PROCESSED[:2]] + [{"input_ids": PROCESSED[2],
+                                                           "labels": [-100] * 27 + PROCESSED[2][27:]}],
     }
 
 
@@ -112,6 +123,10 @@ for family, folder in TOKENIZERS.items():
         for options in OPTIONS:
             if kind.endswith("language_modeling") and "completion_only_loss" in options:
                 continue  # TRL: not for language modeling rows
+            if kind.startswith("processed") and "completion_only_loss" not in options:
+                # TRL's None is false for rows without a prompt, leaving completion_mask unused;
+                # grove sft applies a completion_mask unless sft.completion_only_loss = false
+                options = dict(options, completion_only_loss=True)
             cases.append(dict(name=f"{family}_{kind}_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
                               tokenizer=folder, data=data, options=options,
                               rows=prepare(tokenizer, rows, options)))
