@@ -235,6 +235,8 @@ case("data", "a tokenized SFT row whose labels are other tokens than its input_i
 case("data", "a tokenized SFT row whose mask is shorter than its input_ids", SFT, 5,
      "prompts.jsonl:1: \"completion_mask\" must be a list of integers, one per token of input_ids (3)",
      run_folder(prompts='{"input_ids": [5, 6, 7], "completion_mask": [0, 1]}\n'))
+case("data", "SFT eval_packing without packing, which TRL would evaluate in padded batches across examples",
+     SFT + " --set sft.eval_packing=true", 3, "sft.eval_packing = true without sft.packing", run_folder())
 case("data", "SFT packing with no max_length to pack to", SFT + " --set sft.packing=true --set sft.max_length=0", 3,
      "sft.packing needs sft.max_length", run_folder())
 ROLLOUTS = 'source = "prompts.jsonl"\n[rollouts]\npath = "rollouts.jsonl"'

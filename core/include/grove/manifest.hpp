@@ -71,6 +71,7 @@ public:
     bool boolean(const std::string& key) const;
     std::optional<int64_t> optional_integer(const std::string& key) const;
     std::optional<double> optional_number(const std::string& key) const;
+    std::optional<bool> optional_boolean(const std::string& key) const;
     std::optional<std::string> optional_string(const std::string& key) const;
     std::vector<std::string> strings(const std::string& key) const;
 

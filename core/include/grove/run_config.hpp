@@ -149,6 +149,7 @@ struct SftSection {
     bool padding_free = false;
     bool dft = false;                  // loss_type = "dft": each token's -log p weighted by its probability p
     double neftune_noise_alpha = 0.0;  // 0: no NEFTune noise
+    bool eval_packing = false;         // the held-out examples packed (unset in the manifest: as packing)
 };
 
 struct EnvironmentSection {

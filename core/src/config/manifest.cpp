@@ -613,6 +613,10 @@ std::optional<double> Manifest::optional_number(const std::string& key) const {
     const toml::node* n = lookup(*values_, key, *keys_read_);
     return n ? n->value<double>() : std::nullopt;
 }
+std::optional<bool> Manifest::optional_boolean(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, *keys_read_);
+    return n ? n->value<bool>() : std::nullopt;
+}
 std::vector<std::string> Manifest::strings(const std::string& key) const {
     const toml::node* n = lookup(*values_, key, *keys_read_);
     std::vector<std::string> out;

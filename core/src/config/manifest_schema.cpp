@@ -406,6 +406,10 @@ const std::vector<KeySpec>& manifest_schema() {
                 "`grove sft`: count each example's first token out of the step's trained tokens, as TRL's padding-free "
                 "batches mask it (bfd packing sets it)"),
             "padding_free"),
+        trl(key("sft", "eval_packing", T::boolean, nullptr,
+                "`grove sft`: false evaluates the held-out examples unpacked while training packs (batches stay "
+                "padding-free when training's are); unset = as sft.packing"),
+            "eval_packing"),
         trl(range(key("sft", "neftune_noise_alpha", T::number, nullptr,
                       "`grove sft`: NEFTune: uniform noise of half-width alpha / sqrt(length x hidden size) added to the "
                       "token embeddings while training (5 in the NEFTune paper); unset = none"),

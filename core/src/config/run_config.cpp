@@ -264,6 +264,12 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.sft.padding_free = m.boolean("sft.padding_free");
     c.sft.dft = m.string("sft.loss_type") == "dft";
     c.sft.neftune_noise_alpha = m.optional_number("sft.neftune_noise_alpha").value_or(0.0);
+    c.sft.eval_packing = m.optional_boolean("sft.eval_packing").value_or(c.sft.packing);
+    if (c.sft.eval_packing && !c.sft.packing)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": sft.eval_packing = true without sft.packing: TRL then packs the held-out "
+                                             "examples into padded batches, where packed examples attend to each other; "
+                                             "set sft.packing = true as well, or leave sft.eval_packing out");
     if (c.sft.padding_free && !c.sft.packing && c.sft.max_length > 0)
         throw Error(ErrorKind::manifest, c.manifest_path +
                                              ": sft.padding_free without sft.packing does not cut examples to "

@@ -112,8 +112,8 @@ Model::EmbeddingHook neftune_hook(const SftNoise& noise, const std::vector<SftEx
         const int64_t N = h.size(0), H = h.size(1);
         const int64_t rows = padding_free ? 1 : int64_t(row_lengths.size());
         const int64_t width = padding_free ? N : *std::max_element(row_lengths.begin(), row_lengths.end());
-        // transformers computes the half-width in float32: alpha / sqrt(tensor(L x H))
-        const float half_width = float(alpha) / std::sqrt(float(width * H));
+        // transformers' half-width, alpha / sqrt(tensor(L x H)), is float32's reciprocal times alpha
+        const float half_width = (1.0f / std::sqrt(float(width * H))) * float(alpha);
         const at::Tensor drawn = at::zeros({rows, width, H}, h.options()).uniform_(-half_width, half_width);
         if (padding_free) return h + drawn[0];
         std::vector<int64_t> slots;  // each token's position in the padded batch
@@ -294,10 +294,17 @@ SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions&
         copy_tokenizer_files(c.model.path, folder);
     };
 
-    // TRL's eval_strategy = "steps" on data.eval_source, prepared as the training data
+    // TRL's eval_strategy = "steps" on data.eval_source, prepared as the training data, unpacked with
+    // eval_packing = false in batches still padding-free when training's are (TRL's collator is shared)
     std::vector<SftExample> held_out;
-    if (c.train.eval_steps > 0 || c.train.eval_on_start)
-        held_out = load_sft_examples(*c.data.eval_source, sft_data_options(c), *tokenizer, chat, eos, log);
+    if (c.train.eval_steps > 0 || c.train.eval_on_start) {
+        SftDataOptions held_out_options = sft_data_options(c);
+        if (!c.sft.eval_packing) {
+            held_out_options.padding_free = padding_free_batches(held_out_options);
+            held_out_options.packing = SftDataOptions::Packing::none;
+        }
+        held_out = load_sft_examples(*c.data.eval_source, held_out_options, *tokenizer, chat, eos, log);
+    }
     auto evaluate = [&] {
         const auto started = std::chrono::steady_clock::now();
         adapter_host.set_training(false);  // Trainer.evaluate puts the model in eval mode

@@ -182,23 +182,27 @@ std::vector<SftExample> wrapped(const std::vector<Piece>& examples, int64_t max_
     return rows;
 }
 
-// TRL's padding-free batches: each sequence's first token is masked (nothing predicts it).
-// A column of `row` that must hold one integer per token (input_ids, labels, a 0/1 mask), read.
-std::vector<int64_t> token_column(const json& row, const char* column, size_t length, const std::string& where) {
+// A column of `row` that must hold an integer (or, for a mask, a boolean) per token, `length` of
+// them when given (labels and masks: one per token of input_ids), read.
+std::vector<int64_t> token_column(const json& row, const char* column, std::optional<size_t> length, const std::string& where) {
     const json& values = row[column];
-    bool integers = values.is_array() && (length == 0 || values.size() == length);
-    for (size_t i = 0; integers && i < values.size(); ++i) integers = values[i].is_number_integer();
-    if (!integers)
+    bool valid = values.is_array() && (!length || values.size() == *length);
+    std::vector<int64_t> out;
+    for (size_t i = 0; valid && i < values.size(); ++i) {
+        valid = values[i].is_number_integer() || (length && values[i].is_boolean());
+        if (valid) out.push_back(values[i].is_boolean() ? int64_t(values[i].get<bool>()) : values[i].get<int64_t>());
+    }
+    if (!valid)
         throw Error(ErrorKind::input, where + ": \"" + column + "\" must be a list of integers" +
-                                          (length ? ", one per token of input_ids (" + std::to_string(length) + ")" : ""));
-    return values.get<std::vector<int64_t>>();
+                                          (length ? ", one per token of input_ids (" + std::to_string(*length) + ")" : ""));
+    return out;
 }
 
 // TRL's processed row: input_ids as they are, trained where labels are not -100, or where every mask
 // that applies is 1 (TRL's build_labels)
 SftExample processed_example(const json& row, const std::string& where, const SftDataOptions& o, int64_t vocab_size) {
     SftExample e;
-    e.ids = token_column(row, "input_ids", 0, where);
+    e.ids = token_column(row, "input_ids", std::nullopt, where);
     for (size_t i = 0; i < e.ids.size(); ++i)
         if (e.ids[i] < 0 || e.ids[i] >= vocab_size)
             throw Error(ErrorKind::input, where + ": input_ids[" + std::to_string(i) + "] = " + std::to_string(e.ids[i]) +
@@ -225,6 +229,7 @@ SftExample processed_example(const json& row, const std::string& where, const Sf
     return e;
 }
 
+// TRL's padding-free batches: each sequence's first token is masked (nothing predicts it).
 void mask_first_tokens(SftExample& e) {
     int64_t start = 0;
     for (int64_t length : e.sequences()) {

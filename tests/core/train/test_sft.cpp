@@ -381,6 +381,34 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     ASSERT_EQ(noisy.size(), 2u);
     EXPECT_DOUBLE_EQ(noisy[0]["eval_loss"].get<double>(), lines[0]["eval_loss"].get<double>());
     EXPECT_GT(std::abs(noisy[1]["loss"].get<double>() - lines[1]["loss"].get<double>()), 1e-4);
+
+    // sft.eval_packing: training packs (bfd), evaluation packs too unless eval_packing = false, which
+    // evaluates the examples unpacked in batches still padding-free (each first token untrained)
+    auto packed_run = [&](const std::string& folder, const std::string& extra) {
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set sft.packing=true --set sft.max_length=64 " +
+                                        "--set train.max_steps=1 --set 'output.dir=\"" + dir + "/" + folder + "\"' " + extra +
+                                        " 2>&1");
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+        std::ifstream metrics(dir + "/" + folder + "/metrics.jsonl");
+        std::string line;
+        std::getline(metrics, line);
+        return nlohmann::json::parse(line)["eval_loss"].get<double>();
+    };
+    grove::SftDataOptions packed_options;
+    packed_options.max_length = 64;
+    packed_options.packing = grove::SftDataOptions::Packing::bfd;
+    grove::SftDataOptions unpacked_options;
+    unpacked_options.max_length = 64;
+    unpacked_options.padding_free = true;
+    auto examples_with = [&](const grove::SftDataOptions& o) {
+        return grove::load_sft_examples(dir + "/pairs.jsonl", o, *tokenizer, grove::ChatTemplate::plain,
+                                        tokenizer->config().eos_id, nullptr);
+    };
+    const auto packed_held_out = examples_with(packed_options), unpacked_held_out = examples_with(unpacked_options);
+    ASSERT_LT(packed_held_out.size(), unpacked_held_out.size());
+    EXPECT_NEAR(packed_run("packed_eval", ""), grove::sft_evaluate(*model, packed_held_out, 3, {}).at("eval_loss"), 1e-6);
+    EXPECT_NEAR(packed_run("unpacked_eval", "--set sft.eval_packing=false"),
+                grove::sft_evaluate(*model, unpacked_held_out, 3, {}).at("eval_loss"), 1e-6);
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's
