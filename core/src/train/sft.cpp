@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/adapter_host.hpp"
@@ -106,20 +107,21 @@ int64_t total_steps(const TrainSection& t, int64_t examples) {
 Model::EmbeddingHook neftune_hook(const SftNoise& noise, const std::vector<SftExample>& examples,
                                   const std::vector<int64_t>& picked) {
     if (noise.neftune_noise_alpha == 0.0) return {};
+    // TRL's collated layout: a row per example padded to the longest, or one row of every token
     std::vector<int64_t> row_lengths;
     for (int64_t i : picked) row_lengths.push_back(int64_t(examples[size_t(i)].ids.size()));
-    return [alpha = noise.neftune_noise_alpha, padding_free = noise.padding_free, row_lengths](const at::Tensor& h) {
-        const int64_t N = h.size(0), H = h.size(1);
-        const int64_t rows = padding_free ? 1 : int64_t(row_lengths.size());
-        const int64_t width = padding_free ? N : *std::max_element(row_lengths.begin(), row_lengths.end());
+    if (noise.padding_free) row_lengths = {std::accumulate(row_lengths.begin(), row_lengths.end(), int64_t(0))};
+    const auto rows = int64_t(row_lengths.size());
+    const int64_t width = *std::max_element(row_lengths.begin(), row_lengths.end());
+    std::vector<int64_t> slots;  // each token's position in that layout
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < row_lengths[size_t(r)]; ++t) slots.push_back(r * width + t);
+    return [alpha = noise.neftune_noise_alpha, rows, width, slots = at::tensor(slots, at::kLong)](const at::Tensor& h) {
+        const int64_t H = h.size(1);
         // transformers' half-width, alpha / sqrt(tensor(L x H)), is float32's reciprocal times alpha
         const float half_width = (1.0f / std::sqrt(float(width * H))) * float(alpha);
         const at::Tensor drawn = at::zeros({rows, width, H}, h.options()).uniform_(-half_width, half_width);
-        if (padding_free) return h + drawn[0];
-        std::vector<int64_t> slots;  // each token's position in the padded batch
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t t = 0; t < row_lengths[size_t(r)]; ++t) slots.push_back(r * width + t);
-        return h + drawn.view({rows * width, H}).index_select(0, at::tensor(slots, at::kLong).to(h.device()));
+        return h + drawn.view({rows * width, H}).index_select(0, slots.to(h.device()));
     };
 }
 

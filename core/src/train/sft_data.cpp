@@ -220,9 +220,10 @@ SftExample processed_example(const json& row, const std::string& where, const Sf
         }
         return e;
     }
-    for (const char* mask : {"assistant_masks", "completion_mask"}) {
+    std::vector<const char*> masks{"assistant_masks"};
+    if (o.completion_only_loss) masks.push_back("completion_mask");
+    for (const char* mask : masks) {
         if (!row.contains(mask) || row[mask].is_null()) continue;
-        if (std::string(mask) == "completion_mask" && !o.completion_only_loss) continue;
         const std::vector<int64_t> bits = token_column(row, mask, e.ids.size(), where);
         for (size_t i = 0; i < bits.size(); ++i) e.trained[i] = e.trained[i] && bits[i] != 0;
     }

@@ -357,27 +357,27 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     const double nll = grove::sft_evaluate(*model, held_out, 3, {}).at("eval_loss");
     EXPECT_NEAR(lines[0]["eval_loss"].get<double>(), nll, 1e-6);
 
+    // one step of a variant of the run (its own folder, `settings` added), its metrics.jsonl lines
+    auto variant = [&](const std::string& folder, const std::string& settings) {
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set train.max_steps=1 --set 'output.dir=\"" + dir + "/" +
+                                        folder + "\"' " + settings + " 2>&1");
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+        std::vector<nlohmann::json> logged;
+        std::ifstream metrics(dir + "/" + folder + "/metrics.jsonl");
+        for (std::string line; std::getline(metrics, line);) logged.push_back(nlohmann::json::parse(line));
+        return logged;
+    };
+
     // sft.loss_type = "dft" reaches training and evaluation: step 0 evaluates the DFT loss
-    auto dft = grove::test::run_grove("sft " + dir +
-                                      "/sft.toml --set 'sft.loss_type=\"dft\"' --set train.max_steps=1 "
-                                      "--set 'output.dir=\"" +
-                                      dir + "/dft\"' 2>&1");
-    ASSERT_EQ(dft.exit_code, 0) << dft.out;
-    std::ifstream dft_metrics(dir + "/dft/metrics.jsonl");
-    std::string first_line;
-    std::getline(dft_metrics, first_line);
-    const double dft_loss = nlohmann::json::parse(first_line)["eval_loss"].get<double>();
+    const auto dft = variant("dft", "--set 'sft.loss_type=\"dft\"'");
+    ASSERT_FALSE(dft.empty());
+    const double dft_loss = dft[0]["eval_loss"].get<double>();
     EXPECT_NEAR(dft_loss, grove::sft_evaluate(*model, held_out, 3, {true, 0.0}).at("eval_loss"), 1e-6);
     EXPECT_LT(dft_loss, 0.5 * nll) << "each token's loss weighted by its probability, far below 1 for a random model";
 
     // sft.neftune_noise_alpha: noise in the training step's embeddings (its loss moves), none in
     // evaluation (SftLoss.MatchesTrlSftComputeLoss compares the noise itself with TRL's)
-    auto neftune = grove::test::run_grove("sft " + dir + "/sft.toml --set sft.neftune_noise_alpha=50.0 " +
-                                          "--set train.max_steps=1 --set 'output.dir=\"" + dir + "/neftune\"' 2>&1");
-    ASSERT_EQ(neftune.exit_code, 0) << neftune.out;
-    std::ifstream neftune_metrics(dir + "/neftune/metrics.jsonl");
-    std::vector<nlohmann::json> noisy;
-    for (std::string line; std::getline(neftune_metrics, line);) noisy.push_back(nlohmann::json::parse(line));
+    const auto noisy = variant("neftune", "--set sft.neftune_noise_alpha=50.0");
     ASSERT_EQ(noisy.size(), 2u);
     EXPECT_DOUBLE_EQ(noisy[0]["eval_loss"].get<double>(), lines[0]["eval_loss"].get<double>());
     EXPECT_GT(std::abs(noisy[1]["loss"].get<double>() - lines[1]["loss"].get<double>()), 1e-4);
@@ -385,14 +385,8 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     // sft.eval_packing: training packs (bfd), evaluation packs too unless eval_packing = false, which
     // evaluates the examples unpacked in batches still padding-free (each first token untrained)
     auto packed_run = [&](const std::string& folder, const std::string& extra) {
-        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set sft.packing=true --set sft.max_length=64 " +
-                                        "--set train.max_steps=1 --set 'output.dir=\"" + dir + "/" + folder + "\"' " + extra +
-                                        " 2>&1");
-        EXPECT_EQ(r.exit_code, 0) << r.out;
-        std::ifstream metrics(dir + "/" + folder + "/metrics.jsonl");
-        std::string line;
-        std::getline(metrics, line);
-        return nlohmann::json::parse(line)["eval_loss"].get<double>();
+        const auto logged = variant(folder, "--set sft.packing=true --set sft.max_length=64 " + extra);
+        return logged.empty() ? -1.0 : logged[0]["eval_loss"].get<double>();
     };
     grove::SftDataOptions packed_options;
     packed_options.max_length = 64;
