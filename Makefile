@@ -13,6 +13,9 @@ export CCACHE_DIR ?= $(HOME)/.cache/grove-ccache
 # are hashed relative to it, and the build folder's path is left out of the hash
 export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
+# the translation units that include torch compile against a precompiled header; without these
+# ccache compiles every one of them again ("could not use precompiled header")
+export CCACHE_SLOPPINESS ?= pch_defines,time_macros
 
 FUZZ_SECONDS ?= 480
 
