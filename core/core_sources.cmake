@@ -20,6 +20,7 @@ set(GROVE_CORE_SOURCES
   src/io/file_checksum.cpp
   src/io/tensorboard_events.cpp
   src/io/loopback_port.cpp
+  src/io/hub_cache.cpp
   src/text/text_util.cpp
   src/text/tokenizer.cpp
   src/grpo/advantages.cpp

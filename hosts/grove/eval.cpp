@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "grove/error.hpp"
 #include "grove/evaluation.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/manifest.hpp"
 
 namespace grove::cli {
@@ -21,7 +22,7 @@ int eval(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("manifest", po::value<std::string>(), "take model, data, rewards and generation from a manifest")(
         "set", po::value<std::vector<std::string>>()->composing(), "override a manifest key (repeatable)")(
-        "model", po::value<std::string>(), "Hugging Face model folder (without a manifest)")(
+        "model", po::value<std::string>(), "Hugging Face model folder, or a cached Hub id (without a manifest)")(
         "data", po::value<std::string>(), "prompts: JSONL file or builtin:NAME (without a manifest)")(
         "reward", po::value<std::vector<std::string>>()->composing(), "PLUGIN[:weight] (repeatable; without a manifest)")(
         "greedy", "argmax decoding (default: sample at the manifest's temperature)")(
@@ -51,7 +52,7 @@ int eval(const std::vector<std::string>& args) {
     } else {
         if (!vm.count("model") || !vm.count("data") || !vm.count("reward"))
             throw Error(ErrorKind::usage, "grove eval: give a MANIFEST, or --model, --data and at least one --reward");
-        q.model_dir = vm["model"].as<std::string>();
+        q.model_dir = grove::model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
         q.data_source = vm["data"].as<std::string>();
         q.sampling.max_new_tokens = 256;
         for (const auto& spec : vm["reward"].as<std::vector<std::string>>()) {

@@ -10,6 +10,7 @@
 #include "cli.hpp"
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/model.hpp"
 #include "grove/tokenizer.hpp"
 
@@ -20,12 +21,13 @@ using nlohmann::json;
 int export_model(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("merge", po::value<std::string>()->required(), "the LoRA adapter folder (a checkpoint)")(
-        "base", po::value<std::string>()->required(), "the base model folder")("output", po::value<std::string>()->required(),
-                                                                               "where to write the merged Hugging Face folder");
+        "base", po::value<std::string>()->required(), "the base model folder (or a cached Hub id)")(
+        "output", po::value<std::string>()->required(), "where to write the merged Hugging Face folder");
     po::positional_options_description positional;
     positional.add("output", 1);
     auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR --base MODEL_DIR OUT_DIR");
-    export_merged(vm["merge"].as<std::string>(), vm["base"].as<std::string>(), vm["output"].as<std::string>());
+    const std::string base = vm["base"].as<std::string>();
+    export_merged(vm["merge"].as<std::string>(), grove::model_folder(base, base), vm["output"].as<std::string>());
     std::cout << "wrote " << vm["output"].as<std::string>() << "\n";
     return 0;
 }

@@ -19,6 +19,7 @@
 #include "grove/episodes.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/manifest.hpp"
 #include "grove/adapter_checkpoint.hpp"
 #include "grove/model.hpp"
@@ -86,7 +87,8 @@ int print_episodes(const po::variables_map& vm, const Model& model, const Tokeni
 
 int generate(const std::vector<std::string>& args) {
     po::options_description options("options");
-    options.add_options()("model", po::value<std::string>()->required(), "Hugging Face model folder")(
+    options.add_options()("model", po::value<std::string>()->required(),
+                          "Hugging Face model folder, or the Hub id of a cached model")(
         "prompt", po::value<std::string>(), "one prompt")("input", po::value<std::string>(),
                                                           "JSONL file, one {\"prompt\": text or messages} per line")(
         "chat", "wrap text prompts as a user message and apply the chat template")(
@@ -119,7 +121,7 @@ int generate(const std::vector<std::string>& args) {
     int64_t n = vm["n"].as<int64_t>();
     if (n < 1) throw Error(ErrorKind::usage, "grove generate: --n must be >= 1");
 
-    std::string folder = vm["model"].as<std::string>();
+    const std::string folder = grove::model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
     auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     // The graph engine decodes with the model itself when it needs no bf16 copy: one GEMM for q/k/v
     // and one for gate/up, as a copy would have
@@ -189,7 +191,8 @@ int generate(const std::vector<std::string>& args) {
 
 int logprobs(const std::vector<std::string>& args) {
     po::options_description options("options");
-    options.add_options()("model", po::value<std::string>()->required(), "Hugging Face model folder")(
+    options.add_options()("model", po::value<std::string>()->required(),
+                          "Hugging Face model folder, or the Hub id of a cached model")(
         "input", po::value<std::string>()->required(),
         "JSONL: {\"prompt_ids\": [...], \"completion_ids\": [...]} or {\"prompt\": \"...\", \"completion\": \"...\"}")(
         "temperature", po::value<double>()->default_value(1.0), "logits are divided by it, as in training")(
@@ -197,7 +200,8 @@ int logprobs(const std::vector<std::string>& args) {
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
         "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16");
     auto vm = parse("logprobs", args, options, {}, "--model DIR --input FILE.jsonl [--temperature T] [--output FILE]");
-    std::string folder = vm["model"].as<std::string>(), path = vm["input"].as<std::string>();
+    const std::string folder = grove::model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+    const std::string path = vm["input"].as<std::string>();
     double temperature = vm["temperature"].as<double>();
     if (!(temperature > 0)) throw Error(ErrorKind::usage, "grove logprobs: --temperature must be > 0");
     auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());

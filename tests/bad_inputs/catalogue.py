@@ -261,6 +261,8 @@ case("data", "a rollout reward the manifest does not have", TRAIN, 5, "is not on
 LOGPROBS = "logprobs --model model --input in.jsonl"
 IDS = lambda d: write(f"{d}/in.jsonl", '{"prompt_ids": [1, 2], "completion_ids": [3]}\n')  # noqa: E731
 case("model", "the model folder does not exist", "logprobs --model nowhere --input in.jsonl", 5, "nowhere", IDS)
+case("model", "model.path names a Hub model the local Hugging Face cache does not hold", TRAIN, 5, "hf download ID",
+     run_folder(model="Qwen/Qwen2.5-0.5B-Instruct"))
 case("model", "config.json is missing", LOGPROBS, 5, "config.json",
      both(with_model(lambda m: os.remove(f"{m}/config.json")), IDS))
 case("model", "config.json is not JSON", LOGPROBS, 5, "config.json",
@@ -390,8 +392,9 @@ def run_case(index, c):
     os.makedirs(folder)
     if c["setup"]:
         c["setup"](folder)
+    # the Hugging Face cache grove names in its messages: the default's spelling on any machine
     r = subprocess.run(f"{GROVE} {c['command']}", shell=True, cwd=folder, capture_output=True, text=True,
-                       errors="replace", timeout=300)
+                       errors="replace", timeout=300, env=dict(os.environ, HF_HUB_CACHE="~/.cache/huggingface/hub"))
     said = message(r.stderr, folder)
     problems = []
     if r.returncode != c["exit_code"]:

@@ -16,6 +16,7 @@
 
 #include "config/toml_input.hpp"
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "text/text_util.hpp"
 
 namespace fs = std::filesystem;
@@ -264,6 +265,16 @@ std::string resolve_path(const std::string& directory, const std::string& value)
     return (fs::path(directory) / p).lexically_normal().string();
 }
 
+// model.path (and model.revision) naming a Hub model that is no folder here but is in the local
+// Hugging Face cache: the cached snapshot's folder
+void use_cached_hub_model(const std::string& directory, toml::table& model) {
+    const auto given = model["path"].value<std::string>();
+    if (!given) return;
+    const std::string folder = resolve_path(directory, *given);
+    const std::string chosen = model_folder(*given, folder, model["revision"].value_or(std::string("main")));
+    if (chosen != folder) model.insert_or_assign("path", fs::absolute(chosen).string());
+}
+
 bool looks_like_plugin_path(const std::string& reference) {
     return reference.find('/') != std::string::npos ||
            (reference.size() > 3 && reference.compare(reference.size() - 3, 3, ".so") == 0);
@@ -315,11 +326,12 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
             throw manifest_error(at, "[[rewards]] #" + std::to_string(i + 1) +
                                          " needs exactly one of plugin = \"NAME\" (a reward plugin) and model = \"DIR\" "
                                          "(a reward model's folder)");
-        if (out.contains("model")) {  // TRL names a reward model by its folder's last part
-            use.model = resolve_path(directory, *out["model"].value<std::string>());
+        if (out.contains("model")) {  // TRL names a reward model by its folder's (or Hub id's) last part
+            const std::string given = *out["model"].value<std::string>(), folder = resolve_path(directory, given);
+            use.model = model_folder(given, folder);
             use.name = out.contains("name") ? *out["name"].value<std::string>()
-                                            : fs::path(use.model).lexically_normal().filename().string();
-            if (use.name.empty()) use.name = fs::path(use.model).lexically_normal().parent_path().filename().string();
+                                            : fs::path(folder).lexically_normal().filename().string();
+            if (use.name.empty()) use.name = fs::path(folder).lexically_normal().parent_path().filename().string();
         } else {
             use.plugin = *out["plugin"].value<std::string>();
             if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(directory, use.plugin);
@@ -528,6 +540,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         }
     }
 
+    // model.path may name a Hub model that the local Hugging Face cache holds
+    use_cached_hub_model(m.directory_, *values->get("model")->as_table());
     // paths relative to the manifest's folder
     for (const auto& spec : manifest_schema()) {
         if (!spec.is_path) continue;

@@ -48,8 +48,10 @@ const std::vector<KeySpec>& manifest_schema() {
         path(key("", "plugin_dirs", T::string_array, "[]",
                  "extra folders searched for plugins, before GROVE_PLUGIN_PATH and the built-in folder")),
 
-        required(
-            path(key("model", "path", T::string, nullptr, "Hugging Face model folder (config.json, safetensors, tokenizer)"))),
+        required(path(key("model", "path", T::string, nullptr,
+                          "Hugging Face model folder (config.json, safetensors, tokenizer), or the Hub id of a model in the "
+                          "local Hugging Face cache"))),
+        key("model", "revision", T::string, "\"main\"", "with a Hub id in model.path: the cached branch, tag or commit to use"),
         pick(key("model", "dtype", T::string, "\"float32\"",
                  "weights' dtype; TRL loads float32 master weights (bf16 autocast on CUDA)"),
              "float32|bfloat16"),

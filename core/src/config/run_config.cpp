@@ -152,6 +152,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.plugin_dirs = m.strings("plugin_dirs");
 
     c.model.path = m.string("model.path");
+    c.model.revision = m.string("model.revision");
     c.model.dtype = m.string("model.dtype");
     c.model.device = m.string("model.device");
     c.model.chat_template = m.string("model.chat_template");

@@ -10,6 +10,7 @@
 
 #include "grove/adapter_host.hpp"
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/model.hpp"
 #include "grove/plugin_host.hpp"
 #include "grove/safetensors.hpp"
@@ -41,7 +42,10 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
     json config = saved.empty() ? json::object() : json::parse(saved, nullptr, false);
     if (!config.is_object())
         throw Error(ErrorKind::plugin, adapter_use.origin + ": the adapter's saved_config_json is not a JSON object");
-    config["base_model_name_or_path"] = fs::absolute(base_model_dir).string();
+    // a base from the Hugging Face cache is named by its Hub id, as PEFT names it, so that
+    // AutoPeftModelForCausalLM finds it in any cache
+    config["base_model_name_or_path"] =
+        hub_model_id_of_snapshot(base_model_dir).value_or(fs::absolute(base_model_dir).string());
     write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
     json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
     write_file_atomically((fs::path(folder) / kAdapterRecord).string(), record.dump(2) + "\n");
@@ -126,7 +130,8 @@ std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folde
                                           "/adapter_config.json: no base_model_name_or_path; merge it with "
                                           "`grove export --merge " +
                                           folder + " --base MODEL_DIR OUT_DIR`");
-    const fs::path base_dir = fs::path(base).is_absolute() ? fs::path(base) : dir / base;
+    const fs::path base_dir =
+        fs::path(base).is_absolute() ? fs::path(base) : fs::path(model_folder(base, (dir / base).string()));
     if (!fs::exists(base_dir / "config.json"))
         throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base_dir.string() +
                                           " is not a model folder here; merge it with `grove export --merge " + folder +

@@ -17,6 +17,7 @@
 
 #include "grove/adapter_host.hpp"
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/safetensors.hpp"
 #include "grove/tokenizer.hpp"
 #include "io/json_values.hpp"
@@ -111,6 +112,12 @@ namespace {
 
 json read_json(const fs::path& path) {
     std::ifstream file(path);
+    std::error_code error;
+    if (!file && !fs::exists(path.parent_path(), error))
+        throw Error(ErrorKind::input, path.parent_path().string() +
+                                          ": no such folder; give a Hugging Face model folder, or the Hub id of a model in "
+                                          "the local Hugging Face cache (" +
+                                          hub_cache_directory() + "; `hf download ID` puts it there)");
     if (!file) throw Error(ErrorKind::input, path.string() + ": cannot read (is this a Hugging Face model folder?)");
     try {
         return json::parse(file);

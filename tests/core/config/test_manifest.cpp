@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/manifest.hpp"
 #include "grove/run_config.hpp"
 
@@ -448,4 +450,28 @@ TEST(Manifest, ARewardIsAPluginOrAModelNotBoth) {
     EXPECT_EQ(ok.rewards()[1].model, "/runs/exp/models/my-rm/");
     EXPECT_EQ(ok.rewards()[1].name, "my-rm");  // as TRL names a reward model: its folder's last part
     EXPECT_TRUE(ok.rewards()[1].plugin.empty());
+}
+
+// Hub ids as huggingface_hub accepts them, the cache folder its variables choose, and a snapshot's
+// folder named back by its id (hub_cache.py checks the lookup itself against huggingface_hub)
+TEST(HubCache, IdsFoldersAndSnapshotsAsHuggingfaceHubNamesThem) {
+    for (const char* id : {"Qwen/Qwen2.5-0.5B-Instruct", "gpt2", "HuggingFaceTB/SmolLM2-135M", "a_b/c.d"})
+        EXPECT_TRUE(grove::looks_like_hub_model_id(id)) << id;
+    for (const char* not_id : {"", "./model", "../model", "/abs/model", "a/b/c", "a--b/c", "a/..b", "-a/b", "a/", "a b/c"})
+        EXPECT_FALSE(grove::looks_like_hub_model_id(not_id)) << not_id;
+
+    const char* saved = std::getenv("HF_HUB_CACHE");
+    const std::string before = saved ? saved : "";
+    ::setenv("HF_HUB_CACHE", "/somewhere/hub", 1);
+    EXPECT_EQ(grove::hub_cache_directory(), "/somewhere/hub");
+    ::unsetenv("HF_HUB_CACHE");
+    ::setenv("HF_HOME", "/hf-home", 1);
+    if (!std::getenv("HUGGINGFACE_HUB_CACHE")) EXPECT_EQ(grove::hub_cache_directory(), "/hf-home/hub");
+    ::unsetenv("HF_HOME");
+    if (saved) ::setenv("HF_HUB_CACHE", before.c_str(), 1);
+
+    EXPECT_EQ(grove::hub_model_id_of_snapshot("/c/hub/models--Qwen--Qwen2.5-0.5B/snapshots/0123abc"), "Qwen/Qwen2.5-0.5B");
+    EXPECT_EQ(grove::hub_model_id_of_snapshot("/c/hub/models--gpt2/snapshots/0123abc/"), "gpt2");
+    EXPECT_EQ(grove::hub_model_id_of_snapshot("/work/models/llama"), std::nullopt);
+    EXPECT_EQ(grove::hub_model_id_of_snapshot("/c/hub/datasets--a--b/snapshots/0123abc"), std::nullopt);
 }

@@ -1,0 +1,123 @@
+"""Models named by Hub id, found in a local Hugging Face cache laid out as huggingface_hub lays it out
+(blobs, snapshots of symlinks, refs): Grove picks the snapshot folder snapshot_download(...,
+local_files_only=True) picks for each revision, and `grove generate` on the id decodes what
+transformers' from_pretrained(id) decodes. A folder of that name wins over the cache; an id in
+neither place is an error that names the cache.
+    hub_cache.py GROVE TINY_MODELS_DIR MANIFEST"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+grove, models, manifest = sys.argv[1:4]
+work = tempfile.mkdtemp()
+cache = os.path.join(work, "hub")
+# before huggingface_hub reads them, at import
+env = dict(os.environ, HF_HUB_CACHE=cache, HF_HUB_OFFLINE="1")
+os.environ.update(env)
+
+import torch  # noqa: E402
+from huggingface_hub import snapshot_download  # noqa: E402
+from peft import AutoPeftModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+repo_id = "grove-test/tiny-chat"
+storage = os.path.join(cache, "models--grove-test--tiny-chat")
+main_commit, tag_commit = "1" * 40, "2" * 40
+
+
+def add_snapshot(commit, source):
+    """snapshots/COMMIT/FILE -> ../../blobs/HASH, as huggingface_hub writes them"""
+    os.makedirs(os.path.join(storage, "blobs"), exist_ok=True)
+    os.makedirs(os.path.join(storage, "snapshots", commit))
+    for name in os.listdir(source):
+        data = open(os.path.join(source, name), "rb").read()
+        blob = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(storage, "blobs", blob), "wb") as f:
+            f.write(data)
+        os.symlink(os.path.join("..", "..", "blobs", blob), os.path.join(storage, "snapshots", commit, name))
+
+
+add_snapshot(main_commit, os.path.join(models, "llama_gqa"))
+add_snapshot(tag_commit, os.path.join(models, "mistral_mha"))
+os.makedirs(os.path.join(storage, "refs"))
+for ref, commit in (("main", main_commit), ("v1", tag_commit)):
+    with open(os.path.join(storage, "refs", ref), "w") as f:
+        f.write(commit)
+
+
+def run(*args, cwd=None):
+    return subprocess.run([grove, *args], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def resolved_model_path(*overrides, cwd=None):
+    sets = [arg for pair in overrides for arg in ("--set", pair)]
+    r = run("check", os.path.abspath(manifest), *sets, cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("path = "))
+    return line.split("'")[1]
+
+
+# the revision's snapshot: a branch, a tag, a commit
+for revision in ("main", "v1", tag_commit):
+    expected = snapshot_download(repo_id, revision=revision, local_files_only=True)
+    got = resolved_model_path(f"model.path={repo_id}", f"model.revision={revision}")
+    assert os.path.realpath(got) == os.path.realpath(expected), f"revision {revision}: grove {got}, huggingface_hub {expected}"
+    print(f"revision {revision}: {got}")
+
+# generate on the id: transformers' greedy tokens from the same cached model
+tokenizer = AutoTokenizer.from_pretrained(repo_id)
+model = AutoModelForCausalLM.from_pretrained(repo_id, dtype=torch.float32)
+ids = tokenizer("What is 2 + 2?", return_tensors="pt").input_ids
+reference = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)[0, ids.shape[1]:].tolist()
+r = run("generate", "--model", repo_id, "--prompt", "What is 2 + 2?", "--greedy", "--max-new-tokens", "8", "--json",
+        "--device", "cpu")
+assert r.returncode == 0, r.stdout + r.stderr
+row = json.loads(r.stdout)
+assert row["prompt_ids"] == ids[0].tolist(), (row["prompt_ids"], ids[0].tolist())
+assert row["completion_ids"] == reference, (row["completion_ids"], reference)
+print(f"grove generate --model {repo_id}: {row['completion_ids']} as transformers")
+
+# a LoRA adapter trained on the id names its base by the id, as PEFT does: AutoPeftModelForCausalLM
+# loads the base from the cache, and grove generate on the adapter (merged in memory) decodes the same
+run_dir = os.path.join(work, "lora")
+os.makedirs(run_dir)
+with open(os.path.join(run_dir, "pairs.jsonl"), "w") as f:
+    for i in range(8):
+        f.write(json.dumps({"prompt": f"What is {i} + 2?", "completion": f" {i + 2}"}) + "\n")
+with open(os.path.join(run_dir, "sft.toml"), "w") as f:
+    f.write(f"""[model]\npath = "{repo_id}"\nchat_template = "none"\n[data]\nsource = "pairs.jsonl"\n
+[[rewards]]\nplugin = "correctness"\n[generation]\nnum_generations = 4\n
+[adapter]\nplugin = "lora"\nconfig = {{ r = 4, alpha = 8, target_modules = ["q_proj", "v_proj"] }}\n
+[train]\nper_device_train_batch_size = 4\nlearning_rate = 5e-2\nmax_steps = 3\n[output]\ndir = "out"\n""")
+r = run("sft", os.path.join(run_dir, "sft.toml"))
+assert r.returncode == 0, r.stdout + r.stderr
+adapter = os.path.join(run_dir, "out")
+base_name = json.load(open(os.path.join(adapter, "adapter_config.json")))["base_model_name_or_path"]
+assert base_name == repo_id, base_name
+peft_model = AutoPeftModelForCausalLM.from_pretrained(adapter, dtype=torch.float32)
+reference = peft_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                                do_sample=False)[0, ids.shape[1]:].tolist()
+r = run("generate", "--model", adapter, "--prompt", "What is 2 + 2?", "--greedy", "--max-new-tokens", "8", "--json",
+        "--device", "cpu")
+assert r.returncode == 0, r.stdout + r.stderr
+assert json.loads(r.stdout)["completion_ids"] == reference, (r.stdout, reference)
+print(f"LoRA on {repo_id}: adapter_config names it; PEFT and grove generate agree: {reference}")
+
+# a folder of the id's name next to the manifest wins over the cache
+local = os.path.join(work, "manifest")
+shutil.copytree(os.path.dirname(os.path.abspath(manifest)), local)
+shutil.copytree(os.path.join(models, "olmo2_post_norm"), os.path.join(local, repo_id))
+manifest = os.path.join(local, os.path.basename(manifest))
+got = resolved_model_path(f"model.path={repo_id}")
+assert os.path.realpath(got) == os.path.realpath(os.path.join(local, repo_id)), got
+print(f"a folder named {repo_id} next to the manifest: {got}")
+
+# neither a folder nor cached: exit 5, naming the cache
+r = run("generate", "--model", "grove-test/absent", "--prompt", "hi")
+message = r.stderr + r.stdout
+assert r.returncode == 5 and "no such folder" in message and cache in message, (r.returncode, message)
+print(f"an id the cache lacks: exit 5, {message.strip()}")
+shutil.rmtree(work)
