@@ -52,7 +52,7 @@ int eval(const std::vector<std::string>& args) {
     } else {
         if (!vm.count("model") || !vm.count("data") || !vm.count("reward"))
             throw Error(ErrorKind::usage, "grove eval: give a MANIFEST, or --model, --data and at least one --reward");
-        q.model_dir = grove::model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+        q.model_dir = grove::local_or_cached_model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
         q.data_source = vm["data"].as<std::string>();
         q.sampling.max_new_tokens = 256;
         for (const auto& spec : vm["reward"].as<std::vector<std::string>>()) {

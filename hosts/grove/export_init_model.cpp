@@ -27,7 +27,8 @@ int export_model(const std::vector<std::string>& args) {
     positional.add("output", 1);
     auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR --base MODEL_DIR OUT_DIR");
     const std::string base = vm["base"].as<std::string>();
-    export_merged(vm["merge"].as<std::string>(), grove::model_folder(base, base), vm["output"].as<std::string>());
+    export_merged(vm["merge"].as<std::string>(), grove::local_or_cached_model_folder(base, base),
+                  vm["output"].as<std::string>());
     std::cout << "wrote " << vm["output"].as<std::string>() << "\n";
     return 0;
 }

@@ -121,7 +121,8 @@ int generate(const std::vector<std::string>& args) {
     int64_t n = vm["n"].as<int64_t>();
     if (n < 1) throw Error(ErrorKind::usage, "grove generate: --n must be >= 1");
 
-    const std::string folder = grove::model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+    const std::string folder =
+        grove::local_or_cached_model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
     auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     // The graph engine decodes with the model itself when it needs no bf16 copy: one GEMM for q/k/v
     // and one for gate/up, as a copy would have
@@ -200,7 +201,8 @@ int logprobs(const std::vector<std::string>& args) {
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
         "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16");
     auto vm = parse("logprobs", args, options, {}, "--model DIR --input FILE.jsonl [--temperature T] [--output FILE]");
-    const std::string folder = grove::model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+    const std::string folder =
+        grove::local_or_cached_model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
     const std::string path = vm["input"].as<std::string>();
     double temperature = vm["temperature"].as<double>();
     if (!(temperature > 0)) throw Error(ErrorKind::usage, "grove logprobs: --temperature must be > 0");

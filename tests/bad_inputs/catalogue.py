@@ -376,13 +376,16 @@ case("command line", "a manifest that does not exist", "check nowhere.toml", 3, 
 
 
 # ---- running them --------------------------------------------------------------------------------
+EMPTY_HUB_CACHE = os.path.join(WORK, "empty-hub-cache")
+
+
 def message(text, folder):
     lines = [l for l in text.splitlines() if l.strip()]
     start = next((i for i, l in enumerate(lines) if l.startswith("grove: ") and "training" not in l[:16]), None)
     shown = lines[start:] if start is not None else lines[-1:]
     if len(shown) > 5:  # a usage text after the message
         shown = shown[:2] + ["..."]
-    joined = "\n".join(shown).replace(folder + "/", "").replace(folder, ".").replace(BUILD_PREFIX, "<prefix>")
+    joined = "\n".join(shown).replace(EMPTY_HUB_CACHE, "~/.cache/huggingface/hub").replace(folder + "/", "").replace(folder, ".").replace(BUILD_PREFIX, "<prefix>")
     return re.sub(r"(\.tmp-[\w.-]+?)-\d+", r"\1-<pid>", joined)
 
 
@@ -392,9 +395,9 @@ def run_case(index, c):
     os.makedirs(folder)
     if c["setup"]:
         c["setup"](folder)
-    # the Hugging Face cache grove names in its messages: the default's spelling on any machine
+    # an empty Hugging Face cache, shown in the messages as the default's spelling on any machine
     r = subprocess.run(f"{GROVE} {c['command']}", shell=True, cwd=folder, capture_output=True, text=True,
-                       errors="replace", timeout=300, env=dict(os.environ, HF_HUB_CACHE="~/.cache/huggingface/hub"))
+                       errors="replace", timeout=300, env=dict(os.environ, HF_HUB_CACHE=EMPTY_HUB_CACHE))
     said = message(r.stderr, folder)
     problems = []
     if r.returncode != c["exit_code"]:

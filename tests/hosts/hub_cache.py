@@ -56,7 +56,8 @@ def resolved_model_path(*overrides, cwd=None):
     sets = [arg for pair in overrides for arg in ("--set", pair)]
     r = run("check", os.path.abspath(manifest), *sets, cwd=cwd)
     assert r.returncode == 0, r.stdout + r.stderr
-    line = next(l for l in r.stdout.splitlines() if l.startswith("path = "))
+    lines = r.stdout.splitlines()
+    line = next(l for l in lines[lines.index("[model]"):] if l.startswith("path = "))
     return line.split("'")[1]
 
 
@@ -80,23 +81,32 @@ assert row["prompt_ids"] == ids[0].tolist(), (row["prompt_ids"], ids[0].tolist()
 assert row["completion_ids"] == reference, (row["completion_ids"], reference)
 print(f"grove generate --model {repo_id}: {row['completion_ids']} as transformers")
 
-# a LoRA adapter trained on the id names its base by the id, as PEFT does: AutoPeftModelForCausalLM
-# loads the base from the cache, and grove generate on the adapter (merged in memory) decodes the same
+# a revision the cache lacks, or a revision with a folder, is refused with the key
+r = run("check", manifest, "--set", f"model.path={repo_id}", "--set", "model.revision=v2")
+assert r.returncode == 3 and "holds no revision v2 of grove-test/tiny-chat" in r.stderr, r.stderr
+r = run("check", manifest, "--set", f"model.path={os.path.join(models, 'llama_gqa')}", "--set", "model.revision=v1")
+assert r.returncode == 3 and "not a Hub id; leave model.revision out" in r.stderr, r.stderr
+print("a revision the cache lacks, and a revision with a folder: exit 3")
+
+# a LoRA adapter trained on the id at tag v1 names its base by the id and commit, as PEFT does:
+# AutoPeftModelForCausalLM loads that base from the cache, and grove generate on the adapter (merged
+# in memory) decodes the same
 run_dir = os.path.join(work, "lora")
 os.makedirs(run_dir)
 with open(os.path.join(run_dir, "pairs.jsonl"), "w") as f:
     for i in range(8):
         f.write(json.dumps({"prompt": f"What is {i} + 2?", "completion": f" {i + 2}"}) + "\n")
 with open(os.path.join(run_dir, "sft.toml"), "w") as f:
-    f.write(f"""[model]\npath = "{repo_id}"\nchat_template = "none"\n[data]\nsource = "pairs.jsonl"\n
+    f.write(f"""[model]\npath = "{repo_id}"\nrevision = "v1"\nchat_template = "none"\n[data]\nsource = "pairs.jsonl"\n
 [[rewards]]\nplugin = "correctness"\n[generation]\nnum_generations = 4\n
 [adapter]\nplugin = "lora"\nconfig = {{ r = 4, alpha = 8, target_modules = ["q_proj", "v_proj"] }}\n
 [train]\nper_device_train_batch_size = 4\nlearning_rate = 5e-2\nmax_steps = 3\n[output]\ndir = "out"\n""")
 r = run("sft", os.path.join(run_dir, "sft.toml"))
 assert r.returncode == 0, r.stdout + r.stderr
 adapter = os.path.join(run_dir, "out")
-base_name = json.load(open(os.path.join(adapter, "adapter_config.json")))["base_model_name_or_path"]
-assert base_name == repo_id, base_name
+adapter_config = json.load(open(os.path.join(adapter, "adapter_config.json")))
+assert (adapter_config["base_model_name_or_path"], adapter_config["revision"]) == (repo_id, tag_commit), adapter_config
+ids = AutoTokenizer.from_pretrained(repo_id, revision="v1")("What is 2 + 2?", return_tensors="pt").input_ids
 peft_model = AutoPeftModelForCausalLM.from_pretrained(adapter, dtype=torch.float32)
 reference = peft_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
                                 do_sample=False)[0, ids.shape[1]:].tolist()
@@ -104,7 +114,7 @@ r = run("generate", "--model", adapter, "--prompt", "What is 2 + 2?", "--greedy"
         "--device", "cpu")
 assert r.returncode == 0, r.stdout + r.stderr
 assert json.loads(r.stdout)["completion_ids"] == reference, (r.stdout, reference)
-print(f"LoRA on {repo_id}: adapter_config names it; PEFT and grove generate agree: {reference}")
+print(f"LoRA on {repo_id} at v1: adapter_config names it and the commit; PEFT and grove generate agree: {reference}")
 
 # a folder of the id's name next to the manifest wins over the cache
 local = os.path.join(work, "manifest")
@@ -120,4 +130,21 @@ r = run("generate", "--model", "grove-test/absent", "--prompt", "hi")
 message = r.stderr + r.stdout
 assert r.returncode == 5 and "no such folder" in message and cache in message, (r.returncode, message)
 print(f"an id the cache lacks: exit 5, {message.strip()}")
+
+# the cache folder under huggingface_hub's variables, "~" and "$VAR" included: as huggingface_hub's
+# constants.HF_HUB_CACHE (Grove names it in the message for an id it does not find)
+plain = {k: v for k, v in os.environ.items()
+         if k not in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")}
+plain["HOME"] = os.path.join(work, "home")
+for variables in ({}, {"XDG_CACHE_HOME": f"{work}/xdg"}, {"HF_HOME": "~/hf"}, {"HF_HOME": "$GROVE_T/hf", "GROVE_T": work},
+                  {"HUGGINGFACE_HUB_CACHE": "${GROVE_T}/old", "GROVE_T": work},
+                  {"HF_HUB_CACHE": "~/new", "HUGGINGFACE_HUB_CACHE": "/old"}):
+    variant = dict(plain, **variables)
+    expected = subprocess.run([sys.executable, "-c", "from huggingface_hub import constants; print(constants.HF_HUB_CACHE)"],
+                              capture_output=True, text=True, env=variant, check=True).stdout.strip()
+    said = subprocess.run([grove, "generate", "--model", "grove-test/absent", "--prompt", "hi"], capture_output=True,
+                          text=True, env=variant).stderr
+    got = said.split("Hugging Face cache (", 1)[1].split("; `hf download", 1)[0]
+    assert got == expected, (variables, got, expected)
+    print(f"cache folder with {variables}: {got}")
 shutil.rmtree(work)

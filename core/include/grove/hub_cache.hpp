@@ -20,13 +20,17 @@ bool looks_like_hub_model_id(const std::string& text);
 // when the cache does not hold it.
 std::optional<std::string> cached_hub_snapshot(const std::string& id, const std::string& revision = "main");
 
-// The Hub id ("owner/name") of a folder that is a snapshot in such a cache
-// (.../models--owner--name/snapshots/COMMIT); none for any other folder.
-std::optional<std::string> hub_model_id_of_snapshot(const std::string& folder);
+// A snapshot folder of the cache, named back: its Hub id ("owner/name") and commit, when the cache
+// resolves that id at that commit to this very folder; none for any other folder.
+struct CachedHubModel {
+    std::string id, commit;
+};
+std::optional<CachedHubModel> cached_hub_model_of(const std::string& folder);
 
 // A model folder as the user gave it: `folder` (`given` resolved against the manifest's folder, or
-// `given` itself) when it exists; else, when `given` looks like a Hub id the cache holds, that
-// snapshot; else `folder`, whose loading then reports what is missing.
-std::string model_folder(const std::string& given, const std::string& folder, const std::string& revision = "main");
+// `given` itself) when it exists; else, when `given` looks like a Hub id the cache holds at
+// `revision`, that snapshot; else `folder`, whose loading then reports what is missing.
+std::string local_or_cached_model_folder(const std::string& given, const std::string& folder,
+                                         const std::string& revision = "main");
 
 }  // namespace grove

@@ -59,7 +59,7 @@ enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"
 
 struct ModelSection {
     std::string path, dtype, device, chat_template;
-    std::string revision;         // the cached Hub revision a Hub id in path was looked up at (path is its folder)
+    std::string revision;         // model.revision: where path was a Hub id, the cached revision path now holds
     bool enable_thinking = true;  // false: Qwen3's enable_thinking=False
     bool cast_lm_head_to_fp32 = false;
     bool disable_dropout = false;

@@ -266,13 +266,25 @@ std::string resolve_path(const std::string& directory, const std::string& value)
 }
 
 // model.path (and model.revision) naming a Hub model that is no folder here but is in the local
-// Hugging Face cache: the cached snapshot's folder
-void use_cached_hub_model(const std::string& directory, toml::table& model) {
+// Hugging Face cache: the cached snapshot's folder. A revision other than main needs the cache.
+void use_cached_hub_model(const std::string& directory, toml::table& model, const std::string& source_name) {
     const auto given = model["path"].value<std::string>();
     if (!given) return;
     const std::string folder = resolve_path(directory, *given);
-    const std::string chosen = model_folder(*given, folder, model["revision"].value_or(std::string("main")));
-    if (chosen != folder) model.insert_or_assign("path", fs::absolute(chosen).string());
+    const std::string revision = model["revision"].value_or(std::string("main"));
+    const std::string chosen = local_or_cached_model_folder(*given, folder, revision);
+    if (chosen != folder) {
+        model.insert_or_assign("path", fs::absolute(chosen).string());
+    } else if (revision != "main") {
+        std::error_code error;
+        throw manifest_error(
+            source_name,
+            "model.revision = \"" + revision + "\": " +
+                (fs::exists(folder, error)
+                     ? "model.path is the folder " + folder + ", not a Hub id; leave model.revision out"
+                     : "the local Hugging Face cache (" + hub_cache_directory() + ") holds no revision " + revision + " of " +
+                           *given + "; `hf download " + *given + " --revision " + revision + "` puts it there"));
+    }
 }
 
 bool looks_like_plugin_path(const std::string& reference) {
@@ -328,7 +340,7 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
                                          "(a reward model's folder)");
         if (out.contains("model")) {  // TRL names a reward model by its folder's (or Hub id's) last part
             const std::string given = *out["model"].value<std::string>(), folder = resolve_path(directory, given);
-            use.model = model_folder(given, folder);
+            use.model = local_or_cached_model_folder(given, folder);
             use.name = out.contains("name") ? *out["name"].value<std::string>()
                                             : fs::path(folder).lexically_normal().filename().string();
             if (use.name.empty()) use.name = fs::path(folder).lexically_normal().parent_path().filename().string();
@@ -541,7 +553,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     }
 
     // model.path may name a Hub model that the local Hugging Face cache holds
-    use_cached_hub_model(m.directory_, *values->get("model")->as_table());
+    use_cached_hub_model(m.directory_, *values->get("model")->as_table(), source_name);
     // paths relative to the manifest's folder
     for (const auto& spec : manifest_schema()) {
         if (!spec.is_path) continue;

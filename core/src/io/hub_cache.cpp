@@ -10,9 +10,48 @@ namespace fs = std::filesystem;
 namespace grove {
 namespace {
 
-std::string environment(const char* name) {
+// an environment variable, or none when it is not set (set but empty counts, as in Python)
+std::optional<std::string> environment(const char* name) {
     const char* value = std::getenv(name);
-    return value ? value : "";
+    return value ? std::optional<std::string>(value) : std::nullopt;
+}
+
+// Python's os.path.expandvars(os.path.expanduser(path)), as huggingface_hub applies it: a leading
+// "~" becomes $HOME; $NAME and ${NAME} become set variables' values, others stay as written
+std::string expanded(const std::string& path) {
+    std::string text = path;
+    if (!text.empty() && text[0] == '~' && (text.size() == 1 || text[1] == '/'))
+        if (auto home = environment("HOME")) {
+            std::string prefix = *home;
+            while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+            text = prefix + text.substr(1);
+            if (text.empty()) text = "/";
+        }
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+        if (text[i] != '$') {
+            out += text[i++];
+            continue;
+        }
+        size_t end = i + 1;
+        std::string name;
+        if (end < text.size() && text[end] == '{') {
+            const size_t close = text.find('}', end);
+            if (close == std::string::npos) {
+                out += text[i++];
+                continue;
+            }
+            name = text.substr(end + 1, close - end - 1);
+            end = close + 1;
+        } else {
+            while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) ++end;
+            name = text.substr(i + 1, end - i - 1);
+        }
+        const auto value = name.empty() ? std::nullopt : environment(name.c_str());
+        out += value ? *value : text.substr(i, end - i);
+        i = end;
+    }
+    return out;
 }
 
 bool is_commit_hash(const std::string& revision) {
@@ -29,22 +68,25 @@ bool is_id_part(const std::string& part) {
 }  // namespace
 
 std::string hub_cache_directory() {
-    for (const char* name : {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"})
-        if (std::string set = environment(name); !set.empty()) return set;
-    std::string home = environment("HF_HOME");
-    if (home.empty()) {
-        std::string cache = environment("XDG_CACHE_HOME");
-        if (cache.empty()) cache = (fs::path(environment("HOME")) / ".cache").string();
-        home = (fs::path(cache) / "huggingface").string();
+    // huggingface_hub's constants.py: HF_HOME, then HF_HUB_CACHE / HUGGINGFACE_HUB_CACHE within it
+    std::string home;
+    if (auto set = environment("HF_HOME")) {
+        home = *set;
+    } else {
+        const auto cache = environment("XDG_CACHE_HOME");
+        home = (fs::path(cache ? *cache : expanded("~") + "/.cache") / "huggingface").string();
     }
-    return (fs::path(home) / "hub").string();
+    home = expanded(home);
+    if (auto set = environment("HF_HUB_CACHE")) return expanded(*set);
+    if (auto set = environment("HUGGINGFACE_HUB_CACHE")) return expanded(*set);
+    return expanded((fs::path(home) / "hub").string());
 }
 
 bool looks_like_hub_model_id(const std::string& text) {
-    if (text.size() > 96 || text.find("--") != std::string::npos || text.find("..") != std::string::npos) return false;
+    if (text.find("--") != std::string::npos || text.find("..") != std::string::npos) return false;
     const size_t slash = text.find('/');
-    if (slash == std::string::npos) return is_id_part(text);
-    return is_id_part(text.substr(0, slash)) && is_id_part(text.substr(slash + 1));
+    const std::string name = slash == std::string::npos ? text : text.substr(slash + 1);
+    return name.size() <= 96 && is_id_part(name) && (slash == std::string::npos || is_id_part(text.substr(0, slash)));
 }
 
 std::optional<std::string> cached_hub_snapshot(const std::string& id, const std::string& revision) {
@@ -63,7 +105,6 @@ std::optional<std::string> cached_hub_snapshot(const std::string& id, const std:
         std::ifstream ref(storage / "refs" / revision);
         if (!ref) return std::nullopt;
         commit.assign(std::istreambuf_iterator<char>(ref), std::istreambuf_iterator<char>());
-        commit.erase(commit.find_last_not_of(" \n\r\t") + 1);
     }
     const fs::path snapshot = storage / "snapshots" / commit;
     std::error_code error;
@@ -71,20 +112,21 @@ std::optional<std::string> cached_hub_snapshot(const std::string& id, const std:
     return snapshot.string();
 }
 
-std::optional<std::string> hub_model_id_of_snapshot(const std::string& folder) {
+std::optional<CachedHubModel> cached_hub_model_of(const std::string& folder) {
     std::error_code error;
     fs::path snapshot = fs::weakly_canonical(folder, error);
     if (snapshot.filename().empty()) snapshot = snapshot.parent_path();  // "…/COMMIT/"
     const fs::path snapshots = snapshot.parent_path(), storage = snapshots.parent_path();
     const std::string name = storage.filename().string(), prefix = "models--";
     if (error || snapshots.filename() != "snapshots" || name.rfind(prefix, 0) != 0) return std::nullopt;
-    std::string id = name.substr(prefix.size());
-    if (const size_t separator = id.find("--"); separator != std::string::npos) id.replace(separator, 2, "/");
-    if (!looks_like_hub_model_id(id)) return std::nullopt;
-    return id;
+    CachedHubModel model{name.substr(prefix.size()), snapshot.filename().string()};
+    if (const size_t separator = model.id.find("--"); separator != std::string::npos) model.id.replace(separator, 2, "/");
+    const auto cached = cached_hub_snapshot(model.id, model.commit);
+    if (!cached || !fs::equivalent(*cached, snapshot, error) || error) return std::nullopt;
+    return model;
 }
 
-std::string model_folder(const std::string& given, const std::string& folder, const std::string& revision) {
+std::string local_or_cached_model_folder(const std::string& given, const std::string& folder, const std::string& revision) {
     std::error_code error;
     if (fs::exists(folder, error)) return folder;
     return cached_hub_snapshot(given, revision).value_or(folder);

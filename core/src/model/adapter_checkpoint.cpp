@@ -42,10 +42,14 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
     json config = saved.empty() ? json::object() : json::parse(saved, nullptr, false);
     if (!config.is_object())
         throw Error(ErrorKind::plugin, adapter_use.origin + ": the adapter's saved_config_json is not a JSON object");
-    // a base from the Hugging Face cache is named by its Hub id, as PEFT names it, so that
-    // AutoPeftModelForCausalLM finds it in any cache
-    config["base_model_name_or_path"] =
-        hub_model_id_of_snapshot(base_model_dir).value_or(fs::absolute(base_model_dir).string());
+    // a base from the Hugging Face cache is named by its Hub id and commit, as PEFT names it, so that
+    // AutoPeftModelForCausalLM (and Grove) load that base from any cache
+    if (const auto hub = cached_hub_model_of(base_model_dir)) {
+        config["base_model_name_or_path"] = hub->id;
+        config["revision"] = hub->commit;
+    } else {
+        config["base_model_name_or_path"] = fs::absolute(base_model_dir).string();
+    }
     write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
     json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
     write_file_atomically((fs::path(folder) / kAdapterRecord).string(), record.dump(2) + "\n");
@@ -130,11 +134,14 @@ std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folde
                                           "/adapter_config.json: no base_model_name_or_path; merge it with "
                                           "`grove export --merge " +
                                           folder + " --base MODEL_DIR OUT_DIR`");
-    const fs::path base_dir =
-        fs::path(base).is_absolute() ? fs::path(base) : fs::path(model_folder(base, (dir / base).string()));
+    const std::string revision = config.value("revision", json()).is_string() ? config["revision"].get<std::string>() : "main";
+    const fs::path base_dir = fs::path(base).is_absolute()
+                                  ? fs::path(base)
+                                  : fs::path(local_or_cached_model_folder(base, (dir / base).string(), revision));
     if (!fs::exists(base_dir / "config.json"))
-        throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base_dir.string() +
-                                          " is not a model folder here; merge it with `grove export --merge " + folder +
+        throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base + " (revision " + revision +
+                                          ") is neither a model folder here nor in the local Hugging Face cache (" +
+                                          hub_cache_directory() + "); merge it with `grove export --merge " + folder +
                                           " --base MODEL_DIR OUT_DIR`");
     return load_merged_adapter(folder, base_dir.string(), device, dtype, plugin_dirs);
 }

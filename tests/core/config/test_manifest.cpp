@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include "grove/error.hpp"
 #include "grove/hub_cache.hpp"
@@ -17,6 +18,8 @@
 #include "grove/run_config.hpp"
 
 #include "plugin_test_support.hpp"
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -452,26 +455,37 @@ TEST(Manifest, ARewardIsAPluginOrAModelNotBoth) {
     EXPECT_TRUE(ok.rewards()[1].plugin.empty());
 }
 
-// Hub ids as huggingface_hub accepts them, the cache folder its variables choose, and a snapshot's
-// folder named back by its id (hub_cache.py checks the lookup itself against huggingface_hub)
-TEST(HubCache, IdsFoldersAndSnapshotsAsHuggingfaceHubNamesThem) {
+// Hub ids as huggingface_hub accepts them, and a snapshot folder of the cache named back by its id
+// and commit (hub_cache.py compares the cache folder and the lookup with huggingface_hub's)
+TEST(HubCache, IdsAndSnapshotsAsHuggingfaceHubNamesThem) {
     for (const char* id : {"Qwen/Qwen2.5-0.5B-Instruct", "gpt2", "HuggingFaceTB/SmolLM2-135M", "a_b/c.d"})
         EXPECT_TRUE(grove::looks_like_hub_model_id(id)) << id;
+    EXPECT_TRUE(grove::looks_like_hub_model_id(std::string(40, 'o') + "/" + std::string(90, 'n'))) << "96 is the name's limit";
     for (const char* not_id : {"", "./model", "../model", "/abs/model", "a/b/c", "a--b/c", "a/..b", "-a/b", "a/", "a b/c"})
         EXPECT_FALSE(grove::looks_like_hub_model_id(not_id)) << not_id;
 
+    const fs::path cache = fs::temp_directory_path() / ("grove-hub-" + std::to_string(::getpid()));
+    const std::string commit(40, 'c');
+    const fs::path snapshot = cache / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / commit;
+    fs::create_directories(snapshot);
+    fs::create_directories(cache / "models--Qwen--Qwen2.5-0.5B" / "refs");
+    std::ofstream(cache / "models--Qwen--Qwen2.5-0.5B" / "refs" / "main") << commit;
     const char* saved = std::getenv("HF_HUB_CACHE");
     const std::string before = saved ? saved : "";
-    ::setenv("HF_HUB_CACHE", "/somewhere/hub", 1);
-    EXPECT_EQ(grove::hub_cache_directory(), "/somewhere/hub");
-    ::unsetenv("HF_HUB_CACHE");
-    ::setenv("HF_HOME", "/hf-home", 1);
-    if (!std::getenv("HUGGINGFACE_HUB_CACHE")) EXPECT_EQ(grove::hub_cache_directory(), "/hf-home/hub");
-    ::unsetenv("HF_HOME");
-    if (saved) ::setenv("HF_HUB_CACHE", before.c_str(), 1);
-
-    EXPECT_EQ(grove::hub_model_id_of_snapshot("/c/hub/models--Qwen--Qwen2.5-0.5B/snapshots/0123abc"), "Qwen/Qwen2.5-0.5B");
-    EXPECT_EQ(grove::hub_model_id_of_snapshot("/c/hub/models--gpt2/snapshots/0123abc/"), "gpt2");
-    EXPECT_EQ(grove::hub_model_id_of_snapshot("/work/models/llama"), std::nullopt);
-    EXPECT_EQ(grove::hub_model_id_of_snapshot("/c/hub/datasets--a--b/snapshots/0123abc"), std::nullopt);
+    ::setenv("HF_HUB_CACHE", cache.c_str(), 1);
+    EXPECT_EQ(grove::cached_hub_snapshot("Qwen/Qwen2.5-0.5B"), snapshot.string());
+    const auto named = grove::cached_hub_model_of(snapshot.string() + "/");
+    ASSERT_TRUE(named.has_value());
+    EXPECT_EQ(named->id, "Qwen/Qwen2.5-0.5B");
+    EXPECT_EQ(named->commit, commit);
+    // the same layout outside the cache in use is a folder like any other
+    const fs::path elsewhere = cache / "copy" / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / commit;
+    fs::create_directories(elsewhere);
+    EXPECT_FALSE(grove::cached_hub_model_of(elsewhere.string()).has_value());
+    EXPECT_FALSE(grove::cached_hub_model_of("/work/models/llama").has_value());
+    if (saved)
+        ::setenv("HF_HUB_CACHE", before.c_str(), 1);
+    else
+        ::unsetenv("HF_HUB_CACHE");
+    fs::remove_all(cache);
 }
