@@ -40,7 +40,8 @@ namespace grove::cli {
 int init_model(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("output", po::value<std::string>()->required(), "folder to write")(
-        "tokenizer", po::value<std::string>()->required(), "folder with the tokenizer (its vocabulary sizes the model)")(
+        "tokenizer", po::value<std::string>()->required(),
+        "folder with the tokenizer, or a cached Hub id (its vocabulary sizes the model)")(
         "hidden", po::value<int64_t>()->default_value(128), "hidden size")("layers", po::value<int64_t>()->default_value(4),
                                                                            "decoder layers")(
         "heads", po::value<int64_t>()->default_value(4), "attention heads")("kv-heads", po::value<int64_t>()->default_value(2),
@@ -51,7 +52,8 @@ int init_model(const std::vector<std::string>& args) {
     po::positional_options_description positional;
     positional.add("output", 1);
     auto vm = parse("init-model", args, options, positional, "OUT_DIR --tokenizer DIR [--hidden N --layers N ...]");
-    std::string out = vm["output"].as<std::string>(), tokenizer_dir = vm["tokenizer"].as<std::string>();
+    const std::string out = vm["output"].as<std::string>(), tokenizer_given = vm["tokenizer"].as<std::string>();
+    const std::string tokenizer_dir = grove::local_or_cached_model_folder(tokenizer_given, tokenizer_given);
     auto tokenizer = Tokenizer::load(tokenizer_dir);
     std::filesystem::create_directories(out);
     json config = {{"architectures", {"LlamaForCausalLM"}},
