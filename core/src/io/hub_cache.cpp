@@ -68,18 +68,13 @@ bool is_id_part(const std::string& part) {
 }  // namespace
 
 std::string hub_cache_directory() {
-    // huggingface_hub's constants.py: HF_HOME, then HF_HUB_CACHE / HUGGINGFACE_HUB_CACHE within it
-    std::string home;
-    if (auto set = environment("HF_HOME")) {
-        home = *set;
-    } else {
-        const auto cache = environment("XDG_CACHE_HOME");
-        home = (fs::path(cache ? *cache : expanded("~") + "/.cache") / "huggingface").string();
-    }
-    home = expanded(home);
+    // huggingface_hub's constants.py: HF_HUB_CACHE / HUGGINGFACE_HUB_CACHE, else "hub" in HF_HOME
+    // (expanded, then expanded again as part of the cache's path, as there)
     if (auto set = environment("HF_HUB_CACHE")) return expanded(*set);
     if (auto set = environment("HUGGINGFACE_HUB_CACHE")) return expanded(*set);
-    return expanded((fs::path(home) / "hub").string());
+    const auto home = environment("HF_HOME"), cache = environment("XDG_CACHE_HOME");
+    const std::string hf_home = home ? *home : (fs::path(cache ? *cache : expanded("~") + "/.cache") / "huggingface").string();
+    return expanded((fs::path(expanded(hf_home)) / "hub").string());
 }
 
 bool looks_like_hub_model_id(const std::string& text) {
@@ -91,13 +86,8 @@ bool looks_like_hub_model_id(const std::string& text) {
 
 std::optional<std::string> cached_hub_snapshot(const std::string& id, const std::string& revision) {
     if (!looks_like_hub_model_id(id)) return std::nullopt;
-    std::string folder_name = "models";
-    for (size_t start = 0;;) {  // "models--owner--name"
-        const size_t slash = id.find('/', start);
-        folder_name += "--" + id.substr(start, slash - start);
-        if (slash == std::string::npos) break;
-        start = slash + 1;
-    }
+    std::string folder_name = "models--" + id;  // "models--owner--name"
+    if (const size_t slash = folder_name.find('/'); slash != std::string::npos) folder_name.replace(slash, 1, "--");
     const fs::path storage = fs::path(hub_cache_directory()) / folder_name;
     if (revision.empty() || revision.find("..") != std::string::npos || revision.front() == '/') return std::nullopt;
     std::string commit = revision;
