@@ -71,6 +71,17 @@ if ! cmp -s .ci/requirements-test.txt "$stamp"; then
     || { echo "deps: error: pip could not install .ci/requirements-test.txt (no network, or PyPI unreachable?)" >&2; exit 1; }
   cp .ci/requirements-test.txt "$stamp"
 fi
+# transformers 5 as the GPU machines have it, in a folder of its own (PYTHONPATH) beside .venv's 4.57:
+# the device kit's rehearsal compares against both
+stamp=.venv/.grove-transformers5-requirements
+if ! cmp -s .ci/requirements-transformers5.txt "$stamp"; then
+  echo "deps: installing transformers 5 into .venv/transformers5-site: $(grep -v '^#' .ci/requirements-transformers5.txt | tr '\n' ' ')"
+  rm -rf .venv/transformers5-site
+  .venv/bin/pip install -q --disable-pip-version-check --target .venv/transformers5-site \
+    -r .ci/requirements-transformers5.txt \
+    || { echo "deps: error: pip could not install .ci/requirements-transformers5.txt (no network, or PyPI unreachable?)" >&2; exit 1; }
+  cp .ci/requirements-transformers5.txt "$stamp"
+fi
 # grove_plugins (python/): Grove's reward plugins as TRL reward functions; reinstalled when its files
 # change (tests import it from the source tree, so a venv shared between clones never goes stale)
 stamp=.venv/.grove-plugins-package

@@ -121,12 +121,34 @@ def grove_logprobs(ctx, folder, rows, temperature, dtype):
     return torch.tensor([json.loads(line)["logprobs"] for line in out.splitlines()])
 
 
-def transformers_logprobs(ctx, folder, rows, temperature, dtype):
-    """The same log-probs from transformers on this device (TRL's recipe: logits / T, log_softmax, gather)."""
-    from transformers import AutoModelForCausalLM
+def olmo3_rope_theta_as_written(folder, config):
+    """transformers 5's Olmo3Config gives the sliding layers its class default rope_theta (500000), not the
+    config.json's: its convert_rope_params_to_dict pops rope_theta for the full layers, so the second pop
+    finds nothing. transformers 4.57 and OLMo 3's design rotate both layer types at the file's rope_theta.
+    Puts the file's rope_theta back; returns what was corrected, or None."""
+    written = json.load(open(os.path.join(folder, "config.json"))).get("rope_theta")
+    per_layer_type = getattr(config, "rope_parameters", None)
+    if config.model_type != "olmo3" or written is None or not isinstance(per_layer_type, dict):
+        return None
+    corrected = {}
+    for layer_type, params in per_layer_type.items():
+        if isinstance(params, dict) and params.get("rope_theta") != written:
+            corrected[layer_type] = f"rope_theta {params.get('rope_theta')} -> {written}"
+            params["rope_theta"] = written
+    return corrected or None
+
+
+def transformers_logprobs(ctx, folder, rows, temperature, dtype, corrections=None):
+    """The same log-probs from transformers on this device (TRL's recipe: logits / T, log_softmax, gather).
+    A correction made to transformers' reading of the config is recorded in `corrections`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.from_pretrained(folder)
+    corrected = olmo3_rope_theta_as_written(folder, config)
+    if corrected and corrections is not None:
+        corrections.update(corrected)
     # Gemma 2: transformers' SDPA leaves out the attention's soft-capping; its eager attention applies it
     eager = {"attn_implementation": "eager"} if "gemma2" in folder else {}
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **eager).to(ctx.device).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=dtype, **eager).to(ctx.device).eval()
     out = []
     with torch.no_grad():
         for r in rows:
@@ -144,8 +166,9 @@ def correctness(ctx):
         folder = ctx.model(name)
         rows, reference = reference_rows(folder)
         temperature = json.load(open(os.path.join(folder, "reference.json")))["temperature"]
+        corrections = {}
         grove32 = grove_logprobs(ctx, folder, rows, temperature, "float32")
-        hf32 = transformers_logprobs(ctx, folder, rows, temperature, torch.float32)
+        hf32 = transformers_logprobs(ctx, folder, rows, temperature, torch.float32, corrections)
         grove16 = grove_logprobs(ctx, folder, rows, temperature, "bfloat16")
         hf16 = transformers_logprobs(ctx, folder, rows, temperature, torch.bfloat16)
         f = {"float32_vs_cpu_reference": (grove32 - reference).abs().max().item(),
@@ -153,6 +176,8 @@ def correctness(ctx):
              "bfloat16_vs_float32_reference": (grove16 - reference).abs().max().item(),
              "transformers_bfloat16_vs_float32_reference": (hf16 - reference).abs().max().item()}
         figures[name] = {k: float(f"{v:.3g}") for k, v in f.items()}
+        if corrections:
+            figures[name]["transformers_here_config_corrected"] = corrections
         if max(f["float32_vs_cpu_reference"], f["float32_vs_transformers_here"]) > 1e-4:
             failures.append(f"{name}: float32 log-probs differ by more than 1e-4")
         # stated bf16 tolerance: Grove's bf16 error is at most twice transformers' own bf16 error, plus 0.02
