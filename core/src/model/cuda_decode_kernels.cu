@@ -155,9 +155,10 @@ __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T*
                                         float* partials, int q_heads, int kv_heads, int D, int64_t capacity, int64_t span,
                                         float scale) {
     extern __shared__ float shared[];
-    __shared__ float totals[kMaxGroup], tops[kMaxGroup];
+    __shared__ float totals[kMaxGroup], tops[kMaxGroup], reduce_scratch[kAttentionThreads / 32];
     const int kv_head = blockIdx.x, b = blockIdx.y, group = q_heads / kv_heads, parts = blockDim.x / D;
-    const int64_t begin = int64_t(blockIdx.z) * span, n = (capacity - begin < span ? capacity - begin : span);
+    const int64_t begin = int64_t(blockIdx.z) * span;
+    int64_t n = (capacity - begin < span ? capacity - begin : span);
     float* query = shared;                      // [group, D]
     float* scores = query + group * D;          // [group, span]
     float* partial = scores + group * span;     // [parts, group, D]
@@ -169,14 +170,17 @@ __global__ void decode_attention_kernel(const T* q, const T* key_cache, const T*
     const T* row_q = q + (int64_t(b) * q_heads + int64_t(kv_head) * group) * D;
     const int64_t first_head = int64_t(b) * q_heads + int64_t(kv_head) * group;  // of [B, q_heads]
     load_floats(row_q, group * D, query, [](int i) { return i; });
-    bool any_visible = false;
+    float last_visible = -1.0f;  // exact as a float: a cache holds far fewer than 2^24 columns
     for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
         seen[s] = row_visible[s] ? 1.0f : 0.0f;
-        any_visible = any_visible || row_visible[s];
+        if (row_visible[s]) last_visible = float(s);
     }
-    // A split whose columns are all masked (those of tokens not generated yet) reads no keys or
-    // values: it adds nothing (its largest score -inf). The branch is the same for the whole block.
-    if (!__syncthreads_or(any_visible) && partials) {
+    // The columns after the last visible one (those of tokens not generated yet: the cache is
+    // allocated for the longest row) are neither read nor weighed; they would weigh 0, so the sums
+    // are the same. A split with none visible adds nothing (its largest score -inf). n is the same
+    // for the whole block.
+    n = int64_t(block_reduce(last_visible, reduce_scratch, true)) + 1;
+    if (n == 0 && partials) {
         for (int i = threadIdx.x; i < group * (D + 2); i += blockDim.x) {
             const int g = i / (D + 2), j = i % (D + 2);
             partials[((first_head + g) * gridDim.z + blockIdx.z) * (D + 2) + j] = j == D ? -INFINITY : 0.0f;
