@@ -359,6 +359,10 @@ case("runs", "a checkpoint file deleted", TRAIN + " --resume --set train.max_ste
      lambda d: (trained()(d), os.remove(f"{d}/out/checkpoint-2/optimizer.safetensors")))
 case("runs", "trainer_state.json cut short", TRAIN + " --resume --set train.max_steps=3", 5, "is not valid JSON",
      lambda d: (trained()(d), write(f"{d}/out/checkpoint-2/trainer_state.json", '{"global_step": 2, "mic')))
+case("runs", "a checkpoint resumed on another model", TRAIN + " --resume --set train.max_steps=3", 5,
+     "the checkpoint was written for another model",
+     lambda d: (trained()(d), shutil.rmtree(f"{d}/model"),
+                shutil.copytree(os.path.join(os.path.dirname(TINY_MODEL), "mistral_mha"), f"{d}/model")))
 case("runs", "--resume with a folder that is no checkpoint", TRAIN + " --resume prompts.jsonl", 5, "not a checkpoint",
      run_folder())
 case("runs", "--overwrite of a folder that holds the model being trained", TRAIN + " --overwrite --set 'output.dir=\".\"'", 2,

@@ -116,6 +116,44 @@ assert r.returncode == 0, r.stdout + r.stderr
 assert json.loads(r.stdout)["completion_ids"] == reference, (r.stdout, reference)
 print(f"LoRA on {repo_id} at v1: adapter_config names it and the commit; PEFT and grove generate agree: {reference}")
 
+# a resumed run keeps the snapshot it started from when the revision has moved since: v1 moves to
+# another model between a run and its resume from checkpoint-2, and the resumed run still ends with
+# the adapter a straight run on the old v1 ends with, bit for bit
+def sft_run(name, *extra):
+    with open(os.path.join(run_dir, "sft.toml")) as f:
+        body = f.read().replace('dir = "out"', f'dir = "{name}"\nsave_steps = 2').replace("max_steps = 3", "max_steps = 4")
+    with open(os.path.join(run_dir, f"{name}.toml"), "w") as f:
+        f.write(body)
+    r = run("sft", os.path.join(run_dir, f"{name}.toml"), *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stderr
+
+
+def adapter_weights(name):
+    from safetensors.torch import load_file
+    return load_file(os.path.join(run_dir, name, "adapter_model.safetensors"))
+
+
+sft_run("straight")
+said = sft_run("moved")
+assert "resuming on" not in said, said
+moved_commit = "3" * 40
+add_snapshot(moved_commit, os.path.join(models, "llama_gqa"))
+with open(os.path.join(storage, "refs", "v1"), "w") as f:
+    f.write(moved_commit)
+said = sft_run("moved", "--resume", os.path.join(run_dir, "moved", "checkpoint-2"))
+with open(os.path.join(storage, "refs", "v1"), "w") as f:
+    f.write(tag_commit)
+assert f"grove: note: resuming on {repo_id} at {tag_commit}" in said and moved_commit in said, said
+assert "settings changed" not in said, said
+straight, resumed = adapter_weights("straight"), adapter_weights("moved")
+assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight), \
+    "the resumed adapter differs from the straight run's"
+kept = json.load(open(os.path.join(run_dir, "moved", "adapter_config.json")))["revision"]
+assert kept == tag_commit, kept
+print(f"v1 moved to {moved_commit[:8]} before --resume: the run kept {tag_commit[:8]}; its adapter equals the straight "
+      f"run's ({len(straight)} tensors)")
+
 # a folder of the id's name next to the manifest wins over the cache
 local = os.path.join(work, "manifest")
 shutil.copytree(os.path.dirname(os.path.abspath(manifest)), local)

@@ -98,6 +98,12 @@ public:
     // added to Grove since `before` was written) is no change. A text that is not TOML counts as
     // having no keys.
     static std::vector<std::string> resolved_changes(const std::string& before, const std::string& now);
+    // The string at `key` ("section.key") of a resolved_toml() text; none when it has no such string.
+    static std::optional<std::string> resolved_string(const std::string& resolved, const std::string& key);
+
+    // model.path becomes `folder` (a resumed run keeping the Hub snapshot it started from). The
+    // values are copied first: manifests copied from this one keep theirs.
+    void use_model_folder(const std::string& folder);
 
 private:
     std::string path_, directory_;

@@ -836,6 +836,20 @@ std::vector<std::string> Manifest::resolved_changes(const std::string& before, c
     return changes;
 }
 
+std::optional<std::string> Manifest::resolved_string(const std::string& resolved, const std::string& key) {
+    try {
+        const toml::table root = toml::parse(std::string_view(resolved), std::string_view("resolved manifest"));
+        return root.at_path(key).value<std::string>();
+    } catch (const toml::parse_error&) {
+        return std::nullopt;
+    }
+}
+
+void Manifest::use_model_folder(const std::string& folder) {
+    values_ = std::make_shared<toml::table>(*values_);
+    values_->get("model")->as_table()->insert_or_assign("path", folder);
+}
+
 std::string manifest_reference_markdown() {
     std::ostringstream os;
     os << "# Manifest reference\n\n"

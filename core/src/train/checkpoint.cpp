@@ -15,6 +15,7 @@
 
 #include "grove/distributed.hpp"
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/manifest.hpp"
 #include "grove/optimizer.hpp"
 #include "grove/safetensors.hpp"
@@ -32,6 +33,13 @@ namespace {
 constexpr const char* kResolvedManifestFile = "manifest.resolved.toml";
 // the reference model, when sync_ref_model moves it
 constexpr const char* kReferenceFile = "reference.safetensors";
+
+// [32, 64]
+std::string shape_text(at::IntArrayRef sizes) {
+    std::string text = "[";
+    for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+    return text + "]";
+}
 
 // a checkpoint's unused micro-batches, one file per rank (rank 0 keeps the single-process name)
 std::string buffer_file_name(int rank) {
@@ -202,6 +210,28 @@ void seed_step_randomness(int64_t seed, int64_t step) {
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     at::manual_seed(x ^ (x >> 31));
+}
+
+Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::string>& resume, std::ostream* log) {
+    if (!resume) return manifest;
+    const std::optional<std::string> checkpoint =
+        *resume == "latest" ? latest_checkpoint(manifest.string("output.dir")) : std::optional<std::string>(*resume);
+    if (!checkpoint) return manifest;
+    std::ifstream in(fs::path(*checkpoint) / kResolvedManifestFile);
+    if (!in) return manifest;
+    std::stringstream saved;
+    saved << in.rdbuf();
+    const std::optional<std::string> started_on = Manifest::resolved_string(saved.str(), "model.path");
+    const std::string now = manifest.string("model.path");
+    if (!started_on || *started_on == now) return manifest;
+    const auto was = cached_hub_model_of(*started_on), is = cached_hub_model_of(now);
+    if (!was || !is || was->id != is->id) return manifest;  // not a moved revision: the settings warning names it
+    Manifest kept = manifest;
+    kept.use_model_folder(*started_on);
+    if (log)
+        *log << "grove: note: resuming on " << was->id << " at " << was->commit << ", the snapshot " << *checkpoint
+             << " was trained on; the manifest's revision now names " << is->commit << " (start a new run to train on it)\n";
+    return kept;
 }
 
 void test_kill_point(const char* point, int64_t step) {
@@ -390,27 +420,35 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
                                           "the same number (this run has " + std::to_string(world_size_) + ")");
     SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
     SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
-    auto load = [&](const SafetensorsFile& f, const std::string& name) {
+    // a tensor of the checkpoint, shaped as the run's `like`: another shape means another model or adapter
+    auto load = [&](const SafetensorsFile& f, const std::string& name, const at::Tensor& like) {
         const TensorEntry* e = f.find(name);
         if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
-        return tensor_from_entry(*e, f.path());
+        at::Tensor saved = tensor_from_entry(*e, f.path());
+        if (saved.sizes() != like.sizes())
+            throw Error(ErrorKind::input, f.path() + ": \"" + name + "\" is " + shape_text(saved.sizes()) +
+                                              " but this run's tensor is " + shape_text(like.sizes()) +
+                                              ": the checkpoint was written for another model or [adapter] (model.path or "
+                                              "the adapter's config changed?); resume with the manifest it was written "
+                                              "with, or start again with --overwrite");
+        return saved;
     };
     std::vector<at::Tensor> exp_avg, exp_avg_sq;
     {
         at::NoGradGuard no_grad;
         for (size_t i = 0; i < state.trainable.size(); ++i) {
             at::Tensor p = state.trainable[i];
-            p.copy_(load(weights, "p" + std::to_string(i)));
+            p.copy_(load(weights, "p" + std::to_string(i), p));
             const bool kept = state.optimizer.updates(i);  // sharded: this rank's share only
-            exp_avg.push_back(kept ? load(optimizer, "exp_avg." + std::to_string(i)) : at::Tensor());
-            exp_avg_sq.push_back(kept ? load(optimizer, "exp_avg_sq." + std::to_string(i)) : at::Tensor());
+            exp_avg.push_back(kept ? load(optimizer, "exp_avg." + std::to_string(i), p) : at::Tensor());
+            exp_avg_sq.push_back(kept ? load(optimizer, "exp_avg_sq." + std::to_string(i), p) : at::Tensor());
         }
     }
     state.optimizer.restore(optimizer_steps, exp_avg, exp_avg_sq);
     if (const fs::path file = fs::path(dir) / kReferenceFile; !state.reference.empty() && fs::exists(file)) {
         SafetensorsFile reference(file.string());
         at::NoGradGuard no_grad;
-        for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name));
+        for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name, tensor));
         state.reference_restored = true;
     }
     const fs::path buffer_file = fs::path(dir) / buffer_file_name(rank_);

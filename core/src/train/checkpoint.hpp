@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "grove/manifest.hpp"
 #include "grove/policy_loss.hpp"
 #include "train/micro_batches.hpp"
 #include "train/rollout.hpp"
@@ -72,6 +73,11 @@ struct RunStart {
 };
 RunStart run_start(const std::string& output_dir, const std::string& model_path, const std::optional<std::string>& resume,
                    bool overwrite, std::ostream* log);
+// The manifest a run resumed from `resume` ("latest" or a checkpoint folder; unset: no resume) goes
+// on with. When model.path names a Hub model whose branch or tag has moved since that checkpoint was
+// written (model.path now resolves to another snapshot of the same id), the run keeps the snapshot
+// the checkpoint recorded while the cache holds it, and `log` is told; else `manifest` unchanged.
+Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::string>& resume, std::ostream* log);
 // Makes the output folder (emptied first when `clear`) and proves it can write there before the
 // model loads, so a read-only or missing folder costs seconds, not the steps before a checkpoint.
 void prepare_output_folder(const std::string& output_dir, bool clear);

@@ -234,7 +234,8 @@ std::map<std::string, double> sft_evaluate(Model& model, const std::vector<SftEx
     return metrics;
 }
 
-SftResult run_sft(const Manifest& manifest, std::ostream* log, const SftOptions& options) {
+SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& options) {
+    const Manifest manifest = manifest_to_resume(given, options.resume, log);
     const RunConfig c = RunConfig::from(manifest, RunConfig::Kind::sft);
     const std::string output = c.output.dir;
     const RunStart start = run_start(output, c.model.path, options.resume, options.overwrite, log);

@@ -455,7 +455,9 @@ CheckpointedState Trainer::State::checkpointed_state() {
 }
 
 // ---------------------------------------------------------------------------------------------
-Trainer::Trainer(const Manifest& manifest, const TrainerOptions& options) : s_(new State(manifest, options)) {
+Trainer::Trainer(const Manifest& given, const TrainerOptions& options) {
+    const Manifest manifest = manifest_to_resume(given, options.resume, options.rank == 0 ? options.log : nullptr);
+    s_.reset(new State(manifest, options));
     // from here on SIGINT/SIGTERM ask for a stop (a checkpoint after the step in flight) instead of
     // killing the process mid-load; the destructor restores the previous handlers
     g_stop_requested = 0;

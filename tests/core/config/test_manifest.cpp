@@ -300,6 +300,23 @@ TEST(Manifest, ResolvedTomlKeepsEveryRewardSetting) {
         << testing::PrintToString(grove::Manifest::resolved_changes(resolved, again.resolved_toml()));
 }
 
+// A resumed run keeping its model folder: resolved_string reads it back from a checkpoint's settings,
+// use_model_folder changes this manifest only (a copy made before keeps its own values).
+TEST(Manifest, UseModelFolderChangesThisManifestOnly) {
+    const auto original = grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml");
+    auto kept = original;
+    kept.use_model_folder("/cache/snapshots/abc");
+    EXPECT_EQ(kept.string("model.path"), "/cache/snapshots/abc");
+    EXPECT_EQ(original.string("model.path"), "/runs/exp/models/tiny");
+    EXPECT_EQ(grove::Manifest::resolved_string(kept.resolved_toml(true), "model.path"), "/cache/snapshots/abc");
+    EXPECT_EQ(grove::Manifest::resolved_string(original.resolved_toml(true), "model.path"), "/runs/exp/models/tiny");
+    EXPECT_EQ(grove::Manifest::resolved_string(original.resolved_toml(true), "model.no_such_key"), std::nullopt);
+    EXPECT_EQ(grove::Manifest::resolved_string("not [toml", "model.path"), std::nullopt);
+    const auto changes = grove::Manifest::resolved_changes(original.resolved_toml(true), kept.resolved_toml(true));
+    ASSERT_EQ(changes.size(), 1u) << testing::PrintToString(changes);
+    EXPECT_EQ(changes[0], "model.path = '/cache/snapshots/abc' (was '/runs/exp/models/tiny')");
+}
+
 // What a resume reports: each key whose resolved value differs, with both values, a reward's keys by
 // index as --set names them; nothing for the same manifest.
 TEST(Manifest, ResolvedChangesNameEachKeyThatDiffers) {
