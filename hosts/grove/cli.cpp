@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 
 namespace grove::cli {
 
@@ -22,6 +23,18 @@ int integer_from_environment(const char* name, int fallback, int minimum) {
 }
 
 int world_size_from_environment() { return integer_from_environment("WORLD_SIZE", 1, 1); }
+
+void add_revision_option(po::options_description& options) {
+    options.add_options()("revision", po::value<std::string>()->default_value("main"),
+                          "with a Hub id as --model: the branch, tag or commit of the cached model");
+}
+
+std::string model_option_folder(const po::variables_map& vm) {
+    const std::string given = vm["model"].as<std::string>(), revision = vm["revision"].as<std::string>();
+    if (const std::string why = revision_refusal(given, given, revision); !why.empty())
+        throw Error(ErrorKind::usage, "--revision " + revision + ": " + why);
+    return local_or_cached_model_folder(given, given, revision);
+}
 
 po::variables_map parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options,
                         const po::positional_options_description& positional, const std::string& synopsis) {

@@ -35,6 +35,7 @@ int eval(const std::vector<std::string>& args) {
                                                                                              "also write that JSON to a file")(
         "compare", po::value<std::string>(), "a file from an earlier --save: print before, after and change")(
         "no-environment", "single-turn completions even when the manifest names an [environment] (the model without its tool)");
+    add_revision_option(options);
     po::positional_options_description positional;
     positional.add("manifest", 1);
     auto vm =
@@ -44,6 +45,11 @@ int eval(const std::vector<std::string>& args) {
     EvaluationRequest q;
     std::optional<int64_t> manifest_samples;  // train.num_generations_eval, when the manifest sets it
     if (vm.count("manifest")) {
+        if (!vm["revision"].defaulted())
+            throw Error(ErrorKind::usage,
+                        "grove eval: with a MANIFEST, its model.revision names the revision "
+                        "(--set 'model.revision=\"" +
+                            vm["revision"].as<std::string>() + "\"'), not --revision");
         std::vector<std::string> overrides;
         if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
         const Manifest manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
@@ -52,7 +58,7 @@ int eval(const std::vector<std::string>& args) {
     } else {
         if (!vm.count("model") || !vm.count("data") || !vm.count("reward"))
             throw Error(ErrorKind::usage, "grove eval: give a MANIFEST, or --model, --data and at least one --reward");
-        q.model_dir = grove::local_or_cached_model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+        q.model_dir = model_option_folder(vm);
         q.data_source = vm["data"].as<std::string>();
         q.sampling.max_new_tokens = 256;
         for (const auto& spec : vm["reward"].as<std::vector<std::string>>()) {

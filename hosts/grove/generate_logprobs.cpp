@@ -115,14 +115,14 @@ int generate(const std::vector<std::string>& args) {
         "environment-config", po::value<std::string>()->default_value(""), "the environment's settings, as TOML")(
         "max-turns", po::value<int64_t>()->default_value(4), "model turns per episode")(
         "plugin-dir", po::value<std::vector<std::string>>()->composing(), "a folder to search for plugins (repeatable)");
+    add_revision_option(options);
     auto vm = parse("generate", args, options, {}, "--model DIR (--prompt TEXT | --input FILE.jsonl) [options]");
     if (vm.count("prompt") == vm.count("input"))
         throw Error(ErrorKind::usage, "grove generate: give exactly one of --prompt and --input");
     int64_t n = vm["n"].as<int64_t>();
     if (n < 1) throw Error(ErrorKind::usage, "grove generate: --n must be >= 1");
 
-    const std::string folder =
-        grove::local_or_cached_model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+    const std::string folder = model_option_folder(vm);
     auto model = grove::load_model_or_adapter_checkpoint(folder, vm["device"].as<std::string>(), vm["dtype"].as<std::string>());
     // The graph engine decodes with the model itself when it needs no bf16 copy: one GEMM for q/k/v
     // and one for gate/up, as a copy would have
@@ -200,9 +200,9 @@ int logprobs(const std::vector<std::string>& args) {
         "output", po::value<std::string>(), "write JSONL here instead of stdout")(
         "device", po::value<std::string>()->default_value("auto"), "cpu, cuda, auto")(
         "dtype", po::value<std::string>()->default_value("float32"), "float32 or bfloat16");
+    add_revision_option(options);
     auto vm = parse("logprobs", args, options, {}, "--model DIR --input FILE.jsonl [--temperature T] [--output FILE]");
-    const std::string folder =
-        grove::local_or_cached_model_folder(vm["model"].as<std::string>(), vm["model"].as<std::string>());
+    const std::string folder = model_option_folder(vm);
     const std::string path = vm["input"].as<std::string>();
     double temperature = vm["temperature"].as<double>();
     if (!(temperature > 0)) throw Error(ErrorKind::usage, "grove logprobs: --temperature must be > 0");

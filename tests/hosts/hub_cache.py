@@ -85,8 +85,36 @@ print(f"grove generate --model {repo_id}: {row['completion_ids']} as transformer
 r = run("check", manifest, "--set", f"model.path={repo_id}", "--set", "model.revision=v2")
 assert r.returncode == 3 and "holds no revision v2 of grove-test/tiny-chat" in r.stderr, r.stderr
 r = run("check", manifest, "--set", f"model.path={os.path.join(models, 'llama_gqa')}", "--set", "model.revision=v1")
-assert r.returncode == 3 and "not a Hub id; leave model.revision out" in r.stderr, r.stderr
+assert r.returncode == 3 and "is a folder, not a Hub id; leave the revision out" in r.stderr, r.stderr
 print("a revision the cache lacks, and a revision with a folder: exit 3")
+
+# the command line's --revision: generate on the tag decodes as transformers' from_pretrained(id,
+# revision="v1"); logprobs scores its tokens as that model does; the same refusals, as usage errors
+tagged = AutoModelForCausalLM.from_pretrained(repo_id, revision="v1", dtype=torch.float32)
+ids = AutoTokenizer.from_pretrained(repo_id, revision="v1")("What is 2 + 2?", return_tensors="pt").input_ids
+reference = tagged.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                            do_sample=False)[0, ids.shape[1]:].tolist()
+r = run("generate", "--model", repo_id, "--revision", "v1", "--prompt", "What is 2 + 2?", "--greedy", "--max-new-tokens",
+        "8", "--json", "--device", "cpu")
+assert r.returncode == 0, r.stdout + r.stderr
+assert json.loads(r.stdout)["completion_ids"] == reference, (r.stdout, reference)
+rows = os.path.join(work, "rows.jsonl")
+with open(rows, "w") as f:
+    f.write(json.dumps({"prompt_ids": ids[0].tolist(), "completion_ids": reference}) + "\n")
+r = run("logprobs", "--model", repo_id, "--revision", tag_commit, "--input", rows, "--device", "cpu")
+assert r.returncode == 0, r.stdout + r.stderr
+with torch.no_grad():
+    full = torch.tensor([ids[0].tolist() + reference])
+    expected = torch.log_softmax(tagged(full).logits[0, ids.shape[1] - 1:-1], -1).gather(
+        -1, torch.tensor(reference)[:, None])[:, 0]
+got = torch.tensor(json.loads(r.stdout)["logprobs"])
+assert (got - expected).abs().max() < 1e-4, (got, expected)
+for model_arg, revision, words in ((repo_id, "v2", "holds no revision v2 of grove-test/tiny-chat"),
+                                   (os.path.join(models, "llama_gqa"), "v1", "is a folder, not a Hub id")):
+    r = run("generate", "--model", model_arg, "--revision", revision, "--prompt", "hi")
+    assert r.returncode == 2 and f"--revision {revision}: " in r.stderr and words in r.stderr, (r.returncode, r.stderr)
+print(f"--revision v1: generate decodes as transformers at v1 ({reference}); logprobs at the tag's commit within 1e-4; "
+      "refusals exit 2")
 
 # a LoRA adapter trained on the id at tag v1 names its base by the id and commit, as PEFT does:
 # AutoPeftModelForCausalLM loads that base from the cache, and grove generate on the adapter (merged

@@ -33,4 +33,9 @@ std::optional<CachedHubModel> cached_hub_model_of(const std::string& folder);
 std::string local_or_cached_model_folder(const std::string& given, const std::string& folder,
                                          const std::string& revision = "main");
 
+// Why `revision` cannot apply to the model `given` (resolved as `folder`), in words that end with
+// the fix: a folder takes no revision but main; the cache lacks that revision of a Hub id. Empty
+// when it applies.
+std::string revision_refusal(const std::string& given, const std::string& folder, const std::string& revision);
+
 }  // namespace grove

@@ -272,19 +272,10 @@ void use_cached_hub_model(const std::string& directory, toml::table& model, cons
     if (!given) return;
     const std::string folder = resolve_path(directory, *given);
     const std::string revision = model["revision"].value_or(std::string("main"));
+    if (const std::string why = revision_refusal(*given, folder, revision); !why.empty())
+        throw manifest_error(source_name, "model.revision = \"" + revision + "\": " + why);
     const std::string chosen = local_or_cached_model_folder(*given, folder, revision);
-    if (chosen != folder) {
-        model.insert_or_assign("path", fs::absolute(chosen).string());
-    } else if (revision != "main") {
-        std::error_code error;
-        throw manifest_error(
-            source_name,
-            "model.revision = \"" + revision + "\": " +
-                (fs::exists(folder, error)
-                     ? "model.path is the folder " + folder + ", not a Hub id; leave model.revision out"
-                     : "the local Hugging Face cache (" + hub_cache_directory() + ") holds no revision " + revision + " of " +
-                           *given + "; `hf download " + *given + " --revision " + revision + "` puts it there"));
-    }
+    if (chosen != folder) model.insert_or_assign("path", fs::absolute(chosen).string());
 }
 
 bool looks_like_plugin_path(const std::string& reference) {

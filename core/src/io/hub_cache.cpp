@@ -122,4 +122,12 @@ std::string local_or_cached_model_folder(const std::string& given, const std::st
     return cached_hub_snapshot(given, revision).value_or(folder);
 }
 
+std::string revision_refusal(const std::string& given, const std::string& folder, const std::string& revision) {
+    if (revision == "main" || local_or_cached_model_folder(given, folder, revision) != folder) return "";
+    std::error_code error;
+    if (fs::exists(folder, error)) return "the model " + folder + " is a folder, not a Hub id; leave the revision out";
+    return "the local Hugging Face cache (" + hub_cache_directory() + ") holds no revision " + revision + " of " + given +
+           "; `hf download " + given + " --revision " + revision + "` puts it there";
+}
+
 }  // namespace grove
