@@ -17,6 +17,7 @@
 #include "grove/dataset.hpp"
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
+#include "grove/hub_cache.hpp"
 #include "grove/isolated_reward.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model_config.hpp"
@@ -352,6 +353,8 @@ int check(const std::vector<std::string>& args) {
         environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());
 
     const std::string prompts = sft_only ? "" : render_training_prompts(config, environment.get());
+    // a model made later (by grove sft or init-model, as the quickstart's) is no error here, but said
+    const bool model_there = std::filesystem::exists(std::filesystem::path(config.model.path) / "config.json");
     std::cout << manifest.resolved_toml();
     std::cout << "\n# plugins (all created successfully)\n";
     auto list = [](const grove::PluginInfo& info) {
@@ -363,6 +366,11 @@ int check(const std::vector<std::string>& args) {
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
     if (!experts.empty()) std::cout << "# " << experts << "\n";
     if (!prompts.empty()) std::cout << "# " << prompts << "\n";
+    if (!model_there)
+        std::cout << "# model: " << config.model.path
+                  << " holds no config.json yet: grove train and grove sft need a Hugging Face model folder there, or "
+                     "model.path = a Hub id the local cache holds (`hf download ID`, cache "
+                  << grove::hub_cache_directory() << ")\n";
     if (sft_only) std::cout << "# no [[rewards]]: valid for grove sft only (grove train and grove eval need a reward)\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;

@@ -94,6 +94,9 @@ TEST(Cli, CheckNamesAManifestWithoutRewardsAsGroveSfts) {
     auto r = run_grove("check " + manifest + " 2>&1");
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_CONTAINS(r.out, "no [[rewards]]: valid for grove sft only");
+    // its model folder is not there (yet): valid, but said
+    EXPECT_CONTAINS(r.out, "model.path = a Hub id the local cache holds");
+    EXPECT_CONTAINS(r.out, "/model holds no config.json yet");
     r = run_grove("train " + manifest + " 2>&1");
     EXPECT_EQ(r.exit_code, 3) << r.out;
     EXPECT_CONTAINS(r.out, "sft_only.toml: error: no reward: add at least one [[rewards]] table");

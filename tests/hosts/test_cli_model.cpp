@@ -221,6 +221,7 @@ TEST(CliModel, CheckRendersTheTrainingPromptsAsTrainDoes) {
     auto r = run_grove("check " + folder + "/grove.toml");
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_CONTAINS(r.out, ": 2 prompts render as grove train renders them (conversations: 1)");
+    EXPECT_EQ(r.out.find("holds no config.json"), std::string::npos) << r.out;  // the model is there
     r = run_grove("check " + folder + "/grove.toml --set model.chat_template=mistral");
     EXPECT_EQ(r.exit_code, 5) << r.out;
     EXPECT_CONTAINS(r.out, "prompts.jsonl:2: mistral chat template: conversation roles must alternate");
