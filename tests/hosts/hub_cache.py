@@ -204,8 +204,10 @@ plain = {k: v for k, v in os.environ.items()
 plain["HOME"] = os.path.join(work, "home")
 for variables in ({}, {"XDG_CACHE_HOME": f"{work}/xdg"}, {"HF_HOME": "~/hf"}, {"HF_HOME": "$GROVE_T/hf", "GROVE_T": work},
                   {"HUGGINGFACE_HUB_CACHE": "${GROVE_T}/old", "GROVE_T": work},
-                  {"HF_HUB_CACHE": "~/new", "HUGGINGFACE_HUB_CACHE": "/old"}):
+                  {"HF_HUB_CACHE": "~/new", "HUGGINGFACE_HUB_CACHE": "/old"}, {"HOME": None}):
     variant = dict(plain, **variables)
+    if variables.get("HOME") is None and "HOME" in variables:  # unset: the password database's home, as Python's
+        del variant["HOME"]
     expected = subprocess.run([sys.executable, "-c", "from huggingface_hub import constants; print(constants.HF_HUB_CACHE)"],
                               capture_output=True, text=True, env=variant, check=True).stdout.strip()
     said = subprocess.run([grove, "generate", "--model", "grove-test/absent", "--prompt", "hi"], capture_output=True,

@@ -5,6 +5,9 @@
 #include <fstream>
 #include <iterator>
 
+#include <pwd.h>
+#include <unistd.h>
+
 namespace fs = std::filesystem;
 
 namespace grove {
@@ -16,12 +19,20 @@ std::optional<std::string> environment(const char* name) {
     return value ? std::optional<std::string>(value) : std::nullopt;
 }
 
+// The home folder as Python's expanduser finds it: $HOME, else the user's entry in the password
+// database (a service or container started without HOME); none when neither has one.
+std::optional<std::string> home_folder() {
+    if (auto home = environment("HOME")) return home;
+    const passwd* user = ::getpwuid(::getuid());
+    return user && user->pw_dir ? std::optional<std::string>(user->pw_dir) : std::nullopt;
+}
+
 // Python's os.path.expandvars(os.path.expanduser(path)), as huggingface_hub applies it: a leading
-// "~" becomes $HOME; $NAME and ${NAME} become set variables' values, others stay as written
+// "~" becomes the home folder; $NAME and ${NAME} become set variables' values, others stay as written
 std::string expanded(const std::string& path) {
     std::string text = path;
     if (!text.empty() && text[0] == '~' && (text.size() == 1 || text[1] == '/'))
-        if (auto home = environment("HOME")) {
+        if (auto home = home_folder()) {
             std::string prefix = *home;
             while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
             text = prefix + text.substr(1);
