@@ -1,4 +1,5 @@
 #include "plugin_test_support.hpp"
+#include "test_paths.hpp"
 
 #include <sys/wait.h>
 

@@ -471,7 +471,9 @@ const char* decode_attention(DType dtype, const void* q, const void* key_cache, 
     float* partials = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
     return with_type(dtype, [&](auto zero) {
         using T = decltype(zero);
-        if (shared > 48 * 1024)
+        // beyond 48 KiB a block's shared memory (the dynamic part plus the kernel's static arrays,
+        // under 1 KiB) needs the opt-in
+        if (shared + 1024 > 48 * 1024)
             cudaFuncSetAttribute(decode_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
         decode_attention_kernel<T>
             <<<dim3(unsigned(kv_heads), unsigned(B), unsigned(plan.splits)), kAttentionThreads, shared, cudaStream_t(stream)>>>(
