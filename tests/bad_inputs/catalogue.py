@@ -223,6 +223,11 @@ case("data", "SFT rows whose prompts fill sft.max_length, so no completion token
      run_folder(prompts='{"prompt": "12 + 34 + 56 =", "completion": " 102"}\n'))
 case("data", "SFT padding_free without packing, which would not cut examples to max_length", SFT + " --set sft.padding_free=true",
      3, "sft.padding_free without sft.packing", run_folder())
+case("data", "SFT assistant_only_loss on rows that are no conversations", SFT + " --set sft.assistant_only_loss=true", 5,
+     "prompts.jsonl:1: sft.assistant_only_loss trains the assistant turns of conversation rows", run_folder())
+case("data", "SFT assistant_only_loss with a chat template TRL has no training template for",
+     SFT + " --set sft.assistant_only_loss=true", 5, "for the chatml and llama3 families, not for the",
+     run_folder(prompts='{"messages": [{"role": "user", "content": "1 + 2 ="}, {"role": "assistant", "content": "3"}]}\n'))
 case("data", "an SFT row with a tools column, which TRL renders the row with", SFT, 5,
      "prompts.jsonl:1: the row's \"tools\" column is not rendered by grove sft",
      run_folder(prompts='{"prompt": "1 + 2 =", "completion": " 3", "tools": [{"type": "function"}]}\n'))

@@ -227,7 +227,7 @@ def episodes_match_the_cpu(ctx, figures):
 
 def graphs_match_the_eager_loop(ctx, figures):
     """The CUDA graph engine generates what the eager decode loop generates: 24 prompts of different
-    lengths, greedy and sampled (top-k; repetition penalty; top-p with min-p), float32 and bf16. In
+    lengths (Llama; greedy also Qwen3 and a sliding window), greedy and sampled (top-k; repetition penalty; top-p with min-p), float32 and bf16. In
     float32 token for token. In bf16 the engine's fused kernels round differently from ATen's ops
     (the order of float sums), so a row may part from the eager loop's where two tokens are nearly
     tied; up to there their log-probabilities must agree, and where greedy rows part, the two tokens
@@ -249,14 +249,16 @@ def graphs_match_the_eager_loop(ctx, figures):
                         tokens, "--json", "--device", ctx.device, "--dtype", dtype, *engine)
         return [json.loads(line) for line in out.splitlines()]
 
-    # Qwen3's per-head q/k norms in the engine's step (greedy; the sampling modes run on llama_gqa below)
-    for dtype in ["float32", "bfloat16"]:
-        graphs, eager = (generate(["--greedy"], dtype, engine, model="qwen3_qknorm") for engine in [[], ["--no-cuda-graphs"]])
-        key = f"qwen3_graphs_vs_eager_greedy_{dtype}"
-        if dtype == "float32":
-            failures += rows_identical(graphs, eager, key, "qwen3 graphs vs eager (greedy, float32)", figures)
-        else:
-            failures += rows_agree_until_they_part(graphs, eager, key, True, figures)
+    # Qwen3's per-head q/k norms in the engine's step, and Gemma 3's sliding layer (4 columns: masked
+    # columns before visible ones, beside the left padding), greedy; the sampling modes run on llama_gqa below
+    for name, model in [("qwen3", "qwen3_qknorm"), ("gemma3_window", "gemma3_window")]:
+        for dtype in ["float32", "bfloat16"]:
+            graphs, eager = (generate(["--greedy"], dtype, engine, model=model) for engine in [[], ["--no-cuda-graphs"]])
+            key = f"{name}_graphs_vs_eager_greedy_{dtype}"
+            if dtype == "float32":
+                failures += rows_identical(graphs, eager, key, f"{name} graphs vs eager (greedy, float32)", figures)
+            else:
+                failures += rows_agree_until_they_part(graphs, eager, key, True, figures)
 
     modes = {"greedy": ["--greedy"], "top_k": ["--temperature", 1.3, "--top-k", 50, "--seed", 3],
              "repetition_penalty": ["--temperature", 1.0, "--repetition-penalty", 1.3, "--seed", 4],

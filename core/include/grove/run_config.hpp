@@ -145,6 +145,7 @@ struct SftSection {
     int64_t max_length = 1024;  // 0 = no limit
     bool keep_end = false;      // truncation_mode = "keep_end"
     bool completion_only_loss = true;
+    bool assistant_only_loss = false;
     bool packing = false;
     std::string packing_strategy = "bfd";  // bfd | bfd_split | wrapped
     bool padding_free = false;

@@ -38,6 +38,11 @@ struct SftDataOptions {
     std::string prompt_column = "prompt", completion_column = "completion";
     std::string text_column = "text";  // TRL's dataset_text_field
     bool completion_only_loss = true;  // prompt-completion rows: train the completion only
+    // TRL's assistant_only_loss: conversation rows ("messages") train only their assistant turns, the
+    // characters TRL's training chat template marks with {% generation %} (chatml: from the newline
+    // after "<|im_start|>assistant" through "<|im_end|>\n"; llama3: the content and "<|eot_id|>");
+    // other rows and chat template families are refused
+    bool assistant_only_loss = false;
     int64_t max_length = 1024;         // tokens per example; 0 = no limit
     bool keep_end = false;             // truncation_mode = "keep_end": cut the start instead of the end
     // TRL's packing: examples packed into rows of max_length tokens (bfd: best fit decreasing,

@@ -397,6 +397,10 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(key("sft", "completion_only_loss", T::boolean, "true",
                 "`grove sft`: train only the completion of prompt-completion rows; false trains the prompt too"),
             "completion_only_loss"),
+        trl(key("sft", "assistant_only_loss", T::boolean, "false",
+                "`grove sft`: train only the assistant turns of conversation rows (\"messages\"), as TRL marks them "
+                "with its training chat templates (chatml and llama3 families)"),
+            "assistant_only_loss"),
         trl(key("sft", "packing", T::boolean, "false",
                 "`grove sft`: pack examples into rows of max_length tokens (fewer, fuller rows: a batch counts rows)"),
             "packing"),

@@ -260,6 +260,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.sft.max_length = m.integer("sft.max_length");
     c.sft.keep_end = m.string("sft.truncation_mode") == "keep_end";
     c.sft.completion_only_loss = m.boolean("sft.completion_only_loss");
+    c.sft.assistant_only_loss = m.boolean("sft.assistant_only_loss");
     c.sft.packing = m.boolean("sft.packing");
     c.sft.packing_strategy = m.string("sft.packing_strategy");
     c.sft.padding_free = m.boolean("sft.padding_free");

@@ -71,6 +71,7 @@ SftDataOptions sft_data_options(const RunConfig& c) {
     o.completion_column = c.data.completion_column;
     o.text_column = c.data.text_column;
     o.completion_only_loss = c.sft.completion_only_loss;
+    o.assistant_only_loss = c.sft.assistant_only_loss;
     o.max_length = c.sft.max_length;
     o.keep_end = c.sft.keep_end;
     if (c.sft.packing) o.packing = packing_from_name(c.sft.packing_strategy);

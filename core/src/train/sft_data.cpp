@@ -51,6 +51,67 @@ SftExample all_trained(std::vector<int64_t> ids) {
     return e;
 }
 
+// TRL's assistant_only_loss on a conversation: its rendering, trained on the characters of each
+// assistant turn that TRL's training chat template for the family marks: chatml from the newline
+// after "<|im_start|>assistant" through "<|im_end|>\n", llama3 after the header's blank line through
+// "<|eot_id|>". The turns are found by rendering the conversation's beginnings (both families render
+// a beginning as the start of the whole). The text is tokenized piece by piece at the turns' edges,
+// which must give the whole text's tokens: an edge inside a token is refused, not guessed.
+SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, ChatTemplate chat, const Tokenizer& tokenizer,
+                                   const std::string& where) {
+    const std::string header = chat == ChatTemplate::chatml   ? "<|im_start|>assistant"
+                               : chat == ChatTemplate::llama3 ? "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                                                              : "";
+    const std::string instead =
+        "; give rows tokenized with transformers' assistant_masks instead (\"input_ids\", "
+        "\"assistant_masks\") and leave sft.assistant_only_loss false";
+    if (header.empty())
+        throw Error(ErrorKind::input, where +
+                                          ": sft.assistant_only_loss marks assistant turns as TRL's training chat "
+                                          "templates do for the chatml and llama3 families, not for the " +
+                                          chat_template_name(chat) + " chat template" + instead);
+    const TokenizerConfig& config = tokenizer.config();
+    const std::string whole = rendered(chat, messages, false, config, where);
+    std::vector<size_t> edges;  // where trained spans start and end, alternately
+    std::string before = rendered(chat, {}, false, config, where);
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string through =
+            rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(i) + 1), false, config, where);
+        if (through.compare(0, before.size(), before) != 0 || whole.compare(0, through.size(), through) != 0)
+            throw Error(ErrorKind::input, where + ": the " + chat_template_name(chat) +
+                                              " chat template renders the start of this conversation differently from "
+                                              "the conversation's first messages alone, so its assistant turns cannot be "
+                                              "found" +
+                                              instead);
+        if (messages[i].role == "assistant") {
+            if (through.compare(before.size(), header.size(), header) != 0)
+                throw Error(ErrorKind::input, where + ": message " + std::to_string(i) +
+                                                  " renders without the assistant "
+                                                  "header the " +
+                                                  chat_template_name(chat) + " chat template writes" + instead);
+            edges.push_back(before.size() + header.size());
+            edges.push_back(through.size());
+        }
+        before = through;
+    }
+    SftExample e;
+    size_t at = 0;
+    auto add_piece = [&](size_t end, bool trained) {
+        const std::vector<int64_t> ids = tokenizer.encode(std::string_view(whole).substr(at, end - at), false);
+        e.ids.insert(e.ids.end(), ids.begin(), ids.end());
+        e.trained.insert(e.trained.end(), ids.size(), trained ? 1 : 0);
+        at = end;
+    };
+    for (size_t k = 0; k < edges.size(); ++k) add_piece(edges[k], k % 2 == 1);
+    add_piece(whole.size(), false);
+    if (e.ids != tokenizer.encode(whole, false))
+        throw Error(ErrorKind::input, where +
+                                          ": an assistant turn starts or ends inside a token of this tokenizer, so its "
+                                          "tokens cannot be marked as TRL marks them" +
+                                          instead);
+    return e;
+}
+
 // The prompt's tokens and the whole row's: the completion starts where they part (TRL's
 // common_prefix_length), which is after the prompt unless the template renders the prompt alone
 // differently or tokens merge across the boundary.
@@ -291,14 +352,20 @@ SftExample sft_example(const json& row, const std::string& where, const SftDataO
             throw Error(ErrorKind::input, where + ": the row's \"" + std::string(column) +
                                               "\" column is not rendered by grove sft, so its tokens would differ from "
                                               "TRL's; leave it out");
+    if (o.assistant_only_loss && (row.contains("input_ids") || row.contains(o.prompt_column) || !row.contains("messages")))
+        throw Error(ErrorKind::input, where +
+                                          ": sft.assistant_only_loss trains the assistant turns of conversation rows "
+                                          "(\"messages\"), as TRL's does; this row is not one (a tokenized row's "
+                                          "assistant_masks apply without the key: leave it false)");
     if (row.contains("input_ids")) return processed_example(row, where, o, tokenizer.vocab_size());
     const EndOfText end{tokenizer.config().eos_token.value_or(""), eos};
     if (row.contains(o.prompt_column)) return prompt_completion_example(row, where, o, tokenizer, chat, end);
     if (row.contains("messages")) {
         if (!is_conversation(row["messages"]))
             throw Error(ErrorKind::input, where + ": \"messages\" must be a list of {\"role\", \"content\"} messages");
-        return all_trained(
-            tokenizer.encode(rendered(chat, chat_messages(row["messages"], where), false, tokenizer.config(), where), false));
+        const std::vector<ChatMessage> messages = chat_messages(row["messages"], where);
+        if (o.assistant_only_loss) return assistant_turns_example(messages, chat, tokenizer, where);
+        return all_trained(tokenizer.encode(rendered(chat, messages, false, tokenizer.config(), where), false));
     }
     if (row.contains(o.text_column) && row[o.text_column].is_string()) {
         return all_trained(end.encode_ending(tokenizer, row[o.text_column].get<std::string>(), true));

@@ -120,12 +120,46 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
     }
 }
 
+// sft.assistant_only_loss marks what it can mark as TRL does, and refuses, naming the row: a row that
+// is no conversation, and a chat template family without TRL's training template.
+TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
+    const std::string tiny = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/";
+    grove::SftDataOptions options;
+    options.assistant_only_loss = true;
+    auto refusal = [&](const nlohmann::json& row, const std::string& tokenizer_folder, grove::ChatTemplate chat) {
+        const auto tokenizer = grove::Tokenizer::load(tiny + tokenizer_folder);
+        try {
+            grove::sft_example(row, "rows.jsonl:4", options, *tokenizer, chat, tokenizer->config().eos_id);
+        } catch (const grove::Error& error) {
+            return std::string(error.what());
+        }
+        return std::string("accepted");
+    };
+    const nlohmann::json conversation = {
+        {"messages", {{{"role", "user"}, {"content", "Hi."}}, {{"role", "assistant"}, {"content", "Hello."}}}}};
+    EXPECT_CONTAINS(refusal({{"prompt", "Hi."}, {"completion", " Hello."}}, "llama_gqa", grove::ChatTemplate::chatml),
+                    "rows.jsonl:4: sft.assistant_only_loss trains the assistant turns of conversation rows");
+    EXPECT_CONTAINS(refusal(conversation, "gemma3_window", grove::ChatTemplate::gemma),
+                    "rows.jsonl:4: sft.assistant_only_loss marks assistant turns as TRL's training chat templates do for "
+                    "the chatml and llama3 families, not for the gemma chat template");
+    EXPECT_EQ(refusal(conversation, "llama_gqa", grove::ChatTemplate::chatml), "accepted");
+    // what it marks: chatml's turn from the newline after "<|im_start|>assistant" through "<|im_end|>\n"
+    const auto tokenizer = grove::Tokenizer::load(tiny + "llama_gqa");
+    const auto e = grove::sft_example(conversation, "rows.jsonl:4", options, *tokenizer, grove::ChatTemplate::chatml,
+                                      tokenizer->config().eos_id);
+    std::vector<int64_t> marked;
+    for (size_t i = 0; i < e.ids.size(); ++i)
+        if (e.trained[i]) marked.push_back(e.ids[i]);
+    EXPECT_EQ(tokenizer->decode(marked, false), "\nHello.<|im_end|>\n");
+}
+
 // TRL 1.16's SFTTrainer prepares each of its dataset formats (language modeling, conversational
 // language modeling, prompt-completion, conversational prompt-completion, tokenized rows with or
 // without masks or labels) with the tiny checkpoints'
 // tokenizers and chat templates (ChatML, Gemma's, Qwen3's reasoning blocks), under its defaults, a
 // 24-token limit keeping either end, completion_only_loss = false, packing into rows of 32 tokens
-// (bfd, bfd_split, wrapped) and padding-free rows (tests/core/train/trl_sft_data_reference.py);
+// (bfd, bfd_split, wrapped) and padding-free rows, and assistant_only_loss with TRL's Qwen2.5 and Llama 3
+// templates (tests/core/train/trl_sft_data_reference.py);
 // grove sft's examples are its input_ids, with trained = labels != -100 (after the padding-free
 // collator's masking) and its packed sequence lengths, row for row, the rows TRL drops left out.
 TEST(SftData, PreparesRowsAsTrl) {
@@ -143,6 +177,7 @@ TEST(SftData, PreparesRowsAsTrl) {
                                                          : options["max_length"].get<int64_t>();
         o.keep_end = options.value("truncation_mode", "keep_start") == "keep_end";
         o.completion_only_loss = options.value("completion_only_loss", true);
+        o.assistant_only_loss = options.value("assistant_only_loss", false);
         if (options.value("packing", false)) o.packing = grove::packing_from_name(options.value("packing_strategy", "bfd"));
         o.padding_free = options.value("padding_free", false);
         const auto chat = grove::chat_template_from_name("auto", tokenizer->config());

@@ -17,6 +17,7 @@ import trl
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
+from trl.chat_template_utils import get_training_chat_template
 
 TINY, OUT = sys.argv[1], sys.argv[2]
 os.makedirs(OUT, exist_ok=True)
@@ -35,8 +36,30 @@ with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.j
 with open(os.path.join(QWEN3_TOKENIZER, "tokenizer_config.json"), "w") as f:
     json.dump(config, f)
 
+
+
+def with_trl_template(name, template):
+    """The tiny Llama's tokenizer with one of TRL's stored chat templates: TRL swaps in its training
+    version (with {% generation %} markers) for assistant_only_loss."""
+    folder = os.path.join(OUT, f"{name}_template")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TINY, "llama_gqa", file), folder)
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        tokenizer_config = json.load(f)
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", template)) as f:
+        tokenizer_config["chat_template"] = f.read()
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config, f)
+    return folder
+
+
 TOKENIZERS = {"chatml": os.path.join(TINY, "llama_gqa"), "gemma": os.path.join(TINY, "gemma3_window"),
               "qwen3": QWEN3_TOKENIZER}
+# assistant_only_loss: Qwen2.5's template (chatml, with its default system turn) and Llama 3's
+ASSISTANT_ONLY = {"qwen2_5": with_trl_template("qwen2_5", "qwen2_5.jinja"),
+                  "llama3": with_trl_template("llama3", "llama3.jinja")}
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 6
 PROCESSED = [[5, 6, 7, 8, 9, 10], list(range(11, 21)), [(7 * i) % 40 + 3 for i in range(30)]]
@@ -94,7 +117,8 @@ def prepare(tokenizer, rows, options):
     sample = rows[0]
     # what SFTTrainer.__init__ sets before it prepares the data
     fake = types.SimpleNamespace(
-        _tokenizer=tokenizer, chat_template=None,
+        _tokenizer=tokenizer,
+        chat_template=get_training_chat_template(tokenizer) if args.assistant_only_loss else None,
         completion_only_loss=("prompt" in sample and "completion" in sample) if args.completion_only_loss is None
         else args.completion_only_loss)
     dataset = SFTTrainer._prepare_dataset(fake, Dataset.from_list(rows), tokenizer, args, args.packing, None, "train")
@@ -130,6 +154,24 @@ for family, folder in TOKENIZERS.items():
             cases.append(dict(name=f"{family}_{kind}_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
                               tokenizer=folder, data=data, options=options,
                               rows=prepare(tokenizer, rows, options)))
+# assistant_only_loss: the conversations' assistant turns as TRL's training templates mark them, under
+# TRL's defaults, a limit keeping either end, and packing
+for family, folder in ASSISTANT_ONLY.items():
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    rows = datasets(tokenizer.eos_token)["conversational_language_modeling"] + [
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."},
+                      {"role": "assistant", "content": "  Hello.  "}, {"role": "user", "content": "Bye."},
+                      {"role": "assistant", "content": ""}]}]
+    data = os.path.join(OUT, f"{family}_assistant_only.jsonl")
+    with open(data, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    # (the tiny tokenizer spends about a token a character: limits of 100 and rows of 128 tokens)
+    for options in (dict(), dict(max_length=100), dict(max_length=100, truncation_mode="keep_end"),
+                    dict(packing=True, max_length=128)):
+        options = dict(options, assistant_only_loss=True)
+        cases.append(dict(name=f"{family}_assistant_only_{'_'.join(f'{k}={v}' for k, v in options.items())}",
+                          tokenizer=folder, data=data, options=options, rows=prepare(tokenizer, rows, options)))
 # 1100 short texts: TRL packs each chunk of 1000 rows (datasets' map batch) on its own
 many = os.path.join(OUT, "chatml_1100_texts.jsonl")
 tokenizer = AutoTokenizer.from_pretrained(TOKENIZERS["chatml"])
