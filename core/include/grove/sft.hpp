@@ -43,8 +43,8 @@ struct SftDataOptions {
     // after "<|im_start|>assistant" through "<|im_end|>\n"; llama3: the content and "<|eot_id|>");
     // other rows and chat template families are refused
     bool assistant_only_loss = false;
-    int64_t max_length = 1024;         // tokens per example; 0 = no limit
-    bool keep_end = false;             // truncation_mode = "keep_end": cut the start instead of the end
+    int64_t max_length = 1024;  // tokens per example; 0 = no limit
+    bool keep_end = false;      // truncation_mode = "keep_end": cut the start instead of the end
     // TRL's packing: examples packed into rows of max_length tokens (bfd: best fit decreasing,
     // cutting longer ones; bfd_split: splitting them; wrapped: the tokens cut every max_length,
     // ignoring where examples end)
