@@ -22,25 +22,10 @@ from trl.chat_template_utils import get_training_chat_template
 TINY, OUT = sys.argv[1], sys.argv[2]
 os.makedirs(OUT, exist_ok=True)
 
-# Qwen3's template (reasoning blocks: the prompt alone and the prompt followed by its completion
-# render differently, so the completion starts where their tokens part) on the tiny Llama's tokenizer
-QWEN3_TOKENIZER = os.path.join(OUT, "qwen3_template")
-shutil.rmtree(QWEN3_TOKENIZER, ignore_errors=True)
-os.makedirs(QWEN3_TOKENIZER)
-for name in ("tokenizer.json", "tokenizer_config.json"):
-    shutil.copy(os.path.join(TINY, "llama_gqa", name), QWEN3_TOKENIZER)
-with open(os.path.join(QWEN3_TOKENIZER, "tokenizer_config.json")) as f:
-    config = json.load(f)
-with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")) as f:
-    config["chat_template"] = f.read()
-with open(os.path.join(QWEN3_TOKENIZER, "tokenizer_config.json"), "w") as f:
-    json.dump(config, f)
-
-
 
 def with_trl_template(name, template):
-    """The tiny Llama's tokenizer with one of TRL's stored chat templates: TRL swaps in its training
-    version (with {% generation %} markers) for assistant_only_loss."""
+    """The tiny Llama's tokenizer with one of TRL's stored chat templates (for assistant_only_loss TRL
+    swaps in its training version, with {% generation %} markers)."""
     folder = os.path.join(OUT, f"{name}_template")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -55,6 +40,9 @@ def with_trl_template(name, template):
     return folder
 
 
+# Qwen3's template (reasoning blocks: the prompt alone and the prompt followed by its completion
+# render differently, so the completion starts where their tokens part) on the tiny Llama's tokenizer
+QWEN3_TOKENIZER = with_trl_template("qwen3", "qwen3.jinja")
 TOKENIZERS = {"chatml": os.path.join(TINY, "llama_gqa"), "gemma": os.path.join(TINY, "gemma3_window"),
               "qwen3": QWEN3_TOKENIZER}
 # assistant_only_loss: Qwen2.5's template (chatml, with its default system turn) and Llama 3's
