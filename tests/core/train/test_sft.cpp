@@ -121,13 +121,14 @@ TEST(Sft, AnEpisodesEnvironmentTurnsAreContextOnly) {
 }
 
 // sft.assistant_only_loss marks what it can mark as TRL does, and refuses, naming the row: a row that
-// is no conversation, and a chat template family without TRL's training template.
+// is no conversation, a chat template family without TRL's training template, and a turn whose edge
+// falls inside a token.
 TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
     const std::string tiny = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/";
     grove::SftDataOptions options;
     options.assistant_only_loss = true;
     auto refusal = [&](const nlohmann::json& row, const std::string& tokenizer_folder, grove::ChatTemplate chat) {
-        const auto tokenizer = grove::Tokenizer::load(tiny + tokenizer_folder);
+        const auto tokenizer = grove::Tokenizer::load(tokenizer_folder);
         try {
             grove::sft_example(row, "rows.jsonl:4", options, *tokenizer, chat, tokenizer->config().eos_id);
         } catch (const grove::Error& error) {
@@ -137,12 +138,28 @@ TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
     };
     const nlohmann::json conversation = {
         {"messages", {{{"role", "user"}, {"content", "Hi."}}, {{"role", "assistant"}, {"content", "Hello."}}}}};
-    EXPECT_CONTAINS(refusal({{"prompt", "Hi."}, {"completion", " Hello."}}, "llama_gqa", grove::ChatTemplate::chatml),
+    EXPECT_CONTAINS(refusal({{"prompt", "Hi."}, {"completion", " Hello."}}, tiny + "llama_gqa", grove::ChatTemplate::chatml),
                     "rows.jsonl:4: sft.assistant_only_loss trains the assistant turns of conversation rows");
-    EXPECT_CONTAINS(refusal(conversation, "gemma3_window", grove::ChatTemplate::gemma),
+    EXPECT_CONTAINS(refusal(conversation, tiny + "gemma3_window", grove::ChatTemplate::gemma),
                     "rows.jsonl:4: sft.assistant_only_loss marks assistant turns as TRL's training chat templates do for "
                     "the chatml and llama3 families, not for the gemma chat template");
-    EXPECT_EQ(refusal(conversation, "llama_gqa", grove::ChatTemplate::chatml), "accepted");
+    EXPECT_EQ(refusal(conversation, tiny + "llama_gqa", grove::ChatTemplate::chatml), "accepted");
+    // a tokenizer with one token for "assistant\n": chatml's turn starts inside it, so no mask is guessed
+    const std::string merged = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/assistant_newline_token";
+    fs::create_directories(merged);
+    fs::copy_file(tiny + "llama_gqa/tokenizer_config.json", merged + "/tokenizer_config.json",
+                  fs::copy_options::overwrite_existing);
+    nlohmann::json tokenizer_json = nlohmann::json::parse(std::ifstream(tiny + "llama_gqa/tokenizer.json"));
+    tokenizer_json["added_tokens"].push_back({{"id", 300},
+                                              {"content", "assistant\n"},
+                                              {"single_word", false},
+                                              {"lstrip", false},
+                                              {"rstrip", false},
+                                              {"normalized", false},
+                                              {"special", false}});
+    std::ofstream(merged + "/tokenizer.json") << tokenizer_json.dump();
+    EXPECT_CONTAINS(refusal(conversation, merged, grove::ChatTemplate::chatml),
+                    "rows.jsonl:4: an assistant turn starts or ends inside a token of this tokenizer");
     // what it marks: chatml's turn from the newline after "<|im_start|>assistant" through "<|im_end|>\n"
     const auto tokenizer = grove::Tokenizer::load(tiny + "llama_gqa");
     const auto e = grove::sft_example(conversation, "rows.jsonl:4", options, *tokenizer, grove::ChatTemplate::chatml,
