@@ -227,7 +227,8 @@ def episodes_match_the_cpu(ctx, figures):
 
 def graphs_match_the_eager_loop(ctx, figures):
     """The CUDA graph engine generates what the eager decode loop generates: 24 prompts of different
-    lengths (Llama; greedy also Qwen3 and a sliding window), greedy and sampled (top-k; repetition penalty; top-p with min-p), float32 and bf16. In
+    lengths (Llama; greedy also Qwen3 and Gemma 3's sliding layer), greedy and sampled (top-k;
+    repetition penalty; top-p with min-p), float32 and bf16. In
     float32 token for token. In bf16 the engine's fused kernels round differently from ATen's ops
     (the order of float sums), so a row may part from the eager loop's where two tokens are nearly
     tied; up to there their log-probabilities must agree, and where greedy rows part, the two tokens

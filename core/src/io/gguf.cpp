@@ -11,6 +11,7 @@
 #include "grove/error.hpp"
 #include "io/json_values.hpp"
 #include "io/mapped_file.hpp"
+#include "text/text_util.hpp"
 #include "grove/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -453,12 +454,6 @@ LlamaShape llama_shape(const GgufFile& file) {
                                           "] with a vocabulary of at most 4194304");
     s.vocab = int64_t(embedding->dims[1]);
     return s;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-    std::string text = "[";
-    for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-    return text + "]";
 }
 
 // A special token id from the metadata, which must name one of the vocabulary's tokens.

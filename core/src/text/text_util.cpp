@@ -50,4 +50,10 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
     return out;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+    std::string text = "[";
+    for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+    return text + "]";
+}
+
 }  // namespace grove

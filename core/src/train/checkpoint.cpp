@@ -22,6 +22,7 @@
 #include "io/file_checksum.hpp"
 #include "io/json_values.hpp"
 #include "model/tensor_io.hpp"
+#include "text/text_util.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -33,13 +34,6 @@ namespace {
 constexpr const char* kResolvedManifestFile = "manifest.resolved.toml";
 // the reference model, when sync_ref_model moves it
 constexpr const char* kReferenceFile = "reference.safetensors";
-
-// [32, 64]
-std::string shape_text(at::IntArrayRef sizes) {
-    std::string text = "[";
-    for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
-    return text + "]";
-}
 
 // a checkpoint's unused micro-batches, one file per rank (rank 0 keeps the single-process name)
 std::string buffer_file_name(int rank) {
@@ -426,8 +420,8 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
         at::Tensor saved = tensor_from_entry(*e, f.path());
         if (saved.sizes() != like.sizes())
-            throw Error(ErrorKind::input, f.path() + ": \"" + name + "\" is " + shape_text(saved.sizes()) +
-                                              " but this run's tensor is " + shape_text(like.sizes()) +
+            throw Error(ErrorKind::input, f.path() + ": \"" + name + "\" is " + shape_text(saved.sizes().vec()) +
+                                              " but this run's tensor is " + shape_text(like.sizes().vec()) +
                                               ": the checkpoint was written for another model or [adapter] (model.path or "
                                               "the adapter's config changed?); resume with the manifest it was written "
                                               "with, or start again with --overwrite");
