@@ -51,32 +51,46 @@ SftExample all_trained(std::vector<int64_t> ids) {
     return e;
 }
 
+// Where TRL's training chat template of a family starts an assistant turn's trained characters:
+// after this header (the rest of the turn, through its end marker, is trained).
+std::optional<std::string> assistant_turn_header(ChatTemplate chat) {
+    switch (chat) {
+        case ChatTemplate::chatml:  // qwen2_5_training: from the newline after the role
+            return "<|im_start|>assistant";
+        case ChatTemplate::llama3:  // llama3_training: the trimmed content and <|eot_id|>
+            return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        case ChatTemplate::gemma:  // gemma_training, gemma3_training: the trimmed content and <end_of_turn>\n
+            return "<start_of_turn>model\n";
+        default:
+            return std::nullopt;
+    }
+}
+
 // TRL's assistant_only_loss on a conversation: its rendering, trained on the characters of each
-// assistant turn that TRL's training chat template for the family marks: chatml from the newline
-// after "<|im_start|>assistant" through "<|im_end|>\n", llama3 after the header's blank line through
-// "<|eot_id|>". The turns are found by rendering the conversation's beginnings (both families render
-// a beginning as the start of the whole). The text is tokenized piece by piece at the turns' edges,
-// which must give the whole text's tokens: an edge inside a token is refused, not guessed.
+// assistant turn that TRL's training chat template for the family marks (assistant_turn_header). The
+// turns are found by rendering the conversation's beginnings (these families render a beginning as
+// the start of the whole). The text is tokenized piece by piece at the turns' edges, which must give
+// the whole text's tokens: an edge inside a token is refused, not guessed.
 SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, ChatTemplate chat, const Tokenizer& tokenizer,
                                    const std::string& where) {
-    const std::string header = chat == ChatTemplate::chatml   ? "<|im_start|>assistant"
-                               : chat == ChatTemplate::llama3 ? "<|start_header_id|>assistant<|end_header_id|>\n\n"
-                                                              : "";
+    const std::optional<std::string> header = assistant_turn_header(chat);
     const std::string instead =
         "; give rows tokenized with transformers' assistant_masks instead (\"input_ids\", "
         "\"assistant_masks\") and leave sft.assistant_only_loss false";
-    if (header.empty())
+    if (!header)
         throw Error(ErrorKind::input, where +
                                           ": sft.assistant_only_loss marks assistant turns as TRL's training chat "
-                                          "templates do for the chatml and llama3 families, not for the " +
+                                          "templates do for the chatml, llama3 and gemma families, not for the " +
                                           chat_template_name(chat) + " chat template" + instead);
     const TokenizerConfig& config = tokenizer.config();
+    auto beginning = [&](size_t count) {  // the first `count` messages
+        return rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(count)), false, config, where);
+    };
     const std::string whole = rendered(chat, messages, false, config, where);
     std::vector<size_t> edges;  // where trained spans start and end, alternately
-    std::string before = rendered(chat, {}, false, config, where);
+    std::string before = beginning(0);
     for (size_t i = 0; i < messages.size(); ++i) {
-        const std::string through =
-            rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(i) + 1), false, config, where);
+        const std::string through = beginning(i + 1);
         if (through.compare(0, before.size(), before) != 0 || whole.compare(0, through.size(), through) != 0)
             throw Error(ErrorKind::input, where + ": the " + chat_template_name(chat) +
                                               " chat template renders the start of this conversation differently from "
@@ -84,12 +98,12 @@ SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, Cha
                                               "found" +
                                               instead);
         if (messages[i].role == "assistant") {
-            if (through.compare(before.size(), header.size(), header) != 0)
+            if (through.compare(before.size(), header->size(), *header) != 0)
                 throw Error(ErrorKind::input, where + ": message " + std::to_string(i) +
                                                   " renders without the assistant "
                                                   "header the " +
                                                   chat_template_name(chat) + " chat template writes" + instead);
-            edges.push_back(before.size() + header.size());
+            edges.push_back(before.size() + header->size());
             edges.push_back(through.size());
         }
         before = through;

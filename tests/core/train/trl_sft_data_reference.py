@@ -23,14 +23,15 @@ TINY, OUT = sys.argv[1], sys.argv[2]
 os.makedirs(OUT, exist_ok=True)
 
 
-def with_trl_template(name, template):
-    """The tiny Llama's tokenizer with one of TRL's stored chat templates (for assistant_only_loss TRL
-    swaps in its training version, with {% generation %} markers)."""
+def with_trl_template(name, template, tokenizer="llama_gqa"):
+    """A tiny checkpoint's tokenizer (the Llama's unless named) with one of TRL's stored chat templates
+    (for assistant_only_loss TRL swaps in its training version, with {% generation %} markers)."""
     folder = os.path.join(OUT, f"{name}_template")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
-    for file in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TINY, "llama_gqa", file), folder)
+    for file in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(TINY, tokenizer, file)):
+            shutil.copy(os.path.join(TINY, tokenizer, file), folder)
     with open(os.path.join(folder, "tokenizer_config.json")) as f:
         tokenizer_config = json.load(f)
     with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", template)) as f:
@@ -45,9 +46,11 @@ def with_trl_template(name, template):
 QWEN3_TOKENIZER = with_trl_template("qwen3", "qwen3.jinja")
 TOKENIZERS = {"chatml": os.path.join(TINY, "llama_gqa"), "gemma": os.path.join(TINY, "gemma3_window"),
               "qwen3": QWEN3_TOKENIZER}
-# assistant_only_loss: Qwen2.5's template (chatml, with its default system turn) and Llama 3's
+# assistant_only_loss: Qwen2.5's template (chatml, with its default system turn), Llama 3's and Gemma 3's
+# (on Gemma's tokenizer, where <start_of_turn> is one token)
 ASSISTANT_ONLY = {"qwen2_5": with_trl_template("qwen2_5", "qwen2_5.jinja"),
-                  "llama3": with_trl_template("llama3", "llama3.jinja")}
+                  "llama3": with_trl_template("llama3", "llama3.jinja"),
+                  "gemma3": with_trl_template("gemma3", "gemma3.jinja", "gemma3_window")}
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 6
 PROCESSED = [[5, 6, 7, 8, 9, 10], list(range(11, 21)), [(7 * i) % 40 + 3 for i in range(30)]]
