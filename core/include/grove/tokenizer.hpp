@@ -126,6 +126,12 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 // qwen3, the same turn without Qwen2.5's default system prompt.
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json = "");
+// A whole conversation (no generation prompt) as the training version of the family's template that
+// TRL swaps in for assistant_only_loss renders it: Qwen3's keeps every assistant turn's reasoning
+// block (an empty one where there is none), where Qwen3's own drops the blocks of turns before the
+// last user query; every other family's renders as render_chat does.
+std::string render_chat_for_training(ChatTemplate family, const std::vector<ChatMessage>& messages,
+                                     const TokenizerConfig& config);
 // The family a conversation renders in: a SmolLM3 system message that says "/no_think" or "/think"
 // switches thinking off or on whatever enable_thinking says; any other family is itself.
 ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages);

@@ -1149,9 +1149,11 @@ std::string qwen_tool_response(const std::vector<ChatMessage>& messages, size_t 
 
 // Qwen3's template, whose variants differ in the generation prompt (enable_thinking's empty <think>
 // block, Qwen3-Thinking-2507's open one); without `reasoning`, Qwen3-Instruct-2507's, which writes
-// assistant turns as they are.
+// assistant turns as they are. `every_turn_reasons`: TRL's training version, in which every
+// assistant turn gets its reasoning block.
 std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                         const std::string& generation_prompt, bool reasoning, const std::string& tools_json) {
+                         const std::string& generation_prompt, bool reasoning, const std::string& tools_json,
+                         bool every_turn_reasons = false) {
     std::string out;
     const bool leading_system = !messages.empty() && messages[0].role == "system";
     if (!tools_json.empty())
@@ -1172,8 +1174,10 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
         if (m.role == "user" || (m.role == "system" && i > 0)) {
             out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         } else if (m.role == "assistant") {
-            out += (reasoning ? qwen3_assistant_turn(m.content, i > last_query, last) : "<|im_start|>assistant\n" + m.content) +
-                   "<|im_end|>\n";
+            out +=
+                (reasoning ? qwen3_assistant_turn(m.content, every_turn_reasons || i > last_query, every_turn_reasons || last)
+                           : "<|im_start|>assistant\n" + m.content) +
+                "<|im_end|>\n";
         } else if (m.role == "tool") {
             out += qwen_tool_response(messages, i);
         } else if (m.role != "system") {
@@ -1580,6 +1584,14 @@ std::string continue_assistant_turn(ChatTemplate family, const std::string& obse
     if (family == ChatTemplate::qwen3_thinking) return observation + "<think>\n";
     if (family == ChatTemplate::smollm3_thinking_off) return observation + "<think>\n\n</think>\n";
     return observation;
+}
+
+std::string render_chat_for_training(ChatTemplate family, const std::vector<ChatMessage>& messages,
+                                     const TokenizerConfig& config) {
+    // enable_thinking only changes the generation prompt, so both Qwen3 families train alike
+    if (family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off)
+        return render_qwen3(messages, false, "", true, "", true);
+    return render_chat(family, messages, false, config);
 }
 
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,

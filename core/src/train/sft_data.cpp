@@ -20,10 +20,12 @@ namespace {
 
 bool is_conversation(const json& value) { return value.is_array() && !value.empty() && value[0].contains("content"); }
 
+// `training`: as the training version of the template that TRL swaps in for assistant_only_loss
 std::string rendered(ChatTemplate chat, const std::vector<ChatMessage>& messages, bool generation_prompt,
-                     const TokenizerConfig& config, const std::string& where) {
+                     const TokenizerConfig& config, const std::string& where, bool training = false) {
     try {
-        return render_chat(chat, messages, generation_prompt, config);
+        return training ? render_chat_for_training(chat, messages, config)
+                        : render_chat(chat, messages, generation_prompt, config);
     } catch (const Error& e) {  // which row the template refuses
         throw Error(e.kind(), where + ": " + e.what());
     }
@@ -57,6 +59,10 @@ std::optional<std::string> assistant_turn_header(ChatTemplate chat) {
     switch (chat) {
         case ChatTemplate::chatml:  // qwen2_5_training: from the newline after the role
             return "<|im_start|>assistant";
+        case ChatTemplate::qwen3:  // qwen3_training: the reasoning block (every turn's), the content, <|im_end|>\n
+        case ChatTemplate::qwen3_thinking_off:
+        case ChatTemplate::qwen3_instruct:  // qwen3_instruct_2507_training: the content and <|im_end|>\n
+            return "<|im_start|>assistant\n";
         case ChatTemplate::llama3:  // llama3_training: the trimmed content and <|eot_id|>
             return "<|start_header_id|>assistant<|end_header_id|>\n\n";
         case ChatTemplate::gemma:  // gemma_training, gemma3_training: the trimmed content and <end_of_turn>\n
@@ -80,13 +86,14 @@ SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, Cha
     if (!header)
         throw Error(ErrorKind::input, where +
                                           ": sft.assistant_only_loss marks assistant turns as TRL's training chat "
-                                          "templates do for the chatml, llama3 and gemma families, not for the " +
+                                          "templates do for the chatml, qwen3, llama3 and gemma families, not for the " +
                                           chat_template_name(chat) + " chat template" + instead);
     const TokenizerConfig& config = tokenizer.config();
-    auto beginning = [&](size_t count) {  // the first `count` messages
-        return rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(count)), false, config, where);
+    auto beginning = [&](size_t count) {  // the first `count` messages, as the training template renders them
+        return rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(count)), false, config, where,
+                        true);
     };
-    const std::string whole = rendered(chat, messages, false, config, where);
+    const std::string whole = beginning(messages.size());
     std::vector<size_t> edges;  // where trained spans start and end, alternately
     std::string before = beginning(0);
     for (size_t i = 0; i < messages.size(); ++i) {

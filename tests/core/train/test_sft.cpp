@@ -142,7 +142,7 @@ TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
                     "rows.jsonl:4: sft.assistant_only_loss trains the assistant turns of conversation rows");
     EXPECT_CONTAINS(refusal(conversation, tiny + "mistral_mha", grove::ChatTemplate::mistral),
                     "rows.jsonl:4: sft.assistant_only_loss marks assistant turns as TRL's training chat templates do for "
-                    "the chatml, llama3 and gemma families, not for the mistral chat template");
+                    "the chatml, qwen3, llama3 and gemma families, not for the mistral chat template");
     EXPECT_EQ(refusal(conversation, tiny + "llama_gqa", grove::ChatTemplate::chatml), "accepted");
     // a tokenizer with one token for "assistant\n": chatml's turn starts inside it, so no mask is guessed
     const std::string merged = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/assistant_newline_token";
@@ -175,7 +175,7 @@ TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
 // without masks or labels) with the tiny checkpoints'
 // tokenizers and chat templates (ChatML, Gemma's, Qwen3's reasoning blocks), under its defaults, a
 // 24-token limit keeping either end, completion_only_loss = false, packing into rows of 32 tokens
-// (bfd, bfd_split, wrapped) and padding-free rows, and assistant_only_loss with TRL's Qwen2.5, Llama 3 and Gemma 3
+// (bfd, bfd_split, wrapped) and padding-free rows, and assistant_only_loss with TRL's Qwen2.5, Qwen3, Llama 3 and Gemma 3
 // templates (tests/core/train/trl_sft_data_reference.py);
 // grove sft's examples are its input_ids, with trained = labels != -100 (after the padding-free
 // collator's masking) and its packed sequence lengths, row for row, the rows TRL drops left out.

@@ -46,9 +46,12 @@ def with_trl_template(name, template, tokenizer="llama_gqa"):
 QWEN3_TOKENIZER = with_trl_template("qwen3", "qwen3.jinja")
 TOKENIZERS = {"chatml": os.path.join(TINY, "llama_gqa"), "gemma": os.path.join(TINY, "gemma3_window"),
               "qwen3": QWEN3_TOKENIZER}
-# assistant_only_loss: Qwen2.5's template (chatml, with its default system turn), Llama 3's and Gemma 3's
-# (on Gemma's tokenizer, where <start_of_turn> is one token)
+# assistant_only_loss: Qwen2.5's template (chatml, with its default system turn), Qwen3's (whose training
+# version keeps every turn's reasoning block) and Qwen3-Instruct-2507's, Llama 3's and Gemma 3's (on
+# Gemma's tokenizer, where <start_of_turn> is one token)
 ASSISTANT_ONLY = {"qwen2_5": with_trl_template("qwen2_5", "qwen2_5.jinja"),
+                  "qwen3": QWEN3_TOKENIZER,
+                  "qwen3_instruct_2507": with_trl_template("qwen3_instruct_2507", "qwen3_instruct_2507.jinja"),
                   "llama3": with_trl_template("llama3", "llama3.jinja"),
                   "gemma3": with_trl_template("gemma3", "gemma3.jinja", "gemma3_window")}
 
@@ -152,7 +155,10 @@ for family, folder in ASSISTANT_ONLY.items():
     rows = datasets(tokenizer.eos_token)["conversational_language_modeling"] + [
         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."},
                       {"role": "assistant", "content": "  Hello.  "}, {"role": "user", "content": "Bye."},
-                      {"role": "assistant", "content": ""}]}]
+                      {"role": "assistant", "content": ""}]},
+        {"messages": [{"role": "user", "content": "2 + 2?"},
+                      {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\n4."},
+                      {"role": "user", "content": "And 3 + 3?"}, {"role": "assistant", "content": "6."}]}]
     data = os.path.join(OUT, f"{family}_assistant_only.jsonl")
     with open(data, "w") as f:
         for row in rows:
