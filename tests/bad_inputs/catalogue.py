@@ -226,7 +226,7 @@ case("data", "SFT padding_free without packing, which would not cut examples to 
 case("data", "SFT assistant_only_loss on rows that are no conversations", SFT + " --set sft.assistant_only_loss=true", 5,
      "prompts.jsonl:1: sft.assistant_only_loss trains the assistant turns of conversation rows", run_folder())
 case("data", "SFT assistant_only_loss with a chat template TRL has no training template for",
-     SFT + " --set sft.assistant_only_loss=true", 5, "for the chatml, qwen3, llama3 and gemma families, not for the",
+     SFT + " --set sft.assistant_only_loss=true", 5, "for the chatml, qwen3, qwen3_instruct, llama3 and gemma families, not for the",
      run_folder(prompts='{"messages": [{"role": "user", "content": "1 + 2 ="}, {"role": "assistant", "content": "3"}]}\n'))
 case("data", "an SFT row with a tools column, which TRL renders the row with", SFT, 5,
      "prompts.jsonl:1: the row's \"tools\" column is not rendered by grove sft",

@@ -399,7 +399,7 @@ const std::vector<KeySpec>& manifest_schema() {
             "completion_only_loss"),
         trl(key("sft", "assistant_only_loss", T::boolean, "false",
                 "`grove sft`: train only the assistant turns of conversation rows (\"messages\"), as TRL marks them "
-                "with its training chat templates (chatml, qwen3, llama3 and gemma families)"),
+                "with its training chat templates (chatml, qwen3, qwen3_instruct, llama3 and gemma families)"),
             "assistant_only_loss"),
         trl(key("sft", "packing", T::boolean, "false",
                 "`grove sft`: pack examples into rows of max_length tokens (fewer, fuller rows: a batch counts rows)"),

@@ -74,8 +74,8 @@ std::optional<std::string> assistant_turn_header(ChatTemplate chat) {
 
 // TRL's assistant_only_loss on a conversation: its rendering, trained on the characters of each
 // assistant turn that TRL's training chat template for the family marks (assistant_turn_header). The
-// turns are found by rendering the conversation's beginnings (these families render a beginning as
-// the start of the whole). The text is tokenized piece by piece at the turns' edges, which must give
+// turns are found by rendering the conversation's beginnings up to and through each assistant message
+// (these families render such a beginning as the start of the whole). The text is tokenized piece by piece at the turns' edges, which must give
 // the whole text's tokens: an edge inside a token is refused, not guessed.
 SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, ChatTemplate chat, const Tokenizer& tokenizer,
                                    const std::string& where) {
@@ -84,10 +84,11 @@ SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, Cha
         "; give rows tokenized with transformers' assistant_masks instead (\"input_ids\", "
         "\"assistant_masks\") and leave sft.assistant_only_loss false";
     if (!header)
-        throw Error(ErrorKind::input, where +
-                                          ": sft.assistant_only_loss marks assistant turns as TRL's training chat "
-                                          "templates do for the chatml, qwen3, llama3 and gemma families, not for the " +
-                                          chat_template_name(chat) + " chat template" + instead);
+        throw Error(ErrorKind::input,
+                    where +
+                        ": sft.assistant_only_loss marks assistant turns as TRL's training chat "
+                        "templates do for the chatml, qwen3, qwen3_instruct, llama3 and gemma families, not for the " +
+                        chat_template_name(chat) + " chat template" + instead);
     const TokenizerConfig& config = tokenizer.config();
     auto beginning = [&](size_t count) {  // the first `count` messages, as the training template renders them
         return rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(count)), false, config, where,
@@ -95,25 +96,25 @@ SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, Cha
     };
     const std::string whole = beginning(messages.size());
     std::vector<size_t> edges;  // where trained spans start and end, alternately
-    std::string before = beginning(0);
     for (size_t i = 0; i < messages.size(); ++i) {
-        const std::string through = beginning(i + 1);
-        if (through.compare(0, before.size(), before) != 0 || whole.compare(0, through.size(), through) != 0)
+        if (messages[i].role != "assistant") continue;
+        // Only the beginnings that end just before or just after an assistant turn must start the
+        // whole: one that ends inside a run of tool messages renders their shared turn closed early.
+        const std::string before = beginning(i), through = beginning(i + 1);
+        if (whole.compare(0, before.size(), before) != 0 || whole.compare(0, through.size(), through) != 0 ||
+            through.size() < before.size())
             throw Error(ErrorKind::input, where + ": the " + chat_template_name(chat) +
                                               " chat template renders the start of this conversation differently from "
                                               "the conversation's first messages alone, so its assistant turns cannot be "
                                               "found" +
                                               instead);
-        if (messages[i].role == "assistant") {
-            if (through.compare(before.size(), header->size(), *header) != 0)
-                throw Error(ErrorKind::input, where + ": message " + std::to_string(i) +
-                                                  " renders without the assistant "
-                                                  "header the " +
-                                                  chat_template_name(chat) + " chat template writes" + instead);
-            edges.push_back(before.size() + header->size());
-            edges.push_back(through.size());
-        }
-        before = through;
+        if (through.compare(before.size(), header->size(), *header) != 0)
+            throw Error(ErrorKind::input, where + ": message " + std::to_string(i) +
+                                              " renders without the assistant "
+                                              "header the " +
+                                              chat_template_name(chat) + " chat template writes" + instead);
+        edges.push_back(before.size() + header->size());
+        edges.push_back(through.size());
     }
     SftExample e;
     size_t at = 0;

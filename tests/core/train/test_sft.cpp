@@ -142,7 +142,7 @@ TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
                     "rows.jsonl:4: sft.assistant_only_loss trains the assistant turns of conversation rows");
     EXPECT_CONTAINS(refusal(conversation, tiny + "mistral_mha", grove::ChatTemplate::mistral),
                     "rows.jsonl:4: sft.assistant_only_loss marks assistant turns as TRL's training chat templates do for "
-                    "the chatml, qwen3, llama3 and gemma families, not for the mistral chat template");
+                    "the chatml, qwen3, qwen3_instruct, llama3 and gemma families, not for the mistral chat template");
     EXPECT_EQ(refusal(conversation, tiny + "llama_gqa", grove::ChatTemplate::chatml), "accepted");
     // a tokenizer with one token for "assistant\n": chatml's turn starts inside it, so no mask is guessed
     const std::string merged = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/assistant_newline_token";

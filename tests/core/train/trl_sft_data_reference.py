@@ -159,6 +159,17 @@ for family, folder in ASSISTANT_ONLY.items():
         {"messages": [{"role": "user", "content": "2 + 2?"},
                       {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\n4."},
                       {"role": "user", "content": "And 3 + 3?"}, {"role": "assistant", "content": "6."}]}]
+    if family != "gemma3":  # (Gemma's templates have no tool role)
+        # tool calls written out, then their results: consecutive tool messages share one turn in
+        # Qwen's templates, so the conversation's beginning up to the first renders that turn closed
+        call = '<tool_call>\n{"name": "weather", "arguments": {"city": "%s"}}\n</tool_call>'
+        rows += [{"messages": [{"role": "user", "content": "Weather in Paris and Rome?"},
+                               {"role": "assistant", "content": call % "Paris" + "\n" + call % "Rome"},
+                               {"role": "tool", "content": '{"temp": 20}'}, {"role": "tool", "content": '{"temp": 25}'},
+                               {"role": "assistant", "content": "Paris 20, Rome 25."}]},
+                 {"messages": [{"role": "user", "content": "Weather in Oslo?"},
+                               {"role": "assistant", "content": call % "Oslo"},
+                               {"role": "tool", "content": '{"temp": 5}'}, {"role": "assistant", "content": "5."}]}]
     data = os.path.join(OUT, f"{family}_assistant_only.jsonl")
     with open(data, "w") as f:
         for row in rows:
