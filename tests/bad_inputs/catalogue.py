@@ -199,8 +199,8 @@ case("data", "a row without the prompt column", TRAIN, 5, "prompts.jsonl:1",
      run_folder(prompts='{"question": "a"}\n'))
 case("data", "a chat message without content", TRAIN, 5, "prompts.jsonl:1: chat messages need string \"role\" and \"content\"",
      run_folder(prompts='{"prompt": [{"role": "user"}]}\n'))
-case("data", "a chat message with tool calls, which no native template renders", TRAIN, 5,
-     "prompts.jsonl:1: a message's \"tool_calls\" is not rendered by Grove's chat templates",
+case("data", "a chat message with tool calls, which the checkpoint's template does not write", TRAIN, 5,
+     "prompts.jsonl:1: a message has \"tool_calls\", which Grove writes only as Qwen2.5's and Qwen3's",
      run_folder(prompts='{"prompt": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "", '
                         '"tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}]}]}\n'))
 case("data", "a conversation the chat template refuses (Mistral's: no system role)", TRAIN + " --set model.chat_template=mistral",
@@ -228,9 +228,10 @@ case("data", "SFT assistant_only_loss on rows that are no conversations", SFT + 
 case("data", "SFT assistant_only_loss with a chat template TRL has no training template for",
      SFT + " --set sft.assistant_only_loss=true", 5, "for the chatml, qwen3, qwen3_instruct, llama3 and gemma families, not for the",
      run_folder(prompts='{"messages": [{"role": "user", "content": "1 + 2 ="}, {"role": "assistant", "content": "3"}]}\n'))
-case("data", "an SFT row with a tools column, which TRL renders the row with", SFT, 5,
-     "prompts.jsonl:1: the row's \"tools\" column is not rendered by grove sft",
-     run_folder(prompts='{"prompt": "1 + 2 =", "completion": " 3", "tools": [{"type": "function"}]}\n'))
+case("data", "an SFT conversation with tools, under a chat template that cannot show them", SFT, 5,
+     "prompts.jsonl:1: the environment has tools (or the row, a \"tools\" column), which Grove renders only with",
+     run_folder(prompts='{"messages": [{"role": "user", "content": "1 + 2 ="}, {"role": "assistant", "content": "3"}], '
+                        '"tools": [{"type": "function", "function": {"name": "add"}}]}\n'))
 case("data", "a tokenized SFT row with a token id beyond the tokenizer's vocabulary", SFT, 5,
      "prompts.jsonl:1: input_ids[1] = 100000 is not a token of this tokenizer",
      run_folder(prompts='{"input_ids": [5, 100000, 7]}\n'))

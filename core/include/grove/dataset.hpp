@@ -27,9 +27,10 @@ std::string prompt_text(const PromptRow& row, ChatTemplate family, const Tokeniz
 // Reward plugins see it (grove_reward_batch.prompt_json): TRL's reward functions take this form.
 std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages);
 
-// A JSON list of chat messages ({"role", "content"} objects) from the row at `where`; refuses other
-// shapes, and fields Grove's templates do not render (tool_calls, reasoning_content), naming `where`.
-std::vector<ChatMessage> chat_messages(const nlohmann::json& list, const std::string& where);
+// A JSON list of chat messages ({"role", "content"} objects, an assistant's with "tool_calls" too,
+// its content then optional) from the row at `where`; refuses other shapes, and fields Grove's
+// templates do not render (reasoning_content), naming `where`.
+std::vector<ChatMessage> chat_messages(const nlohmann::ordered_json& list, const std::string& where);
 
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
@@ -47,5 +48,8 @@ std::vector<std::string> builtin_sources();
 // messages. Unreadable files and invalid JSON are grove::Error(input) naming the file and line.
 void for_each_jsonl(const std::string& path, const std::string& what,
                     const std::function<void(nlohmann::json& row, const std::string& where)>& row);
+// The same, each object's keys in the file's order (templates write tool calls' arguments so).
+void for_each_jsonl_in_order(const std::string& path, const std::string& what,
+                             const std::function<void(nlohmann::ordered_json& row, const std::string& where)>& row);
 
 }  // namespace grove

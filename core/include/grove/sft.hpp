@@ -72,11 +72,13 @@ SftDataOptions::Packing packing_from_name(const std::string& strategy);
 //   Grove's reference episode, turns [{"role": "model"|"environment", "text"}] tokenized one by one
 //   as an episode's are, of which only the model's turns (and the EOS) are trained.
 // - "messages" (TRL's conversational language modeling): the rendered conversation, all trained.
+// A row's "tools" column (function schemas, or their list as JSON text) is rendered into its
+// conversation as apply_chat_template(tools=...) renders it, as TRL does (the Qwen families only).
 // - text_column (language modeling): the text and the EOS text, all trained.
 // Text is tokenized with the tokenizer's special tokens (Llama's and Gemma's BOS), conversations
 // without (their template writes them), as TRL does. `eos`: the EOS id when the tokenizer names no
 // EOS text (the model's).
-SftExample sft_example(const nlohmann::json& row, const std::string& where, const SftDataOptions& options,
+SftExample sft_example(const nlohmann::ordered_json& row, const std::string& where, const SftDataOptions& options,
                        const Tokenizer& tokenizer, ChatTemplate chat, std::optional<int64_t> eos);
 
 // Every row of `source` (JSONL or builtin:NAME) as an example, cut to max_length; those left

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace grove {
@@ -110,9 +111,19 @@ enum class ChatTemplate {
     qwen3_thinking
 };
 
+// A function call in an assistant message (a "tool_calls" entry, OpenAI's and transformers' form)
+struct ToolCall {
+    std::string name;
+    std::string arguments_json;  // the "arguments" value as JSON, keys in the file's order: an object, or a string
+};
+
 struct ChatMessage {
+    ChatMessage() = default;
+    ChatMessage(std::string role, std::string content, std::vector<ToolCall> tool_calls = {})
+            : role(std::move(role)), content(std::move(content)), tool_calls(std::move(tool_calls)) {}
     std::string role;  // system, user, assistant (qwen3 also: tool)
     std::string content;
+    std::vector<ToolCall> tool_calls;  // an assistant's calls, rendered after its content by the Qwen families only
 };
 
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's
@@ -123,7 +134,8 @@ struct ChatMessage {
 ChatTemplate chat_template_from_name(const std::string& name, const TokenizerConfig& config, bool enable_thinking = true);
 // `tools_json` (an environment's tool schemas, a JSON array; empty: none) is rendered as the model's
 // template renders apply_chat_template(tools=...): for chatml, Qwen2.5's "# Tools" system turn; for
-// qwen3, the same turn without Qwen2.5's default system prompt.
+// qwen3, the same turn without Qwen2.5's default system prompt. Assistant tool calls are written as
+// Qwen2.5's and Qwen3's templates write them (<tool_call> blocks); other families refuse them.
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json = "");
 // A whole conversation (no generation prompt) as the training version of the family's template that
@@ -131,7 +143,7 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
 // block (an empty one where there is none), where Qwen3's own drops the blocks of turns before the
 // last user query; every other family's renders as render_chat does.
 std::string render_chat_for_training(ChatTemplate family, const std::vector<ChatMessage>& messages,
-                                     const TokenizerConfig& config);
+                                     const TokenizerConfig& config, const std::string& tools_json = "");
 // The family a conversation renders in: a SmolLM3 system message that says "/no_think" or "/think"
 // switches thinking off or on whatever enable_thinking says; any other family is itself.
 ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages);

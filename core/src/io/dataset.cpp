@@ -240,7 +240,14 @@ std::string prompt_json(const std::string& text, const std::vector<ChatMessage>&
     };
     if (messages.empty()) return dump(text);
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+    for (const ChatMessage& m : messages) {
+        nlohmann::ordered_json message = {{"role", m.role}, {"content", m.content}};
+        for (const ToolCall& call : m.tool_calls)
+            message["tool_calls"].push_back(
+                {{"type", "function"},
+                 {"function", {{"name", call.name}, {"arguments", nlohmann::ordered_json::parse(call.arguments_json)}}}});
+        list.push_back(std::move(message));
+    }
     return dump(list);
 }
 
@@ -248,17 +255,19 @@ std::vector<std::string> builtin_sources() {
     return {"arithmetic", "arithmetic-test", "multiplication", "multiplication-test"};
 }
 
-void for_each_jsonl(const std::string& path, const std::string& what,
-                    const std::function<void(json& row, const std::string& where)>& row) {
+namespace {
+template <typename Json>
+void each_jsonl_row(const std::string& path, const std::string& what,
+                    const std::function<void(Json& row, const std::string& where)>& row) {
     std::ifstream in(path);
     if (!in) throw Error(ErrorKind::input, path + ": cannot read " + what);
     std::string line;
     for (int number = 1; std::getline(in, line); ++number) {
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         std::string where = path + ":" + std::to_string(number);
-        json j;
+        Json j;
         try {
-            j = json::parse(line);
+            j = Json::parse(line);
         } catch (const json::exception& e) {
             throw Error(ErrorKind::input, where + ": invalid JSON: " + e.what());
         }
@@ -269,22 +278,61 @@ void for_each_jsonl(const std::string& path, const std::string& what,
         }
     }
 }
+}  // namespace
 
-std::vector<ChatMessage> chat_messages(const json& list, const std::string& where) {
+void for_each_jsonl(const std::string& path, const std::string& what,
+                    const std::function<void(json& row, const std::string& where)>& row) {
+    each_jsonl_row<json>(path, what, row);
+}
+
+void for_each_jsonl_in_order(const std::string& path, const std::string& what,
+                             const std::function<void(nlohmann::ordered_json& row, const std::string& where)>& row) {
+    each_jsonl_row<nlohmann::ordered_json>(path, what, row);
+}
+
+namespace {
+// An assistant message's "tool_calls": entries {"type": "function", "function": {"name", "arguments"}}
+// or {"name", "arguments"}, as the templates accept both.
+std::vector<ToolCall> tool_calls(const nlohmann::ordered_json& m, const std::string& where) {
+    std::vector<ToolCall> calls;
+    const auto& list = m["tool_calls"];
+    // an empty list is false in Jinja, so nothing (datasets exported from tool-calling chats carry one)
+    if (list.is_null() || (list.is_array() && list.empty())) return calls;
+    if (m["role"] != "assistant")
+        throw Error(ErrorKind::input, where + ": a " + m["role"].dump() +
+                                          " message has \"tool_calls\", which chat templates write only for "
+                                          "assistant messages; move them to the assistant message that makes them");
+    for (const auto& entry : list) {
+        const auto& call = entry.is_object() && entry.contains("function") ? entry["function"] : entry;
+        if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("arguments") ||
+            call["arguments"].is_null())
+            throw Error(ErrorKind::input, where +
+                                              ": each of a message's \"tool_calls\" needs a string \"name\" and \"arguments\" "
+                                              "(an object, or JSON text), directly or under \"function\"");
+        calls.push_back({call["name"].get<std::string>(), call["arguments"].dump()});
+    }
+    return calls;
+}
+}  // namespace
+
+std::vector<ChatMessage> chat_messages(const nlohmann::ordered_json& list, const std::string& where) {
     std::vector<ChatMessage> messages;
     for (const auto& m : list) {
-        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["content"].is_string())
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
             throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
-        // templates render them; Grove's do not. An empty tool_calls list is false in Jinja, so
-        // nothing (datasets exported from tool-calling chats carry one)
-        for (const char* field : {"tool_calls", "reasoning_content"})
-            if (m.contains(field) && !m[field].is_null() &&
-                !(m[field].is_array() && m[field].empty() && std::string(field) == "tool_calls"))
-                throw Error(ErrorKind::input, where + ": a message's \"" + field +
-                                                  "\" is not rendered by Grove's chat templates, so the prompt "
-                                                  "would differ from apply_chat_template's; write it into "
-                                                  "\"content\" as the model should see it");
-        messages.push_back({m["role"], m["content"]});
+        std::vector<ToolCall> calls = m.contains("tool_calls") ? tool_calls(m, where) : std::vector<ToolCall>{};
+        // an assistant message that only calls tools may have no content (OpenAI's form: null)
+        const bool no_content = !m.contains("content") || m["content"].is_null();
+        if (!(no_content && !calls.empty()) && (no_content || !m["content"].is_string()))
+            throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
+        // Qwen3's template writes it, Grove's renderers do not
+        if (m.contains("reasoning_content") && !m["reasoning_content"].is_null())
+            throw Error(ErrorKind::input, where +
+                                              ": a message's \"reasoning_content\" is not rendered by Grove's chat "
+                                              "templates, so the prompt would differ from apply_chat_template's; write it "
+                                              "into \"content\" as the model should see it (<think>...</think> before the "
+                                              "answer)");
+        messages.push_back({m["role"], no_content ? std::string() : m["content"].get<std::string>(), std::move(calls)});
     }
     return messages;
 }
@@ -304,13 +352,14 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
                                           "; built-in sources: builtin:" + join(builtin_sources(), ", builtin:"));
     }
     std::vector<PromptRow> rows;
-    for_each_jsonl(
-        source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)", [&](json& j, const std::string& where) {
+    for_each_jsonl_in_order(  // in order: a tool call's arguments are written in the file's key order
+        source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)",
+        [&](nlohmann::ordered_json& j, const std::string& where) {
             if (!j.is_object() || !j.contains(prompt_column))
                 throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column + "\" column");
             PromptRow row;
             row.origin = where;
-            const json& prompt = j[prompt_column];
+            const auto& prompt = j[prompt_column];
             if (prompt.is_string()) {
                 row.text = prompt;
             } else if (prompt.is_array() && !prompt.empty()) {
@@ -319,7 +368,7 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
                 throw Error(ErrorKind::input, where + ": \"" + prompt_column + "\" must be text or a list of messages");
             }
             j.erase(prompt_column);
-            row.columns_json = j.dump();
+            row.columns_json = json(j).dump();  // keys sorted, as reward plugins have always seen them
             rows.push_back(std::move(row));
         });
     if (rows.empty()) throw Error(ErrorKind::input, source + ": the dataset has no rows");

@@ -1147,6 +1147,20 @@ std::string qwen_tool_response(const std::vector<ChatMessage>& messages, size_t 
     return out;
 }
 
+// An assistant's tool calls as Qwen's templates write them after its content: Qwen2.5's each after a
+// newline, the arguments through tojson (text quoted); Qwen3's with no newline before a first call
+// that follows no content, text arguments as they are.
+std::string qwen_tool_calls(const std::vector<ToolCall>& calls, bool after_content, bool qwen2_5) {
+    std::string out;
+    for (size_t k = 0; k < calls.size(); ++k) {
+        const auto arguments = nlohmann::ordered_json::parse(calls[k].arguments_json);
+        if (qwen2_5 || k > 0 || after_content) out += "\n";
+        out += "<tool_call>\n{\"name\": \"" + calls[k].name + "\", \"arguments\": " +
+               (!qwen2_5 && arguments.is_string() ? arguments.get<std::string>() : python_json(arguments)) + "}\n</tool_call>";
+    }
+    return out;
+}
+
 // Qwen3's template, whose variants differ in the generation prompt (enable_thinking's empty <think>
 // block, Qwen3-Thinking-2507's open one); without `reasoning`, Qwen3-Instruct-2507's, which writes
 // assistant turns as they are. `every_turn_reasons`: TRL's training version, in which every
@@ -1174,10 +1188,15 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
         if (m.role == "user" || (m.role == "system" && i > 0)) {
             out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         } else if (m.role == "assistant") {
+            // the template's `content`: the answer after a reasoning block, if the message has one
+            const size_t close = reasoning ? m.content.rfind("</think>") : std::string::npos;
+            const bool has_content = close == std::string::npos
+                                         ? !m.content.empty()
+                                         : !strip_newlines(m.content.substr(close + 8), true, false).empty();
             out +=
                 (reasoning ? qwen3_assistant_turn(m.content, every_turn_reasons || i > last_query, every_turn_reasons || last)
                            : "<|im_start|>assistant\n" + m.content) +
-                "<|im_end|>\n";
+                qwen_tool_calls(m.tool_calls, has_content, false) + "<|im_end|>\n";
         } else if (m.role == "tool") {
             out += qwen_tool_response(messages, i);
         } else if (m.role != "system") {
@@ -1567,6 +1586,24 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 
 std::string chat_template_name(ChatTemplate family) { return family_name(family); }
 
+namespace {
+// Templates that write no tool calls drop them without a word (ChatML's without Qwen's tool format),
+// or write them in a form of their own that Grove does not reproduce: refused, not lost.
+void refuse_unwritten_tool_calls(ChatTemplate family, const std::vector<ChatMessage>& messages, const TokenizerConfig& config) {
+    const bool writes_calls = family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off ||
+                              family == ChatTemplate::qwen3_instruct || family == ChatTemplate::qwen3_thinking ||
+                              (family == ChatTemplate::chatml && contains(config.chat_template, "tool_call"));
+    for (const ChatMessage& m : messages)
+        if (!m.tool_calls.empty() && !writes_calls)
+            throw Error(ErrorKind::input,
+                        "a message has \"tool_calls\", which Grove writes only as Qwen2.5's and Qwen3's chat templates "
+                        "write them (<tool_call> blocks), not with the " +
+                            family_name(family) + " chat template" +
+                            (family == ChatTemplate::chatml ? " (this checkpoint's template writes no tool calls)" : "") +
+                            "; write the calls into the message's \"content\" as the model should see them");
+}
+}  // namespace
+
 ChatTemplate conversation_family(ChatTemplate family, const std::vector<ChatMessage>& messages) {
     if (family != ChatTemplate::smollm3 && family != ChatTemplate::smollm3_thinking_off) return family;
     if (messages.empty() || messages[0].role != "system") return family;
@@ -1587,22 +1624,24 @@ std::string continue_assistant_turn(ChatTemplate family, const std::string& obse
 }
 
 std::string render_chat_for_training(ChatTemplate family, const std::vector<ChatMessage>& messages,
-                                     const TokenizerConfig& config) {
+                                     const TokenizerConfig& config, const std::string& tools_json) {
     // enable_thinking only changes the generation prompt, so both Qwen3 families train alike
     if (family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off)
-        return render_qwen3(messages, false, "", true, "", true);
-    return render_chat(family, messages, false, config);
+        return render_qwen3(messages, false, "", true, tools_json, true);
+    return render_chat(family, messages, false, config, tools_json);
 }
 
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const TokenizerConfig& config, const std::string& tools_json) {
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
+    refuse_unwritten_tool_calls(family, messages, config);
     if (!tools_json.empty() && family != ChatTemplate::chatml && family != ChatTemplate::qwen3 &&
         family != ChatTemplate::qwen3_thinking_off && family != ChatTemplate::qwen3_instruct &&
         family != ChatTemplate::qwen3_thinking)
         throw Error(ErrorKind::input,
-                    "the environment has tools, which Grove renders only with the chatml and qwen3 chat templates (the "
+                    "the environment has tools (or the row, a \"tools\" column), which Grove renders only with the chatml and "
+                    "qwen3 chat templates (the "
                     "Qwen / Hermes tool format); set model.chat_template = \"chatml\" or \"qwen3\" for such a model, or "
                     "describe the tools in the dataset's system prompt" +
                         std::string(family == ChatTemplate::smollm3 || family == ChatTemplate::smollm3_thinking_off
@@ -1636,10 +1675,17 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                                       system.value_or("You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
             else if (system && !messages.empty() && messages[0].role != "system")
                 out = "<|im_start|>system\n" + *system + "<|im_end|>\n";
-            for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size(); ++i)
-                out += messages[i].role == "tool" && contains(config.chat_template, "<tool_response>")
-                           ? qwen_tool_response(messages, i)  // Qwen2 / 2.5's templates group tool messages
-                           : "<|im_start|>" + messages[i].role + "\n" + messages[i].content + "<|im_end|>\n";
+            for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size();
+                 ++i) {
+                const ChatMessage& m = messages[i];
+                if (m.role == "tool" && contains(config.chat_template, "<tool_response>"))
+                    out += qwen_tool_response(messages, i);  // Qwen2 / 2.5's templates group tool messages
+                else if (!m.tool_calls.empty())
+                    out += "<|im_start|>assistant" + (m.content.empty() ? "" : "\n" + m.content) +
+                           qwen_tool_calls(m.tool_calls, !m.content.empty(), true) + "<|im_end|>\n";
+                else
+                    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+            }
             if (add_generation_prompt) out += "<|im_start|>assistant\n";
             return out;
         case ChatTemplate::llama3:

@@ -12,7 +12,7 @@
 #include "grove/sft.hpp"
 #include "grove/tokenizer.hpp"
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the file's order, as templates write them
 
 namespace grove {
 
@@ -20,12 +20,13 @@ namespace {
 
 bool is_conversation(const json& value) { return value.is_array() && !value.empty() && value[0].contains("content"); }
 
-// `training`: as the training version of the template that TRL swaps in for assistant_only_loss
+// `tools`: the row's tool schemas (a JSON array; empty: none). `training`: as the training version of
+// the template that TRL swaps in for assistant_only_loss
 std::string rendered(ChatTemplate chat, const std::vector<ChatMessage>& messages, bool generation_prompt,
-                     const TokenizerConfig& config, const std::string& where, bool training = false) {
+                     const TokenizerConfig& config, const std::string& tools, const std::string& where, bool training = false) {
     try {
-        return training ? render_chat_for_training(chat, messages, config)
-                        : render_chat(chat, messages, generation_prompt, config);
+        return training ? render_chat_for_training(chat, messages, config, tools)
+                        : render_chat(chat, messages, generation_prompt, config, tools);
     } catch (const Error& e) {  // which row the template refuses
         throw Error(e.kind(), where + ": " + e.what());
     }
@@ -77,8 +78,8 @@ std::optional<std::string> assistant_turn_header(ChatTemplate chat) {
 // turns are found by rendering the conversation's beginnings up to and through each assistant message
 // (these families render such a beginning as the start of the whole). The text is tokenized piece by piece at the turns' edges, which must give
 // the whole text's tokens: an edge inside a token is refused, not guessed.
-SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, ChatTemplate chat, const Tokenizer& tokenizer,
-                                   const std::string& where) {
+SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, const std::string& tools, ChatTemplate chat,
+                                   const Tokenizer& tokenizer, const std::string& where) {
     const std::optional<std::string> header = assistant_turn_header(chat);
     const std::string instead =
         "; give rows tokenized with transformers' assistant_masks instead (\"input_ids\", "
@@ -91,8 +92,8 @@ SftExample assistant_turns_example(const std::vector<ChatMessage>& messages, Cha
                         chat_template_name(chat) + " chat template" + instead);
     const TokenizerConfig& config = tokenizer.config();
     auto beginning = [&](size_t count) {  // the first `count` messages, as the training template renders them
-        return rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(count)), false, config, where,
-                        true);
+        return rendered(chat, std::vector<ChatMessage>(messages.begin(), messages.begin() + long(count)), false, config, tools,
+                        where, true);
     };
     const std::string whole = beginning(messages.size());
     std::vector<size_t> edges;  // where trained spans start and end, alternately
@@ -171,8 +172,9 @@ SftExample episode_example(const std::string& prompt, bool special_tokens, const
     return e;
 }
 
-SftExample prompt_completion_example(const json& row, const std::string& where, const SftDataOptions& o,
-                                     const Tokenizer& tokenizer, ChatTemplate chat, const EndOfText& end) {
+SftExample prompt_completion_example(const json& row, const std::string& tools, const std::string& where,
+                                     const SftDataOptions& o, const Tokenizer& tokenizer, ChatTemplate chat,
+                                     const EndOfText& end) {
     const json& prompt = row[o.prompt_column];
     if (!prompt.is_string() && !(prompt.is_array() && !prompt.empty()))
         throw Error(ErrorKind::input, where + ": \"" + o.prompt_column + "\" must be text or a list of messages");
@@ -187,7 +189,7 @@ SftExample prompt_completion_example(const json& row, const std::string& where, 
     // text prompts get the tokenizer's special tokens; a conversation's template writes its own
     const bool special_tokens = prompt.is_string();
     const std::string prompt_text =
-        prompt.is_string() ? prompt.get<std::string>() : rendered(chat, prompt_messages, true, config, where);
+        prompt.is_string() ? prompt.get<std::string>() : rendered(chat, prompt_messages, true, config, tools, where);
     const std::vector<int64_t> prompt_ids = tokenizer.encode(prompt_text, special_tokens);
     if (is_conversation(completion)) {
         if (prompt.is_string())
@@ -196,7 +198,7 @@ SftExample prompt_completion_example(const json& row, const std::string& where, 
                                               "prompt as messages too, or the completion as text");
         std::vector<ChatMessage> whole = prompt_messages;
         for (const ChatMessage& m : chat_messages(completion, where)) whole.push_back(m);
-        return split_at_common_prefix(prompt_ids, tokenizer.encode(rendered(chat, whole, false, config, where), false),
+        return split_at_common_prefix(prompt_ids, tokenizer.encode(rendered(chat, whole, false, config, tools, where), false),
                                       !o.completion_only_loss);
     }
     if (completion.is_array()) return episode_example(prompt_text, special_tokens, completion, where, o, tokenizer, end.id);
@@ -366,14 +368,27 @@ std::vector<SftExample> packed_examples(const std::vector<SftExample>& examples,
     return packed;
 }
 
+namespace {
+// The row's "tools" (function schemas, as TRL passes them to apply_chat_template: a list, or the list
+// as JSON text) as a JSON array's text; empty without any.
+std::string row_tools(const json& row, const std::string& where) {
+    if (!row.contains("tools") || row["tools"].is_null()) return "";
+    json tools = row["tools"];
+    if (tools.is_string()) tools = json::parse(tools.get<std::string>(), nullptr, false);
+    if (!tools.is_array())
+        throw Error(ErrorKind::input, where + ": \"tools\" must be a list of function schemas (or that list as JSON text)");
+    return tools.empty() ? "" : tools.dump();
+}
+}  // namespace
+
 SftExample sft_example(const json& row, const std::string& where, const SftDataOptions& o, const Tokenizer& tokenizer,
                        ChatTemplate chat, std::optional<int64_t> eos) {
     if (!row.is_object()) throw Error(ErrorKind::input, where + ": a row must be a JSON object");
-    for (const char* column : {"tools", "chat_template_kwargs"})  // TRL renders the row with them
-        if (row.contains(column) && !row[column].is_null())
-            throw Error(ErrorKind::input, where + ": the row's \"" + std::string(column) +
-                                              "\" column is not rendered by grove sft, so its tokens would differ from "
-                                              "TRL's; leave it out");
+    if (row.contains("chat_template_kwargs") && !row["chat_template_kwargs"].is_null())  // TRL renders the row with them
+        throw Error(ErrorKind::input, where +
+                                          ": the row's \"chat_template_kwargs\" column is not rendered by grove sft, so "
+                                          "its tokens would differ from TRL's; leave it out");
+    const std::string tools = row_tools(row, where);
     if (o.assistant_only_loss && (row.contains("input_ids") || row.contains(o.prompt_column) || !row.contains("messages")))
         throw Error(ErrorKind::input, where +
                                           ": sft.assistant_only_loss trains the assistant turns of conversation rows "
@@ -381,13 +396,13 @@ SftExample sft_example(const json& row, const std::string& where, const SftDataO
                                           "assistant_masks apply without the key: leave it false)");
     if (row.contains("input_ids")) return processed_example(row, where, o, tokenizer.vocab_size());
     const EndOfText end{tokenizer.config().eos_token.value_or(""), eos};
-    if (row.contains(o.prompt_column)) return prompt_completion_example(row, where, o, tokenizer, chat, end);
+    if (row.contains(o.prompt_column)) return prompt_completion_example(row, tools, where, o, tokenizer, chat, end);
     if (row.contains("messages")) {
         if (!is_conversation(row["messages"]))
             throw Error(ErrorKind::input, where + ": \"messages\" must be a list of {\"role\", \"content\"} messages");
         const std::vector<ChatMessage> messages = chat_messages(row["messages"], where);
-        if (o.assistant_only_loss) return assistant_turns_example(messages, chat, tokenizer, where);
-        return all_trained(tokenizer.encode(rendered(chat, messages, false, tokenizer.config(), where), false));
+        if (o.assistant_only_loss) return assistant_turns_example(messages, tools, chat, tokenizer, where);
+        return all_trained(tokenizer.encode(rendered(chat, messages, false, tokenizer.config(), tools, where), false));
     }
     if (row.contains(o.text_column) && row[o.text_column].is_string()) {
         return all_trained(end.encode_ending(tokenizer, row[o.text_column].get<std::string>(), true));
@@ -423,7 +438,7 @@ std::vector<SftExample> load_sft_examples(const std::string& source, const SftDa
             add(row, p.origin);
         }
     } else {
-        for_each_jsonl(source, "the SFT dataset (JSONL)", add);
+        for_each_jsonl_in_order(source, "the SFT dataset (JSONL)", add);
     }
     if (packing) examples = packed_examples(examples, o.max_length, o.packing);
     if (padding_free_batches(o))

@@ -10,6 +10,7 @@
 
 #include "grove/dataset.hpp"
 #include "grove/error.hpp"
+#include "plugin_test_support.hpp"
 
 namespace {
 
@@ -215,17 +216,35 @@ TEST(Dataset, PromptAsJsonIsTheDatasetsForm) {
     EXPECT_EQ(nlohmann::json::parse(grove::prompt_json("é 中", {})).get<std::string>(), "é 中");
 }
 
-// A message's tool_calls or reasoning_content would be rendered by the checkpoint's template and not
-// by Grove's, so it is refused; an empty tool_calls list is false in Jinja, so nothing, and loads.
-TEST(Dataset, AnEmptyToolCallsListIsNothing) {
+// An assistant's tool calls load in either of transformers' forms, their arguments' keys in the
+// file's order (templates write them so) and null content allowed; an empty tool_calls list is false
+// in Jinja, so nothing. Calls on another role, a call without a name, and reasoning_content (which
+// Grove's templates do not write) are refused.
+TEST(Dataset, ToolCallsLoadInTheFilesOrder) {
     const std::string file = std::string(GROVE_TEST_BINARY_DIR) + "/dataset_tool_calls.jsonl";
-    std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?", "tool_calls": []}]})" << "\n";
+    std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?", "tool_calls": []}, )"
+                        << R"({"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": )"
+                        << R"({"name": "add", "arguments": {"b": 2, "a": 2}}}, {"name": "now", "arguments": "{}"}]}]})"
+                        << "\n";
     const auto rows = grove::load_prompts(file);
     ASSERT_EQ(rows.size(), 1u);
-    ASSERT_EQ(rows[0].messages.size(), 1u);
+    ASSERT_EQ(rows[0].messages.size(), 2u);
     EXPECT_EQ(rows[0].messages[0].content, "2+2?");
-    for (const char* field : {R"("tool_calls": [{"type": "function"}])", R"("reasoning_content": "")"}) {
-        std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?", )" << field << "}]}\n";
-        EXPECT_THROW(grove::load_prompts(file), grove::Error) << field;
+    EXPECT_TRUE(rows[0].messages[0].tool_calls.empty());
+    const auto& calls = rows[0].messages[1].tool_calls;
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_EQ(rows[0].messages[1].content, "");
+    EXPECT_EQ(calls[0].name, "add");
+    EXPECT_EQ(calls[0].arguments_json, R"({"b":2,"a":2})");
+    EXPECT_EQ(calls[1].arguments_json, R"("{}")");
+    // reward plugins see the calls in transformers' form
+    EXPECT_EQ(nlohmann::json::parse(grove::prompt_json("", rows[0].messages))[1]["tool_calls"][1]["function"]["name"], "now");
+    for (const char* message :
+         {R"({"role": "user", "content": "2+2?", "tool_calls": [{"name": "add", "arguments": {}}]})",
+          R"({"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]})",
+          R"({"role": "assistant", "content": null})", R"({"role": "assistant", "content": "4", "reasoning_content": ""})"}) {
+        std::ofstream(file) << R"({"prompt": [)" << message << "]}\n";
+        EXPECT_CONTAINS(grove::test::error_message([&] { grove::load_prompts(file); }), "dataset_tool_calls.jsonl:1: ")
+            << message;
     }
 }

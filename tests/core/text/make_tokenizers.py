@@ -199,6 +199,25 @@ QWEN3_CONVERSATIONS = [
       {"role": "user", "content": "<tool_response>\n7\n</tool_response>"},
       {"role": "assistant", "content": "<think>r2</think>a2"}, {"role": "system", "content": "late system"}], True),
 ]
+# assistant tool calls (transformers' "tool_calls": under "function" or bare, arguments as an object or
+# as JSON text, content before them, none at all (null) or only a reasoning block); arguments' keys sorted,
+# as the test reads the cases back with sorted keys
+TOOL_CALL_TURNS = [
+    ([{"role": "user", "content": "Add 2 and 3, then the weather."},
+      {"role": "assistant", "content": "Two calls.",
+       "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}},
+                      {"type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich", "days": [1, 2.5]}}}]},
+      {"role": "tool", "content": "5"}, {"role": "tool", "content": "sunny"},
+      {"role": "assistant", "content": "5, and sunny."}], False),
+    ([{"role": "user", "content": "Add 1.5 and 2."},
+      {"role": "assistant", "content": None,
+       "tool_calls": [{"function": {"name": "add", "arguments": "{\"a\": 1.5, \"b\": 2}"}}]},
+      {"role": "tool", "content": "3.5"}], True),
+    ([{"role": "user", "content": "Time?"},
+      {"role": "assistant", "content": "<think>\nAsk the clock.\n</think>\n\n", "tool_calls": [{"name": "now", "arguments": {}}]},
+      {"role": "tool", "content": "noon"}, {"role": "assistant", "content": "Noon."}, {"role": "user", "content": "Thanks."}],
+     True),
+]
 CONVERSATIONS = [
     ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 3 + 4?"}], True),
     ([{"role": "user", "content": "  Hi there \n"}, {"role": "assistant", "content": " Hello! "},
@@ -268,7 +287,7 @@ def chat_templates(folder):
             if family == "llama2" and add_generation_prompt is False and messages[-1]["role"] != "assistant":
                 continue
             out.append({"family": family, **rendered_or_raised(fast, template, messages, add_generation_prompt)})
-    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
+    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + TOOL_CALL_TURNS:
         for kwargs in [{}, {"enable_thinking": False}, {"tools": TOOLS}, {"tools": TOOLS, "enable_thinking": False}]:
             text = fast.apply_chat_template(messages, chat_template=QWEN3, tokenize=False,
                                             add_generation_prompt=add_generation_prompt, **kwargs)
@@ -277,7 +296,7 @@ def chat_templates(folder):
                         "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                         "text": text})
     for family, template in [("qwen3_instruct", QWEN3_INSTRUCT), ("qwen3_thinking", QWEN3_THINKING)]:
-        for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS:
+        for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + TOOL_CALL_TURNS:
             for kwargs in [{}, {"tools": TOOLS}]:
                 text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                 add_generation_prompt=add_generation_prompt, **kwargs)
@@ -374,7 +393,7 @@ def trl_template_sweep(fast):
     Grove's auto must render each one the same or refuse it, never differ."""
     folder = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
     conversations = (CONVERSATIONS + QWEN3_CONVERSATIONS + GEMMA_TURNS + TULU_TURNS + PHI3_TURNS + SMOLLM3_TURNS +
-                     LLAMA3_TOOL_TURNS)
+                     LLAMA3_TOOL_TURNS + TOOL_CALL_TURNS)
     templates, cases = {}, []
     for file in sorted(os.listdir(folder)):
         if not file.endswith(".jinja") or file.endswith("_training.jinja"):

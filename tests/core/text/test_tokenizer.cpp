@@ -14,6 +14,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/tokenizer.hpp"
 #include "plugin_test_support.hpp"
@@ -103,8 +104,7 @@ TEST(ChatTemplate, FamiliesMatchApplyChatTemplate) {
     auto data = read(kDir + "/chat_templates.json");
     int checked = 0;
     for (const auto& c : data["cases"]) {
-        std::vector<grove::ChatMessage> messages;
-        for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+        const std::vector<grove::ChatMessage> messages = grove::chat_messages(c["messages"], "case");
         grove::TokenizerConfig config = tokenizer->config();  // a checkpoint's own template, where the case names one
         if (c.contains("checkpoint_template"))
             config.chat_template = data["templates"][c["checkpoint_template"].get<std::string>()];
@@ -148,8 +148,7 @@ TEST(ChatTemplate, AutoRendersEveryTemplateTrlShipsAsApplyChatTemplateOrRefuses)
     int rendered = 0, refused = 0;
     std::map<std::string, int> rendered_per_template;
     for (const auto& c : sweep["cases"]) {
-        std::vector<grove::ChatMessage> messages;
-        for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+        const std::vector<grove::ChatMessage> messages = grove::chat_messages(c["messages"], "case");
         grove::TokenizerConfig config = tokenizer->config();
         config.chat_template = sweep["templates"][c["template"].get<std::string>()];
         std::string text;

@@ -180,6 +180,44 @@ for family, folder in ASSISTANT_ONLY.items():
         options = dict(options, assistant_only_loss=True)
         cases.append(dict(name=f"{family}_assistant_only_{'_'.join(f'{k}={v}' for k, v in options.items())}",
                           tokenizer=folder, data=data, options=options, rows=prepare(tokenizer, rows, options)))
+# tool calling (Qwen's templates): a "tools" column and assistant messages with "tool_calls", their
+# arguments' keys not in sorted order (the file's order is the one rendered), as conversations and as
+# prompt-completion rows, with and without assistant_only_loss
+WEATHER = {"type": "function", "function": {"name": "weather", "description": "The weather in a city.", "parameters": {
+    "type": "object", "properties": {"unit": {"type": "string"}, "city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def weather_call(city):
+    return {"type": "function", "function": {"name": "weather", "arguments": {"unit": "C", "city": city}}}
+
+
+TOOL_ROWS = [
+    {"tools": [WEATHER], "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [weather_call("Oslo")]},
+        {"role": "tool", "content": "5"}, {"role": "assistant", "content": "5 degrees."}]},
+    {"tools": [WEATHER], "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Oslo and Zürich?"},
+        {"role": "assistant", "content": "Checking both.", "tool_calls": [weather_call("Oslo"), weather_call("Zürich")]},
+        {"role": "tool", "content": "5"}, {"role": "tool", "content": "20"},
+        {"role": "assistant", "content": "Oslo 5, Zürich 20."}]},
+    {"tools": None, "messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]}]
+TOOL_PROMPT_COMPLETION = [{"tools": [WEATHER], "prompt": r["messages"][:-3], "completion": r["messages"][-3:]}
+                          for r in TOOL_ROWS[:1]] + [
+    {"tools": [WEATHER], "prompt": TOOL_ROWS[1]["messages"][:2], "completion": TOOL_ROWS[1]["messages"][2:]}]
+for family in ("qwen2_5", "qwen3", "qwen3_instruct_2507"):
+    tokenizer = AutoTokenizer.from_pretrained(ASSISTANT_ONLY[family])
+    for kind, rows, all_options in (("tool_calling", TOOL_ROWS, (dict(), dict(assistant_only_loss=True),
+                                                                 dict(assistant_only_loss=True, max_length=100))),
+                                    ("tool_calling_prompt_completion", TOOL_PROMPT_COMPLETION, (dict(),))):
+        data = os.path.join(OUT, f"{family}_{kind}.jsonl")
+        with open(data, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for options in all_options:
+            cases.append(dict(name=f"{family}_{kind}_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
+                              tokenizer=ASSISTANT_ONLY[family], data=data, options=options,
+                              rows=prepare(tokenizer, rows, options)))
 # 1100 short texts: TRL packs each chunk of 1000 rows (datasets' map batch) on its own
 many = os.path.join(OUT, "chatml_1100_texts.jsonl")
 tokenizer = AutoTokenizer.from_pretrained(TOKENIZERS["chatml"])
