@@ -27,9 +27,9 @@ std::string prompt_text(const PromptRow& row, ChatTemplate family, const Tokeniz
 // Reward plugins see it (grove_reward_batch.prompt_json): TRL's reward functions take this form.
 std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages);
 
-// A JSON list of chat messages ({"role", "content"} objects, an assistant's with "tool_calls" too,
-// its content then optional) from the row at `where`; refuses other shapes, and fields Grove's
-// templates do not render (reasoning_content), naming `where`.
+// A JSON list of chat messages ({"role", "content"} objects; an assistant's may have "tool_calls",
+// its content then optional, and "reasoning_content") from the row at `where`; refuses other shapes,
+// naming `where`.
 std::vector<ChatMessage> chat_messages(const nlohmann::ordered_json& list, const std::string& where);
 
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.

@@ -119,11 +119,18 @@ struct ToolCall {
 
 struct ChatMessage {
     ChatMessage() = default;
-    ChatMessage(std::string role, std::string content, std::vector<ToolCall> tool_calls = {})
-            : role(std::move(role)), content(std::move(content)), tool_calls(std::move(tool_calls)) {}
+    ChatMessage(std::string role, std::string content, std::vector<ToolCall> tool_calls = {},
+                std::optional<std::string> reasoning_content = std::nullopt)
+            : role(std::move(role)),
+              content(std::move(content)),
+              tool_calls(std::move(tool_calls)),
+              reasoning_content(std::move(reasoning_content)) {}
     std::string role;  // system, user, assistant (qwen3 also: tool)
     std::string content;
     std::vector<ToolCall> tool_calls;  // an assistant's calls, rendered after its content by the Qwen families only
+    // an assistant's reasoning given apart from its content, as Qwen3's templates take it (in place of a
+    // <think> block in the content); other families refuse it
+    std::optional<std::string> reasoning_content;
 };
 
 // "auto" recognises the family from the checkpoint's template text (ChatML markers, with Qwen3's

@@ -242,6 +242,7 @@ std::string prompt_json(const std::string& text, const std::vector<ChatMessage>&
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const ChatMessage& m : messages) {
         nlohmann::ordered_json message = {{"role", m.role}, {"content", m.content}};
+        if (m.reasoning_content) message["reasoning_content"] = *m.reasoning_content;
         for (const ToolCall& call : m.tool_calls)
             message["tool_calls"].push_back(
                 {{"type", "function"},
@@ -325,14 +326,14 @@ std::vector<ChatMessage> chat_messages(const nlohmann::ordered_json& list, const
         const bool no_content = !m.contains("content") || m["content"].is_null();
         if (!(no_content && !calls.empty()) && (no_content || !m["content"].is_string()))
             throw Error(ErrorKind::input, where + ": chat messages need string \"role\" and \"content\"");
-        // Qwen3's template writes it, Grove's renderers do not
-        if (m.contains("reasoning_content") && !m["reasoning_content"].is_null())
-            throw Error(ErrorKind::input, where +
-                                              ": a message's \"reasoning_content\" is not rendered by Grove's chat "
-                                              "templates, so the prompt would differ from apply_chat_template's; write it "
-                                              "into \"content\" as the model should see it (<think>...</think> before the "
-                                              "answer)");
-        messages.push_back({m["role"], no_content ? std::string() : m["content"].get<std::string>(), std::move(calls)});
+        std::optional<std::string> reasoning;
+        if (m.contains("reasoning_content") && !m["reasoning_content"].is_null()) {
+            if (!m["reasoning_content"].is_string() || m["role"] != "assistant")
+                throw Error(ErrorKind::input, where + ": \"reasoning_content\" is an assistant message's reasoning, as text");
+            reasoning = m["reasoning_content"].get<std::string>();
+        }
+        messages.push_back(
+            {m["role"], no_content ? std::string() : m["content"].get<std::string>(), std::move(calls), std::move(reasoning)});
     }
     return messages;
 }

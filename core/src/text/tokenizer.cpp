@@ -1078,12 +1078,12 @@ std::string strip_newlines(std::string s, bool front, bool back) {
     return s;
 }
 
-// An assistant turn of Qwen3's template: content with a <think> block is split into the reasoning
-// and the answer; turns after the last user query keep their reasoning (the last turn always gets a
-// block, empty or not), earlier turns lose it.
-std::string qwen3_assistant_turn(const std::string& message, bool after_last_query, bool last) {
-    std::string content = message, reasoning;
-    const size_t close = content.find("</think>");
+// An assistant turn of Qwen3's template: the message's reasoning_content, or else content with a
+// <think> block split into the reasoning and the answer; turns after the last user query keep their
+// reasoning (the last turn always gets a block, empty or not), earlier turns lose it.
+std::string qwen3_assistant_turn(const ChatMessage& message, bool after_last_query, bool last) {
+    std::string content = message.content, reasoning = message.reasoning_content.value_or("");
+    const size_t close = message.reasoning_content ? std::string::npos : content.find("</think>");
     if (close != std::string::npos) {
         const std::string before = strip_newlines(content.substr(0, close), false, true);
         const size_t open = before.rfind("<think>");
@@ -1189,14 +1189,13 @@ std::string render_qwen3(const std::vector<ChatMessage>& messages, bool add_gene
             out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
         } else if (m.role == "assistant") {
             // the template's `content`: the answer after a reasoning block, if the message has one
-            const size_t close = reasoning ? m.content.rfind("</think>") : std::string::npos;
+            const size_t close = reasoning && !m.reasoning_content ? m.content.rfind("</think>") : std::string::npos;
             const bool has_content = close == std::string::npos
                                          ? !m.content.empty()
                                          : !strip_newlines(m.content.substr(close + 8), true, false).empty();
-            out +=
-                (reasoning ? qwen3_assistant_turn(m.content, every_turn_reasons || i > last_query, every_turn_reasons || last)
-                           : "<|im_start|>assistant\n" + m.content) +
-                qwen_tool_calls(m.tool_calls, has_content, false) + "<|im_end|>\n";
+            out += (reasoning ? qwen3_assistant_turn(m, every_turn_reasons || i > last_query, every_turn_reasons || last)
+                              : "<|im_start|>assistant\n" + m.content) +
+                   qwen_tool_calls(m.tool_calls, has_content, false) + "<|im_end|>\n";
         } else if (m.role == "tool") {
             out += qwen_tool_response(messages, i);
         } else if (m.role != "system") {
@@ -1587,9 +1586,20 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 std::string chat_template_name(ChatTemplate family) { return family_name(family); }
 
 namespace {
-// Templates that write no tool calls drop them without a word (ChatML's without Qwen's tool format),
-// or write them in a form of their own that Grove does not reproduce: refused, not lost.
-void refuse_unwritten_tool_calls(ChatTemplate family, const std::vector<ChatMessage>& messages, const TokenizerConfig& config) {
+// Templates that write no tool calls (or reasoning_content) drop them without a word (ChatML's
+// without Qwen's tool format, Qwen3-Instruct-2507's), or write them in a form of their own that
+// Grove does not reproduce: refused, not lost.
+void refuse_unwritten_fields(ChatTemplate family, const std::vector<ChatMessage>& messages, const TokenizerConfig& config) {
+    const bool writes_reasoning =
+        family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off || family == ChatTemplate::qwen3_thinking;
+    for (const ChatMessage& m : messages)
+        if (m.reasoning_content && !writes_reasoning)
+            throw Error(ErrorKind::input,
+                        "a message has \"reasoning_content\", which Grove writes only as Qwen3's "
+                        "reasoning templates write it, not with the " +
+                            family_name(family) +
+                            " chat template; write it into \"content\" as the model should see it "
+                            "(<think>...</think> before the answer), or leave it out");
     const bool writes_calls = family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off ||
                               family == ChatTemplate::qwen3_instruct || family == ChatTemplate::qwen3_thinking ||
                               (family == ChatTemplate::chatml && contains(config.chat_template, "tool_call"));
@@ -1635,7 +1645,7 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                         const TokenizerConfig& config, const std::string& tools_json) {
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
-    refuse_unwritten_tool_calls(family, messages, config);
+    refuse_unwritten_fields(family, messages, config);
     if (!tools_json.empty() && family != ChatTemplate::chatml && family != ChatTemplate::qwen3 &&
         family != ChatTemplate::qwen3_thinking_off && family != ChatTemplate::qwen3_instruct &&
         family != ChatTemplate::qwen3_thinking)

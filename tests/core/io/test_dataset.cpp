@@ -218,8 +218,8 @@ TEST(Dataset, PromptAsJsonIsTheDatasetsForm) {
 
 // An assistant's tool calls load in either of transformers' forms, their arguments' keys in the
 // file's order (templates write them so) and null content allowed; an empty tool_calls list is false
-// in Jinja, so nothing. Calls on another role, a call without a name, and reasoning_content (which
-// Grove's templates do not write) are refused.
+// in Jinja, so nothing; an assistant's reasoning_content is kept apart. Calls or reasoning on another
+// role, a call without a name, and reasoning that is not text are refused.
 TEST(Dataset, ToolCallsLoadInTheFilesOrder) {
     const std::string file = std::string(GROVE_TEST_BINARY_DIR) + "/dataset_tool_calls.jsonl";
     std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?", "tool_calls": []}, )"
@@ -239,10 +239,17 @@ TEST(Dataset, ToolCallsLoadInTheFilesOrder) {
     EXPECT_EQ(calls[1].arguments_json, R"("{}")");
     // reward plugins see the calls in transformers' form
     EXPECT_EQ(nlohmann::json::parse(grove::prompt_json("", rows[0].messages))[1]["tool_calls"][1]["function"]["name"], "now");
+    std::ofstream(file) << R"({"prompt": [{"role": "user", "content": "2+2?"}, )"
+                        << R"({"role": "assistant", "content": "4", "reasoning_content": "Add."}]})" << "\n";
+    const auto reasoned = grove::load_prompts(file);
+    EXPECT_FALSE(reasoned[0].messages[0].reasoning_content);
+    EXPECT_EQ(reasoned[0].messages[1].reasoning_content.value_or("none"), "Add.");
+    EXPECT_EQ(nlohmann::json::parse(grove::prompt_json("", reasoned[0].messages))[1]["reasoning_content"], "Add.");
     for (const char* message :
          {R"({"role": "user", "content": "2+2?", "tool_calls": [{"name": "add", "arguments": {}}]})",
           R"({"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]})",
-          R"({"role": "assistant", "content": null})", R"({"role": "assistant", "content": "4", "reasoning_content": ""})"}) {
+          R"({"role": "assistant", "content": null})", R"({"role": "user", "content": "4", "reasoning_content": "r"})",
+          R"({"role": "assistant", "content": "4", "reasoning_content": 4})"}) {
         std::ofstream(file) << R"({"prompt": [)" << message << "]}\n";
         EXPECT_CONTAINS(grove::test::error_message([&] { grove::load_prompts(file); }), "dataset_tool_calls.jsonl:1: ")
             << message;

@@ -218,6 +218,16 @@ TOOL_CALL_TURNS = [
       {"role": "tool", "content": "noon"}, {"role": "assistant", "content": "Noon."}, {"role": "user", "content": "Thanks."}],
      True),
 ]
+# reasoning given apart (reasoning_content, which Qwen3's templates take in place of a <think> block
+# in the content, left unsplit), before and after the last user query, empty, and with tool calls
+REASONING_TURNS = [
+    ([{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1", "reasoning_content": "\nplan one\n"},
+      {"role": "user", "content": "Q2"},
+      {"role": "assistant", "content": "\nA2 </think> kept", "reasoning_content": "plan two"}], False),
+    ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "", "reasoning_content": "Call.",
+                                         "tool_calls": [{"name": "now", "arguments": {}}]},
+      {"role": "tool", "content": "noon"}, {"role": "assistant", "content": "Noon.", "reasoning_content": ""}], True),
+]
 CONVERSATIONS = [
     ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 3 + 4?"}], True),
     ([{"role": "user", "content": "  Hi there \n"}, {"role": "assistant", "content": " Hello! "},
@@ -287,7 +297,7 @@ def chat_templates(folder):
             if family == "llama2" and add_generation_prompt is False and messages[-1]["role"] != "assistant":
                 continue
             out.append({"family": family, **rendered_or_raised(fast, template, messages, add_generation_prompt)})
-    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + TOOL_CALL_TURNS:
+    for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + TOOL_CALL_TURNS + REASONING_TURNS:
         for kwargs in [{}, {"enable_thinking": False}, {"tools": TOOLS}, {"tools": TOOLS, "enable_thinking": False}]:
             text = fast.apply_chat_template(messages, chat_template=QWEN3, tokenize=False,
                                             add_generation_prompt=add_generation_prompt, **kwargs)
@@ -296,7 +306,9 @@ def chat_templates(folder):
                         "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                         "text": text})
     for family, template in [("qwen3_instruct", QWEN3_INSTRUCT), ("qwen3_thinking", QWEN3_THINKING)]:
-        for messages, add_generation_prompt in CONVERSATIONS + QWEN3_CONVERSATIONS + TOOL_CALL_TURNS:
+        # (Qwen3-Instruct-2507's template drops reasoning_content, which Grove refuses: the sweep checks that)
+        for messages, add_generation_prompt in (CONVERSATIONS + QWEN3_CONVERSATIONS + TOOL_CALL_TURNS +
+                                                (REASONING_TURNS if family == "qwen3_thinking" else [])):
             for kwargs in [{}, {"tools": TOOLS}]:
                 text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
                                                 add_generation_prompt=add_generation_prompt, **kwargs)
@@ -393,7 +405,7 @@ def trl_template_sweep(fast):
     Grove's auto must render each one the same or refuse it, never differ."""
     folder = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
     conversations = (CONVERSATIONS + QWEN3_CONVERSATIONS + GEMMA_TURNS + TULU_TURNS + PHI3_TURNS + SMOLLM3_TURNS +
-                     LLAMA3_TOOL_TURNS + TOOL_CALL_TURNS)
+                     LLAMA3_TOOL_TURNS + TOOL_CALL_TURNS + REASONING_TURNS)
     templates, cases = {}, []
     for file in sorted(os.listdir(folder)):
         if not file.endswith(".jinja") or file.endswith("_training.jinja"):

@@ -218,6 +218,20 @@ for family in ("qwen2_5", "qwen3", "qwen3_instruct_2507"):
             cases.append(dict(name=f"{family}_{kind}_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
                               tokenizer=ASSISTANT_ONLY[family], data=data, options=options,
                               rows=prepare(tokenizer, rows, options)))
+# reasoning given apart (reasoning_content) with Qwen3's template, whose training version writes every
+# turn's block
+REASONING_ROWS = [{"messages": [
+    {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4.", "reasoning_content": "Add them."},
+    {"role": "user", "content": "And 3 + 3?"}, {"role": "assistant", "content": "6.", "reasoning_content": "\nAgain.\n"}]}]
+tokenizer = AutoTokenizer.from_pretrained(ASSISTANT_ONLY["qwen3"])
+data = os.path.join(OUT, "qwen3_reasoning_content.jsonl")
+with open(data, "w") as f:
+    for row in REASONING_ROWS:
+        f.write(json.dumps(row) + "\n")
+for options in (dict(), dict(assistant_only_loss=True)):
+    cases.append(dict(name=f"qwen3_reasoning_content_{'_'.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}",
+                      tokenizer=ASSISTANT_ONLY["qwen3"], data=data, options=options,
+                      rows=prepare(tokenizer, REASONING_ROWS, options)))
 # 1100 short texts: TRL packs each chunk of 1000 rows (datasets' map batch) on its own
 many = os.path.join(OUT, "chatml_1100_texts.jsonl")
 tokenizer = AutoTokenizer.from_pretrained(TOKENIZERS["chatml"])
