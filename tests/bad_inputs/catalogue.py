@@ -229,7 +229,7 @@ case("data", "SFT assistant_only_loss with a chat template TRL has no training t
      SFT + " --set sft.assistant_only_loss=true", 5, "for the chatml, qwen3, qwen3_instruct, llama3 and gemma families, not for the",
      run_folder(prompts='{"messages": [{"role": "user", "content": "1 + 2 ="}, {"role": "assistant", "content": "3"}]}\n'))
 case("data", "an SFT conversation with tools, under a chat template that cannot show them", SFT, 5,
-     "prompts.jsonl:1: the environment has tools (or the row, a \"tools\" column), which Grove renders only with",
+     "prompts.jsonl:1: the conversation has tools (an environment's, or the row's \"tools\" column), which Grove",
      run_folder(prompts='{"messages": [{"role": "user", "content": "1 + 2 ="}, {"role": "assistant", "content": "3"}], '
                         '"tools": [{"type": "function", "function": {"name": "add"}}]}\n'))
 case("data", "a tokenized SFT row with a token id beyond the tokenizer's vocabulary", SFT, 5,

@@ -176,7 +176,9 @@ TEST(PythonEnvironment, ToolsNeedAChatTemplateThatCanShowThem) {
                                rows + " --chat-template plain --max-new-tokens 4 --json --environment python_environment " +
                                "--environment-config 'module = \"" + kModule + "\"\nclass = \"Counter\"'");
     EXPECT_NE(r.exit_code, 0) << r.out;
-    EXPECT_NE(r.out.find("which Grove renders only with the chatml and qwen3 chat templates"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("which Grove writes only as Qwen's templates write them (the Hermes format: chatml, qwen3"),
+              std::string::npos)
+        << r.out;
 }
 
 namespace {

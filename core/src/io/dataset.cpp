@@ -299,17 +299,19 @@ std::vector<ToolCall> tool_calls(const nlohmann::ordered_json& m, const std::str
     const auto& list = m["tool_calls"];
     // an empty list is false in Jinja, so nothing (datasets exported from tool-calling chats carry one)
     if (list.is_null() || (list.is_array() && list.empty())) return calls;
+    if (!list.is_array())  // the templates loop over it: an object's keys would be the calls
+        throw Error(ErrorKind::input, where + ": a message's \"tool_calls\" must be a list of calls");
     if (m["role"] != "assistant")
         throw Error(ErrorKind::input, where + ": a " + m["role"].dump() +
                                           " message has \"tool_calls\", which chat templates write only for "
                                           "assistant messages; move them to the assistant message that makes them");
     for (const auto& entry : list) {
         const auto& call = entry.is_object() && entry.contains("function") ? entry["function"] : entry;
-        if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("arguments") ||
-            call["arguments"].is_null())
+        if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("arguments"))
             throw Error(ErrorKind::input, where +
-                                              ": each of a message's \"tool_calls\" needs a string \"name\" and \"arguments\" "
-                                              "(an object, or JSON text), directly or under \"function\"");
+                                              ": each of a message's \"tool_calls\" needs a string \"name\" and "
+                                              "\"arguments\" (any JSON: usually an object, or JSON text), directly or "
+                                              "under \"function\"");
         calls.push_back({call["name"].get<std::string>(), call["arguments"].dump()});
     }
     return calls;

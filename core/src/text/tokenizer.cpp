@@ -993,6 +993,23 @@ std::string trim(const std::string& s, bool front = true) {
     return s.substr(begin, end - begin);
 }
 
+// A float as Python writes it (repr): the shortest digits that read back, as nlohmann gives them,
+// but in fixed notation up to 16 digits before the point, where nlohmann switches to an exponent
+// after 15 (1e15 is "1000000000000000.0" in Python, "1e+15" in nlohmann).
+std::string python_float(double x) {
+    std::string text = nlohmann::json(x).dump();
+    const size_t e = text.find("e+15");
+    if (e == std::string::npos) return text;
+    const bool negative = text[0] == '-';
+    std::string digits;
+    for (size_t i = negative; i < e; ++i)
+        if (text[i] != '.') digits += text[i];
+    std::string whole = digits.substr(0, std::min<size_t>(16, digits.size())),
+                fraction = digits.size() > 16 ? digits.substr(16) : "0";
+    whole.resize(16, '0');
+    return (negative ? "-" : "") + whole + "." + fraction;
+}
+
 // JSON as the chat templates' `tojson` writes it (Python's json.dumps): ", " and ": " between
 // items, keys in their given order, non-ASCII kept.
 std::string python_json(const nlohmann::ordered_json& value) {
@@ -1006,6 +1023,7 @@ std::string python_json(const nlohmann::ordered_json& value) {
         for (const auto& item : value) out += (out.empty() ? "" : ", ") + python_json(item);
         return "[" + out + "]";
     }
+    if (value.is_number_float()) return python_float(value.get<double>());
     return value.dump();
 }
 
@@ -1586,6 +1604,33 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 std::string chat_template_name(ChatTemplate family) { return family_name(family); }
 
 namespace {
+// The tools the family's template writes: none for an empty list (Jinja's `if tools` is false), except
+// in Llama 3.1's and 3.2's (`tools is not none`: their tool-use turn, which Grove does not write);
+// Qwen's Hermes format for the Qwen families and chatml (Qwen2.5's; grove sft refuses a row's tools
+// where the checkpoint's ChatML template has no tools section). Other templates drop tools or write
+// their own form: refused.
+std::string written_tools(ChatTemplate family, const std::string& tools_json) {
+    if (tools_json.empty()) return "";
+    const auto tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+    const bool llama3_dated = family == ChatTemplate::llama3_1 || family == ChatTemplate::llama3_2;
+    if (tools.is_array() && tools.empty() && !llama3_dated) return "";
+    const bool qwen = family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off ||
+                      family == ChatTemplate::qwen3_instruct || family == ChatTemplate::qwen3_thinking;
+    if (qwen || family == ChatTemplate::chatml) return tools_json;
+    throw Error(ErrorKind::input,
+                "the conversation has tools (an environment's, or the row's \"tools\" column), which Grove writes only "
+                "as Qwen's templates write them (the Hermes format: chatml, qwen3, qwen3_instruct, qwen3_thinking), not "
+                "with the " +
+                    family_name(family) + " chat template" +
+                    (family == ChatTemplate::smollm3 || family == ChatTemplate::smollm3_thinking_off
+                         ? " (SmolLM3's template reads xml_tools, not tools: transformers would leave the tools out "
+                           "without a word)"
+                     : llama3_dated ? " (Llama 3.1's and 3.2's write a tool-use turn of their own, even for an empty "
+                                      "list)"
+                                    : "") +
+                    "; leave the tools out or describe them in the system prompt, or use a Qwen checkpoint");
+}
+
 // Templates that write no tool calls (or reasoning_content) drop them without a word (ChatML's
 // without Qwen's tool format, Qwen3-Instruct-2507's), or write them in a form of their own that
 // Grove does not reproduce: refused, not lost.
@@ -1642,22 +1687,11 @@ std::string render_chat_for_training(ChatTemplate family, const std::vector<Chat
 }
 
 std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                        const TokenizerConfig& config, const std::string& tools_json) {
+                        const TokenizerConfig& config, const std::string& tools_given) {
     std::string out;
     std::string bos = config.bos_token.value_or(""), eos = config.eos_token.value_or("");
     refuse_unwritten_fields(family, messages, config);
-    if (!tools_json.empty() && family != ChatTemplate::chatml && family != ChatTemplate::qwen3 &&
-        family != ChatTemplate::qwen3_thinking_off && family != ChatTemplate::qwen3_instruct &&
-        family != ChatTemplate::qwen3_thinking)
-        throw Error(ErrorKind::input,
-                    "the environment has tools (or the row, a \"tools\" column), which Grove renders only with the chatml and "
-                    "qwen3 chat templates (the "
-                    "Qwen / Hermes tool format); set model.chat_template = \"chatml\" or \"qwen3\" for such a model, or "
-                    "describe the tools in the dataset's system prompt" +
-                        std::string(family == ChatTemplate::smollm3 || family == ChatTemplate::smollm3_thinking_off
-                                        ? " (SmolLM3's template reads xml_tools, not tools: transformers would leave the "
-                                          "tools out of the prompt without a word)"
-                                        : ""));
+    const std::string tools_json = written_tools(family, tools_given);
     switch (family) {
         case ChatTemplate::qwen3:
         case ChatTemplate::qwen3_instruct:

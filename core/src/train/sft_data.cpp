@@ -18,7 +18,12 @@ namespace grove {
 
 namespace {
 
-bool is_conversation(const json& value) { return value.is_array() && !value.empty() && value[0].contains("content"); }
+// TRL's is_conversational: a list of messages with roles (an assistant's that only calls tools has no
+// content); Grove's episode turns ({"role": "model"|"environment", "text"}) are not.
+bool is_conversation(const json& value) {
+    return value.is_array() && !value.empty() && value[0].is_object() && value[0].contains("role") &&
+           !value[0].contains("text");
+}
 
 // `tools`: the row's tool schemas (a JSON array; empty: none). `training`: as the training version of
 // the template that TRL swaps in for assistant_only_loss
@@ -370,14 +375,24 @@ std::vector<SftExample> packed_examples(const std::vector<SftExample>& examples,
 
 namespace {
 // The row's "tools" (function schemas, as TRL passes them to apply_chat_template: a list, or the list
-// as JSON text) as a JSON array's text; empty without any.
-std::string row_tools(const json& row, const std::string& where) {
+// as JSON text; JSON null is none) as a JSON array's text; empty without any. A checkpoint's ChatML
+// template without a tools section drops them in transformers, so Grove refuses them there rather
+// than write Qwen2.5's tools turn (which it writes where the folder has no template at all).
+std::string row_tools(const json& row, ChatTemplate chat, const TokenizerConfig& config, const std::string& where) {
     if (!row.contains("tools") || row["tools"].is_null()) return "";
     json tools = row["tools"];
     if (tools.is_string()) tools = json::parse(tools.get<std::string>(), nullptr, false);
-    if (!tools.is_array())
-        throw Error(ErrorKind::input, where + ": \"tools\" must be a list of function schemas (or that list as JSON text)");
-    return tools.empty() ? "" : tools.dump();
+    if (tools.is_null()) return "";
+    if (!tools.is_array() || !std::all_of(tools.begin(), tools.end(), [](const json& t) { return t.is_object(); }))
+        throw Error(ErrorKind::input,
+                    where + ": \"tools\" must be a list of function schemas (objects), or that list as JSON text");
+    if (!tools.empty() && chat == ChatTemplate::chatml && !config.chat_template.empty() &&
+        config.chat_template.find("tools") == std::string::npos)
+        throw Error(ErrorKind::input, where +
+                                          ": the row has \"tools\", but the checkpoint's ChatML template has no tools "
+                                          "section (transformers, and so TRL, would leave them out without a word); "
+                                          "leave the column out, or use a checkpoint whose template writes tools (Qwen's)");
+    return tools.dump();
 }
 }  // namespace
 
@@ -388,7 +403,7 @@ SftExample sft_example(const json& row, const std::string& where, const SftDataO
         throw Error(ErrorKind::input, where +
                                           ": the row's \"chat_template_kwargs\" column is not rendered by grove sft, so "
                                           "its tokens would differ from TRL's; leave it out");
-    const std::string tools = row_tools(row, where);
+    const std::string tools = row_tools(row, chat, tokenizer.config(), where);
     if (o.assistant_only_loss && (row.contains("input_ids") || row.contains(o.prompt_column) || !row.contains("messages")))
         throw Error(ErrorKind::input, where +
                                           ": sft.assistant_only_loss trains the assistant turns of conversation rows "

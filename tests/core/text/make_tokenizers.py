@@ -206,7 +206,10 @@ TOOL_CALL_TURNS = [
     ([{"role": "user", "content": "Add 2 and 3, then the weather."},
       {"role": "assistant", "content": "Two calls.",
        "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}},
-                      {"type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich", "days": [1, 2.5]}}}]},
+                      {"type": "function", "function": {"name": "weather", "arguments": {"city": "Zürich", "days": [1, 2.5]}}},
+                      # floats Python writes in fixed notation up to 16 digits (nlohmann: an exponent from 16)
+                      {"type": "function", "function": {"name": "scale", "arguments": {
+                          "w": 1e15, "x": -1234567890123456.0, "y": 2.5e15, "z": [1e16, 1e-05, 0.1]}}}]},
       {"role": "tool", "content": "5"}, {"role": "tool", "content": "sunny"},
       {"role": "assistant", "content": "5, and sunny."}], False),
     ([{"role": "user", "content": "Add 1.5 and 2."},

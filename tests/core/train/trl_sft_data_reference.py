@@ -202,7 +202,9 @@ TOOL_ROWS = [
         {"role": "tool", "content": "5"}, {"role": "tool", "content": "20"},
         {"role": "assistant", "content": "Oslo 5, Zürich 20."}]},
     {"tools": None, "messages": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]}]
-TOOL_PROMPT_COMPLETION = [{"tools": [WEATHER], "prompt": r["messages"][:-3], "completion": r["messages"][-3:]}
+# (the first completion's call has no "content" key at all: TRL's is_conversational looks at roles)
+TOOL_PROMPT_COMPLETION = [{"tools": [WEATHER], "prompt": r["messages"][:-3],
+                           "completion": [{k: v for k, v in r["messages"][-3].items() if k != "content"}] + r["messages"][-2:]}
                           for r in TOOL_ROWS[:1]] + [
     {"tools": [WEATHER], "prompt": TOOL_ROWS[1]["messages"][:2], "completion": TOOL_ROWS[1]["messages"][2:]}]
 for family in ("qwen2_5", "qwen3", "qwen3_instruct_2507"):
