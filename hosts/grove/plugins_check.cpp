@@ -321,7 +321,11 @@ int check(const std::vector<std::string>& args) {
     auto vm = parse("check", args, options, positional, "MANIFEST [--set section.key=value ...]");
     std::vector<std::string> overrides;
     if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
-    auto manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+    // without [[rewards]] a manifest is grove sft's, whose batches need not hold whole groups
+    auto manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment(),
+                                          grove::ManifestUse::sft);
+    if (!manifest.rewards().empty())
+        manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
 
     grove::PluginHost host(grove::plugin_search_path(manifest.strings("plugin_dirs")));
     std::vector<grove::PluginInstance> instances;

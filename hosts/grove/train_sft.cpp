@@ -103,7 +103,8 @@ int sft(const std::vector<std::string>& args) {
         parse("sft", args, options, positional, "MANIFEST [--set section.key=value ...] [--resume [DIR|latest]] [--overwrite]");
     std::vector<std::string> overrides;
     if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
-    auto manifest = Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+    auto manifest =
+        Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment(), ManifestUse::sft);
     SftOptions o;
     o.overwrite = vm.count("overwrite") > 0;
     if (vm.count("resume")) o.resume = vm["resume"].as<std::string>();

@@ -54,14 +54,20 @@ struct PluginUse {
     } isolation;
 };
 
+// What a manifest is read for: a GRPO run's batches must hold whole groups of num_generations;
+// grove sft's have no groups.
+enum class ManifestUse { grpo, sft };
+
 class Manifest {
 public:
     // Parses, applies `overrides` ("section.key=value", as --set), validates, fills defaults and
     // resolves the batch configuration. world_size: processes of the run (from WORLD_SIZE).
     // Throws grove::Error(manifest) with file:line:col, what is wrong and what is valid.
-    static Manifest load(const std::string& path, const std::vector<std::string>& overrides = {}, int world_size = 1);
+    static Manifest load(const std::string& path, const std::vector<std::string>& overrides = {}, int world_size = 1,
+                         ManifestUse use = ManifestUse::grpo);
     static Manifest parse(const std::string& text, const std::string& source_name,
-                          const std::vector<std::string>& overrides = {}, int world_size = 1);
+                          const std::vector<std::string>& overrides = {}, int world_size = 1,
+                          ManifestUse use = ManifestUse::grpo);
 
     // Typed access by "section.key"; the key must be declared in the schema (a typo is a bug:
     // std::logic_error). Optional keys that are unset give std::nullopt.

@@ -298,12 +298,12 @@ std::string format_number(double value) {
 }
 
 // ---------------------------------------------------------------------------------------------
-Manifest Manifest::load(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+Manifest Manifest::load(const std::string& path, const std::vector<std::string>& overrides, int world_size, ManifestUse use) {
     std::ifstream file(path, std::ios::binary);
     if (!file) throw Error(ErrorKind::manifest, path + ": error: cannot read the manifest (does the file exist?)");
     std::stringstream text;
     text << file.rdbuf();
-    return parse(text.str(), path, overrides, world_size);
+    return parse(text.str(), path, overrides, world_size, use);
 }
 
 namespace {
@@ -371,7 +371,7 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
 // The batch arithmetic of docs/grpo.md#batching-and-grouping: resolves generation_batch_size and
 // steps_per_generation into `train`, or says which setting to change.
 void resolve_batch_sizes(const Manifest& m, toml::table& train, const toml::table& root, Validator& v,
-                         const std::string& source_name, int world_size) {
+                         const std::string& source_name, int world_size, ManifestUse use) {
     auto at = [&](const std::string& dotted) {
         const toml::node* n = root.at_path(dotted).node();
         return n ? v.where(*n, dotted) : source_name;
@@ -402,7 +402,7 @@ void resolve_batch_sizes(const Manifest& m, toml::table& train, const toml::tabl
         if (!spg) spg = accumulation;
         gbs = per_step * *spg;
     }
-    if (*gbs % generations != 0) {
+    if (use == ManifestUse::grpo && *gbs % generations != 0) {
         std::vector<std::string> divisors;  // the first few only: the batch may be large
         for (int64_t g = 2; g <= *gbs && g <= 4096 && divisors.size() < 12; ++g)
             if (*gbs % g == 0) divisors.push_back(std::to_string(g));
@@ -458,7 +458,7 @@ void check_loss_combinations(const Manifest& m, const toml::table& root, Validat
 }  // namespace
 
 Manifest Manifest::parse(const std::string& text, const std::string& source_name, const std::vector<std::string>& overrides,
-                         int world_size) {
+                         int world_size, ManifestUse use) {
     Manifest m;
     m.path_ = source_name;
     m.directory_ = fs::path(source_name).parent_path().string();
@@ -562,7 +562,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
                              "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
                              "or rollouts.path to replay rollouts made elsewhere");
 
-    resolve_batch_sizes(m, *values->get("train")->as_table(), root, v, source_name, world_size);
+    resolve_batch_sizes(m, *values->get("train")->as_table(), root, v, source_name, world_size, use);
     check_loss_combinations(m, root, v, source_name);
     toml::table& loss = *values->get("loss")->as_table();
     if (!loss.contains("epsilon_high")) loss.insert("epsilon_high", m.number("loss.epsilon"));

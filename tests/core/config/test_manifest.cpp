@@ -148,6 +148,11 @@ TEST(Manifest, GenerationBatchMustHoldWholeGroups) {
                                      "grove.toml");
     EXPECT_EQ(ok.integer("train.generation_batch_size"), 6);
     EXPECT_EQ(ok.integer("train.steps_per_generation"), 2);
+    // grove sft's batches have no groups: a batch of 6 with num_generations 4 is fine there
+    auto sft =
+        grove::Manifest::parse(kMinimal + "\n[generation]\nnum_generations = 4\n[train]\nper_device_train_batch_size = 6\n",
+                               "grove.toml", {}, 1, grove::ManifestUse::sft);
+    EXPECT_EQ(sft.integer("train.per_device_train_batch_size"), 6);
 }
 
 TEST(Manifest, BatchResolutionFollowsTrlAndCountsProcesses) {
