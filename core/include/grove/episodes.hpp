@@ -28,9 +28,10 @@ struct EpisodeLimits {
 // One episode's counts, for the environment metrics.
 struct EpisodeStats {
     int64_t turns = 0, tool_calls = 0, tool_failures = 0, observation_tokens = 0;
-    double environment_seconds = 0;  // this episode's share of the environment's calls
-    bool hit_max_turns = false;      // its last allowed turn ended at a stop string, not EOS
-    bool ended_with_eos = false;     // its last model turn ended with EOS
+    double environment_seconds = 0;    // this episode's share of the environment's calls
+    bool hit_max_turns = false;        // its last allowed turn ended at a stop string, not EOS
+    bool ended_with_eos = false;       // its last model turn ended with EOS
+    bool observation_dropped = false;  // its last observation did not fit in the budget and was left out
     float environment_reward = std::numeric_limits<float>::quiet_NaN();  // its score_episodes() score, if asked
 };
 

@@ -34,23 +34,25 @@ size_t cut_at_stop_string(const Tokenizer& tokenizer, const std::vector<int64_t>
 
 std::map<std::string, double> episode_metrics(const Rollout& rollout, ProcessGroup* group) {
     double episodes = double(rollout.episodes.size()), calls = 0, failures = 0, turns = 0, observation = 0, hit = 0,
-           seconds = 0;
+           dropped = 0, seconds = 0;
     for (const EpisodeStats& e : rollout.episodes) {
         calls += double(e.tool_calls);
         failures += double(e.tool_failures);
         turns += double(e.turns);
         observation += double(e.observation_tokens);
         hit += e.hit_max_turns ? 1.0 : 0.0;
+        dropped += e.observation_dropped ? 1.0 : 0.0;
         seconds += e.environment_seconds;
     }
     if (group) {
-        for (double* v : {&episodes, &calls, &failures, &turns, &observation, &hit}) *v = group->sum(*v);
+        for (double* v : {&episodes, &calls, &failures, &turns, &observation, &hit, &dropped}) *v = group->sum(*v);
         seconds = group->max(seconds);
     }
     const double n = std::max(1.0, episodes);
     return {{"tools/call_frequency", calls / n},   {"tools/failure_frequency", calls > 0 ? failures / calls : 0.0},
             {"episodes/turns_mean", turns / n},    {"episodes/observation_tokens_mean", observation / n},
-            {"episodes/max_turns_ratio", hit / n}, {"step_time/environment", seconds}};
+            {"episodes/max_turns_ratio", hit / n}, {"episodes/dropped_observation_ratio", dropped / n},
+            {"step_time/environment", seconds}};
 }
 
 namespace {
@@ -86,16 +88,12 @@ void append_turn(Episode& e, const DecodeSession::Turn& turn, const Tokenizer& t
     ++e.stats.turns;
 }
 
-// An observation's tokens, cut to the budget; true when that ends the episode (as TRL cuts its tool
-// output).
-bool append_observation(Episode& e, const std::vector<int64_t>& observation, int64_t budget) {
-    const int64_t room = budget - int64_t(e.ids.size());
-    const int64_t n = std::min<int64_t>(room, int64_t(observation.size()));
-    e.ids.insert(e.ids.end(), observation.begin(), observation.begin() + n);
-    e.model_tokens.insert(e.model_tokens.end(), size_t(n), 0);
-    e.logprobs.insert(e.logprobs.end(), size_t(n), 0.0f);
-    e.stats.observation_tokens += n;
-    return n < int64_t(observation.size()) || n == room;  // the budget is spent: the episode ends
+// An observation's tokens, as context. The caller has checked that they fit in the budget.
+void append_observation(Episode& e, const std::vector<int64_t>& observation) {
+    e.ids.insert(e.ids.end(), observation.begin(), observation.end());
+    e.model_tokens.insert(e.model_tokens.end(), observation.size(), 0);
+    e.logprobs.insert(e.logprobs.end(), observation.size(), 0.0f);
+    e.stats.observation_tokens += int64_t(observation.size());
 }
 
 // The environment's text for each prompt (SDK begin_episodes), added as TRL adds reset()'s: to the
@@ -208,8 +206,18 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                 r.running = false;
                 continue;
             }
+            // An observation that does not fit in what is left of the budget is dropped whole and the
+            // episode ends, as TRL 1.16 rolls back a tool result that would pass max_completion_length:
+            // no episode holds part of an observation. One that just fits ends it too (no room is left).
+            const int64_t room = budget - int64_t(r.episode.ids.size());
+            if (int64_t(observation.size()) > room) {
+                r.episode.stats.observation_dropped = true;
+                r.running = false;
+                continue;
+            }
             const size_t before = r.episode.ids.size();
-            if (append_observation(r.episode, observation, budget)) {
+            append_observation(r.episode, observation);
+            if (int64_t(observation.size()) == room) {
                 r.running = false;
                 continue;
             }

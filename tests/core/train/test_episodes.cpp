@@ -126,22 +126,44 @@ TEST(Episodes, RewardsSeeWhichTokensTheEnvironmentWrote) {
     EXPECT_NEAR(scored.plugin_metrics.at("rewards/model_tokens/environment_tokens"), double(environment_tokens) / 8, 1e-6);
 }
 
-TEST(Episodes, AnObservationPastTheBudgetIsCutAndEndsTheEpisode) {
+// An observation that does not fit in what is left of the budget is left out whole and ends the
+// episode, as TRL 1.16 rolls back a tool result that would pass max_completion_length; one that fits
+// is kept whole. No episode ends in part of an observation.
+TEST(Episodes, AnObservationPastTheBudgetIsDroppedWholeAndEndsTheEpisode) {
     Fixture f;
     std::string long_observation;
     for (int i = 0; i < 40; ++i) long_observation += " ok";
-    auto rollout = f.run(scripted("observation = \"" + long_observation + "\"\nstop = \"e\"\nturns = 3"), 8, 3, 12);
-    int64_t cut = 0;
+    auto never_fits = f.run(scripted("observation = \"" + long_observation + "\"\nstop = \"e\"\nturns = 3"), 8, 3, 12);
+    int64_t dropped = 0;
     for (int64_t i = 0; i < 8; ++i) {
-        const int64_t n = rollout.completions.lengths[size_t(i)];
+        const int64_t n = never_fits.completions.lengths[size_t(i)];
+        const grove::EpisodeStats& e = never_fits.episodes[size_t(i)];
         EXPECT_LE(n, 12);
-        if (rollout.episodes[size_t(i)].observation_tokens == 0) continue;
-        EXPECT_EQ(n, 12) << "row " << i << ": the observation fills the budget";
-        EXPECT_EQ(rollout.model_token_mask[i][n - 1].item<int64_t>(), 0) << "and ends the episode";
-        EXPECT_EQ(rollout.episodes[size_t(i)].turns, 1);
-        ++cut;
+        EXPECT_EQ(e.observation_tokens, 0) << "row " << i;
+        EXPECT_EQ(never_fits.model_token_mask[i].narrow(0, 0, n).sum().item<int64_t>(), n) << "row " << i;
+        EXPECT_EQ(e.observation_dropped, e.tool_calls > 0) << "row " << i;
+        if (e.observation_dropped) EXPECT_EQ(e.turns, 1) << "row " << i << ": the dropped observation ends it";
+        dropped += e.observation_dropped;
     }
-    EXPECT_GT(cut, 0);
+    ASSERT_GT(dropped, 0) << "no episode reached the environment: the test exercised nothing";
+    EXPECT_DOUBLE_EQ(grove::episode_metrics(never_fits, nullptr)["episodes/dropped_observation_ratio"], double(dropped) / 8.0);
+
+    const std::string short_observation = " ok";
+    const auto observation = f.tokenizer->encode(short_observation, false);
+    auto some_fit = f.run(scripted("observation = \"" + short_observation + "\"\nstop = \"e\"\nturns = 4"), 8, 4, 12);
+    int64_t kept = 0;
+    dropped = 0;
+    for (int64_t i = 0; i < 8; ++i) {
+        const int64_t n = some_fit.completions.lengths[size_t(i)];
+        const grove::EpisodeStats& e = some_fit.episodes[size_t(i)];
+        EXPECT_LE(n, 12);
+        EXPECT_EQ(e.observation_tokens % int64_t(observation.size()), 0) << "row " << i << ": observations are whole";
+        if (e.observation_dropped) EXPECT_GT(n + int64_t(observation.size()), 12) << "row " << i << ": it would fit";
+        kept += e.observation_tokens > 0;
+        dropped += e.observation_dropped;
+    }
+    EXPECT_GT(kept, 0) << "no observation fitted: the test exercised half of the rule";
+    EXPECT_GT(dropped, 0) << "every observation fitted: the test exercised half of the rule";
 }
 
 TEST(Episodes, OneTurnNeverCallsTheEnvironmentAndAFailingOneNamesItsRows) {
