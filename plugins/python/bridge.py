@@ -161,17 +161,50 @@ class Reward:
 class Turn:
     """One episode waiting on the environment: what a Grove-contract environment's step() gets."""
 
-    __slots__ = ("episode", "turn", "text", "token_ids", "ended_with_eos", "prompt", "row")
+    __slots__ = ("episode", "turn", "text", "token_ids", "ended_with_eos", "prompt", "row", "rendered_prompt")
 
-    def __init__(self, episode, turn, text, token_ids, ended_with_eos, prompt, row):
+    def __init__(self, episode, turn, text, token_ids, ended_with_eos, prompt, row, rendered_prompt=""):
         self.episode, self.turn, self.text, self.token_ids = episode, turn, text, token_ids
         self.ended_with_eos, self.prompt, self.row = ended_with_eos, prompt, row
+        self.rendered_prompt = rendered_prompt  # the prompt as the model saw it
 
     def __repr__(self):
         return f"Turn(episode={self.episode}, turn={self.turn}, text={self.text!r})"
 
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# Llama 3.1's and 3.2's call: the whole turn is one JSON object, its arguments under "parameters"
+# (TRL's llama3 response schema)
+_LLAMA3_TOOL_CALL = re.compile(r'\{"name":\s*".+?",\s*"parameters":\s*.+\}', re.DOTALL)
+_LLAMA3_HEADER, _LLAMA3_EOT = "<|start_header_id|>", "<|eot_id|>"
+
+
+def _writes_llama3_calls(rendered_prompt):
+    """Whether the chat template the prompt was rendered with is Llama 3's, whose turns open with a
+    header, rather than ChatML's (the host writes an environment's tools only with Llama 3.1's and
+    3.2's templates and Qwen's Hermes ones)."""
+    header, chatml = rendered_prompt.find(_LLAMA3_HEADER), rendered_prompt.find("<|im_start|>")
+    return header >= 0 and (chatml < 0 or header < chatml)
+
+
+def _tool_calls(text, llama3):
+    """The turn's tool calls as (JSON text, arguments key): Hermes <tool_call> blocks, or Llama 3's one
+    JSON turn."""
+    if not llama3:
+        return [(call, "arguments") for call in _TOOL_CALL.findall(text)]
+    body = text[:-len(_LLAMA3_EOT)] if text.endswith(_LLAMA3_EOT) else text
+    return [(body, "parameters")] if _LLAMA3_TOOL_CALL.fullmatch(body) else []
+
+
+def _tool_turn(results, llama3):
+    """The tool messages as the model's chat template writes them, then its generation prompt: Llama
+    3's ipython turns (the template writes text through tojson), or ChatML's user turn of
+    <tool_response> blocks (Qwen2.5's and Hermes' templates)."""
+    if llama3:
+        return "".join(f"{_LLAMA3_HEADER}ipython<|end_header_id|>\n\n{json.dumps(r, ensure_ascii=False)}{_LLAMA3_EOT}"
+                       for r in results) + f"{_LLAMA3_HEADER}assistant<|end_header_id|>\n\n"
+    responses = "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
+    return "\n<|im_start|>user" + responses + "<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _public_methods(instance):
@@ -189,8 +222,9 @@ class Environment:
     A class with step() follows Grove's contract (SDK section 9) in Python; a class with reset() is
     a TRL environment_factory class: one instance per episode, reset with the dataset row, its
     public methods called as tools from Hermes-format tool calls (<tool_call>{"name": ...,
-    "arguments": {...}}</tool_call>), answered in <tool_response> blocks of a ChatML user turn,
-    and get_reward() scoring the whole episode."""
+    "arguments": {...}}</tool_call>), answered in <tool_response> blocks of a ChatML user turn, or,
+    for prompts in Llama 3's format, from Llama 3.1's JSON call ({"name": ..., "parameters": {...}}
+    as the whole turn) answered in an ipython turn; and get_reward() scoring the whole episode."""
 
     def __init__(self, module, name, kwargs_json, base_dir):
         kwargs = json.loads(kwargs_json) if kwargs_json else {}
@@ -244,8 +278,8 @@ class Environment:
         return value
 
     def _turns(self, rows):
-        return [Turn(e, t, text, ids, bool(eos), json.loads(p) if p is not None else prompt, json.loads(r) if r else {})
-                for e, t, text, ids, eos, prompt, r, p in rows]
+        return [Turn(e, t, text, ids, bool(eos), json.loads(p) if p is not None else prompt, json.loads(r) if r else {},
+                     prompt) for e, t, text, ids, eos, prompt, r, p in rows]
 
     def _reset(self, turn, batch_key):
         """A pooled instance for the episode, reset with its dataset row as TRL resets it: the prompt
@@ -296,15 +330,16 @@ class Environment:
                 int(answer.get("tool_calls", 0)), int(answer.get("tool_failures", 0)))
 
     def _tool_answer(self, instance, turn):
-        calls = _TOOL_CALL.findall(turn.text)
+        llama3 = _writes_llama3_calls(turn.rendered_prompt)
+        calls = _tool_calls(turn.text, llama3)
         if not calls:
             return ("", True, 0, 0)
         tools = _public_methods(instance)
-        responses, failures = [], 0
-        for call in calls:
+        results, failures = [], 0
+        for call, arguments_key in calls:
             try:
                 parsed = json.loads(call)
-                name, arguments = parsed["name"], parsed.get("arguments", {})
+                name, arguments = parsed["name"], parsed.get(arguments_key, {})
                 if isinstance(arguments, str):
                     arguments = json.loads(arguments)
                 if name not in tools:
@@ -313,10 +348,8 @@ class Environment:
             except Exception as error:  # the model's bad call: an answer it can learn from, counted
                 failures += 1
                 result = {"error": str(error)}
-            responses.append(f"\n<tool_response>\n{result}\n</tool_response>")
-        # the rest of ChatML's tool turn, as Qwen2.5's and Hermes' templates render tool messages
-        observation = "\n<|im_start|>user" + "".join(responses) + "<|im_end|>\n<|im_start|>assistant\n"
-        return (observation, False, len(calls), failures)
+            results.append(str(result))  # TRL's tool message content
+        return (_tool_turn(results, llama3), False, len(calls), failures)
 
     def score(self, rows, step, seed):
         """Each whole episode's score: the Grove contract's score_episodes, or TRL's get_reward()."""

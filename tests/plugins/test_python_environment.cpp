@@ -141,7 +141,7 @@ TEST(PythonEnvironment, ResetsBeforeGenerationAndItsTextJoinsThePrompt) {
         " --chat-template chatml --max-new-tokens 8 --max-turns 2 --json --seed 1 " +
         "--environment python_environment --environment-config 'module = \"" + kModule + "\"\nclass = \"Chatty\"'");
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    // after the system turn that describes its tools (tests/plugins/python/check_qwen2_5_tools.py)
+    // after the system turn that describes its tools (tests/plugins/python/check_environment_tools.py)
     EXPECT_NE(r.out.find("</tool_call><|im_end|>\\n<|im_start|>user\\nCount to 3. Your total starts at 0.<|im_end|>\\n"
                          "<|im_start|>assistant\\n\""),
               std::string::npos)

@@ -1027,6 +1027,21 @@ std::string python_json(const nlohmann::ordered_json& value) {
     return value.dump();
 }
 
+// JSON as `tojson(indent=4)` writes it (Python's json.dumps with an indent): one item per line, ","
+// at line ends, ": " after keys; empty lists and objects stay "[]" and "{}".
+std::string python_json_indented(const nlohmann::ordered_json& value, int indent, int depth = 0) {
+    if ((!value.is_object() && !value.is_array()) || value.empty()) return python_json(value);
+    const std::string inner = "\n" + std::string(size_t(indent * (depth + 1)), ' ');
+    std::string out;
+    for (auto it = value.begin(); it != value.end(); ++it) {
+        out += out.empty() ? inner : "," + inner;
+        if (value.is_object()) out += nlohmann::json(it.key()).dump() + ": ";
+        out += python_json_indented(*it, indent, depth + 1);
+    }
+    return (value.is_object() ? "{" : "[") + out + "\n" + std::string(size_t(indent * depth), ' ') +
+           (value.is_object() ? "}" : "]");
+}
+
 // The system turn of a ChatML conversation with tools, as Qwen2.5's and Qwen3's templates write it
 // (the Hermes tool format): the system prompt, then every tool's schema, then the call format. With
 // no system message, Qwen2.5 writes its default prompt (`default_system`); Qwen3 writes none.
@@ -1135,19 +1150,70 @@ std::string llama3_default_date(const std::string& template_text) {
     return end == std::string::npos ? "26 Jul 2024" : template_text.substr(start, end - start);
 }
 
-// Llama 3.1 / 3.2 Instruct's templates without tools: a system turn that always opens with the
-// knowledge cut-off and a date (3.1: its fixed default; 3.2: today's), then the system message;
-// Llama 3's turns; tool results (role tool or ipython) as ipython turns holding their JSON text.
-std::string render_llama3_dated(const std::vector<ChatMessage>& messages, bool add_generation_prompt, const std::string& bos,
-                                const std::string& date) {
-    const bool leading_system = !messages.empty() && messages[0].role == "system";
+// Llama 3.1's and 3.2's tool turn: what the model is told about the call format, then every tool's
+// schema, indented.
+std::string llama3_tools_text(const std::string& tools_json) {
+    const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+    if (tools.is_discarded() || !tools.is_array())
+        throw Error(ErrorKind::input, "the conversation's tools are not a JSON array of function schemas");
     std::string out =
-        bos + "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: " + date +
-        "\n\n" + (leading_system ? trim(messages[0].content) : "") + "<|eot_id|>";
-    for (size_t i = leading_system; i < messages.size(); ++i) {
+        "Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+        "best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary "
+        "of argument name and its value}.Do not use variables.\n\n";
+    for (const auto& tool : tools) out += python_json_indented(tool, 4) + "\n\n";
+    return out;
+}
+
+// An assistant's tool call as Llama 3.1's and 3.2's templates write it: the whole turn is one JSON
+// object whose arguments are "parameters" (through tojson, so text arguments are quoted). The
+// templates raise on more than one call and write no content beside it: Grove refuses both.
+std::string llama3_tool_call(const ChatMessage& m, const std::string& family) {
+    if (m.tool_calls.size() != 1)
+        throw Error(ErrorKind::input, family + " chat template: an assistant message has " +
+                                          std::to_string(m.tool_calls.size()) +
+                                          " tool calls, and the template writes one call per turn (it raises \"This "
+                                          "model only supports single tool-calls at once!\"): split the calls into turns "
+                                          "of one call each");
+    if (!trim(m.content).empty())
+        throw Error(ErrorKind::input, family +
+                                          " chat template: an assistant message has both \"content\" and "
+                                          "\"tool_calls\", and the template writes only the call, so its content "
+                                          "would be lost: move the content into an assistant message of its own, or "
+                                          "leave it out");
+    return "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"" + m.tool_calls[0].name +
+           "\", \"parameters\": " + python_json(nlohmann::ordered_json::parse(m.tool_calls[0].arguments_json)) + "}<|eot_id|>";
+}
+
+// Llama 3.1 / 3.2 Instruct's templates: a system turn that always opens with the knowledge cut-off
+// and a date (3.1: its fixed default; 3.2: today's), then the system message; Llama 3's turns; tool
+// results (role tool or ipython) as ipython turns holding their JSON text. With tools (even an empty
+// list: the templates test `tools is not none`), the system turn first says "Environment: ipython",
+// and the tools go into the first message after it, written as a user turn whatever its role (the
+// templates' default tools_in_user_message).
+std::string render_llama3_dated(const std::string& family, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                const std::string& bos, const std::string& date, const std::string& tools_json) {
+    const bool leading_system = !messages.empty() && messages[0].role == "system", tools = !tools_json.empty();
+    std::string out = bos + "<|start_header_id|>system<|end_header_id|>\n\n" + (tools ? "Environment: ipython\n" : "") +
+                      "Cutting Knowledge Date: December 2023\nToday Date: " + date + "\n\n" +
+                      (leading_system ? trim(messages[0].content) : "") + "<|eot_id|>";
+    size_t first = leading_system;
+    if (tools) {
+        if (first == messages.size())
+            throw Error(ErrorKind::input, family +
+                                              " chat template: the conversation has tools but no message after the "
+                                              "system prompt, and the template writes the tools into the first user "
+                                              "message (it raises \"Cannot put tools in the first user message when "
+                                              "there's no first user message!\"): add one");
+        out += "<|start_header_id|>user<|end_header_id|>\n\n" + llama3_tools_text(tools_json) + trim(messages[first].content) +
+               "<|eot_id|>";
+        ++first;
+    }
+    for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         if (m.role == "tool" || m.role == "ipython")  // Jinja's `is iterable` holds for text: it is written as JSON
             out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + nlohmann::json(m.content).dump() + "<|eot_id|>";
+        else if (!m.tool_calls.empty())
+            out += llama3_tool_call(m, family);
         else
             out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
     }
@@ -1604,39 +1670,41 @@ ChatTemplate chat_template_from_name(const std::string& name, const TokenizerCon
 std::string chat_template_name(ChatTemplate family) { return family_name(family); }
 
 namespace {
+bool is_qwen3_family(ChatTemplate family) {
+    return family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off ||
+           family == ChatTemplate::qwen3_instruct || family == ChatTemplate::qwen3_thinking;
+}
+
+bool is_llama3_dated(ChatTemplate family) { return family == ChatTemplate::llama3_1 || family == ChatTemplate::llama3_2; }
+
 // The tools the family's template writes: none for an empty list (Jinja's `if tools` is false), except
-// in Llama 3.1's and 3.2's (`tools is not none`: their tool-use turn, which Grove does not write);
-// Qwen's Hermes format for the Qwen families and chatml (Qwen2.5's; grove sft refuses a row's tools
-// where the checkpoint's ChatML template has no tools section). Other templates drop tools or write
-// their own form: refused.
+// in Llama 3.1's and 3.2's (`tools is not none`: their tool-use turn); Qwen's Hermes format for the Qwen
+// families and chatml (Qwen2.5's; grove sft refuses a row's tools where the checkpoint's ChatML template
+// has no tools section); Llama 3.1's and 3.2's JSON format. Other templates drop tools or write their
+// own form: refused.
 std::string written_tools(ChatTemplate family, const std::string& tools_json) {
     if (tools_json.empty()) return "";
     const auto tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
-    const bool llama3_dated = family == ChatTemplate::llama3_1 || family == ChatTemplate::llama3_2;
-    if (tools.is_array() && tools.empty() && !llama3_dated) return "";
-    const bool qwen = family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off ||
-                      family == ChatTemplate::qwen3_instruct || family == ChatTemplate::qwen3_thinking;
-    if (qwen || family == ChatTemplate::chatml) return tools_json;
+    if (is_llama3_dated(family)) return tools_json;
+    if (tools.is_array() && tools.empty()) return "";
+    if (is_qwen3_family(family) || family == ChatTemplate::chatml) return tools_json;
     throw Error(ErrorKind::input,
                 "the conversation has tools (an environment's, or the row's \"tools\" column), which Grove writes only "
-                "as Qwen's templates write them (the Hermes format: chatml, qwen3, qwen3_instruct, qwen3_thinking), not "
-                "with the " +
+                "as Qwen's templates write them (the Hermes format: chatml, qwen3, qwen3_instruct, qwen3_thinking) and as "
+                "Llama 3.1's and 3.2's do (llama3_1, llama3_2), not with the " +
                     family_name(family) + " chat template" +
                     (family == ChatTemplate::smollm3 || family == ChatTemplate::smollm3_thinking_off
                          ? " (SmolLM3's template reads xml_tools, not tools: transformers would leave the tools out "
                            "without a word)"
-                     : llama3_dated ? " (Llama 3.1's and 3.2's write a tool-use turn of their own, even for an empty "
-                                      "list)"
-                                    : "") +
-                    "; leave the tools out or describe them in the system prompt, or use a Qwen checkpoint");
+                         : "") +
+                    "; leave the tools out or describe them in the system prompt, or use a Qwen or Llama 3.1 checkpoint");
 }
 
 // Templates that write no tool calls (or reasoning_content) drop them without a word (ChatML's
 // without Qwen's tool format, Qwen3-Instruct-2507's), or write them in a form of their own that
 // Grove does not reproduce: refused, not lost.
 void refuse_unwritten_fields(ChatTemplate family, const std::vector<ChatMessage>& messages, const TokenizerConfig& config) {
-    const bool writes_reasoning =
-        family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off || family == ChatTemplate::qwen3_thinking;
+    const bool writes_reasoning = is_qwen3_family(family) && family != ChatTemplate::qwen3_instruct;
     for (const ChatMessage& m : messages)
         if (m.reasoning_content && !writes_reasoning)
             throw Error(ErrorKind::input,
@@ -1645,14 +1713,13 @@ void refuse_unwritten_fields(ChatTemplate family, const std::vector<ChatMessage>
                             family_name(family) +
                             " chat template; write it into \"content\" as the model should see it "
                             "(<think>...</think> before the answer), or leave it out");
-    const bool writes_calls = family == ChatTemplate::qwen3 || family == ChatTemplate::qwen3_thinking_off ||
-                              family == ChatTemplate::qwen3_instruct || family == ChatTemplate::qwen3_thinking ||
+    const bool writes_calls = is_qwen3_family(family) || is_llama3_dated(family) ||
                               (family == ChatTemplate::chatml && contains(config.chat_template, "tool_call"));
     for (const ChatMessage& m : messages)
         if (!m.tool_calls.empty() && !writes_calls)
             throw Error(ErrorKind::input,
                         "a message has \"tool_calls\", which Grove writes only as Qwen2.5's and Qwen3's chat templates "
-                        "write them (<tool_call> blocks), not with the " +
+                        "write them (<tool_call> blocks) and as Llama 3.1's and 3.2's do (a JSON turn), not with the " +
                             family_name(family) + " chat template" +
                             (family == ChatTemplate::chatml ? " (this checkpoint's template writes no tool calls)" : "") +
                             "; write the calls into the message's \"content\" as the model should see them");
@@ -1708,10 +1775,13 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
                                   conversation_family(family, messages) == ChatTemplate::smollm3, today("%d %B %Y"),
                                   config.chat_template);
         case ChatTemplate::llama3_1:
-            return render_llama3_dated(messages, add_generation_prompt, bos, llama3_default_date(config.chat_template));
+            return render_llama3_dated("llama3_1", messages, add_generation_prompt, bos,
+                                       llama3_default_date(config.chat_template), tools_json);
         case ChatTemplate::llama3_2:
-            return render_llama3_dated(messages, add_generation_prompt, bos, today("%d %b %Y"));
-        case ChatTemplate::chatml:
+            return render_llama3_dated("llama3_2", messages, add_generation_prompt, bos, today("%d %b %Y"), tools_json);
+        case ChatTemplate::chatml: {
+            // Qwen2 / 2.5's templates (tool responses in a user turn) render four roles and drop the rest
+            const bool qwen2_5_roles = contains(config.chat_template, "<tool_response>");
             if (const auto system = chatml_default_system(config.chat_template); !tools_json.empty())
                 // Qwen2.5's tools turn opens with the template's default (Qwen2.5-Math's is its own)
                 out =
@@ -1722,7 +1792,11 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             for (size_t i = !tools_json.empty() && !messages.empty() && messages[0].role == "system"; i < messages.size();
                  ++i) {
                 const ChatMessage& m = messages[i];
-                if (m.role == "tool" && contains(config.chat_template, "<tool_response>"))
+                if (qwen2_5_roles && m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+                    throw Error(ErrorKind::input, "chatml chat template: role \"" + m.role +
+                                                      "\" is not supported (this checkpoint's template, Qwen2.5's, drops "
+                                                      "it silently; its roles are system, user, assistant, tool)");
+                if (m.role == "tool" && qwen2_5_roles)
                     out += qwen_tool_response(messages, i);  // Qwen2 / 2.5's templates group tool messages
                 else if (!m.tool_calls.empty())
                     out += "<|im_start|>assistant" + (m.content.empty() ? "" : "\n" + m.content) +
@@ -1732,6 +1806,7 @@ std::string render_chat(ChatTemplate family, const std::vector<ChatMessage>& mes
             }
             if (add_generation_prompt) out += "<|im_start|>assistant\n";
             return out;
+        }
         case ChatTemplate::llama3:
             out = bos;
             for (const auto& m : messages)

@@ -556,8 +556,9 @@ struct grove_adapter_api {
  * begin_episodes() gets every episode of the generation batch once, before generation, and may add
  * text to each episode's prompt (say, the board of a game reset for this episode). And it may
  * describe its tools (ABI 1.7, optional): tools_json() gives their schemas, which the host writes
- * into the system prompt as the model's chat template does (ChatML models: the Qwen2.5 / Hermes
- * "# Tools" block, whose calls look like <tool_call>{"name": ..., "arguments": {...}}</tool_call>).
+ * into the prompt as the model's chat template does (ChatML models: the Qwen2.5 / Hermes "# Tools"
+ * block, whose calls look like <tool_call>{"name": ..., "arguments": {...}}</tool_call>; Llama 3.1 /
+ * 3.2: the first user message, whose calls are a whole turn {"name": ..., "parameters": {...}}).
  */
 typedef struct grove_environment_batch {
     uint32_t struct_size;

@@ -179,6 +179,24 @@ DEEPSEEK_R1_TURNS = [
 ]
 LLAMA3_TOOL_TURNS = [([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Add 2 and 2."},
                        {"role": "assistant", "content": "I will call add."}, {"role": "tool", "content": "4 \"é\""}], True)]
+# Llama 3.1's and 3.2's tool calls: one per turn and no content beside it (null, empty or blank), the
+# arguments as an object (written through tojson; keys sorted, as the test reads the cases back sorted)
+# or as JSON text (which tojson quotes), results as tool and ipython messages
+LLAMA3_TOOL_CALL_TURNS = [
+    ([{"role": "user", "content": "What is 2 + 3.5?"},
+      {"role": "assistant", "content": None, "tool_calls": [
+          {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3.5, "note": "ünï", "w": 1e15}}}]},
+      {"role": "tool", "content": "5.5"}, {"role": "assistant", "content": "5.5."}], False),
+    ([{"role": "system", "content": "S"}, {"role": "user", "content": " Time? "},
+      {"role": "assistant", "content": " \n", "tool_calls": [{"function": {"name": "now", "arguments": "{}"}}]},
+      {"role": "ipython", "content": "noon"}], True),
+]
+# what Llama 3.1's and 3.2's templates raise on: several calls in a turn; tools without a message to put
+# them in (with tools given)
+LLAMA3_TOOL_RAISES = [([{"role": "system", "content": "S"}], True)]
+# what they render but Grove refuses: content beside a call, which they drop without a word
+LLAMA3_CONTENT_AND_CALL = ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Let me add.", "tool_calls": [
+    {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}], False)
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
                                            "parameters": {"type": "object", "properties": {"a": {"type": "number"},
                                                                                          "b": {"type": "number"}},
@@ -319,14 +337,20 @@ def chat_templates(folder):
                             "tools_json": json.dumps(kwargs["tools"], ensure_ascii=False) if "tools" in kwargs else "",
                             "text": text})
     for name, template in LLAMA3_DATED.items():
-        for messages, add_generation_prompt in CONVERSATIONS + LLAMA3_TOOL_TURNS:
-            date = datetime.datetime.now().strftime("%d %b %Y")
-            text = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                            add_generation_prompt=add_generation_prompt)
-            assert datetime.datetime.now().strftime("%d %b %Y") == date, "rendered at midnight: run again"
-            # the date the template wrote, for the test to put its own day in
-            out.append({"family": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
-                        "date": date if name == "llama3_2" else "", "text": text})
+        for messages, add_generation_prompt in (CONVERSATIONS + LLAMA3_TOOL_TURNS + LLAMA3_TOOL_CALL_TURNS +
+                                                TOOL_CALL_TURNS[:1] + LLAMA3_TOOL_RAISES):
+            for tools in [None, TOOLS, []]:
+                date = datetime.datetime.now().strftime("%d %b %Y")
+                case = rendered_or_raised(fast, template, messages, add_generation_prompt, tools=tools)
+                assert datetime.datetime.now().strftime("%d %b %Y") == date, "rendered at midnight: run again"
+                # the date the template wrote, for the test to put its own day in
+                out.append({"family": name, **case, "date": date if name == "llama3_2" else "",
+                            "tools_json": "" if tools is None else json.dumps(tools, ensure_ascii=False)})
+        messages, add_generation_prompt = LLAMA3_CONTENT_AND_CALL
+        case = rendered_or_raised(fast, template, messages, add_generation_prompt)
+        assert "Let me add." not in case["text"], "the template dropped the content: Grove refuses to"
+        out.append({"family": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
+                    "grove_refuses": "both \"content\" and \"tool_calls\""})
     # a Llama 3.1 template re-saved with its default date spelt otherwise (as Unsloth's is): that date is written
     llama3_1_long_date = LLAMA3_DATED["llama3_1"].replace('"26 Jul 2024"', '"26 July 2024"')
     assert llama3_1_long_date != LLAMA3_DATED["llama3_1"]
@@ -390,13 +414,13 @@ def chat_templates(folder):
                   ensure_ascii=False, indent=1)
 
 
-def rendered_or_raised(fast, template, messages, add_generation_prompt):
+def rendered_or_raised(fast, template, messages, add_generation_prompt, **kwargs):
     """A case: the conversation and apply_chat_template's text, or the error the template raises (its
     raise_exception), where Grove must refuse the conversation too."""
     case = {"messages": messages, "add_generation_prompt": add_generation_prompt}
     try:
         case["text"] = fast.apply_chat_template(messages, chat_template=template, tokenize=False,
-                                                add_generation_prompt=add_generation_prompt)
+                                                add_generation_prompt=add_generation_prompt, **kwargs)
     except Exception as e:
         case["error"] = str(e)
     return case
@@ -408,7 +432,7 @@ def trl_template_sweep(fast):
     Grove's auto must render each one the same or refuse it, never differ."""
     folder = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
     conversations = (CONVERSATIONS + QWEN3_CONVERSATIONS + GEMMA_TURNS + TULU_TURNS + PHI3_TURNS + SMOLLM3_TURNS +
-                     LLAMA3_TOOL_TURNS + TOOL_CALL_TURNS + REASONING_TURNS)
+                     LLAMA3_TOOL_TURNS + LLAMA3_TOOL_CALL_TURNS + TOOL_CALL_TURNS + REASONING_TURNS)
     templates, cases = {}, []
     for file in sorted(os.listdir(folder)):
         if not file.endswith(".jinja") or file.endswith("_training.jinja"):

@@ -145,15 +145,16 @@ TEST(SftData, AssistantOnlyLossRefusesWhatItCannotMarkAsTrl) {
                     "the chatml, qwen3, qwen3_instruct, llama3 and gemma families, not for the mistral chat template");
     EXPECT_EQ(refusal(conversation, tiny + "llama_gqa", grove::ChatTemplate::chatml), "accepted");
     // a row's tools under a checkpoint's ChatML template without a tools section (transformers drops
-    // them), and an empty list under Llama 3.1's (which writes its tool-use turn even for that)
+    // them), and under Mistral's (which writes none)
     nlohmann::json with_tools = conversation;
     with_tools["tools"] = {{{"type", "function"}, {"function", {{"name", "add"}}}}};
     EXPECT_CONTAINS(refusal(with_tools, tiny + "llama_gqa", grove::ChatTemplate::chatml),
                     "rows.jsonl:4: the row has \"tools\", but the checkpoint's ChatML template has no tools section");
     with_tools["tools"] = nlohmann::json::array();
     EXPECT_EQ(refusal(with_tools, tiny + "llama_gqa", grove::ChatTemplate::chatml), "accepted");
-    options.assistant_only_loss = false;  // (Llama 3.1 has no training template: that refusal would come first)
-    EXPECT_CONTAINS(refusal(with_tools, tiny + "llama_gqa", grove::ChatTemplate::llama3_1),
+    with_tools["tools"] = {{{"type", "function"}, {"function", {{"name", "add"}}}}};
+    options.assistant_only_loss = false;  // (Mistral has no training template: that refusal would come first)
+    EXPECT_CONTAINS(refusal(with_tools, tiny + "mistral_mha", grove::ChatTemplate::mistral),
                     "rows.jsonl:4: the conversation has tools");
     options.assistant_only_loss = true;
     // a tokenizer with one token for "assistant\n": chatml's turn starts inside it, so no mask is guessed

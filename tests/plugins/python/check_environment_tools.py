@@ -1,17 +1,18 @@
-"""A TRL environment's tools reach the model as Qwen2.5's chat template writes them, and its tool
-turns are what that template renders for tool messages.
+"""A TRL environment's tools reach the model as Qwen2.5's and Llama 3.1's chat templates write them,
+and its tool turns are what those templates render for tool messages.
 
-The reference is the original Qwen2.5 template that TRL ships (trl/chat_templates/qwen2_5.jinja),
-rendered by transformers' apply_chat_template:
+The references are the original templates that TRL ships (trl/chat_templates/qwen2_5.jinja and
+llama3_1.jinja), rendered by transformers' apply_chat_template, each on its own:
 1. prompts: `grove generate --environment python_environment` renders a conversation with the
    environment's tools exactly as apply_chat_template(messages, tools=<its methods>) does, with and
    without a system message;
 2. tool turns: a conversation with an assistant message holding tool calls, then the tool messages
-   and the generation prompt, equals the conversation up to the assistant's <|im_end|> (what the
-   model wrote, ending with EOS) followed by the observation the bridge (plugins/python/bridge.py,
-   loaded from the source tree) answers those calls with.
+   and the generation prompt, equals the conversation up to the end of the assistant's turn (what
+   the model wrote, ending with EOS) followed by the observation the bridge (plugins/python/bridge.py,
+   loaded from the source tree) answers those calls with: three Hermes calls in one turn for
+   Qwen2.5, one JSON call for Llama 3.1 (its template writes one per turn).
 
-usage: check_qwen2_5_tools.py GROVE MODEL_DIR WORK_DIR
+usage: check_environment_tools.py GROVE MODEL_DIR WORK_DIR
 """
 
 import importlib.util
@@ -35,7 +36,7 @@ def load_bridge():
     return module
 
 
-def check_prompts(grove, model, work, template, tokenizer, bridge):
+def check_prompts(grove, model, work, family, template, tokenizer, bridge):
     sys.path.insert(0, HERE)
     from environments import Counter
 
@@ -47,10 +48,10 @@ def check_prompts(grove, model, work, template, tokenizer, bridge):
         [{"role": "user", "content": "Count to 7"}],
         [{"role": "system", "content": "You count with tools."}, {"role": "user", "content": "Count to 7, é 中"}],
     ]
-    rows = os.path.join(work, "tool_prompts.jsonl")
+    rows = os.path.join(work, f"{family}_tool_prompts.jsonl")
     with open(rows, "w") as f:
         f.writelines(json.dumps({"prompt": c, "target": 7}) + "\n" for c in conversations)
-    out = subprocess.run([grove, "generate", "--model", model, "--input", rows, "--chat-template", "chatml",
+    out = subprocess.run([grove, "generate", "--model", model, "--input", rows, "--chat-template", family,
                           "--max-new-tokens", "2", "--max-turns", "1", "--json", "--environment", "python_environment",
                           "--environment-config", f'module = "{HERE}/environments.py"\nclass = "Counter"'],
                          capture_output=True, text=True)
@@ -60,25 +61,27 @@ def check_prompts(grove, model, work, template, tokenizer, bridge):
         expected = tokenizer.apply_chat_template(conversation, tools=tools, chat_template=template, tokenize=False,
                                                  add_generation_prompt=True)
         assert prompt == expected, f"\ngrove:    {prompt!r}\ntemplate: {expected!r}"
-    print(f"ok   {len(got)} prompts with the environment's {len(tools)} tools equal Qwen2.5's template rendering")
+    print(f"ok   {len(got)} prompts with the environment's {len(tools)} tools equal the {family} template's rendering")
 
 
-def main():
-    grove, model, work = sys.argv[1:4]
-    os.makedirs(work, exist_ok=True)
-    template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen2_5.jinja")).read()
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    bridge = load_bridge()
-    check_prompts(grove, model, work, template, tokenizer, bridge)
+# (Grove's chat template, TRL's file, the calls of one model turn, what the tools answer, where the
+# turn starts and how the assistant's message ends in the template's text)
+CASES = [
+    ("chatml", "qwen2_5.jinja", [("add", {"amount": 2}), ("echo_prompt", {}), ("subtract", {"amount": 1})],
+     ["2", "Count to 7", "{'error': 'Tool subtract not found.'}"], "<|im_start|>assistant\n", "<|im_end|>\n", 1),
+    ("llama3_1", "llama3_1.jinja", [("add", {"amount": 2})], ["2"],
+     "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", 0),
+]
+
+
+def check_tool_turn(tokenizer, template, bridge, calls, results, turn_start, turn_end, failures_expected):
     env = bridge.Environment(os.path.join(HERE, "environments.py"), "Counter", "", HERE)
     prompt = [{"role": "user", "content": "Count to 7"}]
-    calls = [("add", {"amount": 2}), ("echo_prompt", {}), ("subtract", {"amount": 1})]
     assistant = {
         "role": "assistant",
-        "content": "Let me add.",
+        "content": "Let me add." if len(calls) > 1 else "",
         "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls],
     }
-    results = ["2", "Count to 7", "{'error': 'Tool subtract not found.'}"]
     tools = [{"role": "tool", "name": n, "content": r} for (n, _), r in zip(calls, results)]
 
     def render(messages, generation_prompt):
@@ -87,16 +90,30 @@ def main():
 
     before = render(prompt + [assistant], False)
     full = render(prompt + [assistant] + tools, True)
-    assert before.endswith("<|im_end|>\n") and full.startswith(before), (before, full)
-    # what the model wrote: the assistant message's text up to and with <|im_end|> (its EOS)
-    turn = before[before.rindex("<|im_start|>assistant\n") + len("<|im_start|>assistant\n"):-1]
-    row = (0, 1, turn, [1, 2], True, "rendered prompt", json.dumps({"target": 7}), json.dumps(prompt))
+    assert before.endswith(turn_end) and full.startswith(before), (before, full)
+    # what the model wrote: the assistant message's text up to and with its EOS (after it, ChatML's newline)
+    eos_end = len(before) - (1 if turn_end.endswith("\n") else 0)
+    turn = before[before.rindex(turn_start) + len(turn_start):eos_end]
+    rendered_prompt = render(prompt, True)
+    row = (0, 1, turn, [1, 2], True, rendered_prompt, json.dumps({"target": 7}), json.dumps(prompt))
     env.begin([row[:2] + ("", [], False) + row[5:]], 0, 1)
     observation, done, tool_calls, failures = env.step([row], 0, 1)[0]
-    expected = full[len(before) - 1:]
+    expected = full[eos_end:]
     assert observation == expected, f"\nbridge:   {observation!r}\ntemplate: {expected!r}"
-    assert (done, tool_calls, failures) == (False, 3, 1), (done, tool_calls, failures)
-    print(f"ok   the tool turn for {len(calls)} calls equals Qwen2.5's template rendering: {observation!r}")
+    assert (done, tool_calls, failures) == (False, len(calls), failures_expected), (done, tool_calls, failures)
+    return observation
+
+
+def main():
+    grove, model, work = sys.argv[1:4]
+    os.makedirs(work, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    bridge = load_bridge()
+    for family, file, calls, results, turn_start, turn_end, failures in CASES:
+        template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", file)).read()
+        check_prompts(grove, model, work, family, template, tokenizer, bridge)
+        observation = check_tool_turn(tokenizer, template, bridge, calls, results, turn_start, turn_end, failures)
+        print(f"ok   the tool turn for {len(calls)} calls equals the {file} rendering: {observation!r}")
 
 
 if __name__ == "__main__":
