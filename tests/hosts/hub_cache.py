@@ -182,6 +182,23 @@ assert kept == tag_commit, kept
 print(f"v1 moved to {moved_commit[:8]} before --resume: the run kept {tag_commit[:8]}; its adapter equals the straight "
       f"run's ({len(straight)} tensors)")
 
+# ... and when the snapshot it started from has since left the cache, the resume is refused (exit 5),
+# naming the commit and how to put it back, rather than going on from another base
+sft_run("gone")
+metrics_before = open(os.path.join(run_dir, "gone", "metrics.jsonl")).read()
+snapshot = os.path.join(storage, "snapshots", tag_commit)
+os.rename(snapshot, snapshot + ".away")
+with open(os.path.join(storage, "refs", "v1"), "w") as f:
+    f.write(moved_commit)
+r = run("sft", os.path.join(run_dir, "gone.toml"), "--resume", os.path.join(run_dir, "gone", "checkpoint-2"))
+with open(os.path.join(storage, "refs", "v1"), "w") as f:
+    f.write(tag_commit)
+os.rename(snapshot + ".away", snapshot)
+message = r.stderr + r.stdout
+assert r.returncode == 5 and f"hf download {repo_id} --revision {tag_commit}" in message, (r.returncode, message)
+assert open(os.path.join(run_dir, "gone", "metrics.jsonl")).read() == metrics_before, "a step ran on the other base"
+print(f"its snapshot gone from the cache before --resume: exit 5, {message.strip()}")
+
 # a folder of the id's name next to the manifest wins over the cache
 local = os.path.join(work, "manifest")
 shutil.copytree(os.path.dirname(os.path.abspath(manifest)), local)

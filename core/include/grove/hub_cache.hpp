@@ -26,6 +26,9 @@ struct CachedHubModel {
     std::string id, commit;
 };
 std::optional<CachedHubModel> cached_hub_model_of(const std::string& folder);
+// The same naming read from the path alone (".../models--OWNER--NAME/snapshots/COMMIT"), whether or
+// not the folder is still there: for a snapshot that has left the cache.
+std::optional<CachedHubModel> hub_model_named_by_path(const std::string& folder);
 
 // A model folder as the user gave it: `folder` (`given` resolved against the manifest's folder, or
 // `given` itself) when it exists; else, when `given` looks like a Hub id the cache holds at

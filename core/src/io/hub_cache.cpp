@@ -113,16 +113,24 @@ std::optional<std::string> cached_hub_snapshot(const std::string& id, const std:
     return snapshot.string();
 }
 
-std::optional<CachedHubModel> cached_hub_model_of(const std::string& folder) {
-    std::error_code error;
-    fs::path snapshot = fs::weakly_canonical(folder, error);
+std::optional<CachedHubModel> hub_model_named_by_path(const std::string& folder) {
+    fs::path snapshot = fs::path(folder).lexically_normal();
     if (snapshot.filename().empty()) snapshot = snapshot.parent_path();  // "…/COMMIT/"
     const fs::path snapshots = snapshot.parent_path(), storage = snapshots.parent_path();
     const std::string name = storage.filename().string(), prefix = "models--";
-    if (error || snapshots.filename() != "snapshots" || name.rfind(prefix, 0) != 0) return std::nullopt;
+    if (snapshots.filename() != "snapshots" || name.rfind(prefix, 0) != 0) return std::nullopt;
     CachedHubModel model{name.substr(prefix.size()), snapshot.filename().string()};
     if (const size_t separator = model.id.find("--"); separator != std::string::npos) model.id.replace(separator, 2, "/");
-    const auto cached = cached_hub_snapshot(model.id, model.commit);
+    return model;
+}
+
+std::optional<CachedHubModel> cached_hub_model_of(const std::string& folder) {
+    std::error_code error;
+    const fs::path snapshot = fs::weakly_canonical(folder, error);
+    if (error) return std::nullopt;
+    const auto model = hub_model_named_by_path(snapshot.string());
+    if (!model) return std::nullopt;
+    const auto cached = cached_hub_snapshot(model->id, model->commit);
     if (!cached || !fs::equivalent(*cached, snapshot, error) || error) return std::nullopt;
     return model;
 }
