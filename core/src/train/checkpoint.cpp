@@ -221,11 +221,11 @@ Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::s
     const auto was = cached_hub_model_of(*started_on), is = cached_hub_model_of(now);
     if (const auto gone = hub_model_named_by_path(*started_on); !was && is && gone && gone->id == is->id)
         throw Error(ErrorKind::input,
-                    *checkpoint + " was trained on " + gone->id + " at " + gone->commit + ", whose snapshot (" +
-                        *started_on + ") has left the Hugging Face cache, and the manifest's revision now names " +
-                        is->commit + "; a resume there would go on from another base model. Put the snapshot back (`hf "
-                        "download " + gone->id + " --revision " + gone->commit +
-                        "`) and resume, or start a new run on the new revision");
+                    *checkpoint + " was trained on " + gone->id + " at " + gone->commit + ", whose snapshot (" + *started_on +
+                        ") has left the Hugging Face cache, and the manifest's revision now names " + is->commit +
+                        "; a resume there would go on from another base model. Put the snapshot back (`hf "
+                        "download " +
+                        gone->id + " --revision " + gone->commit + "`) and resume, or start a new run on the new revision");
     if (!was || !is || was->id != is->id) return manifest;  // not a moved revision: the settings warning names it
     Manifest kept = manifest;
     kept.use_model_folder(*started_on);
