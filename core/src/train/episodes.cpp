@@ -147,6 +147,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                                   const EpisodeLimits& limits, int64_t first_row) {
     const int64_t budget = limits.max_completion_length;
     if (budget < 1) throw Error(ErrorKind::usage, "episodes: max_completion_length must be >= 1");
+    const int64_t context = model.config().max_position_embeddings;  // 0: the checkpoint names none
     if (starts.empty()) return {};
     begin_episodes(environment, tokenizer, starts, options.seed, limits, first_row);
     const std::vector<std::string>& stops = environment.stop_strings();
@@ -206,11 +207,13 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                 r.running = false;
                 continue;
             }
-            // An observation that does not fit in what is left of the budget is dropped whole and the
-            // episode ends, as TRL 1.16 rolls back a tool result that would pass max_completion_length:
-            // no episode holds part of an observation. One that just fits ends it too (no room is left).
+            // An observation that does not fit in what is left of the budget, or that would bring the
+            // sequence to the model's max_position_embeddings, is dropped whole and the episode ends, as
+            // TRL 1.16 rolls back such a tool result: no episode holds part of an observation. One that
+            // just fills the budget ends it too (no room is left).
             const int64_t room = budget - int64_t(r.episode.ids.size());
-            if (int64_t(observation.size()) > room) {
+            const int64_t sequence = int64_t(starts[i].prompt_ids.size() + r.episode.ids.size() + observation.size());
+            if (int64_t(observation.size()) > room || (context > 0 && sequence >= context)) {
                 r.episode.stats.observation_dropped = true;
                 r.running = false;
                 continue;

@@ -166,6 +166,35 @@ TEST(Episodes, AnObservationPastTheBudgetIsDroppedWholeAndEndsTheEpisode) {
     EXPECT_GT(dropped, 0) << "every observation fitted: the test exercised half of the rule";
 }
 
+// ... and so is one that fits the budget but would bring the sequence (prompt, episode so far and
+// observation) to the model's max_position_embeddings, as TRL drops a tool result at max_model_len.
+TEST(Episodes, AnObservationReachingTheModelsContextIsDroppedToo) {
+    Fixture f;
+    const int64_t context = f.model->config().max_position_embeddings;
+    ASSERT_EQ(context, 256) << "the tiny checkpoint's; the sizes below assume it";
+    const auto rows = f.rows(8);
+    int64_t shortest_prompt = context;
+    for (const auto& r : rows) shortest_prompt = std::min(shortest_prompt, int64_t(r.prompt_ids.size()));
+    // an observation that reaches the context after any turn, and a budget it fits after a short one
+    std::string text;
+    while (int64_t(f.tokenizer->encode(text, false).size()) < context - shortest_prompt - 1) text += " ok";
+    const int64_t observation = int64_t(f.tokenizer->encode(text, false).size()), budget = observation + 8;
+    auto rollout = f.run(scripted("observation = \"" + text + "\"\nstop = \"e\"\nturns = 2"), 8, 2, budget);
+    int64_t only_the_context = 0;
+    for (int64_t i = 0; i < 8; ++i) {
+        const grove::EpisodeStats& e = rollout.episodes[size_t(i)];
+        const int64_t n = rollout.completions.lengths[size_t(i)];
+        EXPECT_EQ(e.observation_tokens, 0) << "row " << i;
+        EXPECT_EQ(e.observation_dropped, e.tool_calls > 0) << "row " << i;
+        const int64_t prompt = int64_t(rows[size_t(i)].prompt_ids.size());
+        if (e.observation_dropped && n + observation <= budget) {
+            EXPECT_GE(prompt + n + observation, context) << "row " << i;
+            ++only_the_context;
+        }
+    }
+    EXPECT_GT(only_the_context, 0) << "no observation fitted the budget: the context rule was not exercised";
+}
+
 TEST(Episodes, OneTurnNeverCallsTheEnvironmentAndAFailingOneNamesItsRows) {
     Fixture f;
     auto failing = scripted("stop = \"e\"\nfail_at_turn = 1");
