@@ -55,7 +55,8 @@ public:
     ~Environment();
 
     const std::vector<std::string>& stop_strings() const { return stop_strings_; }
-    // Its tools as a JSON array of function schemas (SDK 1.7 tools_json), or empty: none to render.
+    // Its tools as a JSON array of function schemas (SDK 1.7 tools_json), or empty: none to render
+    // (an empty array too, as TRL passes `tools or None`).
     const std::string& tools_json() const { return tools_json_; }
     EnvironmentAnswers step(EnvironmentTurns& turns) const;
     // Whether it judges whole episodes (SDK 1.3 score_episodes), and its scores of `episodes`, each

@@ -31,7 +31,7 @@ struct EpisodeStats {
     double environment_seconds = 0;    // this episode's share of the environment's calls
     bool hit_max_turns = false;        // its last allowed turn ended at a stop string, not EOS
     bool ended_with_eos = false;       // its last model turn ended with EOS
-    bool observation_dropped = false;  // its last observation did not fit in the budget and was left out
+    bool observation_dropped = false;  // its last observation did not fit (budget or context) and was left out
     float environment_reward = std::numeric_limits<float>::quiet_NaN();  // its score_episodes() score, if asked
 };
 

@@ -74,6 +74,9 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
         if (tools.is_discarded() || !tools.is_array())
             throw Error(ErrorKind::plugin, "plugin " + info.display() + ": tools_json() gave no JSON array of tool schemas: " +
                                                tools_json_.substr(0, 200));
+        // no tools at all, as TRL renders GRPO prompts with `tools or None` (Llama 3.1's template
+        // would write its tool-use turn for an empty list)
+        if (tools.empty()) tools_json_.clear();
     }
 }
 

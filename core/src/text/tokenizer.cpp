@@ -1204,6 +1204,14 @@ std::string render_llama3_dated(const std::string& family, const std::vector<Cha
                                               "system prompt, and the template writes the tools into the first user "
                                               "message (it raises \"Cannot put tools in the first user message when "
                                               "there's no first user message!\"): add one");
+        if (messages[first].role != "user" || !messages[first].tool_calls.empty())
+            throw Error(ErrorKind::input, family +
+                                              " chat template: the conversation has tools, which the template writes "
+                                              "into the first message after the system prompt as a user turn, but "
+                                              "that message is the " +
+                                              messages[first].role +
+                                              "'s (its role and any tool calls would be lost): open the conversation "
+                                              "with a user message");
         out += "<|start_header_id|>user<|end_header_id|>\n\n" + llama3_tools_text(tools_json) + trim(messages[first].content) +
                "<|eot_id|>";
         ++first;

@@ -218,15 +218,18 @@ Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::s
     const std::optional<std::string> started_on = Manifest::resolved_string(saved.str(), "model.path");
     const std::string now = manifest.string("model.path");
     if (!started_on || *started_on == now) return manifest;
-    const auto was = cached_hub_model_of(*started_on), is = cached_hub_model_of(now);
-    if (const auto gone = hub_model_named_by_path(*started_on); !was && is && gone && gone->id == is->id)
+    // the snapshot named by its path alone: it may have left the cache, or the cache may have moved
+    const auto was = hub_model_named_by_path(*started_on), is = cached_hub_model_of(now);
+    if (!was || !is || was->id != is->id || was->commit == is->commit)
+        return manifest;  // not a moved revision: the settings warning names a changed path
+    std::error_code error;
+    if (!fs::is_directory(*started_on, error))
         throw Error(ErrorKind::input,
-                    *checkpoint + " was trained on " + gone->id + " at " + gone->commit + ", whose snapshot (" + *started_on +
+                    *checkpoint + " was trained on " + was->id + " at " + was->commit + ", whose snapshot (" + *started_on +
                         ") has left the Hugging Face cache, and the manifest's revision now names " + is->commit +
                         "; a resume there would go on from another base model. Put the snapshot back (`hf "
                         "download " +
-                        gone->id + " --revision " + gone->commit + "`) and resume, or start a new run on the new revision");
-    if (!was || !is || was->id != is->id) return manifest;  // not a moved revision: the settings warning names it
+                        was->id + " --revision " + was->commit + "`) and resume, or start a new run on the new revision");
     Manifest kept = manifest;
     kept.use_model_folder(*started_on);
     if (log)

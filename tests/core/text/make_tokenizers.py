@@ -194,15 +194,22 @@ LLAMA3_TOOL_CALL_TURNS = [
 # what Llama 3.1's and 3.2's templates raise on: several calls in a turn; tools without a message to put
 # them in (with tools given)
 LLAMA3_TOOL_RAISES = [([{"role": "system", "content": "S"}], True)]
-# what they render but Grove refuses: content beside a call, which they drop without a word
-LLAMA3_CONTENT_AND_CALL = ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Let me add.", "tool_calls": [
-    {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}], False)
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Adds two numbers.",
                                            "parameters": {"type": "object", "properties": {"a": {"type": "number"},
                                                                                          "b": {"type": "number"}},
                                                           "required": ["a", "b"]}}},
          {"type": "function", "function": {"name": "now", "description": "The time, ünïcode kept.",
                                            "parameters": {"type": "object", "properties": {}}}}]
+# what they render but Grove refuses, with what its refusal says: content beside a call, which they drop
+# without a word; with tools, a first message that is not the user's, which they write as the user's
+# (its calls dropped)
+LLAMA3_ADD_CALL = {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+LLAMA3_GROVE_REFUSES = [
+    ([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "Let me add.", "tool_calls": [LLAMA3_ADD_CALL]}],
+     None, "both \"content\" and \"tool_calls\""),
+    ([{"role": "assistant", "content": None, "tool_calls": [LLAMA3_ADD_CALL]}, {"role": "tool", "content": "3"}],
+     TOOLS, "open the conversation with a user message"),
+]
 # assistant turns with reasoning before and after the last real user query, tool responses (as tool
 # messages and as a user message that is one), and a system message after the first
 QWEN3_CONVERSATIONS = [
@@ -346,11 +353,10 @@ def chat_templates(folder):
                 # the date the template wrote, for the test to put its own day in
                 out.append({"family": name, **case, "date": date if name == "llama3_2" else "",
                             "tools_json": "" if tools is None else json.dumps(tools, ensure_ascii=False)})
-        messages, add_generation_prompt = LLAMA3_CONTENT_AND_CALL
-        case = rendered_or_raised(fast, template, messages, add_generation_prompt)
-        assert "Let me add." not in case["text"], "the template dropped the content: Grove refuses to"
-        out.append({"family": name, "messages": messages, "add_generation_prompt": add_generation_prompt,
-                    "grove_refuses": "both \"content\" and \"tool_calls\""})
+        for messages, tools, refusal in LLAMA3_GROVE_REFUSES:
+            assert "text" in rendered_or_raised(fast, template, messages, False, tools=tools), "the template renders it"
+            out.append({"family": name, "messages": messages, "add_generation_prompt": False, "grove_refuses": refusal,
+                        "tools_json": "" if tools is None else json.dumps(tools, ensure_ascii=False)})
     # a Llama 3.1 template re-saved with its default date spelt otherwise (as Unsloth's is): that date is written
     llama3_1_long_date = LLAMA3_DATED["llama3_1"].replace('"26 Jul 2024"', '"26 July 2024"')
     assert llama3_1_long_date != LLAMA3_DATED["llama3_1"]

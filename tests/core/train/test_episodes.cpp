@@ -240,3 +240,11 @@ TEST(Episodes, EpisodesStillCallingAtTheirLastTurnCountAsHittingMaxTurns) {
     EXPECT_GT(hit, 0);
     EXPECT_DOUBLE_EQ(grove::episode_metrics(rollout, nullptr)["episodes/max_turns_ratio"], double(hit) / 8.0);
 }
+
+// An environment whose tools_json() is an empty list has no tools, as TRL renders GRPO prompts with
+// `tools or None` (Llama 3.1's template would write its tool-use turn for an empty list).
+TEST(Episodes, AnEmptyToolListIsNoTools) {
+    EXPECT_EQ(scripted("tools = \"[]\"").tools_json(), "");
+    const std::string tools = R"([{"type": "function", "function": {"name": "add"}}])";
+    EXPECT_EQ(scripted("tools = '" + tools + "'").tools_json(), tools);
+}

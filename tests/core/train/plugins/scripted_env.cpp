@@ -2,7 +2,8 @@
 // `turns` model turns, then says done; scores a whole episode by how often the observation
 // occurs in it. `stop` (optional) ends model turns early; `fail_at_turn`
 // returns an error status at that turn, to test how the host reports a broken environment;
-// `prompt_note` (optional) is added to every episode's prompt before generation (begin_episodes).
+// `prompt_note` (optional) is added to every episode's prompt before generation (begin_episodes);
+// `tools` (optional) is what tools_json() gives.
 #include <grove/plugin.hpp>
 
 #include <string>
@@ -14,10 +15,12 @@ struct Scripted {
               stop(c.get_string("stop", "")),
               turns(c.get_int("turns", 2)),
               fail_at_turn(c.get_int("fail_at_turn", 0)),
-              prompt_note(c.get_string("prompt_note", "")) {
+              prompt_note(c.get_string("prompt_note", "")),
+              tools(c.get_string("tools", "")) {
         stops[0] = stop.empty() ? nullptr : stop.c_str();
     }
     const char* const* stop_strings() const { return stops; }
+    std::string tools_json() const { return tools; }
     void begin_episodes(const grove_environment_batch& b, grove_environment_output& out) const {
         for (uint32_t i = 0; i < b.count && !prompt_note.empty(); ++i) grove::sdk::observe(out, i, prompt_note);
     }
@@ -44,7 +47,7 @@ struct Scripted {
     }
     std::string observation, stop;
     int64_t turns, fail_at_turn;
-    std::string prompt_note;
+    std::string prompt_note, tools;
     const char* stops[2] = {nullptr, nullptr};
 };
 const grove_config_key kKeys[] = {
@@ -53,6 +56,7 @@ const grove_config_key kKeys[] = {
     grove::sdk::key("turns", GROVE_VALUE_INT, "2", "model turns before done"),
     grove::sdk::key("fail_at_turn", GROVE_VALUE_INT, "0", "return an error at this turn; 0: never"),
     grove::sdk::key("prompt_note", GROVE_VALUE_STRING, "\"\"", "text added to every prompt before generation"),
+    grove::sdk::key("tools", GROVE_VALUE_STRING, "\"\"", "what tools_json() gives; empty: nothing"),
 };
 constexpr auto kScripted =
     grove::sdk::environment_descriptor<Scripted>("scripted_env", "1.0.0", "answers every turn the same", 0, kKeys);
