@@ -163,7 +163,7 @@ class Turn:
 
     __slots__ = ("episode", "turn", "text", "token_ids", "ended_with_eos", "prompt", "row", "rendered_prompt")
 
-    def __init__(self, episode, turn, text, token_ids, ended_with_eos, prompt, row, rendered_prompt=""):
+    def __init__(self, episode, turn, text, token_ids, ended_with_eos, prompt, row, rendered_prompt):
         self.episode, self.turn, self.text, self.token_ids = episode, turn, text, token_ids
         self.ended_with_eos, self.prompt, self.row = ended_with_eos, prompt, row
         self.rendered_prompt = rendered_prompt  # the prompt as the model saw it

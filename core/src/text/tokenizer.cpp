@@ -1691,9 +1691,8 @@ bool is_llama3_dated(ChatTemplate family) { return family == ChatTemplate::llama
 // has no tools section); Llama 3.1's and 3.2's JSON format. Other templates drop tools or write their
 // own form: refused.
 std::string written_tools(ChatTemplate family, const std::string& tools_json) {
-    if (tools_json.empty()) return "";
+    if (tools_json.empty() || is_llama3_dated(family)) return tools_json;
     const auto tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
-    if (is_llama3_dated(family)) return tools_json;
     if (tools.is_array() && tools.empty()) return "";
     if (is_qwen3_family(family) || family == ChatTemplate::chatml) return tools_json;
     throw Error(ErrorKind::input,
