@@ -180,11 +180,9 @@ int eval(const std::vector<std::string>& args) {
         return j.is_object() && j.contains(key) ? &j[key] : nullptr;
     };
     row("reward (weighted sum)", r.reward, field(before, "reward"));
-    std::vector<PluginUse> uses = q.rewards;
-    if (q.environment && q.environment_reward) uses.push_back(*q.environment_reward);
-    for (const auto& use : uses) {
+    for (const std::string& name : r.reward_names) {
         const json* per = field(before, "rewards");
-        row("rewards/" + use.name, r.reward_mean.at(use.name), per ? field(*per, use.name) : nullptr);
+        row("rewards/" + name, r.reward_mean.at(name), per ? field(*per, name) : nullptr);
     }
     if (r.accuracy >= 0) row("accuracy", r.accuracy, field(before, "accuracy"));
     if (r.format_rate >= 0) row("format rate", r.format_rate, field(before, "format_rate"));

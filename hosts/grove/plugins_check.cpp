@@ -321,13 +321,20 @@ int check(const std::vector<std::string>& args) {
     auto vm = parse("check", args, options, positional, "MANIFEST [--set section.key=value ...]");
     std::vector<std::string> overrides;
     if (vm.count("set")) overrides = vm["set"].as<std::vector<std::string>>();
-    // without [[rewards]] a manifest is grove sft's, whose batches need not hold whole groups
-    auto manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment(),
-                                          grove::ManifestUse::sft);
-    if (!manifest.rewards().empty())
-        manifest = grove::Manifest::load(vm["manifest"].as<std::string>(), overrides, world_size_from_environment());
+    // without a reward a manifest is grove sft's, whose batches need not hold whole groups; the
+    // environment may be the reward (TRL's get_reward()), which its plugin says once created
+    const std::string path = vm["manifest"].as<std::string>();
+    auto manifest = grove::Manifest::load(path, overrides, world_size_from_environment(), grove::ManifestUse::sft);
+    if (!manifest.rewards().empty()) manifest = grove::Manifest::load(path, overrides, world_size_from_environment());
 
     grove::PluginHost host(grove::plugin_search_path(manifest.strings("plugin_dirs")));
+    std::unique_ptr<grove::Environment> environment;
+    if (const auto section = grove::RunConfig::from(manifest, grove::RunConfig::Kind::sft).environment; section.use)
+        environment = grove::make_environment(host, *section.use, section.reward, manifest.rewards(), false);
+    const bool sft_only = manifest.rewards().empty() && !(environment && environment->reward_column());
+    if (manifest.rewards().empty() && !sft_only)
+        manifest = grove::Manifest::load(path, overrides, world_size_from_environment());
+
     std::vector<grove::PluginInstance> instances;
     std::vector<std::string> reward_models;  // checked by their config.json; grove train loads them
     for (const auto& reward : manifest.rewards()) {
@@ -345,16 +352,12 @@ int check(const std::vector<std::string>& args) {
     const grove::PluginInfo adapter = instances.back().info();
     instances.push_back(grove::create_plugin(host, manifest.reduction(), GROVE_PLUGIN_KIND_REDUCTION));
     instances.push_back(grove::create_plugin(host, manifest.objective(), GROVE_PLUGIN_KIND_OBJECTIVE));
-    // the rules across keys; a manifest without a reward can only be grove sft's
-    const bool sft_only = manifest.rewards().empty() && !manifest.optional_number("environment.reward_weight");
+    // the rules across keys
     const grove::RunConfig config =
         grove::RunConfig::from(manifest, sft_only ? grove::RunConfig::Kind::sft : grove::RunConfig::Kind::grpo);
     config.check_adapter(adapter.name, (adapter.flags & GROVE_PLUGIN_TRAINS_BASE_WEIGHTS) != 0);
     const std::string experts = check_mixture_of_experts(config);
     if (!config.model.enable_thinking) config.chat_template(grove::Tokenizer::load(config.model.path)->config());
-    std::unique_ptr<grove::Environment> environment;
-    if (config.environment.use)
-        environment = grove::make_environment(host, *config.environment.use, config.environment.reward.has_value());
 
     const std::string prompts = sft_only ? "" : render_training_prompts(config, environment.get());
     // a model made later (by grove sft or init-model, as the quickstart's) is no error here, but said
@@ -367,6 +370,9 @@ int check(const std::vector<std::string>& args) {
     };
     for (const auto& instance : instances) list(instance.info());
     if (environment) list(environment->info());
+    if (environment && environment->reward_column())
+        std::cout << "#   reward     " << environment->reward_column()->name << " (the environment's judgement of whole "
+                  << "episodes), weight " << environment->reward_column()->weight << "\n";
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
     if (!experts.empty()) std::cout << "# " << experts << "\n";
     if (!prompts.empty()) std::cout << "# " << prompts << "\n";
@@ -375,7 +381,7 @@ int check(const std::vector<std::string>& args) {
                   << " holds no config.json yet: grove train and grove sft need a Hugging Face model folder there, or "
                      "model.path = a Hub id the local cache holds (`hf download ID`, cache "
                   << grove::hub_cache_directory() << ")\n";
-    if (sft_only) std::cout << "# no [[rewards]]: valid for grove sft only (grove train and grove eval need a reward)\n";
+    if (sft_only) std::cout << "# no reward: valid for grove sft only (grove train and grove eval need a reward)\n";
     std::cout << "# " << manifest.path() << " is valid\n";
     return 0;
 }

@@ -105,7 +105,8 @@ int serve(int fd, const std::string& program) {
     std::string ready;
     if (plugin->environment) {
         const Environment& e = *plugin->environment;
-        ready = worker::encode_traits({e.stop_strings(), e.tools_json(), e.scores_episodes(), e.begins_episodes()});
+        ready = worker::encode_traits({e.stop_strings(), e.tools_json(), e.scores_episodes(), e.begins_episodes(),
+                                       e.reward_by_default(), e.default_reward_name()});
     }
     worker::write_frame(fd, worker::FrameType::ready, ready);
     while (auto frame = worker::read_frame(fd, 0)) {

@@ -246,6 +246,16 @@ class Environment:
             raise ConfigError("class", f"'{name}' has neither step() (Grove's environment contract) nor reset() "
                                        "(TRL's environment_factory)")
 
+    def episode_reward(self):
+        """How its judgement of whole episodes counts (SDK episode_reward: 0 none, 1 a reward when the
+        manifest sets reward_weight, 2 a reward anyway), and the column's name: the class's. A TRL
+        class's get_reward() is a reward with weight 1, named after the class, as TRL adds it; the
+        Grove contract's score_episodes(), as a C plugin's, counts when the manifest asks."""
+        name = self.environment_class.__name__
+        if self.grove is not None:
+            return (1 if callable(getattr(self.grove, "score_episodes", None)) else 0), name
+        return (2 if callable(getattr(self.environment_class, "get_reward", None)) else 0), name
+
     def tools_json(self):
         """The tools' JSON schemas for the prompt: for TRL's classes, what transformers' get_json_schema
         makes of each tool method (as apply_chat_template(tools=...) does); for Grove's contract, the
@@ -353,14 +363,10 @@ class Environment:
 
     def score(self, rows, step, seed):
         """Each whole episode's score: the Grove contract's score_episodes, or TRL's get_reward()."""
-        turns = self._turns(rows)
+        turns = self._turns(rows)  # the host calls this only when episode_reward() says it judges
         if self.grove is not None:
-            if not callable(getattr(self.grove, "score_episodes", None)):
-                raise TypeError("the environment has no score_episodes(); remove [environment] reward_weight")
             scores = self._await(self.grove.score_episodes(turns))
         else:
-            if not callable(getattr(self.environment_class, "get_reward", None)):
-                raise TypeError("the environment has no get_reward(); remove [environment] reward_weight")
             scores = [self._await(self._instance(t, (step, seed)).get_reward()) for t in turns]
         if len(scores) != len(turns):
             raise ValueError(f"returned {len(scores)} scores for {len(turns)} episodes")

@@ -285,6 +285,14 @@ public:
         return utf8(json.get());
     }
 
+    grove::sdk::EpisodeReward episode_reward() const {
+        HoldInterpreterLock lock;
+        // (judgement, name), as bridge.Environment.episode_reward returns
+        Ref answer(PyObject_CallMethod(environment_, "episode_reward", nullptr));
+        if (!answer) throw_config_error("asking " + class_ + " how it judges episodes");
+        return {uint32_t(PyLong_AsUnsignedLong(PyTuple_GetItem(answer.get(), 0))), utf8(PyTuple_GetItem(answer.get(), 1))};
+    }
+
     void step(const grove_environment_batch& b, grove_environment_output& out) {
         HoldInterpreterLock lock;
         Ref answers(call("step", b));

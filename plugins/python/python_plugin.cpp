@@ -105,10 +105,14 @@ grove_status tools_json(void* instance, grove_text_sink* out, grove_error_sink* 
     Forwarded& f = forwarded(instance);
     return f.plugin->environment->tools_json(f.instance, out, err);
 }
+grove_status episode_reward(void* instance, uint32_t* judgement, grove_text_sink* name, grove_error_sink* err) {
+    Forwarded& f = forwarded(instance);
+    return f.plugin->environment->episode_reward(f.instance, judgement, name, err);
+}
 
 constexpr grove_reward_api kRewardApi{sizeof(grove_reward_api), &score};
 constexpr grove_environment_api kEnvironmentApi{
-    sizeof(grove_environment_api), &stop_strings, &step, &score_episodes, &begin_episodes, &tools_json};
+    sizeof(grove_environment_api), &stop_strings, &step, &score_episodes, &begin_episodes, &tools_json, &episode_reward};
 
 template <std::size_t N>
 constexpr grove_plugin_descriptor descriptor(uint32_t kind, const char* name, const char* description,

@@ -31,7 +31,7 @@ plugin = "grpo"
 TEST(Cli, VersionAndHelp) {
     auto r = run_grove("--version");
     EXPECT_EQ(r.exit_code, 0);
-    EXPECT_CONTAINS(r.out, "(plugin ABI 1.8)");
+    EXPECT_CONTAINS(r.out, "(plugin ABI 1.9)");
     r = run_grove("--help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "check MANIFEST");
@@ -93,7 +93,7 @@ TEST(Cli, CheckNamesAManifestWithoutRewardsAsGroveSfts) {
     const std::string manifest = write("sft_only.toml", "[model]\npath = \"model\"\n[data]\nsource = \"builtin:arithmetic\"\n");
     auto r = run_grove("check " + manifest + " 2>&1");
     EXPECT_EQ(r.exit_code, 0) << r.out;
-    EXPECT_CONTAINS(r.out, "no [[rewards]]: valid for grove sft only");
+    EXPECT_CONTAINS(r.out, "no reward: valid for grove sft only");
     // its model folder is not there (yet): valid, but said
     EXPECT_CONTAINS(r.out, "model.path = a Hub id the local cache holds");
     EXPECT_CONTAINS(r.out, "/model holds no config.json yet");

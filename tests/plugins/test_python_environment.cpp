@@ -182,6 +182,62 @@ TEST(PythonEnvironment, ToolsNeedAChatTemplateThatCanShowThem) {
 }
 
 namespace {
+// The [environment] section and [[rewards]] of a manifest with this Python class, as the trainer reads them.
+grove::RunConfig environment_config(const std::string& class_name, bool isolated, const std::string& more = "",
+                                    const std::string& rewards = "[[rewards]]\nplugin = \"format\"\n") {
+    const std::string text =
+        "[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n[environment]\nplugin = "
+        "\"python_environment\"\nconfig = { module = \"" +
+        kModule + "\", class = \"" + class_name + "\" }\n" + (isolated ? "isolation = \"process\"\n" : "") + more + rewards;
+    return grove::RunConfig::from(grove::Manifest::parse(text, "/runs/grove.toml"));
+}
+
+std::unique_ptr<grove::Environment> make(const grove::RunConfig& c) {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    return grove::make_environment(host, *c.environment.use, c.environment.reward, c.rewards, c.rewards.empty());
+}
+}  // namespace
+
+// TRL adds an environment_factory class's get_reward() to the rewards, weight 1, named after the
+// class (tests/plugins/python/check_environment_reward.py compares with TRL's trainer); the
+// manifest's reward_weight and reward_name override both. Grove's contract in Python
+// (score_episodes) counts when the manifest asks, as a C plugin's does.
+TEST(PythonEnvironment, GetRewardIsARewardColumnNamedAfterTheClass) {
+    for (bool isolated : {false, true}) {
+        auto counter = make(environment_config("Counter", isolated));
+        ASSERT_NE(counter->reward_column(), nullptr) << (isolated ? "in a worker" : "in process");
+        EXPECT_EQ(counter->reward_column()->name, "Counter");
+        EXPECT_EQ(counter->reward_column()->weight, 1.0);
+    }
+    auto renamed = make(environment_config("Counter", false, "reward_weight = 0.5\nreward_name = \"total\"\n"));
+    ASSERT_NE(renamed->reward_column(), nullptr);
+    EXPECT_EQ(renamed->reward_column()->name, "total");
+    EXPECT_EQ(renamed->reward_column()->weight, 0.5);
+    auto alone = make(environment_config("Counter", false, "", ""));
+    EXPECT_NE(alone->reward_column(), nullptr) << "get_reward() alone is the run's reward";
+
+    auto echo = make(environment_config("Echo", false));
+    EXPECT_TRUE(echo->scores_episodes());
+    EXPECT_EQ(echo->reward_column(), nullptr) << "score_episodes() became a reward without reward_weight";
+    auto asked = make(environment_config("Echo", true, "reward_weight = 2.0\n"));
+    ASSERT_NE(asked->reward_column(), nullptr);
+    EXPECT_EQ(asked->reward_column()->name, "Echo");
+    EXPECT_EQ(asked->reward_column()->weight, 2.0);
+
+    const auto message = grove::test::error_message;
+    const std::string narrator = message([] { make(environment_config("Narrator", false, "reward_weight = 1.0\n")); });
+    EXPECT_NE(narrator.find("(Narrator) does not score whole episodes"), std::string::npos) << narrator;
+    EXPECT_FALSE(make(environment_config("Narrator", false))->scores_episodes());
+    const std::string clash = message(
+        [] { make(environment_config("Counter", false, "", "[[rewards]]\nplugin = \"format\"\nname = \"Counter\"\n")); });
+    EXPECT_NE(clash.find("the environment's reward column \"Counter\" has the name of the reward at"), std::string::npos)
+        << clash;
+    const std::string none = message([] { make(environment_config("Narrator", false, "", "")); });
+    EXPECT_NE(none.find("(Narrator) is no reward: error: no reward: add at least one [[rewards]] table"), std::string::npos)
+        << none;
+}
+
+namespace {
 bool python_is_loaded() {
     std::ifstream maps("/proc/self/maps");
     std::string line;
@@ -215,7 +271,7 @@ TEST(PythonEnvironment, ACrashInAWorkerProcessIsNamedAndTheRunSurvivesIt) {
         module + "\", class = \"Segfaults\" }\nisolation = \"process\"\ntimeout = 60\n[[rewards]]\nplugin = \"format\"\n";
     const grove::PluginUse use = *grove::RunConfig::from(grove::Manifest::parse(text, "/runs/grove.toml")).environment.use;
     grove::PluginHost host({grove::test::build_plugin_dir()});
-    auto environment = grove::make_environment(host, use, false);
+    auto environment = grove::make_environment(host, use, {}, {}, false);
     EXPECT_EQ(environment->stop_strings(), (std::vector<std::string>{"</say>"}));
     auto fine = turns({"<say>a</say>", "<say>b</say>"}, 1, 1);
     EXPECT_EQ(environment->step(fine).observations, (std::vector<std::string>{"<heard/>", "<heard/>"}));

@@ -215,7 +215,8 @@ PIN(grove_environment_api, step, 16);
 PIN(grove_environment_api, score_episodes, 24); /* ABI 1.3, appended */
 PIN(grove_environment_api, begin_episodes, 32); /* ABI 1.7 */
 PIN(grove_environment_api, tools_json, 40);     /* ABI 1.7 */
-PIN_SIZE(grove_environment_api, 48);
+PIN(grove_environment_api, episode_reward, 48); /* ABI 1.9 */
+PIN_SIZE(grove_environment_api, 56);
 
 /* ABI 1.5: objectives */
 PIN(grove_objective_batch, struct_size, 0);

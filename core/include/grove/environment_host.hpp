@@ -12,6 +12,7 @@
 
 #include "grove/plugin_host.hpp"
 #include "grove/plugin_worker.hpp"
+#include "grove/run_config.hpp"
 
 namespace grove {
 
@@ -63,6 +64,13 @@ public:
     // given whole (NaN: no score).
     bool scores_episodes() const { return scores_episodes_; }
     std::vector<float> score_episodes(EnvironmentTurns& episodes) const;
+    // What the plugin says of that judgement (SDK episode_reward): a reward even without
+    // reward_weight, and the column's name when the manifest gives none (empty: none).
+    bool reward_by_default() const { return reward_by_default_; }
+    const std::string& default_reward_name() const { return reward_name_; }
+    // That judgement as a reward column (name, weight; the plugin and config are the environment's),
+    // or null: not a reward. make_environment decides it from the manifest and the plugin.
+    const PluginUse* reward_column() const { return reward_column_ ? &*reward_column_ : nullptr; }
     // Whether it prepares episodes before generation (SDK 1.7 begin_episodes), and the text it adds
     // to each episode's prompt (empty: none).
     bool begins_episodes() const { return begins_episodes_; }
@@ -78,10 +86,19 @@ private:
     std::vector<std::string> stop_strings_;
     std::string tools_json_;
     bool scores_episodes_ = false, begins_episodes_ = false;
+    bool reward_by_default_ = false;  // SDK episode_reward: GROVE_EPISODES_JUDGED_AS_REWARD
+    std::string reward_name_;         // the plugin's name for that column; empty: none
+    std::optional<PluginUse> reward_column_;
+
+    friend std::unique_ptr<Environment> make_environment(PluginHost&, const PluginUse&, const EnvironmentRewardSettings&,
+                                                         const std::vector<PluginUse>&, bool);
 };
 
-// The [environment] plugin, created; `as_reward` (reward_weight set) requires that it judges whole
-// episodes, else a manifest error naming the section and the fix.
-std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, bool as_reward);
+// The [environment] plugin, created, with its judgement of whole episodes as a reward column when
+// `reward` sets a weight or the plugin makes it one (TRL's get_reward()). A weight for a plugin
+// that judges nothing, a name that `rewards` already use, and (with `reward_required`: a GRPO run
+// with no [[rewards]]) no column at all are manifest errors naming the section and the fix.
+std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, const EnvironmentRewardSettings& reward,
+                                              const std::vector<PluginUse>& rewards, bool reward_required);
 
 }  // namespace grove

@@ -12,6 +12,7 @@
 #include "grove/episodes.hpp"
 #include "grove/generation.hpp"
 #include "grove/manifest.hpp"
+#include "grove/run_config.hpp"
 
 namespace grove {
 
@@ -29,11 +30,11 @@ struct EvaluationRequest {
     int64_t limit = 0;         // first N prompts only (0: all)
     int64_t batch = 64;        // prompts x samples generated at once
     std::string device = "auto", dtype = "float32";
-    std::optional<PluginUse> environment;         // multi-turn episodes with this environment plugin
-    std::optional<PluginUse> environment_reward;  // its score of each episode as a reward column (name, weight)
-    int64_t max_turns = 4;                        // model turns per episode
-    AdvantageOptions advantages;                  // evaluation_metrics' grouping (num_generations = samples)
-    int64_t step = 0;                             // the optimizer step plugins are told (training: the current one)
+    std::optional<PluginUse> environment;          // multi-turn episodes with this environment plugin
+    EnvironmentRewardSettings environment_reward;  // whether its score of each episode is a reward column
+    int64_t max_turns = 4;                         // model turns per episode
+    AdvantageOptions advantages;                   // evaluation_metrics' grouping (num_generations = samples)
+    int64_t step = 0;                              // the optimizer step plugins are told (training: the current one)
 };
 
 struct EvaluationRow {
@@ -47,6 +48,7 @@ struct EvaluationRow {
 
 struct EvaluationResult {
     std::vector<EvaluationRow> rows;
+    std::vector<std::string> reward_names;      // the reward columns in order (the environment's last)
     std::map<std::string, double> reward_mean;  // per reward name (NaN rows excluded)
     double reward = 0;                          // weighted sum, averaged
     double accuracy = -1;                       // mean of the reward whose role is accuracy; -1 when none

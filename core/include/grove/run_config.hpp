@@ -154,12 +154,18 @@ struct SftSection {
     bool eval_packing = false;         // the held-out examples packed (unset in the manifest: as packing)
 };
 
+// [environment] reward_weight / reward_name: whether and how the environment's judgement of whole
+// episodes is a reward column. Unset, the plugin decides (SDK episode_reward; TRL's get_reward()
+// is one with weight 1, named after its class); make_environment resolves the column.
+struct EnvironmentRewardSettings {
+    std::optional<double> weight;
+    std::optional<std::string> name;
+};
+
 struct EnvironmentSection {
     std::optional<PluginUse> use;  // unset: single-turn completions
     int64_t max_turns = 4;
-    // set with reward_weight: the environment's score of whole episodes as a reward column (its
-    // name and weight; the plugin and config are use's)
-    std::optional<PluginUse> reward;
+    EnvironmentRewardSettings reward;
 };
 
 struct RunConfig {
@@ -207,5 +213,8 @@ RewardAggregation reward_aggregation_from_name(const std::string& name);
 LrSchedule lr_schedule_from_name(const std::string& name);
 MixedPrecision mixed_precision_from_name(const std::string& name);
 DdpBackend ddp_backend_from_name(const std::string& name);
+
+// A GRPO run's "no reward" error, after `where` (the manifest, or its environment and why it is no reward).
+std::string no_reward_message(const std::string& where);
 
 }  // namespace grove

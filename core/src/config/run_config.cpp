@@ -307,28 +307,25 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
                 ErrorKind::manifest,
                 c.environment.use->origin + ": timeout takes effect only in a worker process: add isolation = \"process\"");
     }
-    if (auto weight = m.optional_number("environment.reward_weight")) {
-        const std::string name = m.string("environment.reward_name");
-        if (!c.environment.use)
-            throw Error(ErrorKind::manifest, c.manifest_path + ": environment.reward_weight needs environment.plugin");
-        for (const PluginUse& r : c.rewards)
-            if (r.name == name)
-                throw Error(ErrorKind::manifest, c.environment.use->origin + ": reward_name \"" + name +
-                                                     "\" is also the name of the reward at " + r.origin +
-                                                     "; give the environment's column another reward_name");
-        c.environment.reward = *c.environment.use;
-        c.environment.reward->name = name;
-        c.environment.reward->weight = *weight;
-    }
+    c.environment.reward.weight = m.optional_number("environment.reward_weight");
+    c.environment.reward.name = m.optional_string("environment.reward_name");
+    if ((c.environment.reward.weight || c.environment.reward.name) && !c.environment.use)
+        throw Error(ErrorKind::manifest, c.manifest_path + ": environment." +
+                                             (c.environment.reward.weight ? "reward_weight" : "reward_name") +
+                                             " needs environment.plugin");
     // GRPO needs a reward: a [[rewards]] table, or the environment's judgement of whole episodes
-    // (TRL's environment that owns the reward); grove sft needs none
-    if (kind == Kind::grpo && c.rewards.empty() && !c.environment.reward)
-        throw Error(ErrorKind::manifest,
-                    c.manifest_path +
-                        ": error: no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  "
-                        "plugin = \"correctness\"\n(or let the environment's judgement of whole episodes be "
-                        "the reward: [environment] reward_weight = 1.0)");
+    // (TRL's environment that owns the reward), which make_environment checks once it knows the
+    // plugin; grove sft needs none
+    if (kind == Kind::grpo && c.rewards.empty() && !c.environment.use)
+        throw Error(ErrorKind::manifest, no_reward_message(c.manifest_path));
     return c;
+}
+
+std::string no_reward_message(const std::string& where) {
+    return where +
+           ": error: no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  plugin = \"correctness\"\n"
+           "(or let an environment's judgement of whole episodes be the reward: a TRL class with get_reward(), or "
+           "[environment] reward_weight = 1.0 with a plugin that scores episodes)";
 }
 
 }  // namespace grove

@@ -63,6 +63,16 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
     scores_episodes_ = api->struct_size >= offsetof(grove_environment_api, score_episodes) + sizeof(api->score_episodes) &&
                        api->score_episodes != nullptr;
     begins_episodes_ = GROVE_HAS_FIELD(api, grove_environment_api, begin_episodes) && api->begin_episodes != nullptr;
+    if (GROVE_HAS_FIELD(api, grove_environment_api, episode_reward) && api->episode_reward) {
+        uint32_t judgement = scores_episodes_ ? GROVE_EPISODES_JUDGED_ON_REQUEST : GROVE_EPISODES_UNJUDGED;
+        grove_text_sink sink{sizeof(grove_text_sink), &reward_name_, [](grove_text_sink* s, const char* data, size_t size) {
+                                 static_cast<std::string*>(s->host_data)->append(data, size);
+                             }};
+        ErrorCapture capture;
+        instance_->check(api->episode_reward(instance_->handle(), &judgement, &sink, &capture.sink), "episode_reward", capture);
+        scores_episodes_ = scores_episodes_ && judgement != GROVE_EPISODES_UNJUDGED;
+        reward_by_default_ = scores_episodes_ && judgement == GROVE_EPISODES_JUDGED_AS_REWARD;
+    }
     if (GROVE_HAS_FIELD(api, grove_environment_api, tools_json) && api->tools_json) {
         grove_text_sink sink{sizeof(grove_text_sink), &tools_json_, [](grove_text_sink* s, const char* data, size_t size) {
                                  static_cast<std::string*>(s->host_data)->append(data, size);
@@ -86,6 +96,8 @@ Environment::Environment(std::unique_ptr<PluginWorker> worker) : worker_(std::mo
     tools_json_ = std::move(traits.tools_json);
     scores_episodes_ = traits.scores_episodes;
     begins_episodes_ = traits.begins_episodes;
+    reward_by_default_ = traits.reward_by_default;
+    reward_name_ = std::move(traits.reward_name);
 }
 
 Environment::~Environment() = default;
@@ -179,17 +191,38 @@ EnvironmentAnswers Environment::answer(EnvironmentTurns& turns, AnswerCall call,
     return answers;
 }
 
-std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, bool as_reward) {
+std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse& use, const EnvironmentRewardSettings& reward,
+                                              const std::vector<PluginUse>& rewards, bool reward_required) {
     std::unique_ptr<Environment> environment;
     if (use.isolation.process)
         environment = std::make_unique<Environment>(std::make_unique<PluginWorker>(
             host.find(use.plugin, GROVE_PLUGIN_KIND_ENVIRONMENT, use.origin), use, GROVE_PLUGIN_KIND_ENVIRONMENT));
     else
         environment = std::make_unique<Environment>(create_plugin(host, use, GROVE_PLUGIN_KIND_ENVIRONMENT));
-    if (as_reward && !environment->scores_episodes())
+    const std::string plugin =
+        environment->info().display() +
+        (environment->default_reward_name().empty() ? "" : " (" + environment->default_reward_name() + ")");
+    if (reward.weight && !environment->scores_episodes())
         throw Error(ErrorKind::manifest, use.origin + ": reward_weight makes the environment a reward column, but plugin " +
-                                             environment->info().display() +
-                                             " does not score whole episodes (SDK score_episodes); remove reward_weight");
+                                             plugin +
+                                             " does not score whole episodes (SDK score_episodes; in Python, a TRL class's "
+                                             "get_reward()); remove reward_weight");
+    if (reward.weight || environment->reward_by_default()) {
+        PluginUse column = use;
+        column.name = reward.name.value_or(environment->default_reward_name().empty() ? "environment"
+                                                                                      : environment->default_reward_name());
+        column.weight = reward.weight.value_or(1.0);  // TRL weighs an environment's get_reward() 1
+        for (const PluginUse& r : rewards)
+            if (r.name == column.name)
+                throw Error(ErrorKind::manifest, use.origin + ": the environment's reward column \"" + column.name +
+                                                     "\" has the name of the reward at " + r.origin +
+                                                     "; give the environment's column another reward_name");
+        environment->reward_column_ = std::move(column);
+    }
+    if (reward_required && !environment->reward_column())
+        throw Error(ErrorKind::manifest,
+                    no_reward_message(use.origin + ": plugin " + plugin + " is no reward" +
+                                      (environment->scores_episodes() ? " unless reward_weight is set" : "")));
     return environment;
 }
 

@@ -274,7 +274,8 @@ std::string encode_traits(const EnvironmentTraits& t) {
     Writer w;
     strings(w, t.stop_strings);
     w.bytes(t.tools_json);
-    w.u32((t.scores_episodes ? 1u : 0u) | (t.begins_episodes ? 2u : 0u));
+    w.u32((t.scores_episodes ? 1u : 0u) | (t.begins_episodes ? 2u : 0u) | (t.reward_by_default ? 4u : 0u));
+    w.bytes(t.reward_name);
     return w.payload();
 }
 
@@ -286,6 +287,8 @@ EnvironmentTraits decode_traits(const std::string& payload) {
     const uint32_t flags = r.u32();
     t.scores_episodes = flags & 1u;
     t.begins_episodes = flags & 2u;
+    t.reward_by_default = flags & 4u;
+    t.reward_name = r.bytes();
     return t;
 }
 

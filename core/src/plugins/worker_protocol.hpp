@@ -129,6 +129,8 @@ struct EnvironmentTraits {
     std::vector<std::string> stop_strings;
     std::string tools_json;
     bool scores_episodes = false, begins_episodes = false;
+    bool reward_by_default = false;  // SDK episode_reward
+    std::string reward_name;
 };
 std::string encode_traits(const EnvironmentTraits& traits);
 EnvironmentTraits decode_traits(const std::string& payload);

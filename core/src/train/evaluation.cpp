@@ -53,7 +53,7 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     PluginHost host(plugin_search_path(q.plugin_dirs));
     const RewardSet rewards(host, q.rewards, reward_model_factory(model->device().str()));
     std::unique_ptr<Environment> environment;
-    if (q.environment) environment = make_environment(host, *q.environment, q.environment_reward.has_value());
+    if (q.environment) environment = make_environment(host, *q.environment, q.environment_reward, q.rewards, q.rewards.empty());
     return evaluate(LoadedEvaluator{*model, *tokenizer, rewards, environment.get()}, q);
 }
 
@@ -61,7 +61,7 @@ namespace {
 // The reward columns: the plugins', then the environment's own score of each episode when asked.
 std::vector<PluginUse> reward_columns(const LoadedEvaluator& loaded, const EvaluationRequest& q) {
     std::vector<PluginUse> uses = q.rewards;
-    if (loaded.environment && q.environment_reward) uses.push_back(*q.environment_reward);
+    if (loaded.environment && loaded.environment->reward_column()) uses.push_back(*loaded.environment->reward_column());
     return uses;
 }
 }  // namespace
@@ -73,7 +73,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
     Environment* environment = loaded.environment;
     ChatTemplate family = chat_template_from_name(q.chat_template, tokenizer.config(), q.enable_thinking);
     const std::vector<PluginUse> uses = reward_columns(loaded, q);
-    const bool scores_environment = environment && q.environment_reward;
+    const bool scores_environment = environment && environment->reward_column();
     std::vector<float> environment_scores;
     auto rows = load_prompts(q.data_source, q.prompt_column);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
@@ -171,10 +171,9 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         }
         for (size_t i = 0; i < prompts.size(); ++i) weighted.push_back(scored[i] ? sums[i] : std::nan(""));
     }
-    for (size_t k = 0; k < uses.size(); ++k) {
-        const std::string& name = uses[k].name;
-        double mean = nanmean(columns[name]);
-        result.reward_mean[name] = mean;
+    for (const PluginUse& use : uses) {
+        result.reward_names.push_back(use.name);
+        result.reward_mean[use.name] = nanmean(columns[use.name]);
     }
     // what a reward counts as is declared (by the plugin, or the manifest's role), never guessed from its name
     if (auto k = rewards.find_role(RewardRole::accuracy)) result.accuracy = result.reward_mean[q.rewards[*k].name];

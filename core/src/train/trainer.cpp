@@ -198,7 +198,7 @@ void Trainer::State::load() {
             throw Error(ErrorKind::manifest, c.environment.use->origin +
                                                  ": replayed rollouts ([rollouts] path) are never generated, so no "
                                                  "environment takes part; remove one of the two");
-        environment = make_environment(*host, *c.environment.use, c.environment.reward.has_value());
+        environment = make_environment(*host, *c.environment.use, c.environment.reward, c.rewards, c.rewards.empty());
     }
     at::manual_seed(uint64_t(c.train.seed));  // adapter initialisation
     adapter_host = std::make_unique<AdapterHost>(*adapter);
@@ -281,13 +281,13 @@ ScoredRollout Trainer::State::generate_and_score(int64_t round) {
                       : environment ? generate_episodes(*model, *tokenizer, *environment, std::move(rows), o,
                                                         {c.environment.max_turns, c.generation.max_completion_length,
                                                          progress.global_step, chat_template},
-                                                        first_row, c.environment.reward.has_value())
+                                                        first_row, environment->reward_column() != nullptr)
                                     : generate_rollout(*model, std::move(rows), o, first_row);
     generate_seconds += seconds_since(t0);
     memory.close("generate", model->device());
 
     auto t1 = Clock::now();
-    const PluginUse* environment_reward = c.environment.reward && !replay ? &*c.environment.reward : nullptr;
+    const PluginUse* environment_reward = environment && !replay ? environment->reward_column() : nullptr;
     ScoredBatch scored =
         score_rollout(rollout, *rewards, *tokenizer, advantage_options(),
                       {progress.global_step, options.rank, options.world_size, options.group, environment_reward, total});

@@ -1,5 +1,5 @@
 /*
- * grove_plugin.h — the Grove plugin SDK, ABI version 1.8.
+ * grove_plugin.h — the Grove plugin SDK, ABI version 1.9.
  *
  * This one C header is everything a plugin author needs. Read it top to bottom: it is written as
  * a tutorial. A plugin is a shared library (.so) that Grove loads at run time; it can be written in
@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 8
+#define GROVE_ABI_MINOR 9
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -514,7 +514,7 @@ struct grove_adapter_api {
 };
 
 /* ============================================================================================
- * 9. Environment plugins (ABI 1.2; score_episodes 1.3; begin_episodes 1.7): multi-turn episodes and tools
+ * 9. Environment plugins (ABI 1.2; score_episodes 1.3; begin_episodes 1.7; episode_reward 1.9): multi-turn episodes and tools
  * ============================================================================================
  * An episode starts from a dataset row's prompt. The model writes a turn, which ends at EOS, at one
  * of the environment's stop strings (say "</calc>"), or when the episode's token budget
@@ -553,6 +553,17 @@ struct grove_adapter_api {
  * reward column, named by reward_name, weighted like any [[rewards]] entry. Plugins built for 1.2
  * end their api struct before score_episodes; the host reads it only when struct_size covers it.
  *
+ * Whether that judgement is a reward may also be the plugin's to say (ABI 1.9, optional):
+ * episode_reward() tells, once after create(), how this instance's judgement counts, which matters
+ * when it depends on the configuration (a Python class with or without TRL's get_reward()):
+ *   GROVE_EPISODES_UNJUDGED           this instance judges nothing; score_episodes is never called
+ *   GROVE_EPISODES_JUDGED_ON_REQUEST  a reward column when the manifest sets reward_weight (what a
+ *                                     plugin with score_episodes and no episode_reward gets)
+ *   GROVE_EPISODES_JUDGED_AS_REWARD   a reward column even without reward_weight, weighted 1: TRL
+ *                                     adds an environment's get_reward() to the rewards this way
+ * and the column's name for a manifest that sets no reward_name (TRL: the class's name; empty:
+ * "environment"). The manifest's reward_weight and reward_name override both.
+ *
  * An environment may also prepare each episode before the model's first turn (ABI 1.7, optional):
  * begin_episodes() gets every episode of the generation batch once, before generation, and may add
  * text to each episode's prompt (say, the board of a game reset for this episode). And it may
@@ -578,6 +589,11 @@ typedef struct grove_environment_batch {
      * batch; NULL when there is none. TRL's environments are reset with it (reset(prompt=..., ...)). */
     const grove_text* prompt_json;
 } grove_environment_batch;
+
+/* episode_reward()'s answers (ABI 1.9) */
+#define GROVE_EPISODES_UNJUDGED 0u
+#define GROVE_EPISODES_JUDGED_ON_REQUEST 1u
+#define GROVE_EPISODES_JUDGED_AS_REWARD 2u
 
 typedef struct grove_environment_output {
     uint32_t struct_size;
@@ -611,6 +627,11 @@ struct grove_environment_api {
      * into every conversation's system prompt with the chat template, as apply_chat_template(tools=)
      * does; called once, after create(). */
     grove_status (*tools_json)(void* instance, grove_text_sink* out, grove_error_sink* err);
+    /* ABI 1.9, may be NULL: how this instance's judgement of whole episodes counts (see above): set
+     * *judgement (host-filled GROVE_EPISODES_JUDGED_ON_REQUEST when score_episodes is set, else
+     * GROVE_EPISODES_UNJUDGED) and append the reward column's default name to `name` (or nothing).
+     * Called once, after create(). */
+    grove_status (*episode_reward)(void* instance, uint32_t* judgement, grove_text_sink* name, grove_error_sink* err);
 };
 
 /* ============================================================================================

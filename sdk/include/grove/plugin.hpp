@@ -216,6 +216,7 @@ struct AdapterPlugin : Lifecycle<T> {
 //   const char* const* stop_strings() const   (a NULL-terminated array valid until the instance goes)
 //   void step(const grove_environment_batch&, grove_environment_output&)
 //   void score_episodes(const grove_environment_batch&, float* rewards)   (optional, ABI 1.3)
+//   EpisodeReward episode_reward() const   (optional, ABI 1.9: how that judgement counts as a reward)
 // observe(out, i, text) appends episode i's observation.
 inline void observe(const grove_environment_output& out, uint32_t episode, std::string_view text) {
     grove_text_sink* sink = out.observations[episode];
@@ -249,7 +250,18 @@ void answer_tool_calls(const grove_environment_batch& batch, grove_environment_o
     }
 }
 
+// What episode_reward() gives: GROVE_EPISODES_* and the reward column's default name (empty: none).
+struct EpisodeReward {
+    uint32_t judgement = GROVE_EPISODES_JUDGED_ON_REQUEST;
+    std::string name;
+};
+
 namespace detail {
+template <class T, class = void>
+struct has_episode_reward : std::false_type {};
+template <class T>
+struct has_episode_reward<T, std::void_t<decltype(EpisodeReward(std::declval<const T&>().episode_reward()))>> : std::true_type {
+};
 template <class T, class = void>
 struct begins_episodes : std::false_type {};
 template <class T>
@@ -296,12 +308,23 @@ struct EnvironmentPlugin : Lifecycle<T> {
             }
         });
     }
+    static grove_status episode_reward(void* instance, uint32_t* judgement, grove_text_sink* name,
+                                       grove_error_sink* err) noexcept {
+        return guard(err, [&] {
+            if constexpr (detail::has_episode_reward<T>::value) {
+                const EpisodeReward reward = static_cast<const T*>(instance)->episode_reward();
+                *judgement = reward.judgement;
+                name->append(name, reward.name.data(), reward.name.size());
+            }
+        });
+    }
     static constexpr grove_environment_api api{sizeof(grove_environment_api),
                                                &stop_strings,
                                                &step,
                                                detail::scores_episodes<T>::value ? &score_episodes : nullptr,
                                                detail::begins_episodes<T>::value ? &begin_episodes : nullptr,
-                                               detail::has_tools_json<T>::value ? &tools_json : nullptr};
+                                               detail::has_tools_json<T>::value ? &tools_json : nullptr,
+                                               detail::has_episode_reward<T>::value ? &episode_reward : nullptr};
 };
 
 // ---- descriptors -----------------------------------------------------------------------------

@@ -159,8 +159,9 @@ grove::EnvironmentTurns waiting_turns(int64_t step) {
 
 TEST(Isolation, AnEnvironmentInAWorkerAnswersAsInProcess) {
     grove::PluginHost host({grove::test::build_plugin_dir()});
-    auto in_process = grove::make_environment(host, environment_use("fine", false), true);
-    auto isolated = grove::make_environment(host, environment_use("fine", true), true);
+    const grove::EnvironmentRewardSettings as_reward{1.0, std::nullopt};
+    auto in_process = grove::make_environment(host, environment_use("fine", false), as_reward, {}, false);
+    auto isolated = grove::make_environment(host, environment_use("fine", true), as_reward, {}, false);
     EXPECT_EQ(isolated->stop_strings(), (std::vector<std::string>{"</call>"}));
     EXPECT_EQ(isolated->stop_strings(), in_process->stop_strings());
     EXPECT_TRUE(isolated->scores_episodes());
@@ -176,7 +177,7 @@ TEST(Isolation, AnEnvironmentInAWorkerAnswersAsInProcess) {
 
 TEST(Isolation, AnEnvironmentThatCrashesIsNamedWithItsCall) {
     grove::PluginHost host({});
-    auto environment = grove::make_environment(host, environment_use("segfault", true), false);
+    auto environment = grove::make_environment(host, environment_use("segfault", true), {}, {}, false);
     grove::EnvironmentTurns turns = waiting_turns(3);
     try {
         environment->step(turns);

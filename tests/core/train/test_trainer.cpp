@@ -1112,14 +1112,17 @@ TEST(Trainer, AnEnvironmentsScoreOfWholeEpisodesIsARewardColumn) {
     // a plugin that does not judge episodes, and a name taken by a [[rewards]] entry
     const std::string no_scores =
         error_of("environment_reward_unscored", "[environment]\nplugin = \"calculator\"\nreward_weight = 1.0\n");
-    EXPECT_NE(no_scores.find("does not score whole episodes (SDK score_episodes); remove reward_weight"), std::string::npos)
+    EXPECT_NE(no_scores.find("does not score whole episodes (SDK score_episodes; in Python, a TRL class's get_reward()); "
+                             "remove reward_weight"),
+              std::string::npos)
         << no_scores;
     const std::string taken = error_of("environment_reward_name_taken", environment,
                                        "[[rewards]]\nplugin = \"format\"\nname = \"answered\"\nconfig = { pattern = \"a\" }\n");
-    EXPECT_NE(taken.find("reward_name \"answered\" is also the name of the reward at"), std::string::npos) << taken;
+    EXPECT_NE(taken.find("the environment's reward column \"answered\" has the name of the reward at"), std::string::npos)
+        << taken;
 
     // with no [[rewards]], the environment's judgement alone is the reward (TRL: an environment with
-    // get_reward() needs no reward_funcs); without reward_weight that manifest is refused
+    // get_reward() needs no reward_funcs)
     grove::Trainer alone(
         manifest("environment_reward_alone",
                  {"train.max_steps=1", "train.per_device_train_batch_size=8", "generation.max_completion_length=24"}, "\n",
@@ -1131,6 +1134,55 @@ TEST(Trainer, AnEnvironmentsScoreOfWholeEpisodesIsARewardColumn) {
     EXPECT_NEAR(only["reward"], 0.5 * only["rewards/answered/mean"], 1e-6);
     const std::string no_reward = error_of("no_reward_at_all", "", "\n");
     EXPECT_NE(no_reward.find("no reward: add at least one [[rewards]] table"), std::string::npos) << no_reward;
+}
+
+// A plugin may make its judgement of whole episodes a reward without reward_weight (SDK
+// episode_reward: TRL adds an environment's get_reward() with weight 1, named after its class); the
+// manifest's reward_weight and reward_name override it. One that says it judges nothing, or only on
+// request, is no reward on its own.
+TEST(Trainer, AnEnvironmentMayMakeItsJudgementARewardItself) {
+    const std::string options = "max_turns = 3\n";
+    auto section = [&](const std::string& judgement, const std::string& more = "") {
+        return std::string("[environment]\nplugin = \"") + GROVE_TEST_SCRIPTED_ENV_PLUGIN +
+               "\"\nconfig = { stop = \"e\", turns = 3, judgement = \"" + judgement + "\", reward_name = \"scripted\" }\n" +
+               options + more;
+    };
+    const std::vector<std::string> small = {"train.max_steps=1", "train.per_device_train_batch_size=8",
+                                            "generation.max_completion_length=24"};
+    grove::Trainer by_default(manifest("environment_reward_by_default", small, "", section("as_reward")), fresh());
+    auto m = by_default.step();
+    ASSERT_TRUE(m.count("rewards/scripted/mean")) << "the plugin's judgement is no reward column";
+    EXPECT_GT(m["rewards/scripted/mean"], 0.0);
+    EXPECT_NEAR(m["reward"], m["rewards/format/mean"] + m["rewards/scripted/mean"], 1e-6) << "weighted 1";
+
+    grove::Trainer overridden(manifest("environment_reward_overridden", small, "",
+                                       section("as_reward", "reward_weight = 0.25\nreward_name = \"mine\"\n")),
+                              fresh());
+    m = overridden.step();
+    EXPECT_FALSE(m.count("rewards/scripted/mean"));
+    ASSERT_TRUE(m.count("rewards/mine/mean"));
+    EXPECT_NEAR(m["reward"], m["rewards/format/mean"] + 0.25 * m["rewards/mine/mean"], 1e-6);
+
+    grove::Trainer on_request(manifest("environment_reward_on_request", small, "", section("on_request")), fresh());
+    m = on_request.step();
+    EXPECT_FALSE(m.count("rewards/scripted/mean")) << "a score_episodes without reward_weight became a reward";
+
+    auto error_of = [&](const std::string& name, const std::string& environment) {
+        try {
+            grove::Trainer bad(manifest(name, {"train.max_steps=1"}, "\n", environment), fresh());
+        } catch (const grove::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("(no error)");
+    };
+    const std::string asked = error_of("environment_reward_only_on_request", section("on_request"));
+    EXPECT_NE(asked.find("(scripted) is no reward unless reward_weight is set: error: no reward: add at least one [[rewards]]"),
+              std::string::npos)
+        << asked;
+    const std::string none = error_of("environment_judges_nothing", section("none"));
+    EXPECT_NE(none.find("(scripted) is no reward: error: no reward"), std::string::npos) << none;
+    const std::string weighted = error_of("environment_judges_nothing_weighted", section("none", "reward_weight = 1.0\n"));
+    EXPECT_NE(weighted.find("(scripted) does not score whole episodes"), std::string::npos) << weighted;
 }
 
 TEST(Trainer, AnEnvironmentMustBeAnEnvironmentPlugin) {
