@@ -248,13 +248,14 @@ class Environment:
 
     def episode_reward(self):
         """How its judgement of whole episodes counts (SDK episode_reward: 0 none, 1 a reward when the
-        manifest sets reward_weight, 2 a reward anyway), and the column's name: the class's. A TRL
-        class's get_reward() is a reward with weight 1, named after the class, as TRL adds it; the
-        Grove contract's score_episodes(), as a C plugin's, counts when the manifest asks."""
-        name = self.environment_class.__name__
+        manifest sets reward_weight, 2 a reward anyway), and the column's default name. A TRL class's
+        get_reward() (a function on the class, as TRL looks for it) is a reward with weight 1, named
+        after the class, as TRL adds it; the Grove contract's score_episodes(), as a C plugin's,
+        counts when the manifest asks, named as the manifest says ("" : its default)."""
         if self.grove is not None:
-            return (1 if callable(getattr(self.grove, "score_episodes", None)) else 0), name
-        return (2 if callable(getattr(self.environment_class, "get_reward", None)) else 0), name
+            return (1 if callable(getattr(self.grove, "score_episodes", None)) else 0), ""
+        functions = dict(inspect.getmembers(self.environment_class, predicate=inspect.isfunction))
+        return (2 if "get_reward" in functions else 0), self.environment_class.__name__
 
     def tools_json(self):
         """The tools' JSON schemas for the prompt: for TRL's classes, what transformers' get_json_schema

@@ -289,8 +289,11 @@ public:
         HoldInterpreterLock lock;
         // (judgement, name), as bridge.Environment.episode_reward returns
         Ref answer(PyObject_CallMethod(environment_, "episode_reward", nullptr));
-        if (!answer) throw_config_error("asking " + class_ + " how it judges episodes");
-        return {uint32_t(PyLong_AsUnsignedLong(PyTuple_GetItem(answer.get(), 0))), utf8(PyTuple_GetItem(answer.get(), 1))};
+        unsigned int judgement = 0;
+        const char* name = nullptr;
+        if (!answer || !PyArg_ParseTuple(answer.get(), "Is", &judgement, &name))
+            throw_config_error("asking " + class_ + " how it judges episodes");
+        return {uint32_t(judgement), name};
     }
 
     void step(const grove_environment_batch& b, grove_environment_output& out) {

@@ -106,7 +106,8 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
               std::string::npos)
         << neither;
     std::string missing = message([] { python_environment("Missing"); });
-    EXPECT_NE(missing.find("has no class 'Missing'; it has: Chatty, Counter, Echo, Narrator, Nothing"), std::string::npos)
+    EXPECT_NE(missing.find("has no class 'Missing'; it has: Abacus, Chatty, Counter, Echo, Narrator, Nothing"),
+              std::string::npos)
         << missing;
 
     std::string bad_kwargs = message([] { python_environment("Echo", "kwargs = { unknown = 1 }"); });
@@ -221,20 +222,30 @@ TEST(PythonEnvironment, GetRewardIsARewardColumnNamedAfterTheClass) {
     EXPECT_EQ(echo->reward_column(), nullptr) << "score_episodes() became a reward without reward_weight";
     auto asked = make(environment_config("Echo", true, "reward_weight = 2.0\n"));
     ASSERT_NE(asked->reward_column(), nullptr);
-    EXPECT_EQ(asked->reward_column()->name, "Echo");
+    EXPECT_EQ(asked->reward_column()->name, "environment") << "Grove's contract: named as a C plugin's column";
     EXPECT_EQ(asked->reward_column()->weight, 2.0);
 
     const auto message = grove::test::error_message;
     const std::string narrator = message([] { make(environment_config("Narrator", false, "reward_weight = 1.0\n")); });
-    EXPECT_NE(narrator.find("(Narrator) does not score whole episodes"), std::string::npos) << narrator;
+    EXPECT_NE(narrator.find("'python_environment'"), std::string::npos) << narrator;
+    EXPECT_NE(narrator.find("does not score whole episodes"), std::string::npos) << narrator;
     EXPECT_FALSE(make(environment_config("Narrator", false))->scores_episodes());
     const std::string clash = message(
         [] { make(environment_config("Counter", false, "", "[[rewards]]\nplugin = \"format\"\nname = \"Counter\"\n")); });
     EXPECT_NE(clash.find("the environment's reward column \"Counter\" has the name of the reward at"), std::string::npos)
         << clash;
-    const std::string none = message([] { make(environment_config("Narrator", false, "", "")); });
-    EXPECT_NE(none.find("(Narrator) is no reward: error: no reward: add at least one [[rewards]] table"), std::string::npos)
+    const std::string none = message([] { make(environment_config("Abacus", false, "", "")); });
+    EXPECT_NE(none.find("(Abacus) is no reward: error: no reward: add at least one [[rewards]] table"), std::string::npos)
         << none;
+    const std::string name_alone = message([] { make(environment_config("Echo", false, "reward_name = \"heard\"\n")); });
+    EXPECT_NE(name_alone.find("reward_name names the environment's reward column, but plugin 'python_environment'"),
+              std::string::npos)
+        << name_alone;
+    EXPECT_NE(name_alone.find("is no reward unless reward_weight is set: set it too"), std::string::npos) << name_alone;
+    // get_reward() inherited is the class's own, as TRL finds it on the class: named after the subclass
+    auto chatty = make(environment_config("Chatty", false));
+    ASSERT_NE(chatty->reward_column(), nullptr);
+    EXPECT_EQ(chatty->reward_column()->name, "Chatty");
 }
 
 namespace {

@@ -178,11 +178,11 @@ const std::vector<KeySpec>& manifest_schema() {
               1, kInf),
         key("environment", "reward_weight", T::number, nullptr,
             "makes the environment's own score of each whole episode (SDK score_episodes) a reward column with "
-            "this weight; unset = as the plugin says: a TRL class's get_reward() is one with weight 1, as TRL "
-            "adds it, other plugins' scores are not"),
+            "this weight; unset = as the plugin says (SDK episode_reward): a TRL class's get_reward() is one with "
+            "weight 1, as TRL adds it; a score_episodes alone is not"),
         key("environment", "reward_name", T::string, nullptr,
             "that column's name (rewards/<name>/mean), distinct from every [[rewards]] name; unset = the "
-            "plugin's (a Python class's name, as TRL names it), else \"environment\""),
+            "plugin's (a TRL class's name, as TRL names it), else \"environment\""),
 
         trl(range(key("loss", "beta", T::number, "0.0",
                       "KL coefficient; 0 loads no reference model. 0.001 keeps long runs stable at little cost"),

@@ -70,6 +70,13 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
                              }};
         ErrorCapture capture;
         instance_->check(api->episode_reward(instance_->handle(), &judgement, &sink, &capture.sink), "episode_reward", capture);
+        if (judgement > GROVE_EPISODES_JUDGED_AS_REWARD || (judgement != GROVE_EPISODES_UNJUDGED && !scores_episodes_))
+            throw Error(ErrorKind::plugin, "plugin " + info.display() + ": episode_reward() answered judgement " +
+                                               std::to_string(judgement) +
+                                               (judgement > GROVE_EPISODES_JUDGED_AS_REWARD
+                                                    ? ", which is none of GROVE_EPISODES_UNJUDGED, _JUDGED_ON_REQUEST and "
+                                                      "_JUDGED_AS_REWARD (0, 1, 2)"
+                                                    : ", but it has no score_episodes to judge with"));
         scores_episodes_ = scores_episodes_ && judgement != GROVE_EPISODES_UNJUDGED;
         reward_by_default_ = scores_episodes_ && judgement == GROVE_EPISODES_JUDGED_AS_REWARD;
     }
@@ -218,6 +225,11 @@ std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse&
                                                      "\" has the name of the reward at " + r.origin +
                                                      "; give the environment's column another reward_name");
         environment->reward_column_ = std::move(column);
+    } else if (reward.name) {
+        throw Error(ErrorKind::manifest,
+                    use.origin + ": reward_name names the environment's reward column, but plugin " + plugin +
+                        "'s judgement is no reward" +
+                        (environment->scores_episodes() ? " unless reward_weight is set: set it too" : ": remove reward_name"));
     }
     if (reward_required && !environment->reward_column())
         throw Error(ErrorKind::manifest,

@@ -47,6 +47,11 @@ EvaluationRequest evaluation_request(const RunConfig& c) {
 }
 
 EvaluationResult evaluate(const EvaluationRequest& q) {
+    if (q.rewards.empty() && !q.environment)
+        throw Error(ErrorKind::usage,
+                    "grove eval: no reward to report: the manifest has no [[rewards]], and without its "
+                    "environment (--no-environment) nothing judges the completions; add a [[rewards]] "
+                    "table, or leave the environment in");
     auto model = load_model_or_adapter_checkpoint(q.model_dir, q.device, q.dtype, q.plugin_dirs);
     if (q.cast_lm_head_to_fp32) model->keep_lm_head_in_float32();
     auto tokenizer = Tokenizer::load(q.model_dir);

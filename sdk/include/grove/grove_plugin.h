@@ -549,8 +549,9 @@ struct grove_adapter_api {
  * same batch struct describing each whole episode: turn_texts and turn_tokens hold the whole
  * completion (every model turn and observation, special tokens kept), turns the number of model
  * turns, turn_ended_with_eos whether the last model turn ended with EOS. Write episode i's score to
- * rewards[i] (host-filled NaN: no score). The manifest's [environment] reward_weight makes it a
- * reward column, named by reward_name, weighted like any [[rewards]] entry. Plugins built for 1.2
+ * rewards[i] (host-filled NaN: no score). The manifest's [environment] reward_weight (or your
+ * episode_reward, below) makes it a reward column, named by reward_name (else by episode_reward,
+ * else "environment"), weighted like any [[rewards]] entry. Plugins built for 1.2
  * end their api struct before score_episodes; the host reads it only when struct_size covers it.
  *
  * Whether that judgement is a reward may also be the plugin's to say (ABI 1.9, optional):

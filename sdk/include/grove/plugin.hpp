@@ -19,8 +19,8 @@
 // Reductions implement `void weights(const grove_reduction_context&, float* weight)`; adapters
 // implement attach/forward/merged_delta (see AdapterPlugin below); environments implement
 // `const char* const* stop_strings() const` and `void step(const grove_environment_batch&,
-// grove_environment_output&)`, and optionally score_episodes, begin_episodes and `std::string
-// tools_json() const` (see EnvironmentPlugin).
+// grove_environment_output&)`, and optionally score_episodes, begin_episodes, `std::string
+// tools_json() const` and `EpisodeReward episode_reward() const` (see EnvironmentPlugin).
 #ifndef GROVE_PLUGIN_HPP
 #define GROVE_PLUGIN_HPP
 

@@ -119,4 +119,22 @@ TEST(Eval, EpisodesWithTheManifestsEnvironmentAndWithout) {
     EXPECT_TRUE(w["tool_call_frequency"].is_null());
     for (const auto& row : w["rows"]) EXPECT_FALSE(row.contains("turns"));
     EXPECT_FALSE(w["rewards"].contains("answered")) << "no episodes, no environment score";
+
+    // a plugin that makes its judgement a reward itself (SDK episode_reward, as TRL's get_reward())
+    // is evaluated as one with no reward_weight; without the environment nothing is left to report
+    std::ofstream(dir + "/alone.toml") << "[model]\npath = \"" << kModel << "\"\nchat_template = \"none\"\n"
+                                       << "[data]\nsource = \"builtin:arithmetic-test\"\n"
+                                       << "[generation]\nmax_completion_length = 30\n"
+                                       << "[environment]\nplugin = \"" << GROVE_TEST_SCRIPTED_ENV_PLUGIN << "\"\n"
+                                       << "config = { stop = \"e\", turns = 3, judgement = \"as_reward\", "
+                                       << "reward_name = \"scripted\" }\nmax_turns = 3\n";
+    auto alone = grove::test::run_grove("eval " + dir + "/alone.toml --limit 8 --seed 3 --json 2>/dev/null");
+    ASSERT_EQ(alone.exit_code, 0) << alone.out;
+    auto a = nlohmann::json::parse(alone.out);
+    ASSERT_TRUE(a["rewards"].contains("scripted")) << alone.out;
+    EXPECT_GT(a["tool_call_frequency"].get<double>(), 0.0);
+    EXPECT_NEAR(a["rewards"]["scripted"].get<double>(), a["tool_call_frequency"].get<double>(), 1e-12);
+    auto nothing = grove::test::run_grove("eval " + dir + "/alone.toml --limit 8 --no-environment 2>&1");
+    EXPECT_NE(nothing.exit_code, 0);
+    EXPECT_NE(nothing.out.find("grove eval: no reward to report"), std::string::npos) << nothing.out;
 }

@@ -101,6 +101,7 @@ def main():
     metrics = grove_metrics(grove, model, work)
     logged = {key[len("rewards/"):-len("/mean")] for key in metrics if key.startswith("rewards/") and key.endswith("/mean")}
     assert logged == set(expected), f"Grove logged reward columns {sorted(logged)}, TRL has {sorted(expected)}"
+    assert metrics["rewards/Counter/mean"] > 0, "no episode reached its target: the weights below prove nothing"
     weighted = sum(w * metrics[f"rewards/{name}/mean"] for name, w in expected.items())
     assert abs(metrics["reward"] - weighted) < 1e-5, f"reward {metrics['reward']}, TRL's weights give {weighted}"
     print(f"Grove: columns {sorted(logged)}, reward {metrics['reward']:.4f} = weighted sum of the means {weighted:.4f}")

@@ -1,5 +1,5 @@
-"""Environments written in Python for test_python_environment.cpp: two TRL environment_factory
-classes (tools called from Hermes tool calls, get_reward) and one in Grove's own contract."""
+"""Environments written in Python for test_python_environment.cpp: TRL environment_factory classes
+(tools called from Hermes tool calls, with and without get_reward) and Grove's own contract."""
 
 
 class Counter:
@@ -40,6 +40,22 @@ class Counter:
 
     def get_reward(self):
         return 1.0 if self.total == self.target else 0.0
+
+
+class Abacus:
+    """TRL's protocol without get_reward(): a tool, but no reward of its own."""
+
+    def reset(self, **kwargs):
+        self.beads = 0
+
+    def slide(self, beads: int) -> int:
+        """Slides beads across.
+
+        Args:
+            beads: how many.
+        """
+        self.beads += beads
+        return self.beads
 
 
 class Chatty(Counter):
