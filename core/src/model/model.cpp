@@ -579,13 +579,16 @@ ModelConfig load_model_config(const std::string& folder) {
     c.head_dim = get_or<int64_t>(j, "head_dim", default_head_dim, file);
     const bool olmo = c.model_type == "olmo2" || c.model_type == "olmo3";
     const bool mixtral = c.model_type == "mixtral";
+    // the config classes' defaults (Phi3Config's and OlmoeConfig's 4096)
+    const bool qwen_like = c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen2_moe" ||
+                           c.model_type == "qwen3_moe" || c.model_type == "smollm3";
     c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings",
-                                                gemma2                                                       ? 8192
-                                                : gemma                                                      ? 131072
-                                                : olmo                                                       ? 2048
-                                                : mixtral                                                    ? 131072
-                                                : c.model_type == "qwen3_moe" || c.model_type == "qwen2_moe" ? 32768
-                                                                                                             : 4096,
+                                                gemma2                                 ? 8192
+                                                : gemma                                ? 131072
+                                                : olmo || c.model_type == "llama"      ? 2048
+                                                : mixtral || c.model_type == "mistral" ? 131072
+                                                : qwen_like                            ? 32768
+                                                                                       : 4096,
                                                 file);
     // the config classes' defaults
     c.rms_norm_eps = get_or<double>(j, "rms_norm_eps",

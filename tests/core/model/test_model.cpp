@@ -687,6 +687,15 @@ TEST(Model, WindowsNopeLayersAndRotaryScalingFollowTheConfig) {
         return grove::load_model_config(dir);
     };
     using Layers = std::vector<bool>;
+    // a config without max_position_embeddings gets its class's (transformers 4.57's LlamaConfig()
+    // ... Gemma3TextConfig(); a tool result that would reach it is dropped, docs/training.md)
+    const std::vector<std::pair<std::string, int64_t>> contexts = {
+        {"llama_gqa", 2048},      {"qwen2_tied", 32768},       {"qwen3_qknorm", 32768},     {"mistral_mha", 131072},
+        {"smollm3_nope", 32768},  {"phi3_partial", 4096},      {"olmo2_post_norm", 2048},   {"olmo3_window", 2048},
+        {"olmoe_experts", 4096},  {"mixtral_experts", 131072}, {"qwen2_moe_shared", 32768}, {"qwen3_moe_experts", 32768},
+        {"gemma3_window", 131072}};
+    for (const auto& [model, context] : contexts)
+        EXPECT_EQ(config_with(model, {{"max_position_embeddings", "<absent>"}}).max_position_embeddings, context) << model;
     auto qwen = config_with("qwen2_window", nlohmann::json::object());
     EXPECT_EQ(qwen.sliding_window, 3);
     EXPECT_EQ(qwen.windowed_layers, (Layers{false, true}));  // from max_window_layers = 1 on
