@@ -175,6 +175,15 @@ TEST(Isolation, AnEnvironmentInAWorkerAnswersAsInProcess) {
     EXPECT_EQ(in_process->score_episodes(a), isolated->score_episodes(b));
 }
 
+// episode_reward (SDK 1.9) answering none of GROVE_EPISODES_* is the plugin's error, named, not a guess
+TEST(Isolation, AnEnvironmentsUnknownJudgementIsRefused) {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    for (bool isolated : {false, true})
+        EXPECT_CONTAINS(grove::test::error_message(
+                            [&] { grove::make_environment(host, environment_use("bad_judgement", isolated), {}, {}, false); }),
+                        "episode_reward() answered judgement 7, which is none of GROVE_EPISODES_UNJUDGED");
+}
+
 TEST(Isolation, AnEnvironmentThatCrashesIsNamedWithItsCall) {
     grove::PluginHost host({});
     auto environment = grove::make_environment(host, environment_use("segfault", true), {}, {}, false);

@@ -1,7 +1,8 @@
 /* A reward and an environment that misbehave on purpose, for the isolation tests: from optimizer
  * step `from_step` on, the reward's score() and the environment's step() do `behaviour`: segfault,
  * abort, exit, hang, garbage (prints binary noise to stdout and stderr, then answers), fail
- * (returns an error), or fine (score_episodes too). Otherwise the reward gives 1.0 per row and logs "misbehaving/calls",
+ * (returns an error), or fine (score_episodes too); bad_judgement makes episode_reward() answer a
+ * judgement that is none of GROVE_EPISODES_*. Otherwise the reward gives 1.0 per row and logs "misbehaving/calls",
  * per row its index (the first five rows, in two calls) and the count of ASCII vowels in its completion;
  * the environment answers "<seen N>" (N: the turn's tokens) and ends episodes at their second turn,
  * and judges each whole episode 0.5. */
@@ -120,11 +121,20 @@ static grove_status score_episodes(void* instance, const grove_environment_batch
     return GROVE_OK;
 }
 
+static grove_status episode_reward(void* instance, uint32_t* judgement, grove_text_sink* name, grove_error_sink* err) {
+    (void)name;
+    (void)err;
+    if (!strcmp(((const misbehaving*)instance)->behaviour, "bad_judgement")) *judgement = 7;
+    return GROVE_OK;
+}
+
 static const grove_reward_api api = {sizeof(grove_reward_api), score};
 static const grove_config_key keys[] = {
-    {sizeof(grove_config_key), "behaviour", GROVE_VALUE_STRING, 0, "\"fine\"", "segfault|abort|exit|hang|garbage|fail|fine"},
+    {sizeof(grove_config_key), "behaviour", GROVE_VALUE_STRING, 0, "\"fine\"",
+     "segfault|abort|exit|hang|garbage|fail|fine|bad_judgement"},
     {sizeof(grove_config_key), "from_step", GROVE_VALUE_INT, 0, "0", "the first step that misbehaves"}};
-static const grove_environment_api environment_api = {sizeof(grove_environment_api), stop_strings, step, score_episodes};
+static const grove_environment_api environment_api = {
+    sizeof(grove_environment_api), stop_strings, step, score_episodes, NULL, NULL, episode_reward};
 static const grove_plugin_descriptor reward = {sizeof(grove_plugin_descriptor),
                                                GROVE_PLUGIN_KIND_REWARD,
                                                "misbehaving",
