@@ -175,6 +175,17 @@ void Trainer::State::load() {
                                              ") and train.gradient_accumulation_steps (" + std::to_string(A) +
                                              ") must divide one another, so optimizer steps line up with generation batches");
 
+    // the environment before the model: whether it is the run's reward is known only once it is
+    // created, and a run without one should stop before loading a large checkpoint
+    host = std::make_unique<PluginHost>(plugin_search_path(c.plugin_dirs));
+    if (c.environment.use) {
+        if (c.rollouts_path)
+            throw Error(ErrorKind::manifest, c.environment.use->origin +
+                                                 ": replayed rollouts ([rollouts] path) are never generated, so no "
+                                                 "environment takes part; remove one of the two");
+        environment = make_environment(*host, *c.environment.use, c.environment.reward, c.rewards, c.rewards.empty());
+    }
+
     const std::string device = options.device.value_or(c.model.device);
     model = Model::load(c.model.path, device, c.model.dtype);
     if (c.model.cast_lm_head_to_fp32) model->keep_lm_head_in_float32();  // before any tensor of it is collected
@@ -188,18 +199,10 @@ void Trainer::State::load() {
     tokenizer = Tokenizer::load(c.model.path);
     chat_template = c.chat_template(tokenizer->config());
 
-    host = std::make_unique<PluginHost>(plugin_search_path(c.plugin_dirs));
     rewards = std::make_unique<RewardSet>(*host, c.rewards, reward_model_factory(model->device().str()));
     adapter = std::make_unique<PluginInstance>(create_plugin(*host, c.adapter, GROVE_PLUGIN_KIND_ADAPTER));
     reduction = std::make_unique<PluginInstance>(create_plugin(*host, c.reduction, GROVE_PLUGIN_KIND_REDUCTION));
     objective = std::make_unique<PluginInstance>(create_plugin(*host, c.objective, GROVE_PLUGIN_KIND_OBJECTIVE));
-    if (c.environment.use) {
-        if (c.rollouts_path)
-            throw Error(ErrorKind::manifest, c.environment.use->origin +
-                                                 ": replayed rollouts ([rollouts] path) are never generated, so no "
-                                                 "environment takes part; remove one of the two");
-        environment = make_environment(*host, *c.environment.use, c.environment.reward, c.rewards, c.rewards.empty());
-    }
     at::manual_seed(uint64_t(c.train.seed));  // adapter initialisation
     adapter_host = std::make_unique<AdapterHost>(*adapter);
     const bool full = adapter_host->trains_base_weights();
