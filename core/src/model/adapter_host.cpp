@@ -7,6 +7,7 @@
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model.hpp"
+#include "plugins/text_sink.hpp"
 #include "text/text_util.hpp"
 
 // The per-call context behind the C op table. Handles are pointers to at::Tensor objects kept in a
@@ -183,9 +184,7 @@ std::string AdapterHost::saved_config_json() const {
     const grove_adapter_api* api = adapter_.info().descriptor->adapter;
     if (!GROVE_HAS_FIELD(api, grove_adapter_api, saved_config_json) || !api->saved_config_json) return "";
     std::string text;
-    grove_text_sink sink{sizeof(grove_text_sink), &text, [](grove_text_sink* s, const char* data, size_t size) {
-                             static_cast<std::string*>(s->host_data)->append(data, size);
-                         }};
+    grove_text_sink sink = text_sink_into(text);
     ErrorCapture capture;
     adapter_.check(api->saved_config_json(adapter_.handle(), &sink, &capture.sink), "saved_config_json", capture);
     return text;

@@ -7,6 +7,7 @@
 
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
+#include "plugins/text_sink.hpp"
 #include "plugins/worker_protocol.hpp"
 
 namespace grove {
@@ -65,9 +66,7 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
     begins_episodes_ = GROVE_HAS_FIELD(api, grove_environment_api, begin_episodes) && api->begin_episodes != nullptr;
     if (GROVE_HAS_FIELD(api, grove_environment_api, episode_reward) && api->episode_reward) {
         uint32_t judgement = scores_episodes_ ? GROVE_EPISODES_JUDGED_ON_REQUEST : GROVE_EPISODES_UNJUDGED;
-        grove_text_sink sink{sizeof(grove_text_sink), &reward_name_, [](grove_text_sink* s, const char* data, size_t size) {
-                                 static_cast<std::string*>(s->host_data)->append(data, size);
-                             }};
+        grove_text_sink sink = text_sink_into(reward_name_);
         ErrorCapture capture;
         instance_->check(api->episode_reward(instance_->handle(), &judgement, &sink, &capture.sink), "episode_reward", capture);
         if (judgement > GROVE_EPISODES_JUDGED_AS_REWARD || (judgement != GROVE_EPISODES_UNJUDGED && !scores_episodes_))
@@ -81,9 +80,7 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
         reward_by_default_ = scores_episodes_ && judgement == GROVE_EPISODES_JUDGED_AS_REWARD;
     }
     if (GROVE_HAS_FIELD(api, grove_environment_api, tools_json) && api->tools_json) {
-        grove_text_sink sink{sizeof(grove_text_sink), &tools_json_, [](grove_text_sink* s, const char* data, size_t size) {
-                                 static_cast<std::string*>(s->host_data)->append(data, size);
-                             }};
+        grove_text_sink sink = text_sink_into(tools_json_);
         ErrorCapture capture;
         instance_->check(api->tools_json(instance_->handle(), &sink, &capture.sink), "tools_json", capture);
         if (tools_json_.empty()) return;
@@ -185,9 +182,7 @@ EnvironmentAnswers Environment::answer(EnvironmentTurns& turns, AnswerCall call,
     std::vector<grove_text_sink> sinks(n);
     std::vector<grove_text_sink*> sink_pointers(n);
     for (size_t i = 0; i < n; ++i) {
-        sinks[i] = {sizeof(grove_text_sink), &answers.observations[i], [](grove_text_sink* s, const char* data, size_t size) {
-                        static_cast<std::string*>(s->host_data)->append(data, size);
-                    }};
+        sinks[i] = text_sink_into(answers.observations[i]);
         sink_pointers[i] = &sinks[i];
     }
     grove_environment_output out{sizeof(grove_environment_output), sink_pointers.data(), answers.done.data(),
