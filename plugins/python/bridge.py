@@ -5,8 +5,8 @@ own environment contract.
 python_plugin.cpp embeds this file as the module `grove_python_bridge`. For each batch it hands over
 Grove's reward batch as plain lists; `Reward.score` turns them into TRL's arguments (GRPOTrainer.
 _calculate_rewards): prompts and completions in the standard (text) or conversational (messages) form,
-completion_ids, every other dataset column as a keyword list, trainer_state, log_metric and
-log_extra. It returns one float per row (None -> NaN), the metrics logged by name and the values
+completion_ids, every other dataset column as a keyword list, trainer_state, log_metric,
+log_extra, and environments when this process runs a python_environment. It returns one float per row (None -> NaN), the metrics logged by name and the values
 logged per row by column (as JSON texts).
 """
 
@@ -21,6 +21,7 @@ import re
 import sys
 import traceback
 import types
+import weakref
 
 
 def _plain(value):
@@ -106,6 +107,16 @@ def _is_conversation(prompt):
     return isinstance(prompt, list) and len(prompt) > 0 and isinstance(prompt[0], dict) and "role" in prompt[0]
 
 
+def _requires_argument(function, name):
+    """Whether calling `function` without the keyword argument `name` fails: it names it, without a default."""
+    try:
+        parameter = inspect.signature(function).parameters.get(name)
+    except (TypeError, ValueError):  # no signature to read (a builtin): it cannot be told
+        return False
+    return (parameter is not None and parameter.default is inspect.Parameter.empty
+            and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
+
+
 class Reward:
     """One [[rewards]] use of the python plugin: a module's function and its fixed keyword arguments."""
 
@@ -113,9 +124,10 @@ class Reward:
         self.kwargs = json.loads(kwargs_json) if kwargs_json else {}
         factory_args = json.loads(factory_args_json) if factory_args_json else None
         self.function = _find_function(_load_module(module, base_dir), function, factory_args)
+        self.requires_environments = _requires_argument(self.function, "environments")
         self.loop = None  # an event loop for async reward functions, made on first use
 
-    def score(self, prompts, completions, completion_ids, row_json, prompt_json, step, max_steps):
+    def score(self, prompts, completions, completion_ids, row_json, prompt_json, step, max_steps, seed, first_row):
         n = len(completions)
         if prompt_json is not None:
             prompts = [json.loads(p) for p in prompt_json]  # the dataset's prompts, as TRL passes them
@@ -128,6 +140,11 @@ class Reward:
         columns["trainer_state"] = types.SimpleNamespace(global_step=step, max_steps=max_steps)
         columns["log_metric"] = lambda name, value: logged.append((str(name), float(value)))
         columns["log_extra"] = lambda column, values: extras.append((str(column), [_json_text(v) for v in values]))
+        environments = _environments_of_rows(first_row, n, step, seed)
+        if environments is not None:
+            columns["environments"] = environments
+        elif self.requires_environments:
+            raise ConfigError("function", _NO_ENVIRONMENTS)
         columns.update(self.kwargs)
         result = self.function(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
         if inspect.isawaitable(result):
@@ -156,6 +173,25 @@ class Reward:
 
 
 # ---- environments ---------------------------------------------------------------------------------
+
+# The python_environment of this process (a run has at most one), for the reward functions that take
+# TRL's `environments`; a weak reference, so that an environment the host destroyed is not kept.
+_run_environment = None
+
+_NO_ENVIRONMENTS = (
+    "it takes `environments` (TRL's environment instances, one per completion), which Grove passes only when "
+    "the run's [environment] is a python_environment running in the same process as this reward: this run has "
+    "no such environment, or its [environment] or this [[rewards]] entry sets isolation = \"process\" (remove "
+    "it from both), or `grove eval --no-environment` left it out")
+
+
+def _environments_of_rows(first_row, n, step, seed):
+    """TRL's `environments` reward argument for the reward batch's rows (episodes first_row ..
+    first_row + n - 1 of the generation batch (step, seed)): each row's instance; None when this
+    process runs no python_environment."""
+    environment = _run_environment() if _run_environment is not None else None
+    return environment.instances(first_row, n, (step, seed)) if environment is not None else None
+
 
 
 class Turn:
@@ -245,6 +281,18 @@ class Environment:
         else:
             raise ConfigError("class", f"'{name}' has neither step() (Grove's environment contract) nor reset() "
                                        "(TRL's environment_factory)")
+        global _run_environment
+        _run_environment = weakref.ref(self)
+
+    def instances(self, first_episode, n, batch_key):
+        """The objects that ran episodes first_episode .. first_episode + n - 1 of the generation batch
+        `batch_key`: a TRL class's instance of each episode, still holding its state (None for an
+        episode this batch did not run, such as a replayed row); Grove's contract: the one object,
+        which runs every episode."""
+        if self.grove is not None:
+            return [self.grove] * n
+        held = [self.live.get(first_episode + i) for i in range(n)]
+        return [h[1] if h is not None and h[0] == batch_key else None for h in held]
 
     def episode_reward(self):
         """How its judgement of whole episodes counts (SDK episode_reward: 0 none, 1 a reward when the

@@ -193,8 +193,9 @@ public:
         Ref ids(token_lists(b)), rows(text_list(b.row_json, b.count));
         Ref prompt_json(has_prompt_json ? text_list(b.prompt_json, b.count) : Py_NewRef(Py_None));
         Ref result(prompts && completions && ids && rows && prompt_json
-                       ? PyObject_CallMethod(reward_, "score", "OOOOOLL", prompts.get(), completions.get(), ids.get(),
-                                             rows.get(), prompt_json.get(), (long long)b.step, (long long)max_steps)
+                       ? PyObject_CallMethod(reward_, "score", "OOOOOLLKK", prompts.get(), completions.get(), ids.get(),
+                                             rows.get(), prompt_json.get(), (long long)b.step, (long long)max_steps,
+                                             (unsigned long long)b.seed, (unsigned long long)b.global_row_offset)
                        : nullptr);
         if (!result) fail(b, take_python_error());
         // (scores: list of floats, logged: list of (name, value), extras: list of (column, [JSON text])),

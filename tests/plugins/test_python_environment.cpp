@@ -11,6 +11,7 @@
 #include "grove/environment_host.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
+#include "grove/reward_set.hpp"
 #include "grove/run_config.hpp"
 #include "plugin_test_support.hpp"
 
@@ -299,4 +300,62 @@ TEST(PythonEnvironment, ACrashInAWorkerProcessIsNamedAndTheRunSurvivesIt) {
                   std::string::npos)
             << message;
     }
+}
+
+namespace {
+// One [[rewards]] use of the python plugin with a function of tests/plugins/python/environment_rewards.py.
+std::unique_ptr<grove::RewardSet> python_reward(grove::PluginHost& host, const std::string& function) {
+    const std::string text =
+        "[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n[[rewards]]\nplugin = \"python\"\n"
+        "config = { module = \"" +
+        std::string(GROVE_TEST_SOURCE_DIR) + "/tests/plugins/python/environment_rewards.py\", function = \"" + function +
+        "\" }\n";
+    return std::make_unique<grove::RewardSet>(host,
+                                              grove::RunConfig::from(grove::Manifest::parse(text, "/runs/grove.toml")).rewards);
+}
+
+// The reward rows rows first_row .. first_row + n - 1 of generation batch (step 0, seed).
+std::vector<float> score_rows(const grove::RewardSet& reward, uint64_t first_row, size_t n, uint64_t seed) {
+    grove::RewardRows rows;
+    rows.num_generations = 1;
+    rows.seed = seed;
+    rows.global_row_offset = first_row;
+    for (size_t i = 0; i < n; ++i) rows.add("Count to 7", "done", {1, 2}, false, "{\"target\": 7}");
+    return reward.score(rows.view()).values[0];
+}
+}  // namespace
+
+// TRL passes every reward function `environments`: the instance each completion's episode ran in,
+// as the episode left it. Rows find their episodes by number (global_row_offset + i) in the
+// generation batch of the same step and seed.
+TEST(PythonEnvironment, RewardFunctionsGetTheEnvironmentEachRowRanIn) {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    auto totals = python_reward(host, "totals");
+    auto given = python_reward(host, "given_environments");
+    {
+        auto env = python_environment("Counter");
+        env.step(*std::make_unique<grove::EnvironmentTurns>(turns(
+            {call("add", "{\"amount\": 2}") + "<|im_end|>", call("add", "{\"amount\": 5}") + "<|im_end|>", "No.<|im_end|>"}, 1,
+            31)));
+        EXPECT_EQ(score_rows(*totals, 0, 3, 31), (std::vector<float>{2.0f, 5.0f, 0.0f}));
+        EXPECT_EQ(score_rows(*totals, 1, 2, 31), (std::vector<float>{5.0f, 0.0f})) << "rows 1 and 2 of the batch";
+        const auto other_batch = score_rows(*totals, 0, 2, 32);
+        EXPECT_TRUE(std::isnan(other_batch[0]) && std::isnan(other_batch[1])) << "no instance ran these rows: None";
+        EXPECT_EQ(score_rows(*given, 0, 2, 31), (std::vector<float>{1.0f, 1.0f}));
+    }
+    {
+        auto echo = python_environment("Echo");
+        EXPECT_EQ(score_rows(*python_reward(host, "one_echo"), 5, 2, 1), (std::vector<float>{1.0f, 1.0f}))
+            << "Grove's contract: the one object for every row";
+    }
+    // no python_environment in this process (none, or one in a worker): a function naming
+    // `environments` is told why; one that does not runs without it
+    EXPECT_EQ(score_rows(*given, 0, 2, 31), (std::vector<float>{0.0f, 0.0f}));
+    auto isolated = make(environment_config("Counter", true));
+    const std::string missing = grove::test::error_message([&] { score_rows(*totals, 0, 1, 31); });
+    EXPECT_NE(missing.find("reward function totals"), std::string::npos) << missing;
+    EXPECT_NE(missing.find("it takes `environments` (TRL's environment instances, one per completion), which Grove "
+                           "passes only when the run's [environment] is a python_environment running in the same process"),
+              std::string::npos)
+        << missing;
 }

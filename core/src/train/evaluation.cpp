@@ -110,6 +110,10 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         batch.num_generations = uint32_t(q.samples);
         batch.step = q.step;
         batch.seed = o.seed;
+        // episode numbers run on across batches (and ranks), so an environment keying state on them never
+        // mixes two; the rewards' rows carry the same numbers (TRL's `environments` finds its instances by them)
+        const int64_t first_row = int64_t(start) * q.samples;
+        batch.global_row_offset = uint64_t(first_row);
         auto add_row = [&](EvaluationRow row, const std::vector<int64_t>& ids, size_t i,
                            const std::vector<int64_t>& model_tokens = {}) {
             row.prompt = texts[i];
@@ -122,8 +126,6 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         if (environment) {
             std::vector<EpisodeStart> starts;
             for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i], messages[i]});
-            // episode numbers run on across batches (and ranks), so an environment keying state on them never mixes two
-            const int64_t first_row = int64_t(start) * q.samples;
             auto episodes = run_episodes(model, tokenizer, *environment, starts, o,
                                          {q.max_turns, o.max_new_tokens, q.step, family}, first_row);
             for (size_t i = 0; i < starts.size(); ++i) {  // the prompts the model saw (begin_episodes may add to them)
