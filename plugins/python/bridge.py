@@ -416,7 +416,10 @@ class Environment:
         if self.grove is not None:
             scores = self._await(self.grove.score_episodes(turns))
         else:
-            scores = [self._await(self._instance(t, (step, seed)).get_reward()) for t in turns]
+            instances = [self._instance(t, (step, seed)) for t in turns]
+            # as TRL: the column is the probed class's, so an instance of another class the factory
+            # made (a subclass included) is not scored
+            scores = [self._await(i.get_reward()) if type(i) is self.environment_class else None for i in instances]
         if len(scores) != len(turns):
             raise ValueError(f"returned {len(scores)} scores for {len(turns)} episodes")
         return [math.nan if v is None else float(v) for v in scores]

@@ -81,6 +81,17 @@ TEST(PythonEnvironment, TrlToolsAnswerHermesCallsAndKeepStatePerEpisode) {
     EXPECT_EQ(a.observations[0], tool_turn({"1"}));
 }
 
+// TRL's get_reward column is the probed class's: a rollout is scored only when its instance is
+// exactly that class, so a factory that also makes another one (here a subclass) leaves its rows NaN.
+TEST(PythonEnvironment, GetRewardScoresOnlyInstancesOfTheProbedClass) {
+    auto env = python_environment("alternating_counters");  // probed: a Counter; then a Tally, a Counter
+    env.step(*std::make_unique<grove::EnvironmentTurns>(turns({"No.<|im_end|>", "No.<|im_end|>", "No.<|im_end|>"}, 1, 5, 0)));
+    const auto scores = env.score_episodes(*std::make_unique<grove::EnvironmentTurns>(turns({"", "", ""}, 1, 5, 0)));
+    EXPECT_EQ(scores[0], 1.0f);
+    EXPECT_TRUE(std::isnan(scores[1])) << "the Tally's episode";
+    EXPECT_EQ(scores[2], 1.0f);
+}
+
 TEST(PythonEnvironment, ClassKeywordArgumentsReachTheFactory) {
     auto env = python_environment("Counter", "kwargs = { start = 100 }");
     auto batch = turns({call("add", "{\"amount\": 1}") + "<|im_end|>"}, 1, 3);
@@ -107,8 +118,10 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
               std::string::npos)
         << neither;
     std::string missing = message([] { python_environment("Missing"); });
-    EXPECT_NE(missing.find("has no class 'Missing'; it has: Abacus, Chatty, Counter, Echo, Narrator, Nothing"),
-              std::string::npos)
+    EXPECT_NE(
+        missing.find(
+            "has no class 'Missing'; it has: Abacus, Chatty, Counter, Echo, Narrator, Nothing, Tally, alternating_counters"),
+        std::string::npos)
         << missing;
 
     std::string bad_kwargs = message([] { python_environment("Echo", "kwargs = { unknown = 1 }"); });

@@ -66,6 +66,16 @@ class Chatty(Counter):
         return "Your total starts at 0."
 
 
+class Tally(Counter):
+    """A Counter by another name: a factory that makes both is scored on the first one's class only."""
+
+
+def alternating_counters(made=[0]):  # noqa: B006 (the count of calls, kept between them)
+    """A factory that makes a Counter, then a Tally, then a Counter, ..."""
+    made[0] += 1
+    return Counter() if made[0] % 2 else Tally()
+
+
 class Echo:
     """Grove's contract in Python: turns end at "</say>", the answer repeats what was said."""
 
