@@ -144,6 +144,28 @@ std::string completion_text(const nlohmann::json& completion, const std::string&
     return completion[0]["content"];
 }
 
+// A row's "turns" as `grove generate --environment --json` prints them ([{"role": "model" or
+// "environment", "text"}]) as the reward batch's episode_turns: alternating, the model's first.
+std::vector<std::string> episode_turn_texts(const nlohmann::json& turns, const std::string& where) {
+    const std::string expected = where +
+                                 ": \"turns\" must be a list of {\"role\": \"model\" or \"environment\", "
+                                 "\"text\": ...} that alternate (as grove generate --environment --json prints them)";
+    if (!turns.is_array()) throw Error(ErrorKind::input, expected);
+    std::vector<std::string> texts;
+    for (const auto& turn : turns) {
+        if (!turn.is_object() || !turn.contains("text") || !turn["text"].is_string()) throw Error(ErrorKind::input, expected);
+        const std::string role = turn.value("role", "");
+        if (role != "model" && role != "environment") throw Error(ErrorKind::input, expected);
+        if ((role == "model") != (texts.size() % 2 == 0)) {
+            if (!texts.empty()) throw Error(ErrorKind::input, expected);
+            texts.emplace_back();  // the environment's first: an empty model turn before it
+        }
+        texts.push_back(turn["text"]);
+    }
+    if (texts.empty()) texts.emplace_back();
+    return texts;
+}
+
 // A row's prompt as C plugins see it without a chat template: text as is, a conversation's message
 // contents one per line (reward_batch.prompt_json keeps the messages themselves).
 std::string prompt_as_text(const nlohmann::json& prompt, const std::string& where) {
@@ -229,9 +251,13 @@ int plugins_score(const std::vector<std::string>& args) {
                 if (model_tokens.size() != ids.size() || !row.contains("completion_ids"))
                     throw Error(ErrorKind::input, where + ": \"env_mask\" needs \"completion_ids\" of the same length");
             }
-            for (const char* column : {"completion", "prompt", "truncated", "completion_ids", "env_mask"}) row.erase(column);
+            std::optional<std::vector<std::string>> turns;
+            if (row.contains("turns")) turns = episode_turn_texts(row["turns"], where);
+            for (const char* column : {"completion", "prompt", "truncated", "completion_ids", "env_mask", "turns"})
+                row.erase(column);
             rows.add(std::move(prompt), std::move(completion), ids, truncated, row.dump(), model_tokens);
             rows.prompt_json.push_back(std::move(prompt_as_json));
+            if (turns) rows.add_episode_turns(std::move(*turns));
         });
     if (rows.size() == 0) throw Error(ErrorKind::input, input + ": no rows to score");
     if (rows.size() % rows.num_generations != 0)

@@ -127,12 +127,15 @@ class Reward:
         self.requires_environments = _requires_argument(self.function, "environments")
         self.loop = None  # an event loop for async reward functions, made on first use
 
-    def score(self, prompts, completions, completion_ids, row_json, prompt_json, step, max_steps, seed, first_row):
+    def score(self, prompts, completions, completion_ids, row_json, prompt_json, step, max_steps, seed, first_row,
+              episode_turns):
         n = len(completions)
+        rendered_prompts = prompts
         if prompt_json is not None:
             prompts = [json.loads(p) for p in prompt_json]  # the dataset's prompts, as TRL passes them
         if prompts and _is_conversation(prompts[0]):
-            completions = [[{"role": "assistant", "content": c}] for c in completions]
+            completions = [_episode_messages(turns, rendered) or [{"role": "assistant", "content": c}]
+                           for c, turns, rendered in zip(completions, episode_turns, rendered_prompts)]
         rows = [json.loads(r) if r else {} for r in row_json]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "completion", "completion_ids")]
         columns = {k: [row.get(k) for row in rows] for k in keys}
@@ -208,10 +211,6 @@ class Turn:
         return f"Turn(episode={self.episode}, turn={self.turn}, text={self.text!r})"
 
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-# Llama 3.1's and 3.2's call: the whole turn is one JSON object, its arguments under "parameters"
-# (TRL's llama3 response schema)
-_LLAMA3_TOOL_CALL = re.compile(r'\{"name":\s*".+?",\s*"parameters":\s*.+\}', re.DOTALL)
 _LLAMA3_HEADER, _LLAMA3_EOT = "<|start_header_id|>", "<|eot_id|>"
 
 
@@ -223,15 +222,6 @@ def _writes_llama3_calls(rendered_prompt):
     return header >= 0 and (chatml < 0 or header < chatml)
 
 
-def _tool_calls(text, llama3):
-    """The turn's tool calls as (JSON text, arguments key): Hermes <tool_call> blocks, or Llama 3's one
-    JSON turn."""
-    if not llama3:
-        return [(call, "arguments") for call in _TOOL_CALL.findall(text)]
-    body = text[:-len(_LLAMA3_EOT)] if text.endswith(_LLAMA3_EOT) else text
-    return [(body, "parameters")] if _LLAMA3_TOOL_CALL.fullmatch(body) else []
-
-
 def _tool_turn(results, llama3):
     """The tool messages as the model's chat template writes them, then its generation prompt: Llama
     3's ipython turns (the template writes text through tojson), or ChatML's user turn of
@@ -241,6 +231,122 @@ def _tool_turn(results, llama3):
                        for r in results) + f"{_LLAMA3_HEADER}assistant<|end_header_id|>\n\n"
     responses = "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
     return "\n<|im_start|>user" + responses + "<|im_end|>\n<|im_start|>assistant\n"
+
+
+# ---- episodes as TRL's messages -------------------------------------------------------------------
+# With tools, TRL's reward functions get an episode as messages: each model turn parsed by
+# transformers' parse_response with TRL's response template for the chat template (qwen3_template
+# for Qwen2.5's / Hermes' ChatML, llama3_template for Llama 3.1 / 3.2), and a {"role": "tool"}
+# message per tool result between them. The two templates, as that parser reads them at the end of
+# a turn: the earliest delimiter wins (the longest on a tie, an opening before a closing); text
+# outside any field is the content, and a later stretch of it replaces an earlier one.
+
+
+def _hermes_fields():
+    return {
+        "reasoning_content": (re.compile("<think>"), re.compile(r"</think>\s*"), lambda body, _: body.strip()),
+        "tool_calls": (re.compile("<tool_call>"), re.compile(r"</tool_call>\s*"),
+                       lambda body, _: {"type": "function", "function": json.loads(body)}),
+    }, re.compile(r"<\|im_end\|>\s*")
+
+
+def _llama3_fields():
+    return {
+        "tool_calls": (re.compile(r'\{"name":\s*"(?P<name>[^"]+)",\s*"parameters":\s*'), re.compile(r"\}<\|eot_id\|>\s*"),
+                       lambda body, name: {"type": "function", "function": {"name": name, "arguments": json.loads(body)}}),
+    }, re.compile(r"<\|eot_id\|>\s*")
+
+
+_SPECIAL_TEXT = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|eom_id)\|>")
+
+
+def _assistant_message(text, llama3):
+    """A model turn (special tokens kept) as TRL's parse_response makes it: {"role": "assistant",
+    "content", and "reasoning_content" / "tool_calls" when there are any}; a turn that does not parse
+    (a tool call that is not JSON) is its text without special tokens, as TRL falls back to."""
+    fields, content_close = _llama3_fields() if llama3 else _hermes_fields()
+    message, position, current, body, opened, name = {"role": "assistant"}, 0, None, "", False, None
+
+    def close():  # the open field's value goes into the message; then back to the content
+        nonlocal current, body, opened, name
+        if opened and current is None:
+            message["content"] = body.strip()
+        elif opened and current == "tool_calls":  # the one field that repeats
+            message.setdefault(current, []).append(fields[current][2](body, name))
+        elif opened:
+            message[current] = fields[current][2](body, name)
+        current, body, opened, name = None, "", False, None
+
+    try:
+        while True:
+            if current is None:
+                watch = [(m.start(), -(m.end() - m.start()), 0, field, m)
+                         for field, (opening, _, _) in fields.items() if (m := opening.search(text, position))]
+                m = content_close.search(text, position)
+                watch += [(m.start(), -(m.end() - m.start()), 1, "", m)] if m else []
+            else:
+                m = fields[current][1].search(text, position)
+                watch = [(m.start(), 0, 1, current, m)] if m else []
+            if not watch:
+                body, opened = body + text[position:], opened or position < len(text)
+                close()
+                break
+            _, _, closing, field, m = min(watch, key=lambda w: w[:4])
+            body, opened = body + text[position:m.start()], opened or m.start() > position
+            position = m.end()
+            close()
+            if not closing:
+                current, opened, name = field, True, m.groupdict().get("name")
+        for call in message.get("tool_calls", []):
+            function = call["function"]
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise ValueError("a tool call without a name")
+            if function.get("arguments") is None:
+                function["arguments"] = {}
+    except (ValueError, TypeError, KeyError):
+        return {"role": "assistant", "content": _SPECIAL_TEXT.sub("", text)}
+    message = {k: v for k, v in message.items() if k == "role" or v}
+    message.setdefault("content", "")
+    return message
+
+
+_TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+_IPYTHON_TURN = re.compile(re.escape(_LLAMA3_HEADER) + r"ipython<\|end_header_id\|>\n\n(.*?)" + re.escape(_LLAMA3_EOT),
+                           re.DOTALL)
+
+
+def _tool_results(observation, llama3):
+    """The tool results in an observation the bridge wrote (_tool_turn), or None when it is not a
+    tool turn (an observation of Grove's contract, which is free text)."""
+    if llama3:
+        results = [json.loads(r) for r in _IPYTHON_TURN.findall(observation)]
+        return [r if isinstance(r, str) else json.dumps(r) for r in results] or None
+    return _TOOL_RESPONSE.findall(observation) or None
+
+
+def _episode_messages(turns, rendered_prompt):
+    """An episode's turns (model, observation, model, ...) as TRL's messages: each model turn
+    parsed, each result a {"role": "tool", "name", "content"} message, named by the call it
+    answers. None when it is no tool conversation (no turns, neither ChatML nor Llama 3's format, or
+    an observation that is not a tool turn): the caller then gives it whole, as one assistant message."""
+    # the format the prompt was rendered in, else the one the turns show (`grove plugins score` gets
+    # a conversation's prompt without its template)
+    shown = rendered_prompt if "<|im_start|>" in rendered_prompt or _LLAMA3_HEADER in rendered_prompt else "".join(turns)
+    if not turns or not any(mark in shown for mark in ("<|im_start|>", "<|im_end|>", _LLAMA3_HEADER, _LLAMA3_EOT)):
+        return None
+    llama3 = _LLAMA3_HEADER in shown or _LLAMA3_EOT in shown if shown is not rendered_prompt else \
+        _writes_llama3_calls(rendered_prompt)
+    messages = []
+    for k in range(0, len(turns), 2):
+        messages.append(_assistant_message(turns[k], llama3))
+        if k + 1 < len(turns):
+            results = _tool_results(turns[k + 1], llama3)
+            if results is None:
+                return None
+            names = [call["function"]["name"] for call in messages[-1].get("tool_calls", [])]
+            names += ["unknown"] * (len(results) - len(names))
+            messages += [{"role": "tool", "name": n, "content": r} for n, r in zip(names, results)]
+    return messages
 
 
 def _public_methods(instance):
@@ -257,10 +363,11 @@ class Environment:
 
     A class with step() follows Grove's contract (SDK section 9) in Python; a class with reset() is
     a TRL environment_factory class: one instance per episode, reset with the dataset row, its
-    public methods called as tools from Hermes-format tool calls (<tool_call>{"name": ...,
-    "arguments": {...}}</tool_call>), answered in <tool_response> blocks of a ChatML user turn, or,
-    for prompts in Llama 3's format, from Llama 3.1's JSON call ({"name": ..., "parameters": {...}}
-    as the whole turn) answered in an ipython turn; and get_reward() scoring the whole episode."""
+    public methods called as tools from the turn's tool calls as TRL parses them (_assistant_message):
+    Hermes' (<tool_call>{"name": ..., "arguments": {...}}</tool_call>), answered in <tool_response>
+    blocks of a ChatML user turn, or, for prompts in Llama 3's format, Llama 3.1's JSON call
+    ({"name": ..., "parameters": {...}} ending the turn) answered in an ipython turn; and
+    get_reward() scoring the whole episode."""
 
     def __init__(self, module, name, kwargs_json, base_dir):
         kwargs = json.loads(kwargs_json) if kwargs_json else {}
@@ -389,18 +496,17 @@ class Environment:
                 int(answer.get("tool_calls", 0)), int(answer.get("tool_failures", 0)))
 
     def _tool_answer(self, instance, turn):
+        """The tool calls of the turn as TRL reads them (the turn parsed as the reward functions get
+        it, so a turn whose calls do not parse calls nothing and ends the episode), each answered."""
         llama3 = _writes_llama3_calls(turn.rendered_prompt)
-        calls = _tool_calls(turn.text, llama3)
+        calls = _assistant_message(turn.text, llama3).get("tool_calls", [])
         if not calls:
             return ("", True, 0, 0)
         tools = _public_methods(instance)
         results, failures = [], 0
-        for call, arguments_key in calls:
+        for call in calls:
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
             try:
-                parsed = json.loads(call)
-                name, arguments = parsed["name"], parsed.get(arguments_key, {})
-                if isinstance(arguments, str):
-                    arguments = json.loads(arguments)
                 if name not in tools:
                     raise ValueError(f"Tool {name} not found.")
                 result = self._await(tools[name](**arguments))

@@ -169,6 +169,20 @@ PyObject* token_lists(const grove_reward_batch& b) {
     return list.release();
 }
 
+// Each row's episode turns (grove_reward_batch.episode_turns, ABI 1.10) as a list of strings: empty
+// for a row that is no episode, and for every row of a host that sends none.
+PyObject* turn_lists(const grove_reward_batch& b) {
+    const bool has_turns = GROVE_HAS_FIELD(&b, grove_reward_batch, episode_turns) && b.episode_turns;
+    Ref list(PyList_New(b.count));
+    for (uint32_t i = 0; list && i < b.count; ++i) {
+        const uint64_t begin = has_turns ? b.episode_turn_offsets[i] : 0, end = has_turns ? b.episode_turn_offsets[i + 1] : 0;
+        PyObject* turns = has_turns ? text_list(b.episode_turns + begin, uint32_t(end - begin)) : PyList_New(0);
+        if (!turns) return nullptr;
+        PyList_SET_ITEM(list.get(), i, turns);
+    }
+    return list.release();
+}
+
 class PythonReward {
 public:
     explicit PythonReward(const grove::sdk::Config& config)
@@ -192,10 +206,11 @@ public:
         Ref prompts(text_list(b.prompts, b.count)), completions(text_list(b.completions, b.count));
         Ref ids(token_lists(b)), rows(text_list(b.row_json, b.count));
         Ref prompt_json(has_prompt_json ? text_list(b.prompt_json, b.count) : Py_NewRef(Py_None));
-        Ref result(prompts && completions && ids && rows && prompt_json
-                       ? PyObject_CallMethod(reward_, "score", "OOOOOLLKK", prompts.get(), completions.get(), ids.get(),
+        Ref turns(turn_lists(b));
+        Ref result(prompts && completions && ids && rows && prompt_json && turns
+                       ? PyObject_CallMethod(reward_, "score", "OOOOOLLKKO", prompts.get(), completions.get(), ids.get(),
                                              rows.get(), prompt_json.get(), (long long)b.step, (long long)max_steps,
-                                             (unsigned long long)b.seed, (unsigned long long)b.global_row_offset)
+                                             (unsigned long long)b.seed, (unsigned long long)b.global_row_offset, turns.get())
                        : nullptr);
         if (!result) fail(b, take_python_error());
         // (scores: list of floats, logged: list of (name, value), extras: list of (column, [JSON text])),

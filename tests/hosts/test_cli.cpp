@@ -31,7 +31,7 @@ plugin = "grpo"
 TEST(Cli, VersionAndHelp) {
     auto r = run_grove("--version");
     EXPECT_EQ(r.exit_code, 0);
-    EXPECT_CONTAINS(r.out, "(plugin ABI 1.9)");
+    EXPECT_CONTAINS(r.out, "(plugin ABI 1.10)");
     r = run_grove("--help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "check MANIFEST");
@@ -136,16 +136,28 @@ TEST(Cli, PluginErrorsExitWithFour) {
 // it) to the reward as model_token_mask: the test reward counts the model's tokens (score) and the
 // environment's (metric); a mask of the wrong length is an input error naming the row.
 TEST(Cli, PluginsScorePassesAnEpisodesEnvMask) {
-    const std::string rows = write("episode_rows.jsonl",
-                                   "{\"completion\": \"ab <r>5</r> c\", \"completion_ids\": [1, 2, 3, 4, 5], "
-                                   "\"env_mask\": [1, 1, 0, 0, 1]}\n{\"completion\": \"x\", \"completion_ids\": [7]}\n");
+    const std::string rows =
+        write("episode_rows.jsonl",
+              "{\"completion\": \"ab <r>5</r> c\", \"completion_ids\": [1, 2, 3, 4, 5], "
+              "\"env_mask\": [1, 1, 0, 0, 1], \"turns\": [{\"role\": \"model\", \"text\": \"ab \"}, "
+              "{\"role\": \"environment\", \"text\": \"<r>5</r>\"}, {\"role\": \"model\", \"text\": \" c\"}]}\n"
+              "{\"completion\": \"x\", \"completion_ids\": [7]}\n");
     auto r = run_grove(std::string("plugins score ") + GROVE_TEST_MODEL_TOKENS_PLUGIN + " --input " + rows);
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    EXPECT_CONTAINS(r.out, "{\"metrics\":{\"environment_tokens\":2.0},\"row\":0,\"score\":3.0}");
-    EXPECT_CONTAINS(r.out, "{\"metrics\":{\"environment_tokens\":0.0},\"row\":1,\"score\":1.0}");
+    // and its turns (as grove generate --json prints them) as episode_turns: 3 turns of 13 bytes
+    EXPECT_CONTAINS(r.out,
+                    "{\"metrics\":{\"environment_tokens\":2.0,\"turn_bytes\":13.0,\"turns\":3.0},\"row\":0,\"score\":3.0}");
+    EXPECT_CONTAINS(r.out,
+                    "{\"metrics\":{\"environment_tokens\":0.0,\"turn_bytes\":0.0,\"turns\":0.0},\"row\":1,\"score\":1.0}");
     const std::string bad =
         write("episode_bad.jsonl", "{\"completion\": \"ab\", \"completion_ids\": [1, 2], \"env_mask\": [1]}\n");
     r = run_grove(std::string("plugins score ") + GROVE_TEST_MODEL_TOKENS_PLUGIN + " --input " + bad);
     EXPECT_EQ(r.exit_code, 5);
     EXPECT_CONTAINS(r.out, "episode_bad.jsonl:1: \"env_mask\" needs \"completion_ids\" of the same length");
+    const std::string twice = write("episode_twice.jsonl",
+                                    "{\"completion\": \"ab\", \"turns\": [{\"role\": \"model\", "
+                                    "\"text\": \"a\"}, {\"role\": \"model\", \"text\": \"b\"}]}\n");
+    r = run_grove(std::string("plugins score ") + GROVE_TEST_MODEL_TOKENS_PLUGIN + " --input " + twice);
+    EXPECT_EQ(r.exit_code, 5);
+    EXPECT_CONTAINS(r.out, "episode_twice.jsonl:1: \"turns\" must be a list of {\"role\": \"model\" or \"environment\"");
 }

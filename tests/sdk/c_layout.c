@@ -95,7 +95,9 @@ PIN(grove_reward_batch, global_row_offset, 88);
 PIN(grove_reward_batch, model_token_mask, 96);
 PIN(grove_reward_batch, prompt_json, 104); /* ABI 1.7 */
 PIN(grove_reward_batch, max_steps, 112);
-PIN_SIZE(grove_reward_batch, 120);
+PIN(grove_reward_batch, episode_turn_offsets, 120); /* ABI 1.10 */
+PIN(grove_reward_batch, episode_turns, 128);
+PIN_SIZE(grove_reward_batch, 136);
 
 PIN(grove_reward_output, struct_size, 0);
 PIN(grove_reward_output, scores, 8);

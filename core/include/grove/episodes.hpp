@@ -67,7 +67,15 @@ struct EpisodeTurn {
     bool from_model = true;
     std::string text;
 };
-std::vector<EpisodeTurn> episode_turns(const Episode& episode, const Tokenizer& tokenizer);
+std::vector<EpisodeTurn> episode_turns(const std::vector<int64_t>& ids, const std::vector<int64_t>& model_tokens,
+                                       const Tokenizer& tokenizer);
+inline std::vector<EpisodeTurn> episode_turns(const Episode& episode, const Tokenizer& tokenizer) {
+    return episode_turns(episode.ids, episode.model_tokens, tokenizer);
+}
+// The turns as the rewards get them (grove_reward_batch.episode_turns): their texts, alternating
+// from the model's (an empty first turn when the environment's tokens come first, or there are none).
+std::vector<std::string> reward_turn_texts(const std::vector<int64_t>& ids, const std::vector<int64_t>& model_tokens,
+                                           const Tokenizer& tokenizer);
 
 // The environment's scores of the ended episodes, each given whole (score_episodes), into their
 // stats' environment_reward. `step`, `seed` and `first_row` as for run_episodes.

@@ -161,17 +161,21 @@ struct RewardRows {
     int64_t step = 0;
     uint64_t seed = 0;
     uint32_t rank = 0, world_size = 1;
-    uint64_t global_row_offset = 0;  // index of row 0 in the whole generation batch (rank * rows)
-    int64_t max_steps = 0;           // the run's optimizer steps in all; 0 = unknown
+    uint64_t global_row_offset = 0;                 // index of row 0 in the whole generation batch (rank * rows)
+    int64_t max_steps = 0;                          // the run's optimizer steps in all; 0 = unknown
+    std::vector<std::string> episode_turns;         // the episodes' turns, row after row (grove_reward_batch)
+    std::vector<uint64_t> episode_turn_offsets{0};  // CSR over episode_turns
 
     // `model_tokens` (aligned with completion_tokens) is empty for a completion the model wrote whole
     void add(std::string prompt, std::string completion, const std::vector<int32_t>& completion_tokens, bool is_truncated,
              std::string columns_json, const std::vector<uint8_t>& model_tokens = {});
+    // The last added row is an episode with these turns (alternating, the model's first).
+    void add_episode_turns(std::vector<std::string> turns);
     size_t size() const { return prompts.size(); }
     const grove_reward_batch& view();
 
 private:
-    std::vector<grove_text> prompt_views_, completion_views_, json_views_, prompt_json_views_;
+    std::vector<grove_text> prompt_views_, completion_views_, json_views_, prompt_json_views_, turn_views_;
     grove_reward_batch batch_{};
 };
 

@@ -533,10 +533,18 @@ void RewardRows::add(std::string prompt, std::string completion, const std::vect
         model_token_mask.insert(model_token_mask.end(), model_tokens.begin(), model_tokens.end());
     prompts.push_back(std::move(prompt));
     completions.push_back(std::move(completion));
+    episode_turn_offsets.push_back(episode_turn_offsets.back());
     row_json.push_back(std::move(columns_json));
     tokens.insert(tokens.end(), completion_tokens.begin(), completion_tokens.end());
     token_offsets.push_back(int64_t(tokens.size()));
     truncated.push_back(is_truncated ? 1 : 0);
+}
+
+void RewardRows::add_episode_turns(std::vector<std::string> turns) {
+    if (prompts.empty() || episode_turn_offsets.size() != prompts.size() + 1)
+        throw Error(ErrorKind::input, "an episode's turns were added before its row");
+    episode_turn_offsets.back() += turns.size();
+    for (std::string& turn : turns) episode_turns.push_back(std::move(turn));
 }
 
 const grove_reward_batch& RewardRows::view() {
@@ -562,6 +570,10 @@ const grove_reward_batch& RewardRows::view() {
     batch_.world_size = world_size;
     batch_.prompt_json = prompt_json.size() == prompts.size() && !prompts.empty() ? prompt_json_views_.data() : nullptr;
     batch_.max_steps = max_steps;
+    turn_views_ = text_views(episode_turns);
+    const bool has_turns = !episode_turns.empty() && episode_turn_offsets.size() == prompts.size() + 1;
+    batch_.episode_turn_offsets = has_turns ? episode_turn_offsets.data() : nullptr;
+    batch_.episode_turns = has_turns ? turn_views_.data() : nullptr;
     return batch_;
 }
 

@@ -137,6 +137,12 @@ std::string encode_batch(const grove_reward_batch& b) {
     w.array(b.truncated, n);
     w.u32(b.model_token_mask ? 1 : 0);
     if (b.model_token_mask) w.array(b.model_token_mask, tokens);
+    const bool has_turns = GROVE_HAS_FIELD(&b, grove_reward_batch, episode_turns) && b.episode_turns;
+    w.u32(has_turns ? 1 : 0);
+    if (has_turns) {
+        w.array(b.episode_turn_offsets, n + 1);
+        strings(w, texts(b.episode_turns, size_t(b.episode_turn_offsets[n])));
+    }
     return w.payload();
 }
 
@@ -156,6 +162,14 @@ RewardRows decode_batch(const std::string& payload) {
     rows.tokens = r.array<int32_t>();
     rows.truncated = r.array<uint8_t>();
     if (r.u32()) rows.model_token_mask = r.array<uint8_t>();
+    if (r.u32()) {
+        rows.episode_turn_offsets = r.array<uint64_t>();
+        rows.episode_turns = strings(r);
+        if (rows.episode_turn_offsets.size() != size_t(n) + 1 || rows.episode_turn_offsets.back() != rows.episode_turns.size())
+            throw Error(ErrorKind::plugin, "the host sent a malformed batch");
+    } else {
+        rows.episode_turn_offsets.assign(size_t(n) + 1, 0);
+    }
     if (rows.prompts.size() != n || rows.completions.size() != n || rows.token_offsets.size() != size_t(n) + 1 ||
         rows.truncated.size() != n || rows.token_offsets.back() != int64_t(rows.tokens.size()))
         throw Error(ErrorKind::plugin, "the host sent a malformed batch");

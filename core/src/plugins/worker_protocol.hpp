@@ -36,7 +36,7 @@ constexpr uint64_t kMaxFrameBytes = uint64_t(1) << 32;  // 4 GiB: far above any 
 // The first field of the start frame. A worker from another build of Grove answers a start frame of
 // another version with a failure naming both, rather than misreading its fields; raise it with any
 // change to a payload's layout.
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 4;
 
 // Appends fields to a payload.
 class Writer {

@@ -234,17 +234,28 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
     return out;
 }
 
-std::vector<EpisodeTurn> episode_turns(const Episode& e, const Tokenizer& tokenizer) {
+std::vector<EpisodeTurn> episode_turns(const std::vector<int64_t>& ids, const std::vector<int64_t>& model_tokens,
+                                       const Tokenizer& tokenizer) {
     std::vector<EpisodeTurn> turns;
-    for (size_t start = 0; start < e.ids.size();) {
+    for (size_t start = 0; start < ids.size();) {
         size_t end = start;
-        while (end < e.ids.size() && e.model_tokens[end] == e.model_tokens[start]) ++end;
-        turns.push_back(
-            {e.model_tokens[start] != 0,
-             tokenizer.decode(std::vector<int64_t>(e.ids.begin() + long(start), e.ids.begin() + long(end)), false)});
+        while (end < ids.size() && model_tokens[end] == model_tokens[start]) ++end;
+        turns.push_back({model_tokens[start] != 0,
+                         tokenizer.decode(std::vector<int64_t>(ids.begin() + long(start), ids.begin() + long(end)), false)});
         start = end;
     }
     return turns;
+}
+
+std::vector<std::string> reward_turn_texts(const std::vector<int64_t>& ids, const std::vector<int64_t>& model_tokens,
+                                           const Tokenizer& tokenizer) {
+    std::vector<std::string> texts;
+    for (EpisodeTurn& turn : episode_turns(ids, model_tokens, tokenizer)) {
+        if (turn.from_model != (texts.size() % 2 == 0)) texts.emplace_back();  // the model's turn is empty
+        texts.push_back(std::move(turn.text));
+    }
+    if (texts.empty()) texts.emplace_back();
+    return texts;
 }
 
 void score_whole_episodes(const Environment& environment, const Tokenizer& tokenizer, const std::vector<EpisodeStart>& starts,

@@ -120,6 +120,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
             row.completion = tokenizer.decode(ids, true);
             batch.add(row.prompt, row.completion, std::vector<int32_t>(ids.begin(), ids.end()), row.truncated, json_rows[i],
                       std::vector<uint8_t>(model_tokens.begin(), model_tokens.end()));
+            if (environment) batch.add_episode_turns(reward_turn_texts(ids, model_tokens, tokenizer));
             batch.prompt_json.push_back(prompt_json(texts[i], messages[i]));
             result.rows.push_back(std::move(row));
         };

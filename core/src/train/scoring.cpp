@@ -9,6 +9,7 @@
 
 #include "grove/dataset.hpp"
 #include "grove/distributed.hpp"
+#include "grove/episodes.hpp"
 #include "grove/error.hpp"
 #include "grove/tokenizer.hpp"
 
@@ -95,6 +96,9 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
         batch.add(rollout.rows[size_t(i)].prompt_text, tokenizer.decode(completion, true),
                   std::vector<int32_t>(completion.begin(), completion.end()), c.truncated[i].item<bool>(),
                   rollout.rows[size_t(i)].columns_json, model_tokens);
+        if (model_mask.defined())
+            batch.add_episode_turns(
+                reward_turn_texts(completion, std::vector<int64_t>(model_tokens.begin(), model_tokens.end()), tokenizer));
         batch.prompt_json.push_back(prompt_json(rollout.rows[size_t(i)].prompt_text, rollout.rows[size_t(i)].prompt_messages));
     }
     PromptMessages messages;

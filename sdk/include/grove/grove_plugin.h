@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 9
+#define GROVE_ABI_MINOR 10
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -359,6 +359,15 @@ typedef struct grove_reward_batch {
      * see this form: a list of messages makes the batch "conversational". */
     const grove_text* prompt_json;
     int64_t max_steps; /* ABI 1.7: the run's optimizer steps in all (TRL's trainer_state.max_steps); 0 = unknown */
+    /* ABI 1.10: an episode's turns (section 9), each decoded with its special tokens kept, in CSR
+     * form: row i's turns are episode_turns[episode_turn_offsets[i] .. episode_turn_offsets[i+1]).
+     * They alternate, the model's first: a model turn, the environment's observation after it, the
+     * next model turn, ... (where model_token_mask changes; an episode always has its first turn,
+     * which may be empty). A row that is no episode (a run without an environment) has none: read
+     * `completions`. Both NULL when no row has turns; read them only if
+     * GROVE_HAS_FIELD(batch, grove_reward_batch, episode_turns). */
+    const uint64_t* episode_turn_offsets; /* [n+1] */
+    const grove_text* episode_turns;
 } grove_reward_batch;
 
 typedef struct grove_reward_output grove_reward_output;
@@ -535,7 +544,8 @@ struct grove_adapter_api {
  * tokens are context: they are excluded from the loss, the KL term, the reductions' token counts and
  * the completion lengths (TRL's env_mask = 0). Rewards see the whole episode, text and ids, and
  * (ABI 1.4) grove_reward_batch.model_token_mask says which tokens are the environment's (section 6),
- * so a reward can judge the model's final answer alone or count the observations it got.
+ * so a reward can judge the model's final answer alone or count the observations it got; (ABI 1.10)
+ * grove_reward_batch.episode_turns holds the same episode cut into its turns, as text.
  *
  * step() gets the model's last turn decoded with its special tokens kept (a tool's tag may be one;
  * a turn that ended with EOS ends with its text), and its token ids. Count

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "grove/environment_host.hpp"
+#include "grove/episodes.hpp"
 #include "grove/error.hpp"
 #include "grove/generation.hpp"
 #include "grove/model.hpp"
@@ -124,6 +125,30 @@ TEST(Episodes, RewardsSeeWhichTokensTheEnvironmentWrote) {
     }
     ASSERT_GT(environment_tokens, 0) << "no episode has an observation: the test exercised nothing";
     EXPECT_NEAR(scored.plugin_metrics.at("rewards/model_tokens/environment_tokens"), double(environment_tokens) / 8, 1e-6);
+
+    // the episode cut into its turns (ABI 1.10): one per run of one author, alternating from the
+    // model's, whose texts together are the whole episode's (special tokens kept)
+    auto metric_row = [&](const std::string& name) {
+        for (size_t m = 0; m < scored.plugin_metric_names.size(); ++m)
+            if (scored.plugin_metric_names[m] == "rewards/model_tokens/" + name) return scored.plugin_metric_rows[m];
+        ADD_FAILURE() << "no metric " << name;
+        return std::vector<double>(8, 0.0);
+    };
+    const auto turns = metric_row("turns"), bytes = metric_row("turn_bytes");
+    const at::Tensor mask = rollout.model_token_mask.to(at::kLong);
+    for (int64_t i = 0; i < 8; ++i) {
+        const int64_t length = rollout.completions.lengths[size_t(i)];
+        const auto ids = row_of(rollout.completions.completion_ids, i, length), authors = row_of(mask, i, length);
+        int64_t runs = length > 0 ? 1 : 0;
+        for (int64_t t = 1; t < length; ++t) runs += authors[size_t(t)] != authors[size_t(t - 1)];
+        EXPECT_EQ(turns[size_t(i)], double(std::max<int64_t>(runs, 1))) << "row " << i;
+        EXPECT_EQ(bytes[size_t(i)], double(f.tokenizer->decode(ids, false).size())) << "row " << i;
+    }
+    const std::vector<std::string> texts = grove::reward_turn_texts({5, 6, 7}, {0, 1, 1}, *f.tokenizer);
+    ASSERT_EQ(texts.size(), 3u) << "the environment's tokens first: an empty model turn before them";
+    EXPECT_EQ(texts[0], "");
+    EXPECT_EQ(texts[1], f.tokenizer->decode({5}, false));
+    EXPECT_EQ(grove::reward_turn_texts({}, {}, *f.tokenizer), std::vector<std::string>{""}) << "an episode has its first turn";
 }
 
 // An observation that does not fit in what is left of the budget is left out whole and ends the

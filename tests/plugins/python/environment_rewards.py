@@ -15,3 +15,24 @@ def one_echo(environments, **kwargs):
 def given_environments(completions, **kwargs):
     """1 on every row when `environments` was passed; a function that does not name it runs either way."""
     return [float("environments" in kwargs)] * len(completions)
+
+
+RECORDED = []  # the completions record_completions was given, batch after batch
+
+
+def record_completions(completions, **kwargs):
+    """Keeps the completions as the function got them; scores 0."""
+    RECORDED.append(completions)
+    return [0.0] * len(completions)
+
+
+def tool_messages(completions, **kwargs):
+    """How many tool messages each completion holds (an episode given as TRL's messages): 0 for one
+    assistant message holding the whole text, which must then be the completion's text."""
+    counts = []
+    for c in completions:
+        tools = sum(m["role"] == "tool" for m in c)
+        if tools == 0 and len(c) == 1 and c[0]["content"] not in ("the episode", "It is 7."):
+            raise ValueError(f"unexpected single message {c}")
+        counts.append(float(tools))
+    return counts

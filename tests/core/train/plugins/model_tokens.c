@@ -1,6 +1,8 @@
 /* Test reward "model_tokens", in plain C: a row's score is the number of completion tokens the model
  * wrote, and its metric "environment_tokens" the number an environment inserted, both read from
- * grove_reward_batch.model_token_mask (ABI 1.4). Under a host older than 1.4 every score is NaN. */
+ * grove_reward_batch.model_token_mask (ABI 1.4). Under a host older than 1.4 every score is NaN.
+ * Its metrics "turns" and "turn_bytes" are the number of the row's episode_turns and the bytes of
+ * their texts together (ABI 1.10; NaN without them). */
 #include <grove/grove_plugin.h>
 
 #include <math.h>
@@ -27,10 +29,18 @@ static grove_status score(void* instance, const grove_reward_batch* b, grove_rew
         out->scores[i] = (float)model;
         out->metrics[i] = (float)environment;
     }
+    if (!GROVE_HAS_FIELD(b, grove_reward_batch, episode_turns) || !b->episode_turns) return GROVE_OK;
+    for (uint32_t i = 0; i < b->count; ++i) {
+        size_t bytes = 0;
+        for (uint64_t k = b->episode_turn_offsets[i]; k < b->episode_turn_offsets[i + 1]; ++k)
+            bytes += b->episode_turns[k].size;
+        out->metrics[b->count + i] = (float)(b->episode_turn_offsets[i + 1] - b->episode_turn_offsets[i]);
+        out->metrics[2 * b->count + i] = (float)bytes;
+    }
     return GROVE_OK;
 }
 
-static const char* const metrics[] = {"environment_tokens"};
+static const char* const metrics[] = {"environment_tokens", "turns", "turn_bytes"};
 static const grove_reward_api api = {sizeof(grove_reward_api), score};
 static const grove_plugin_descriptor descriptor = {sizeof(grove_plugin_descriptor),
                                                    GROVE_PLUGIN_KIND_REWARD,
@@ -41,7 +51,7 @@ static const grove_plugin_descriptor descriptor = {sizeof(grove_plugin_descripto
                                                    NULL,
                                                    0,
                                                    metrics,
-                                                   1,
+                                                   3,
                                                    create,
                                                    destroy,
                                                    &api,
