@@ -134,7 +134,8 @@ class Reward:
         if prompt_json is not None:
             prompts = [json.loads(p) for p in prompt_json]  # the dataset's prompts, as TRL passes them
         if prompts and _is_conversation(prompts[0]):
-            completions = [_episode_messages(turns, rendered) or [{"role": "assistant", "content": c}]
+            tools = _run_environment_tool_parameters()
+            completions = [_episode_messages(turns, rendered, tools) or [{"role": "assistant", "content": c}]
                            for c, turns, rendered in zip(completions, episode_turns, rendered_prompts)]
         rows = [json.loads(r) if r else {} for r in row_json]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "completion", "completion_ids")]
@@ -186,6 +187,13 @@ _NO_ENVIRONMENTS = (
     "the run's [environment] is a python_environment running in the same process as this reward: this run has "
     "no such environment, or its [environment] or this [[rewards]] entry sets isolation = \"process\" (remove "
     "it from both), or `grove eval --no-environment` left it out")
+
+
+def _run_environment_tool_parameters():
+    """The tools' parameter schemas of this process's python_environment ({} without one), by which
+    the calls in the episodes' messages are typed, as TRL types them with the environment's tools."""
+    environment = _run_environment() if _run_environment is not None else None
+    return environment.tool_parameters if environment is not None else {}
 
 
 def _environments_of_rows(first_row, n, step, seed):
@@ -257,13 +265,78 @@ def _llama3_fields():
     }, re.compile(r"<\|eot_id\|>\s*")
 
 
+def _schema_types(schema):
+    """The JSON types a parameter's schema allows (its type, anyOf's, null when nullable)."""
+    if not isinstance(schema, dict):
+        return ()
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else [t for t in declared if isinstance(t, str)] \
+        if isinstance(declared, list) else []
+    for choice in schema.get("anyOf") or []:
+        types.extend(_schema_types(choice))
+    if schema.get("nullable") and "null" not in types:  # get_json_schema's mark of an Optional
+        types.append("null")
+    return tuple(types)
+
+
+def _typed(raw, types):
+    """A string argument as the first of its parameter's types it parses as (else unchanged), as
+    transformers' parse_response(tools=...) types it."""
+    for name in types:
+        try:
+            if name == "integer":
+                return int(raw)
+            if name == "number":
+                number = float(raw)
+                if number != number or number in (float("inf"), float("-inf")):
+                    continue
+                return int(number) if number.is_integer() and "." not in raw else number
+            if name == "boolean" and raw.strip().lower() in ("true", "1", "false", "0"):
+                return raw.strip().lower() in ("true", "1")
+            if name == "null" and raw.strip() in ("null", "None"):
+                return None
+            if name in ("object", "array"):
+                decoded = json.loads(raw)
+                if isinstance(decoded, dict if name == "object" else list):
+                    return decoded
+        except ValueError:
+            continue
+    return raw
+
+
+def _type_arguments(call, tool_parameters):
+    """Casts the call's string arguments by its tool's JSON schema ({tool: properties})."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), dict):
+        return
+    properties = tool_parameters.get(function.get("name"))
+    for key, value in (function["arguments"].items() if properties else ()):
+        types = _schema_types(properties[key]) if key in properties else ()
+        if types and isinstance(value, str):
+            function["arguments"][key] = _typed(value, types)
+        elif types and isinstance(value, list):
+            function["arguments"][key] = [_typed(v, types) if isinstance(v, str) else v for v in value]
+
+
+def _tool_parameters(schemas):
+    """{tool name: its parameters' schemas} from function schemas (get_json_schema's form)."""
+    parameters = {}
+    for tool in schemas:
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            properties = (function.get("parameters") or {}).get("properties")
+            parameters[function["name"]] = properties if isinstance(properties, dict) else {}
+    return parameters
+
+
 _SPECIAL_TEXT = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_header_id|begin_of_text|eom_id)\|>")
 
 
-def _assistant_message(text, llama3):
+def _assistant_message(text, llama3, tool_parameters=None):
     """A model turn (special tokens kept) as TRL's parse_response makes it: {"role": "assistant",
-    "content", and "reasoning_content" / "tool_calls" when there are any}; a turn that does not parse
-    (a tool call that is not JSON) is its text without special tokens, as TRL falls back to."""
+    "content", and "reasoning_content" / "tool_calls" when there are any}, the calls' string
+    arguments typed by `tool_parameters` (TRL passes the tools); a turn that does not parse (a tool
+    call that is not JSON) is its text without special tokens, as TRL falls back to."""
     fields, content_close = _llama3_fields() if llama3 else _hermes_fields()
     message, position, current, body, opened, name = {"role": "assistant"}, 0, None, "", False, None
 
@@ -303,6 +376,7 @@ def _assistant_message(text, llama3):
                 raise ValueError("a tool call without a name")
             if function.get("arguments") is None:
                 function["arguments"] = {}
+            _type_arguments(call, tool_parameters or {})
     except (ValueError, TypeError, KeyError):
         return {"role": "assistant", "content": _SPECIAL_TEXT.sub("", text)}
     message = {k: v for k, v in message.items() if k == "role" or v}
@@ -324,7 +398,7 @@ def _tool_results(observation, llama3):
     return _TOOL_RESPONSE.findall(observation) or None
 
 
-def _episode_messages(turns, rendered_prompt):
+def _episode_messages(turns, rendered_prompt, tool_parameters=None):
     """An episode's turns (model, observation, model, ...) as TRL's messages: each model turn
     parsed, each result a {"role": "tool", "name", "content"} message, named by the call it
     answers. None when it is no tool conversation (no turns, neither ChatML nor Llama 3's format, or
@@ -338,7 +412,7 @@ def _episode_messages(turns, rendered_prompt):
         _writes_llama3_calls(rendered_prompt)
     messages = []
     for k in range(0, len(turns), 2):
-        messages.append(_assistant_message(turns[k], llama3))
+        messages.append(_assistant_message(turns[k], llama3, tool_parameters))
         if k + 1 < len(turns):
             results = _tool_results(turns[k + 1], llama3)
             if results is None:
@@ -388,6 +462,7 @@ class Environment:
         else:
             raise ConfigError("class", f"'{name}' has neither step() (Grove's environment contract) nor reset() "
                                        "(TRL's environment_factory)")
+        self.tool_parameters = {}  # by tool: its parameters' JSON schemas (set by tools_json())
         global _run_environment
         _run_environment = weakref.ref(self)
 
@@ -419,6 +494,7 @@ class Environment:
         if self.grove is not None:
             tools = getattr(self.grove, "tools", None)
             tools = tools() if callable(tools) else tools
+            self.tool_parameters = _tool_parameters(list(tools or []))
             return json.dumps(list(tools)) if tools else ""
         from transformers.utils import get_json_schema
 
@@ -428,6 +504,7 @@ class Environment:
                 schemas.append(get_json_schema(method))
             except Exception as error:  # TRL refuses such a tool too: it needs type hints and a docstring
                 raise ConfigError("class", f"tool '{name}' cannot be described to the model: {error}") from None
+        self.tool_parameters = _tool_parameters(schemas)
         return json.dumps(schemas)
 
     def stop_strings(self):
@@ -499,7 +576,7 @@ class Environment:
         """The tool calls of the turn as TRL reads them (the turn parsed as the reward functions get
         it, so a turn whose calls do not parse calls nothing and ends the episode), each answered."""
         llama3 = _writes_llama3_calls(turn.rendered_prompt)
-        calls = _assistant_message(turn.text, llama3).get("tool_calls", [])
+        calls = _assistant_message(turn.text, llama3, self.tool_parameters).get("tool_calls", [])
         if not calls:
             return ("", True, 0, 0)
         tools = _public_methods(instance)

@@ -6,7 +6,7 @@ message.
 The reference is TRL's own GRPOTrainer (under transformers 5, which its environment_factory needs),
 trained for one step with environment_factory=Counter and a model whose turns are scripted: the
 first turn of each prompt calls tools (one call, two calls, unknown and failing tools, an async
-tool, a call that is not JSON, or none), the turn after the tool results answers (with a <think> block in one case). TRL
+tool, a call that is not JSON, a string argument the tool's schema types as an integer, or none), the turn after the tool results answers (with a <think> block in one case). TRL
 runs the tools, builds the episodes and hands the reward function its messages. Grove's bridge
 then gets the same episodes as the host hands them over (each episode cut where TRL's tool_mask
 changes, each piece decoded with special tokens kept: grove_reward_batch.episode_turns), and its
@@ -50,8 +50,10 @@ def scripts(call, llama3):
         # a turn that does not parse is its text without special tokens; the tiny tokenizer has
         # <|im_end|> as a special token but not <|eot_id|>, so only ChatML can show it
         5: "No idea." if llama3 else call("add", {"amount": 1}) + "<tool_call>\n{oops\n</tool_call>",
+        # a string where the tool takes an integer: typed by the tool's schema
+        6: call("add", {"amount": "6"}),
     }
-    after = {1: "Done: 1.", 2: "<think>two adds</think>\nIt is 2." if not llama3 else "It is 2.", 3: "Failed.",
+    after = {6: "Six.", 1: "Done: 1.", 2: "<think>two adds</think>\nIt is 2." if not llama3 else "It is 2.", 3: "Failed.",
              4: "  You said it.  "}
     return first, after
 
@@ -109,6 +111,8 @@ def grove_messages(generated, tokenizer):
     spec = importlib.util.spec_from_file_location("grove_python_bridge", os.path.join(ROOT, "plugins", "python", "bridge.py"))
     bridge = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bridge)
+    environment = bridge.Environment("environments", "Counter", "", HERE)
+    environment.tools_json()  # as the host asks once, after create(): the tools' schemas type the calls
     reward = bridge.Reward("environment_rewards", "record_completions", "", "", HERE)
     prompts, turns, rows = [], [], []
     for prompt_ids, ids, mask in zip(generated["prompt_ids"], generated["completion_ids"], generated["tool_mask"]):
@@ -126,13 +130,12 @@ def grove_messages(generated, tokenizer):
     reward.score(prompts, [""] * n, [list(i) for i in generated["completion_ids"]],
                  [json.dumps({"target": r["target"]}) for r in rows], [json.dumps(r["prompt"]) for r in rows], 0, 1, 0, 0,
                  turns)
-    return environment_rewards.RECORDED[0], turns, rows, grove_observations(bridge, turns, prompts, rows)
+    return environment_rewards.RECORDED[0], turns, rows, grove_observations(environment, turns, prompts, rows)
 
 
-def grove_observations(bridge, turns, prompts, rows):
+def grove_observations(environment, turns, prompts, rows):
     """What Grove's python_environment answers each episode's first turn with (its tool turn), to
     compare with the tool results TRL appended."""
-    environment = bridge.Environment("environments", "Counter", "", HERE)
     # bridge.Environment's rows: (episode, turn, text, ids, ended with EOS, prompt as seen, row, dataset prompt)
     episodes = [(i, 1, pieces[0], [], True, prompt, json.dumps({"target": row["target"]}), json.dumps(row["prompt"]))
                 for i, (pieces, prompt, row) in enumerate(zip(turns, prompts, rows))]
