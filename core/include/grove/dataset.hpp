@@ -32,6 +32,11 @@ std::string prompt_json(const std::string& text, const std::vector<ChatMessage>&
 // naming `where`.
 std::vector<ChatMessage> chat_messages(const nlohmann::ordered_json& list, const std::string& where);
 
+// The prompts of a run without data.source, where the environment owns the data: `count` rows of
+// one empty user message, which the environment completes before generation (TRL's reset() text,
+// SDK begin_episodes). TRL trains on these placeholder rows when given no train_dataset.
+std::vector<PromptRow> environment_owned_prompts(size_t count);
+
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");

@@ -419,6 +419,22 @@ void resolve_batch_sizes(const Manifest& m, toml::table& train, const toml::tabl
     train.insert_or_assign("steps_per_generation", *spg);
 }
 
+// Where the training prompts come from: data.source, replayed rollouts, or, as TRL without a
+// train_dataset, an environment that writes each prompt itself (then only max_steps can end the run).
+void check_prompt_source(const Manifest& m, const std::string& source_name) {
+    if (m.optional_string("data.source") || m.optional_string("rollouts.path")) return;
+    if (!m.optional_string("environment.plugin"))
+        throw manifest_error(source_name,
+                             "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
+                             "or rollouts.path to replay rollouts made elsewhere, or an [environment] that writes the "
+                             "prompts (with train.max_steps)");
+    if (m.integer("train.max_steps") <= 0)
+        throw manifest_error(source_name,
+                             "without data.source the [environment] writes every prompt, so there are no epochs to "
+                             "count: set train.max_steps (as TRL asks for max_steps without a train_dataset), or "
+                             "set data.source");
+}
+
 // TRL's rules for combining loss options (docs/objectives.md#which-options-combine), as errors
 // that name the keys and the combination that is valid.
 void check_loss_combinations(const Manifest& m, const toml::table& root, Validator& v, const std::string& source_name) {
@@ -557,10 +573,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
     }
     m.values_ = values;
 
-    if (!m.optional_string("data.source") && !m.optional_string("rollouts.path"))
-        throw manifest_error(source_name,
-                             "missing data.source (the training prompts: a JSONL file or builtin:NAME), "
-                             "or rollouts.path to replay rollouts made elsewhere");
+    check_prompt_source(m, source_name);
 
     resolve_batch_sizes(m, *values->get("train")->as_table(), root, v, source_name, world_size, use);
     check_loss_combinations(m, root, v, source_name);

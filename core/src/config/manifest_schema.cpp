@@ -81,7 +81,8 @@ const std::vector<KeySpec>& manifest_schema() {
 
         path(key("data", "source", T::string, nullptr,
                  "training prompts: a JSONL file (relative to the manifest) or builtin:NAME; required unless rollouts.path is "
-                 "set")),
+                 "set or an [environment] writes the prompts (then each is one empty user message that the environment's "
+                 "reset() / begin_episodes completes, as TRL without a train_dataset; train.max_steps required)")),
         path(key("data", "eval_source", T::string, nullptr,
                  "held-out prompts for `grove eval` and train.eval_steps: JSONL file or builtin:NAME")),
         key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),

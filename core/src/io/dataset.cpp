@@ -233,6 +233,14 @@ std::string prompt_text(const PromptRow& row, ChatTemplate family, const Tokeniz
     }
 }
 
+std::vector<PromptRow> environment_owned_prompts(size_t count) {
+    PromptRow row;
+    row.messages.push_back({"user", "", {}, std::nullopt});
+    row.columns_json = "{}";
+    row.origin = "the environment's prompts (no data.source)";
+    return std::vector<PromptRow>(count, row);
+}
+
 std::string prompt_json(const std::string& text, const std::vector<ChatMessage>& messages) {
     // a prompt need not be valid UTF-8 (rollouts replayed from token ids): such bytes become U+FFFD
     auto dump = [](const nlohmann::ordered_json& j) {

@@ -250,7 +250,10 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
                                                             model->config().vocab_size, rewards->names()),
                                               c.generation.num_generations);
     std::vector<BatchRow> rows;
-    for (const PromptRow& row : load_prompts(*c.data.source, c.data.prompt_column)) {
+    const std::vector<PromptRow> dataset =
+        c.data.source ? load_prompts(*c.data.source, c.data.prompt_column)
+                      : environment_owned_prompts(size_t(c.train.generation_batch_size / c.generation.num_generations));
+    for (const PromptRow& row : dataset) {
         BatchRow r;
         r.prompt_messages = row.messages;
         r.prompt_text = prompt_text(row, chat_template, tokenizer->config(), environment ? environment->tools_json() : "");

@@ -93,6 +93,20 @@ TEST(Manifest, RelativePathsResolveAgainstTheManifestFolder) {
     EXPECT_EQ(builtin.string("data.source"), "builtin:arithmetic");
 }
 
+TEST(Manifest, PromptsComeFromTheDataRolloutsOrAnEnvironmentWithMaxSteps) {
+    const std::string without_data = "[model]\npath = \"m\"\n[[rewards]]\nplugin = \"correctness\"\n";
+    const std::string environment = "[environment]\nplugin = \"python_environment\"\n";
+    auto missing = manifest_error(without_data);
+    EXPECT_CONTAINS(missing, "missing data.source");
+    EXPECT_CONTAINS(missing, "or an [environment] that writes the prompts (with train.max_steps)");
+    // as TRL without a train_dataset: the environment owns the data, and only max_steps ends the run
+    auto epochs = manifest_error(without_data + environment);
+    EXPECT_CONTAINS(epochs, "/runs/exp/grove.toml");
+    EXPECT_CONTAINS(epochs, "set train.max_steps");
+    auto m = grove::Manifest::parse(without_data + environment + "[train]\nmax_steps = 3\n", "/runs/exp/grove.toml");
+    EXPECT_FALSE(m.optional_string("data.source"));
+}
+
 TEST(Manifest, UnknownKeyHasLineColumnAndSuggestion) {
     auto message = manifest_error(kMinimal + "\n[generation]\ntemprature = 0.7\n");
     EXPECT_CONTAINS(message, "/runs/exp/grove.toml:12:1: error: unknown key 'temprature' in [generation]");

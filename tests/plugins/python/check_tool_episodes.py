@@ -11,6 +11,8 @@ both sample the same turns:
   two rows apart, and an entropy bonus, recording the episodes its tool loop built (prompt ids,
   completion ids, tool_mask);
 - `grove train` runs the equivalent manifest with logging.save_rollouts.
+And again with an environment that owns its data (CountToOne, whose reset() writes the prompt):
+TRL without a train_dataset, Grove without data.source, each on its placeholder prompts.
 Grove's episodes must be TRL's (ids and which tokens the environment wrote), its rewards and tool
 metrics TRL's, and its loss, entropy, gradient norm and updated weights TRL's within float rounding.
 A group's rows are the same episode, so their opposite advantages cancel in the gradient: the
@@ -126,14 +128,19 @@ def teach_tool_calls(base, out, work_limit=600):
     return [[i for piece, _ in episode_pieces(tokenizer, t) for i in piece] for t in TARGETS]
 
 
-def trl_run(model, work):
+# (the environment class, its module, the dataset's rows or None where the environment writes the prompts)
+CASES = [("Counter", "environments", [{"prompt": conversation(t), "target": t} for t in TARGETS]),
+         ("CountToOne", "self_prompting", None)]
+
+
+def trl_run(model, work, environment, module, rows):
     """TRL's episodes {prompt ids: (completion ids, tool_mask)} (each the same for both of a group's
     rows), its logged metrics and its weights after one step."""
+    import importlib
+
     import trl
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
-
-    from environments import Counter
 
     namespace = {}
     exec(REWARDS, namespace)
@@ -146,36 +153,37 @@ def trl_run(model, work):
         return result
 
     GRPOTrainer._generate = recording_generate
-    args = GRPOConfig(output_dir=os.path.join(work, "trl"), num_generations=2, per_device_train_batch_size=2 * len(TARGETS),
+    args = GRPOConfig(output_dir=os.path.join(work, "trl-" + environment), num_generations=2, per_device_train_batch_size=2 * len(TARGETS),
                       max_completion_length=MAX_COMPLETION_LENGTH, top_k=1, learning_rate=LEARNING_RATE, adam_epsilon=ADAM_EPSILON,
                       lr_scheduler_type="constant", entropy_coef=ENTROPY_COEF, max_steps=1, report_to="none", use_cpu=True, bf16=False,
                       logging_steps=1, save_strategy="no", seed=3)
-    rows = [{"prompt": conversation(t), "target": t} for t in TARGETS]
     trainer = GRPOTrainer(model=model, reward_funcs=[namespace["alternating"]], args=args,
-                          train_dataset=Dataset.from_list(rows), processing_class=qwen2_5_tokenizer(model),
-                          environment_factory=Counter)
+                          train_dataset=Dataset.from_list(rows) if rows else None, processing_class=qwen2_5_tokenizer(model),
+                          environment_factory=getattr(importlib.import_module(module), environment))
     trainer.train()
+    GRPOTrainer._generate = original_generate
     metrics = next(entry for entry in trainer.state.log_history if "reward" in entry)
     weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     print(f"TRL {trl.__version__}: {len(episodes)} episodes, metrics {json.dumps(metrics)}")
     return {tuple(p): (list(c), list(m)) for p, c, m in episodes}, metrics, weights
 
 
-def grove_run(grove, model, work):
-    run = os.path.join(work, "grove")
+def grove_run(grove, model, work, environment, module, rows):
+    run = os.path.join(work, "grove-" + environment)
     shutil.rmtree(run, ignore_errors=True)
     os.makedirs(run)
     with open(os.path.join(run, "rewards.py"), "w") as f:
         f.write(REWARDS)
-    with open(os.path.join(run, "prompts.jsonl"), "w") as f:
-        f.writelines(json.dumps({"prompt": conversation(t), "target": t}) + "\n" for t in TARGETS)
+    data = ""
+    if rows:
+        with open(os.path.join(run, "prompts.jsonl"), "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+        data = '[data]\nsource = "prompts.jsonl"\n'
     with open(os.path.join(run, "grove.toml"), "w") as f:
         f.write(f'''[model]
 path = "{model}"
 chat_template = "chatml"
-[data]
-source = "prompts.jsonl"
-[generation]
+{data}[generation]
 num_generations = 2
 max_completion_length = {MAX_COMPLETION_LENGTH}
 top_k = 1
@@ -197,7 +205,7 @@ plugin = "python"
 config = {{ module = "rewards.py", function = "alternating" }}
 [environment]
 plugin = "python_environment"
-config = {{ module = "{HERE}/environments.py", class = "Counter" }}
+config = {{ module = "{HERE}/{module}.py", class = "{environment}" }}
 ''')
     out = subprocess.run([grove, "train", os.path.join(run, "grove.toml")], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -221,9 +229,9 @@ def check_episodes(trl_episodes, rollouts, taught):
         assert list(prompt) + completion in taught, "the episode is not the taught one: the model did not call its tool"
 
 
-def check_metrics(trl, grove):
+def check_metrics(trl, grove, environment):
     """The logged values TRL and Grove both define, as TRL 1.16 logs them."""
-    keys = ["reward", "reward_std", "rewards/alternating/mean", "rewards/Counter/mean", "completions/mean_length",
+    keys = ["reward", "reward_std", "rewards/alternating/mean", f"rewards/{environment}/mean", "completions/mean_length",
             "tools/call_frequency", "tools/failure_frequency", "loss", "grad_norm", "entropy"]
     for key in keys:
         assert key in trl and key in grove, f"{key}: TRL logged {sorted(trl)}, Grove {sorted(grove)}"
@@ -248,13 +256,19 @@ def main():
     os.makedirs(work, exist_ok=True)
     model = os.path.join(work, "tool_caller")
     taught = teach_tool_calls(base, model)
-    trl_episodes, trl_metrics, trl_weights = trl_run(model, work)
-    rollouts, metrics, checkpoint = grove_run(grove, model, work)
-    check_episodes(trl_episodes, rollouts, taught)
-    check_metrics(trl_metrics, metrics)
-    worst, moved = check_weights(trl_weights, checkpoint, model)
+    for environment, module, rows in CASES:
+        trl_episodes, trl_metrics, trl_weights = trl_run(model, work, environment, module, rows)
+        rollouts, metrics, checkpoint = grove_run(grove, model, work, environment, module, rows)
+        check_episodes(trl_episodes, rollouts, taught)
+        check_metrics(trl_metrics, metrics, environment)
+        worst, moved = check_weights(trl_weights, checkpoint, model)
+        report(environment, rows, rollouts, metrics, trl_metrics, worst, moved)
+
+
+def report(environment, rows, rollouts, metrics, trl_metrics, worst, moved):
     tool_tokens = sum(m == 0 for row in rollouts for m in row["env_mask"])
-    print(f"Grove's {len(rollouts)} episodes are TRL's token for token ({tool_tokens} tokens written by the tool); "
+    prompts = "the dataset's prompts" if rows else "prompts the environment wrote (no dataset)"
+    print(f"{environment}, {prompts}: Grove's {len(rollouts)} episodes are TRL's token for token ({tool_tokens} tokens written by the tool); "
           f"loss {metrics['loss']:.6g} (TRL {trl_metrics['loss']:.6g}), grad_norm {metrics['grad_norm']:.6g} "
           f"(TRL {trl_metrics['grad_norm']:.6g}); the weights moved up to {moved:.3g} and differ from TRL's by {worst:.3g}")
 
