@@ -128,6 +128,10 @@ case("manifest", "num_generations = 1 (no group to compare within)", "check grov
      lambda d: write(f"{d}/grove.toml", manifest().replace("num_generations = 2", "num_generations = 1")))
 case("manifest", "no model path", "check grove.toml", 3, "missing required key model.path",
      lambda d: write(f"{d}/grove.toml", '[data]\nsource = "p.jsonl"\n[[rewards]]\nplugin = "format"\n'))
+case("manifest", "no training prompts at all", "check grove.toml", 3, "missing data.source",
+     lambda d: write(f"{d}/grove.toml", '[model]\npath = "model"\n[[rewards]]\nplugin = "format"\n'))
+case("manifest", "an environment writing the prompts, and no max_steps", "check grove.toml", 3, "set train.max_steps",
+     lambda d: write(f"{d}/grove.toml", '[model]\npath = "model"\n[environment]\nplugin = "python_environment"\n'))
 case("manifest", "a batch that cannot hold whole groups", "check grove.toml", 3, "cannot hold whole groups",
      lambda d: write(f"{d}/grove.toml", manifest().replace("num_generations = 2", "num_generations = 3")))
 case("manifest", "a batch size of 10^18", "check grove.toml", 3, "per_device_train_batch_size",
