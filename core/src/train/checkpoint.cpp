@@ -83,6 +83,21 @@ std::vector<MicroBatch> read_micro_batches(const SafetensorsFile& f) {
     return out;
 }
 
+json reward_columns_json(const std::vector<std::pair<std::string, double>>& columns) {
+    json list = json::array();
+    for (const auto& [name, weight] : columns) list.push_back({{"name", name}, {"weight", weight}});
+    return list;
+}
+
+std::string reward_columns_text(const json& columns) {
+    std::string text;
+    for (const json& column : columns)
+        if (column.is_object())
+            text += (text.empty() ? "" : ", ") + column.value("name", std::string("?")) + ": " +
+                    column.value("weight", json()).dump();
+    return "[" + text + "]";
+}
+
 json progress_json(const TrainingProgress& p) {
     json st = {{"global_step", p.global_step},
                {"micro_step", p.micro_step},
@@ -301,6 +316,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     json st = progress_json(progress);
     st["optimizer_steps"] = state.optimizer.steps();
     st["world_size"] = world_size_;
+    st["reward_columns"] = reward_columns_json(reward_columns_);
     st["manifest"] = manifest_path;
     st["files"] = checksum_files(tmp);  // written last: a checkpoint is whole when its state names every file
     write_file_atomically((tmp / "trainer_state.json").string(), st.dump(2) + "\n");
@@ -379,11 +395,21 @@ std::string Checkpoints::folder_of(const std::string& folder) const {
 }
 
 std::vector<std::string> Checkpoints::changed_settings(const std::string& folder) const {
-    std::ifstream in(fs::path(folder_of(folder)) / kResolvedManifestFile);
+    const fs::path dir = folder_of(folder);
+    std::ifstream in(dir / kResolvedManifestFile);
     if (!in) return {};
     std::stringstream saved;
     saved << in.rdbuf();
-    return Manifest::resolved_changes(saved.str(), resolved_manifest_);
+    std::vector<std::string> changes = Manifest::resolved_changes(saved.str(), resolved_manifest_);
+    // a column a plugin adds (a TRL class that gained get_reward()) changes the advantages with no
+    // manifest line to show it
+    std::ifstream state_file(dir / "trainer_state.json");
+    const json state = json::parse(state_file, nullptr, false);
+    const json now = reward_columns_json(reward_columns_);
+    if (state.is_object() && state.contains("reward_columns") && state["reward_columns"] != now)
+        changes.push_back("reward columns (name: weight): " + reward_columns_text(state["reward_columns"]) + " -> " +
+                          reward_columns_text(now));
+    return changes;
 }
 
 void Checkpoints::warn_of_changed_settings(const std::string& folder, std::ostream* log) const {

@@ -94,12 +94,16 @@ class Checkpoints {
 public:
     // `resolved_manifest`: the run's settings (Manifest::resolved_toml), kept in every checkpoint as
     // manifest.resolved.toml so that a resume can name what changed since.
-    Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group, std::string resolved_manifest)
+    // `reward_columns`: each reward column's name and weight, the ones plugins add (an environment's
+    // get_reward()) included, which the manifest alone does not show; kept in trainer_state.json.
+    Checkpoints(std::string output_dir, int rank, int world_size, ProcessGroup* group, std::string resolved_manifest,
+                std::vector<std::pair<std::string, double>> reward_columns)
             : output_(std::move(output_dir)),
               rank_(rank),
               world_size_(world_size),
               group_(group),
-              resolved_manifest_(std::move(resolved_manifest)) {}
+              resolved_manifest_(std::move(resolved_manifest)),
+              reward_columns_(std::move(reward_columns)) {}
 
     // Writes checkpoint-<global_step> (every rank calls it): files under .tmp-checkpoint-<step>, their
     // checksums into trainer_state.json last, then a rename. A failure (a full disk, a read-only
@@ -111,7 +115,8 @@ public:
     // checksums written with it; errors name the file and the checkpoint to resume from instead.
     void restore(const std::string& folder, CheckpointedState& state) const;
     // The settings that differ between those the checkpoint `folder` (or "latest") was written with
-    // and this run's (Manifest::resolved_changes); none for a checkpoint that kept no settings.
+    // and this run's (Manifest::resolved_changes), and its reward columns when they differ; none for a
+    // checkpoint that kept no settings.
     std::vector<std::string> changed_settings(const std::string& folder) const;
     // Writes a warning to `log` (when set) naming changed_settings(folder), if any: a resumed run
     // repeats the original only with the same settings.
@@ -134,6 +139,7 @@ private:
     int rank_, world_size_;
     ProcessGroup* group_;
     std::string resolved_manifest_;
+    std::vector<std::pair<std::string, double>> reward_columns_;
 };
 
 }  // namespace grove

@@ -281,7 +281,7 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
     const std::vector<int> every_tensor_here;
     CheckpointedState state{progress, no_buffer, params, optimizer, every_tensor_here};
-    Checkpoints checkpoints(output, 0, 1, nullptr, manifest.resolved_toml(true));
+    Checkpoints checkpoints(output, 0, 1, nullptr, manifest.resolved_toml(true), {});  // SFT has no rewards
     ExampleOrder order(int64_t(examples.size()), c.train.seed);
     if (start.resume_from) {
         checkpoints.restore(*start.resume_from, state);

@@ -151,6 +151,7 @@ struct Trainer::State {
     void export_model(const std::string& folder) const;
     PolicyLossOptions loss_options() const;
     CheckpointedState checkpointed_state();
+    std::vector<std::pair<std::string, double>> reward_columns() const;
     std::map<std::string, double> evaluate_held_out();
     bool inside_generation_batch() const {
         return progress.micro_step % (config.train.steps_per_generation * config.loss.num_iterations) != 0;
@@ -452,6 +453,16 @@ std::map<std::string, double> Trainer::State::evaluate_held_out() {
     return metrics;
 }
 
+// Every reward column's name and weight, in the order scoring weighs them: the [[rewards]], then the
+// environment's (scoring.cpp).
+std::vector<std::pair<std::string, double>> Trainer::State::reward_columns() const {
+    std::vector<std::pair<std::string, double>> columns;
+    for (size_t i = 0; i < rewards->names().size(); ++i) columns.emplace_back(rewards->names()[i], rewards->weights()[i]);
+    if (const PluginUse* column = environment ? environment->reward_column() : nullptr)
+        columns.emplace_back(column->name, column->weight);
+    return columns;
+}
+
 CheckpointedState Trainer::State::checkpointed_state() {
     CheckpointedState state{progress, buffer, params, *optimizer, owners};
     if (reference) state.reference = reference->named_parameters();
@@ -478,8 +489,8 @@ Trainer::Trainer(const Manifest& given, const TrainerOptions& options) {
     if (options.group) options.group->barrier();
     State& s = *s_;
     s.load();
-    s.checkpoints =
-        std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group, manifest.resolved_toml(true));
+    s.checkpoints = std::make_unique<Checkpoints>(output, options.rank, options.world_size, options.group,
+                                                  manifest.resolved_toml(true), s.reward_columns());
     if (resume_from) {
         CheckpointedState state = s.checkpointed_state();
         s.checkpoints->restore(*resume_from, state);
