@@ -12,7 +12,9 @@ both sample the same turns:
   completion ids, tool_mask);
 - `grove train` runs the equivalent manifest with logging.save_rollouts.
 And again with an environment that owns its data (CountToOne, whose reset() writes the prompt):
-TRL without a train_dataset, Grove without data.source, each on its placeholder prompts.
+TRL without a train_dataset, Grove without data.source, each on its placeholder prompts; and with a
+completion budget the tool's answer would overrun, which TRL's tool loop drops, ending the episode
+after the call.
 Grove's episodes must be TRL's (ids and which tokens the environment wrote), its rewards and tool
 metrics TRL's, and its loss, entropy, gradient norm and updated weights TRL's within float rounding.
 A group's rows are the same episode, so their opposite advantages cancel in the gradient: the
@@ -46,7 +48,8 @@ def alternating(completions, **kwargs):
 # weights after the step compare the gradients element by element, not only their signs
 LEARNING_RATE = 0.1
 ADAM_EPSILON = 1.0
-MAX_COMPLETION_LENGTH = 192  # the episode (~130 tokens) whole: TRL drops a tool result that would not fit
+WHOLE_EPISODE = 192  # max_completion_length for the whole episode (~130 tokens)
+CALL_ONLY = 96  # the call (~70 tokens) fits, its answer does not: TRL drops a tool result that would overrun
 ENTROPY_COEF = 0.1
 
 
@@ -128,12 +131,14 @@ def teach_tool_calls(base, out, work_limit=600):
     return [[i for piece, _ in episode_pieces(tokenizer, t) for i in piece] for t in TARGETS]
 
 
-# (the environment class, its module, the dataset's rows or None where the environment writes the prompts)
-CASES = [("Counter", "environments", [{"prompt": conversation(t), "target": t} for t in TARGETS]),
-         ("CountToOne", "self_prompting", None)]
+# (the environment class, its module, the dataset's rows or None where the environment writes the
+# prompts, max_completion_length)
+DATASET = [{"prompt": conversation(t), "target": t} for t in TARGETS]
+CASES = [("Counter", "environments", DATASET, WHOLE_EPISODE), ("CountToOne", "self_prompting", None, WHOLE_EPISODE),
+         ("Counter", "environments", DATASET, CALL_ONLY)]
 
 
-def trl_run(model, work, environment, module, rows):
+def trl_run(model, work, environment, module, rows, budget):
     """TRL's episodes {prompt ids: (completion ids, tool_mask)} (each the same for both of a group's
     rows), its logged metrics and its weights after one step."""
     import importlib
@@ -153,8 +158,8 @@ def trl_run(model, work, environment, module, rows):
         return result
 
     GRPOTrainer._generate = recording_generate
-    args = GRPOConfig(output_dir=os.path.join(work, "trl-" + environment), num_generations=2, per_device_train_batch_size=2 * len(TARGETS),
-                      max_completion_length=MAX_COMPLETION_LENGTH, top_k=1, learning_rate=LEARNING_RATE, adam_epsilon=ADAM_EPSILON,
+    args = GRPOConfig(output_dir=os.path.join(work, f"trl-{environment}-{budget}"), num_generations=2, per_device_train_batch_size=2 * len(TARGETS),
+                      max_completion_length=budget, top_k=1, learning_rate=LEARNING_RATE, adam_epsilon=ADAM_EPSILON,
                       lr_scheduler_type="constant", entropy_coef=ENTROPY_COEF, max_steps=1, report_to="none", use_cpu=True, bf16=False,
                       logging_steps=1, save_strategy="no", seed=3)
     trainer = GRPOTrainer(model=model, reward_funcs=[namespace["alternating"]], args=args,
@@ -168,8 +173,8 @@ def trl_run(model, work, environment, module, rows):
     return {tuple(p): (list(c), list(m)) for p, c, m in episodes}, metrics, weights
 
 
-def grove_run(grove, model, work, environment, module, rows):
-    run = os.path.join(work, "grove-" + environment)
+def grove_run(grove, model, work, environment, module, rows, budget):
+    run = os.path.join(work, f"grove-{environment}-{budget}")
     shutil.rmtree(run, ignore_errors=True)
     os.makedirs(run)
     with open(os.path.join(run, "rewards.py"), "w") as f:
@@ -185,7 +190,7 @@ path = "{model}"
 chat_template = "chatml"
 {data}[generation]
 num_generations = 2
-max_completion_length = {MAX_COMPLETION_LENGTH}
+max_completion_length = {budget}
 top_k = 1
 [train]
 per_device_train_batch_size = {2 * len(TARGETS)}
@@ -216,8 +221,9 @@ config = {{ module = "{HERE}/{module}.py", class = "{environment}" }}
     return rollouts, metrics, os.path.join(run, "out", "checkpoint-1")
 
 
-def check_episodes(trl_episodes, rollouts, taught):
-    """Each Grove row is TRL's episode for its prompt, and both are the taught one."""
+def check_episodes(trl_episodes, rollouts, taught, budget):
+    """Each Grove row is TRL's episode for its prompt, and both are the taught one (with the short
+    budget, up to the call: the tool's answer dropped)."""
     assert len(rollouts) == 2 * len(TARGETS), f"Grove saved {len(rollouts)} rows"
     for row in rollouts:
         prompt = tuple(row["prompt_ids"])
@@ -226,7 +232,11 @@ def check_episodes(trl_episodes, rollouts, taught):
         assert row["completion_ids"] == completion, (
             f"for prompt ...{row['prompt_ids'][-12:]}\nGrove's completion {row['completion_ids']}\nTRL's completion   {completion}")
         assert row["env_mask"] == tool_mask, f"Grove's env_mask {row['env_mask']}\nTRL's tool_mask  {tool_mask}"
-        assert list(prompt) + completion in taught, "the episode is not the taught one: the model did not call its tool"
+        if budget == WHOLE_EPISODE:
+            assert list(prompt) + completion in taught, "the episode is not the taught one: the model did not call its tool"
+        else:
+            assert any(t[:len(prompt) + len(completion)] == list(prompt) + completion for t in taught) and \
+                all(tool_mask), "with the short budget, the episode is not the taught call alone"
 
 
 def check_metrics(trl, grove, environment):
@@ -256,18 +266,19 @@ def main():
     os.makedirs(work, exist_ok=True)
     model = os.path.join(work, "tool_caller")
     taught = teach_tool_calls(base, model)
-    for environment, module, rows in CASES:
-        trl_episodes, trl_metrics, trl_weights = trl_run(model, work, environment, module, rows)
-        rollouts, metrics, checkpoint = grove_run(grove, model, work, environment, module, rows)
-        check_episodes(trl_episodes, rollouts, taught)
+    for environment, module, rows, budget in CASES:
+        trl_episodes, trl_metrics, trl_weights = trl_run(model, work, environment, module, rows, budget)
+        rollouts, metrics, checkpoint = grove_run(grove, model, work, environment, module, rows, budget)
+        check_episodes(trl_episodes, rollouts, taught, budget)
         check_metrics(trl_metrics, metrics, environment)
         worst, moved = check_weights(trl_weights, checkpoint, model)
-        report(environment, rows, rollouts, metrics, trl_metrics, worst, moved)
+        report(environment, rows, budget, rollouts, metrics, trl_metrics, worst, moved)
 
 
-def report(environment, rows, rollouts, metrics, trl_metrics, worst, moved):
+def report(environment, rows, budget, rollouts, metrics, trl_metrics, worst, moved):
     tool_tokens = sum(m == 0 for row in rollouts for m in row["env_mask"])
     prompts = "the dataset's prompts" if rows else "prompts the environment wrote (no dataset)"
+    prompts += f", max_completion_length {budget}"
     print(f"{environment}, {prompts}: Grove's {len(rollouts)} episodes are TRL's token for token ({tool_tokens} tokens written by the tool); "
           f"loss {metrics['loss']:.6g} (TRL {trl_metrics['loss']:.6g}), grad_norm {metrics['grad_norm']:.6g} "
           f"(TRL {trl_metrics['grad_norm']:.6g}); the weights moved up to {moved:.3g} and differ from TRL's by {worst:.3g}")
