@@ -143,7 +143,8 @@ int generate(const std::vector<std::string>& args) {
     for (auto& row : rows) {
         bool chat = !row.messages.empty() || vm.count("chat");
         if (row.messages.empty() && chat) row.messages.push_back({"user", row.text});
-        std::string text = prompt_text(row, family, tokenizer->config(), environment ? environment->tools_json() : "");
+        std::string text = prompt_text(row, family, tokenizer->config(),
+                                       environment ? environment->tools_for(row.columns_json, row.origin) : "");
         // a rendered template already holds its special tokens (as apply_chat_template does)
         std::vector<int64_t> ids = tokenizer->encode(text, !chat);
         for (int64_t i = 0; i < n; ++i) {

@@ -312,11 +312,11 @@ std::string render_training_prompts(const grove::RunConfig& config, const grove:
     if (sources.empty()) return "";
     const auto tokenizer = grove::Tokenizer::load(config.model.path);
     const grove::ChatTemplate family = config.chat_template(tokenizer->config());
-    const std::string tools = environment ? environment->tools_json() : "";
     size_t prompts = 0, conversations = 0;
     for (const std::string& source : sources)
         for (const grove::PromptRow& row : grove::load_prompts(source, config.data.prompt_column)) {
-            grove::prompt_text(row, family, tokenizer->config(), tools);
+            grove::prompt_text(row, family, tokenizer->config(),
+                               environment ? environment->tools_for(row.columns_json, row.origin) : "");
             ++prompts;
             conversations += !row.messages.empty();
         }

@@ -423,6 +423,20 @@ def _episode_messages(turns, rendered_prompt, tool_parameters=None):
     return messages
 
 
+def _tool_schemas(instance):
+    """What transformers' get_json_schema makes of each tool method, as apply_chat_template(tools=...)
+    describes TRL's tools to the model."""
+    from transformers.utils import get_json_schema
+
+    schemas = []
+    for name, method in _public_methods(instance).items():
+        try:
+            schemas.append(get_json_schema(method))
+        except Exception as error:  # TRL refuses such a tool too: it needs type hints and a docstring
+            raise ConfigError("class", f"tool '{name}' cannot be described to the model: {error}") from None
+    return schemas
+
+
 def _public_methods(instance):
     """TRL's tools of an environment: its public functions other than reset and get_reward."""
     return {
@@ -441,30 +455,55 @@ class Environment:
     Hermes' (<tool_call>{"name": ..., "arguments": {...}}</tool_call>), answered in <tool_response>
     blocks of a ChatML user turn, or, for prompts in Llama 3's format, Llama 3.1's JSON call
     ({"name": ..., "parameters": {...}} ending the turn) answered in an ipython turn; and
-    get_reward() scoring the whole episode."""
+    get_reward() scoring the whole episode.
 
-    def __init__(self, module, name, kwargs_json, base_dir):
+    Several TRL classes (`classes`, TRL's environment_factory={name: factory}) are chosen row by row
+    by the dataset's `environment` column, each row's prompt showing its class's tools."""
+
+    def __init__(self, module, name, kwargs_json, base_dir, classes_json=""):
         kwargs = json.loads(kwargs_json) if kwargs_json else {}
-        factory = _find_function(_load_module(module, base_dir), name, None, key="class")
-        self.make = lambda: factory(**kwargs)
-        probe = self.make()
-        self.probe = probe  # describes the tools
-        self.environment_class = type(probe)
+        classes = json.loads(classes_json) if classes_json else None
+        if (classes is None) == (not name):
+            raise ConfigError("class", "give `class` (the environment) or `classes` (several, chosen by each row's "
+                                       "`environment` column, as TRL's environment_factory={name: factory}), one of them")
+        loaded = _load_module(module, base_dir)
+        self.multi = classes is not None
+        names = classes if self.multi else {None: name}
+        if self.multi and (not names or not all(isinstance(c, str) for c in names.values())):
+            raise ConfigError("classes", "must name each environment's class: classes = { NAME = \"Class\", ... }")
+        self.makers = {key: self._maker(loaded, class_name, kwargs) for key, class_name in names.items()}
+        self.probes = {key: make() for key, make in self.makers.items()}  # they describe the tools
         self.loop = None
-        if callable(getattr(probe, "step", None)):
+        probe = next(iter(self.probes.values()))
+        if not self.multi and callable(getattr(probe, "step", None)):
             self.grove = probe
-        elif callable(getattr(type(probe), "reset", None)):
-            self.grove = None
-            self.idle = [probe]  # instances are made once and reset often, as TRL pools them
-            self.live = {}  # episode -> (batch key, instance)
-            if not _public_methods(probe):
-                raise ConfigError("class", f"'{name}' defines reset() but no public method to call as a tool")
         else:
-            raise ConfigError("class", f"'{name}' has neither step() (Grove's environment contract) nor reset() "
-                                       "(TRL's environment_factory)")
+            self.grove = None
+            for key, instance in self.probes.items():
+                self._check_trl_class(instance, names[key])
+            self.idle = {key: [instance] for key, instance in self.probes.items()}  # made once, reset often (TRL's pool)
+            self.live = {}  # episode -> (batch key, instance)
+        # TRL's reward columns: each class defining get_reward (a function on the class), once
+        self.reward_classes = list(dict.fromkeys(
+            type(i) for i in self.probes.values()
+            if self.grove is None and "get_reward" in dict(inspect.getmembers(type(i), predicate=inspect.isfunction))))
         self.tool_parameters = {}  # by tool: its parameters' JSON schemas (set by tools_json())
+        self.tool_parameters_of = {}  # several classes: by environment name, each class's
         global _run_environment
         _run_environment = weakref.ref(self)
+
+    @staticmethod
+    def _maker(module, class_name, kwargs):
+        factory = _find_function(module, class_name, None, key="class")
+        return lambda: factory(**kwargs)
+
+    def _check_trl_class(self, instance, class_name):
+        if not callable(getattr(type(instance), "reset", None)):
+            raise ConfigError("class", f"'{class_name}' has neither step() (Grove's environment contract) nor reset() "
+                                       "(TRL's environment_factory)" if not self.multi else
+                              f"'{class_name}' has no reset(): several environments are TRL environment_factory classes")
+        if not _public_methods(instance):
+            raise ConfigError("class", f"'{class_name}' defines reset() but no public method to call as a tool")
 
     def instances(self, first_episode, n, batch_key):
         """The objects that ran episodes first_episode .. first_episode + n - 1 of the generation batch
@@ -484,8 +523,10 @@ class Environment:
         counts when the manifest asks, named as the manifest says ("" : its default)."""
         if self.grove is not None:
             return (1 if callable(getattr(self.grove, "score_episodes", None)) else 0), ""
-        functions = dict(inspect.getmembers(self.environment_class, predicate=inspect.isfunction))
-        return (2 if "get_reward" in functions else 0), self.environment_class.__name__
+        # several classes with get_reward: one column (TRL makes one per class, each NaN on the other
+        # classes' rows, so a row's weighted sum, and every advantage, is the same)
+        names = "+".join(c.__name__ for c in self.reward_classes) or next(iter(self.probes.values())).__class__.__name__
+        return (2 if self.reward_classes else 0), names
 
     def tools_json(self):
         """The tools' JSON schemas for the prompt: for TRL's classes, what transformers' get_json_schema
@@ -496,16 +537,13 @@ class Environment:
             tools = tools() if callable(tools) else tools
             self.tool_parameters = _tool_parameters(list(tools or []))
             return json.dumps(list(tools)) if tools else ""
-        from transformers.utils import get_json_schema
-
-        schemas = []
-        for name, method in _public_methods(self.probe).items():
-            try:
-                schemas.append(get_json_schema(method))
-            except Exception as error:  # TRL refuses such a tool too: it needs type hints and a docstring
-                raise ConfigError("class", f"tool '{name}' cannot be described to the model: {error}") from None
-        self.tool_parameters = _tool_parameters(schemas)
-        return json.dumps(schemas)
+        schemas = {key: _tool_schemas(probe) for key, probe in self.probes.items()}
+        self.tool_parameters_of = {key: _tool_parameters(tools) for key, tools in schemas.items()}
+        for parameters in self.tool_parameters_of.values():
+            self.tool_parameters.update(parameters)
+        if self.multi:  # SDK 1.11: each row's tools chosen by its `environment` column
+            return json.dumps({"select_by": "environment", "tools": schemas})
+        return json.dumps(schemas[None])
 
     def stop_strings(self):
         if self.grove is None:
@@ -529,10 +567,22 @@ class Environment:
         and every other column as keyword arguments. Returns reset()'s text for the prompt, or None."""
         held = self.live.pop(turn.episode, None)
         if held is not None:
-            self.idle.append(held[1])
-        instance = self.idle.pop() if self.idle else self.make()
-        self.live[turn.episode] = (batch_key, instance)
-        return self._await(instance.reset(prompt=turn.prompt, **turn.row))
+            self.idle[held[2]].append(held[1])
+        key, row = self._environment_of(turn)
+        instance = self.idle[key].pop() if self.idle[key] else self.makers[key]()
+        self.live[turn.episode] = (batch_key, instance, key)
+        return self._await(instance.reset(prompt=turn.prompt, **row))
+
+    def _environment_of(self, turn):
+        """The episode's environment name (None for one environment) and the columns reset() gets:
+        with several, the `environment` column chooses and is not passed on, as in TRL."""
+        if not self.multi:
+            return None, turn.row
+        key = turn.row.get("environment")
+        if key not in self.makers:
+            raise ValueError(f"Example has `environment={key!r}`, which is not among the environments of `classes`. "
+                             f"Expected one of: {list(self.makers)}.")
+        return key, {k: v for k, v in turn.row.items() if k != "environment"}
 
     def _instance(self, turn, batch_key):
         """The episode's TRL environment in this batch (reset now if begin() did not reach it)."""
@@ -576,7 +626,8 @@ class Environment:
         """The tool calls of the turn as TRL reads them (the turn parsed as the reward functions get
         it, so a turn whose calls do not parse calls nothing and ends the episode), each answered."""
         llama3 = _writes_llama3_calls(turn.rendered_prompt)
-        calls = _assistant_message(turn.text, llama3, self.tool_parameters).get("tool_calls", [])
+        parameters = self.tool_parameters_of.get(self._environment_of(turn)[0], self.tool_parameters)
+        calls = _assistant_message(turn.text, llama3, parameters).get("tool_calls", [])
         if not calls:
             return ("", True, 0, 0)
         tools = _public_methods(instance)
@@ -600,9 +651,9 @@ class Environment:
             scores = self._await(self.grove.score_episodes(turns))
         else:
             instances = [self._instance(t, (step, seed)) for t in turns]
-            # as TRL: the column is the probed class's, so an instance of another class the factory
-            # made (a subclass included) is not scored
-            scores = [self._await(i.get_reward()) if type(i) is self.environment_class else None for i in instances]
+            # as TRL: a column is a probed class's, so an instance of another class a factory made (a
+            # subclass included) is not scored
+            scores = [self._await(i.get_reward()) if type(i) in self.reward_classes else None for i in instances]
         if len(scores) != len(turns):
             raise ValueError(f"returned {len(scores)} scores for {len(turns)} episodes")
         return [math.nan if v is None else float(v) for v in scores]

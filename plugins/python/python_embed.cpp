@@ -275,11 +275,12 @@ PyObject* episode_rows(const grove_environment_batch& b) {
 class PythonEnvironment {
 public:
     explicit PythonEnvironment(const grove::sdk::Config& config)
-            : module_(config.get_string("module", "")), class_(config.get_string("class", "")) {
+            : module_(config.get_string("module", "")), class_(config.get_string("class", config.get_string("classes", ""))) {
         start_interpreter();
         HoldInterpreterLock lock;
-        environment_ = PyObject_CallMethod(bridge_module(), "Environment", "ssss", module_.c_str(), class_.c_str(),
-                                           config.get_string("kwargs", "").c_str(), config.base_dir().c_str());
+        environment_ = PyObject_CallMethod(bridge_module(), "Environment", "sssss", module_.c_str(),
+                                           config.get_string("class", "").c_str(), config.get_string("kwargs", "").c_str(),
+                                           config.base_dir().c_str(), config.get_string("classes", "").c_str());
         Ref strings(environment_ ? PyObject_CallMethod(environment_, "stop_strings", nullptr) : nullptr);
         if (!strings) throw_config_error("loading " + class_ + " from " + module_);
         for (Py_ssize_t i = 0; i < PyList_Size(strings.get()); ++i)

@@ -27,9 +27,12 @@ constexpr const char* kEnvironmentDescription =
     "an environment written in Python: TRL's environment_factory classes or Grove's contract";
 constexpr grove_config_key kEnvironmentKeys[] = {
     grove::sdk::required_key("module", GROVE_VALUE_STRING, "a .py file (relative to the manifest) or an importable module"),
-    grove::sdk::required_key("class", GROVE_VALUE_STRING,
-                             "TRL's environment_factory (a class with reset() and tool methods), or a class with "
-                             "step() (Grove's environment contract)"),
+    grove::sdk::key("class", GROVE_VALUE_STRING, "-",
+                    "TRL's environment_factory (a class with reset() and tool methods), or a class with step() "
+                    "(Grove's environment contract); this or `classes`"),
+    grove::sdk::key("classes", GROVE_VALUE_TABLE, "-",
+                    "several TRL environment_factory classes by name, { NAME = \"Class\", ... }, each row choosing one "
+                    "by its \"environment\" column (TRL's environment_factory={name: factory}); this or `class`"),
     grove::sdk::key("kwargs", GROVE_VALUE_TABLE, "{}", "keyword arguments of the class (or factory) call"),
 };
 

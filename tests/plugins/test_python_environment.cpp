@@ -124,6 +124,21 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
         std::string::npos)
         << missing;
 
+    // one class or several (TRL's environment_factory={name: factory}), never both; several are TRL's
+    std::string both = message([] { python_environment("Counter", "classes = { a = \"Abacus\" }"); });
+    EXPECT_NE(both.find("give `class` (the environment) or `classes` (several, chosen by each row's `environment` column"),
+              std::string::npos)
+        << both;
+    std::string grove_contract = message([] {
+        grove::PluginHost host({grove::test::build_plugin_dir()});
+        auto info = host.find("python_environment", GROVE_PLUGIN_KIND_ENVIRONMENT);
+        const std::string config = "module = \"" + kModule + "\"\nclasses = { a = \"Counter\", b = \"Echo\" }\n";
+        grove::Environment(grove::PluginInstance(info, grove::PluginConfig::from_toml_text(info, config, "test")));
+    });
+    EXPECT_NE(grove_contract.find("'Echo' has no reset(): several environments are TRL environment_factory classes"),
+              std::string::npos)
+        << grove_contract;
+
     std::string bad_kwargs = message([] { python_environment("Echo", "kwargs = { unknown = 1 }"); });
     EXPECT_NE(bad_kwargs.find("loading Echo from " + kModule + ": TypeError: Echo() takes no arguments"), std::string::npos)
         << bad_kwargs;

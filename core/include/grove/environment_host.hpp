@@ -5,6 +5,7 @@
 #include <grove/grove_plugin.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,9 +57,14 @@ public:
     ~Environment();
 
     const std::vector<std::string>& stop_strings() const { return stop_strings_; }
-    // Its tools as a JSON array of function schemas (SDK 1.7 tools_json), or empty: none to render
-    // (an empty array too, as TRL passes `tools or None`).
+    // Its tools as the plugin gave them (SDK tools_json): a JSON array of function schemas, or (SDK
+    // 1.11) an object choosing a list by a dataset column; empty: none (an empty array too, as TRL
+    // passes `tools or None`).
     const std::string& tools_json() const { return tools_json_; }
+    // The tools the prompt of a dataset row shows (its other columns as a JSON object): the array,
+    // or the list its column names (TRL's environment_factory={name: factory}); "" for none. A row
+    // without the column or with a name the environment does not know is refused, naming `origin`.
+    std::string tools_for(const std::string& columns_json, const std::string& origin) const;
     EnvironmentAnswers step(EnvironmentTurns& turns) const;
     // Whether it judges whole episodes (SDK 1.3 score_episodes), and its scores of `episodes`, each
     // given whole (NaN: no score).
@@ -85,6 +91,9 @@ private:
     std::unique_ptr<PluginWorker> worker_;    // in a worker process
     std::vector<std::string> stop_strings_;
     std::string tools_json_;
+    std::string tools_column_;                           // SDK 1.11: the column that chooses, or empty
+    std::map<std::string, std::string> tools_by_value_;  // the column's values: their tools ("" none)
+    void set_tools(std::string tools_json);
     bool scores_episodes_ = false, begins_episodes_ = false;
     bool reward_by_default_ = false;  // SDK episode_reward: GROVE_EPISODES_JUDGED_AS_REWARD
     std::string reward_name_;         // the plugin's name for that column; empty: none

@@ -80,24 +80,69 @@ Environment::Environment(PluginInstance instance) : instance_(std::move(instance
         reward_by_default_ = scores_episodes_ && judgement == GROVE_EPISODES_JUDGED_AS_REWARD;
     }
     if (GROVE_HAS_FIELD(api, grove_environment_api, tools_json) && api->tools_json) {
-        grove_text_sink sink = text_sink_into(tools_json_);
+        std::string tools;
+        grove_text_sink sink = text_sink_into(tools);
         ErrorCapture capture;
         instance_->check(api->tools_json(instance_->handle(), &sink, &capture.sink), "tools_json", capture);
-        if (tools_json_.empty()) return;
-        const auto tools = nlohmann::json::parse(tools_json_, nullptr, false);
-        if (tools.is_discarded() || !tools.is_array())
-            throw Error(ErrorKind::plugin, "plugin " + info.display() + ": tools_json() gave no JSON array of tool schemas: " +
-                                               tools_json_.substr(0, 200));
-        // no tools at all, as TRL renders GRPO prompts with `tools or None` (Llama 3.1's template
-        // would write its tool-use turn for an empty list)
-        if (tools.empty()) tools_json_.clear();
+        set_tools(std::move(tools));
     }
+}
+
+namespace {
+// no tools at all for an empty list, as TRL renders GRPO prompts with `tools or None` (Llama 3.1's
+// template would write its tool-use turn for an empty list)
+std::string tool_list(const nlohmann::ordered_json& list) { return list.empty() ? "" : list.dump(); }
+}  // namespace
+
+void Environment::set_tools(std::string tools_json) {
+    tools_json_ = std::move(tools_json);
+    if (tools_json_.empty()) return;
+    // ordered: a schema is rendered with its keys in the order the plugin wrote them
+    const auto tools = nlohmann::ordered_json::parse(tools_json_, nullptr, false);
+    const auto* routed = tools.is_object() ? &tools : nullptr;
+    const bool well_formed =
+        tools.is_array() || (routed && routed->size() == 2 && routed->contains("select_by") &&
+                             (*routed)["select_by"].is_string() && routed->contains("tools") && (*routed)["tools"].is_object());
+    if (!well_formed)
+        throw Error(ErrorKind::plugin, "plugin " + info().display() +
+                                           ": tools_json() gave neither a JSON array of tool schemas nor {\"select_by\": "
+                                           "COLUMN, \"tools\": {VALUE: [...]}}: " +
+                                           tools_json_.substr(0, 200));
+    if (tools.is_array()) {
+        if (tools.empty()) tools_json_.clear();
+        return;
+    }
+    tools_column_ = (*routed)["select_by"].get<std::string>();
+    for (const auto& [value, list] : (*routed)["tools"].items()) {
+        if (!list.is_array())
+            throw Error(ErrorKind::plugin, "plugin " + info().display() + ": tools_json()'s tools for \"" + value +
+                                               "\" are not a JSON array of tool schemas");
+        tools_by_value_[value] = tool_list(list);
+    }
+}
+
+std::string Environment::tools_for(const std::string& columns_json, const std::string& origin) const {
+    if (tools_column_.empty()) return tools_json_;
+    const auto columns = nlohmann::json::parse(columns_json.empty() ? "{}" : columns_json, nullptr, false);
+    std::string names;
+    for (const auto& [value, tools] : tools_by_value_) names += (names.empty() ? "\"" : ", \"") + value + "\"";
+    const auto* chosen = columns.is_object() && columns.contains(tools_column_) ? &columns[tools_column_] : nullptr;
+    if (!chosen || !chosen->is_string())
+        throw Error(ErrorKind::input, origin + ": environment plugin " + info().display() +
+                                          " is several, chosen by each row's \"" + tools_column_ +
+                                          "\" column, which this row " + (chosen ? "does not give as text" : "lacks") +
+                                          "; give it one of " + names);
+    const auto found = tools_by_value_.find(chosen->get<std::string>());
+    if (found == tools_by_value_.end())
+        throw Error(ErrorKind::input, origin + ": \"" + tools_column_ + "\" is \"" + chosen->get<std::string>() +
+                                          "\", which is none of the environments of plugin " + info().display() + ": " + names);
+    return found->second;
 }
 
 Environment::Environment(std::unique_ptr<PluginWorker> worker) : worker_(std::move(worker)) {
     worker::EnvironmentTraits traits = worker::decode_traits(worker_->ready_payload());
     stop_strings_ = std::move(traits.stop_strings);
-    tools_json_ = std::move(traits.tools_json);
+    set_tools(std::move(traits.tools_json));
     scores_episodes_ = traits.scores_episodes;
     begins_episodes_ = traits.begins_episodes;
     reward_by_default_ = traits.reward_by_default;

@@ -115,7 +115,8 @@ void begin_episodes(const Environment& environment, const Tokenizer& tokenizer, 
             s.prompt_text += additions[i];
         } else {
             s.messages.back().content += additions[i];
-            s.prompt_text = render_chat(limits.chat_template, s.messages, true, tokenizer.config(), environment.tools_json());
+            s.prompt_text = render_chat(limits.chat_template, s.messages, true, tokenizer.config(),
+                                        environment.tools_for(s.columns_json, "row " + std::to_string(first_row + int64_t(i))));
         }
         s.prompt_ids = tokenizer.encode(s.prompt_text, s.messages.empty());  // as the trainer tokenizes the prompt
     }

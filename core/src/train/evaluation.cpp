@@ -97,7 +97,8 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         std::vector<std::string> texts, json_rows;
         PromptMessages messages;  // conversational prompts, for reward models
         for (size_t i = start; i < end; ++i) {
-            std::string text = prompt_text(rows[i], family, tokenizer.config(), environment ? environment->tools_json() : "");
+            std::string text = prompt_text(rows[i], family, tokenizer.config(),
+                                           environment ? environment->tools_for(rows[i].columns_json, rows[i].origin) : "");
             for (int64_t k = 0; k < q.samples; ++k) {
                 prompts.push_back(tokenizer.encode(text, rows[i].messages.empty()));  // as training tokenizes it
                 texts.push_back(text);

@@ -257,7 +257,8 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     for (const PromptRow& row : dataset) {
         BatchRow r;
         r.prompt_messages = row.messages;
-        r.prompt_text = prompt_text(row, chat_template, tokenizer->config(), environment ? environment->tools_json() : "");
+        r.prompt_text = prompt_text(row, chat_template, tokenizer->config(),
+                                    environment ? environment->tools_for(row.columns_json, row.origin) : "");
         // as TRL 1.16: a text prompt gets the tokenizer's special tokens (processing_class(text=prompts):
         // Llama 3's and Gemma's BOS); a rendered conversation carries the template's own
         r.prompt_ids = tokenizer->encode(r.prompt_text, row.messages.empty());

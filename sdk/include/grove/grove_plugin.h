@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 10
+#define GROVE_ABI_MINOR 11
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -636,7 +636,11 @@ struct grove_environment_api {
      * schemas, [{"type": "function", "function": {"name", "description", "parameters"}}, ...] (what
      * transformers' get_json_schema makes of a documented Python function). The host renders them
      * into every conversation's system prompt with the chat template, as apply_chat_template(tools=)
-     * does; called once, after create(). */
+     * does; called once, after create().
+     * ABI 1.11: or, for an environment that is several (TRL's environment_factory={name: factory}),
+     * a JSON object {"select_by": COLUMN, "tools": {VALUE: [schemas...], ...}}: each row gets the
+     * list named by its dataset column COLUMN (an empty list: no tools), and a row without the column
+     * or with another value is refused, naming the row. */
     grove_status (*tools_json)(void* instance, grove_text_sink* out, grove_error_sink* err);
     /* ABI 1.9, may be NULL: how this instance's judgement of whole episodes counts (see above): set
      * *judgement (host-filled GROVE_EPISODES_JUDGED_ON_REQUEST when score_episodes is set, else

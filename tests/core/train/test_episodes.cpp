@@ -14,6 +14,7 @@
 #include "grove/model.hpp"
 #include "grove/manifest.hpp"
 #include "grove/reward_set.hpp"
+#include "plugin_test_support.hpp"
 #include "grove/tokenizer.hpp"
 #include "train/episodes.hpp"
 #include "train/scoring.hpp"
@@ -272,4 +273,31 @@ TEST(Episodes, AnEmptyToolListIsNoTools) {
     EXPECT_EQ(scripted("tools = \"[]\"").tools_json(), "");
     const std::string tools = R"([{"type": "function", "function": {"name": "add"}}])";
     EXPECT_EQ(scripted("tools = '" + tools + "'").tools_json(), tools);
+}
+
+// SDK 1.11: an environment that is several gives each row the tools its dataset column names (TRL's
+// environment_factory={name: factory}); an empty list is no tools, and a row that names none of them
+// is refused, naming the row (check_several_environments.py compares the prompts with TRL's).
+TEST(Episodes, SeveralEnvironmentsGiveEachRowItsOwnTools) {
+    const std::string add = R"([{"type": "function", "function": {"name": "add", "description": "Adds."}}])";
+    const auto several = scripted(R"(tools = '{"select_by": "environment", "tools": {"math": )" + add + R"(, "chat": []}}')");
+    EXPECT_EQ(several.tools_for(R"({"environment": "math", "target": 3})", "rows.jsonl:1"),
+              R"([{"type":"function","function":{"name":"add","description":"Adds."}}])")
+        << "the schema's keys keep the plugin's order";
+    EXPECT_EQ(several.tools_for(R"({"environment": "chat"})", "rows.jsonl:2"), "");
+    const auto refusal = [&](const std::string& columns) {
+        return grove::test::error_message([&] { several.tools_for(columns, "rows.jsonl:3"); });
+    };
+    EXPECT_CONTAINS(refusal(R"({"target": 3})"), "rows.jsonl:3: environment plugin");
+    EXPECT_CONTAINS(refusal(R"({"target": 3})"),
+                    "\"environment\" column, which this row lacks; give it one of \"chat\", \"math\"");
+    EXPECT_CONTAINS(refusal(R"({"environment": "game"})"), "rows.jsonl:3: \"environment\" is \"game\", which is none of");
+    EXPECT_CONTAINS(refusal(R"({"environment": 2})"), "which this row does not give as text");
+    EXPECT_EQ(scripted("tools = '" + add + "'").tools_for(R"({"environment": "game"})", "rows.jsonl:4"), add)
+        << "one environment's tools are every row's, whatever its columns";
+    const std::string malformed =
+        grove::test::error_message([] { scripted(R"(tools = '{"select_by": "environment", "tools": {"math": {}}}')"); });
+    EXPECT_CONTAINS(malformed, "tools_json()'s tools for \"math\" are not a JSON array of tool schemas");
+    const std::string neither = grove::test::error_message([] { scripted(R"(tools = '{"tools": []}')"); });
+    EXPECT_CONTAINS(neither, "tools_json() gave neither a JSON array of tool schemas nor");
 }

@@ -1,0 +1,135 @@
+"""Several environments in one run train as TRL 1.16 trains them with environment_factory={name:
+factory}: each row's `environment` column chooses its class, the row's prompt shows that class's
+tools only, reset() gets the row's other columns, and each class with get_reward() scores its own
+rows (NaN elsewhere).
+
+The reference is TRL's own GRPOTrainer, trained for one step on the tiny checkpoint with
+{"meter": Meter, "scale": Scale, "notes": Notes} (tests/plugins/python/several_environments.py):
+the prompt ids it generated from, and the logged reward (each row's weighted sum, where the
+classes' columns are NaN on the other classes' rows). `grove train` runs the same with
+`classes = { meter = "Meter", ... }`; its saved rollouts must start from TRL's prompt ids, row for
+row, and its logged reward and reward_std must be TRL's. Grove gives the classes' get_reward() one
+column (Meter+Scale): each row has one class, so its weighted sum, and every advantage, is the
+same. A row naming no environment, or an unknown one, is refused naming the row.
+
+usage: check_several_environments.py GROVE MODEL_DIR WORK_DIR
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(sys.prefix, "transformers5-site"))  # TRL's environment_factory needs transformers 5
+
+CLASSES = {"meter": "Meter", "scale": "Scale", "notes": "Notes"}
+ROWS = [{"prompt": [{"role": "user", "content": f"Measure {n}."}], "target": n, "environment": name}
+        for n, name in enumerate(["meter", "scale", "notes", "meter"])]
+
+
+def trl_run(model, work):
+    import transformers
+    import trl
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    import several_environments
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model)
+    with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen2_5.jinja")) as f:
+        tokenizer.chat_template = f.read()
+    prompts = []
+    original_generate = GRPOTrainer._generate
+
+    def recording_generate(self, batch):
+        result = original_generate(self, batch)
+        prompts.extend(list(p) for p in result[0])
+        return result
+
+    GRPOTrainer._generate = recording_generate
+    args = GRPOConfig(output_dir=os.path.join(work, "trl"), num_generations=2, per_device_train_batch_size=2 * len(ROWS),
+                      max_completion_length=8, max_steps=1, report_to="none", use_cpu=True, bf16=False, logging_steps=1,
+                      save_strategy="no")
+    factories = {name: getattr(several_environments, cls) for name, cls in CLASSES.items()}
+    trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(ROWS), processing_class=tokenizer,
+                          environment_factory=factories)
+    trainer.train()
+    GRPOTrainer._generate = original_generate
+    metrics = next(entry for entry in trainer.state.log_history if "reward" in entry)
+    print(f"TRL {trl.__version__}: columns {trainer.reward_func_names}, reward {metrics['reward']}")
+    return prompts, metrics
+
+
+def write_run(work, rows):
+    run = os.path.join(work, "grove")
+    shutil.rmtree(run, ignore_errors=True)
+    os.makedirs(run)
+    with open(os.path.join(run, "prompts.jsonl"), "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    return run
+
+
+def grove(grove_binary, model, run, command="train"):
+    classes = ", ".join(f'{name} = "{cls}"' for name, cls in CLASSES.items())
+    with open(os.path.join(run, "grove.toml"), "w") as f:
+        f.write(f'''[model]
+path = "{model}"
+chat_template = "chatml"
+[data]
+source = "prompts.jsonl"
+[generation]
+num_generations = 2
+max_completion_length = 8
+[train]
+per_device_train_batch_size = {2 * len(ROWS)}
+max_steps = 1
+[output]
+dir = "out"
+[logging]
+save_rollouts = true
+[environment]
+plugin = "python_environment"
+config = {{ module = "{HERE}/several_environments.py", classes = {{ {classes} }} }}
+''')
+    return subprocess.run([grove_binary, command, os.path.join(run, "grove.toml")], capture_output=True, text=True)
+
+
+def check_refusals(grove_binary, model, work):
+    """A row without the column, or naming no environment of the run, is refused, naming its line."""
+    for row, says in (({"prompt": "Hi", "target": 0}, 'which this row lacks; give it one of "meter", "notes", "scale"'),
+                      ({"prompt": "Hi", "target": 0, "environment": "clock"},
+                       '"environment" is "clock", which is none of the environments')):
+        run = write_run(work, ROWS[:3] + [row])
+        for command in ("check", "train"):
+            out = grove(grove_binary, model, run, command)
+            assert out.returncode != 0 and "prompts.jsonl:4" in out.stderr and says in out.stderr, (
+                f"grove {command} with the row {row}: exit {out.returncode}\n{out.stderr}")
+
+
+def main():
+    grove_binary, model, work = (os.path.abspath(a) for a in sys.argv[1:4])
+    os.makedirs(work, exist_ok=True)
+    trl_prompts, trl_metrics = trl_run(model, work)
+    run = write_run(work, ROWS)
+    out = grove(grove_binary, model, run)
+    assert out.returncode == 0, out.stdout + out.stderr
+    with open(os.path.join(run, "out", "rollouts.jsonl")) as f:
+        rollouts = [json.loads(line) for line in f]
+    with open(os.path.join(run, "out", "metrics.jsonl")) as f:
+        metrics = [json.loads(line) for line in f][-1]
+    grove_prompts = sorted(r["prompt_ids"] for r in rollouts)
+    assert grove_prompts == sorted(trl_prompts), "Grove's prompts are not TRL's: each row should show its class's tools"
+    assert len({tuple(p) for p in grove_prompts}) == len(ROWS), "the rows' prompts should differ (tools and targets)"
+    for key in ("reward", "reward_std"):
+        assert abs(metrics[key] - trl_metrics[key]) < 1e-6, f"{key}: TRL {trl_metrics[key]}, Grove {metrics[key]}"
+    check_refusals(grove_binary, model, work)
+    print(f"Grove: {len(rollouts)} rows from TRL's prompts, each with its class's tools; reward {metrics['reward']:.4f} "
+          f"(TRL {trl_metrics['reward']:.4f}), reward_std {metrics['reward_std']:.4f} (TRL {trl_metrics['reward_std']:.4f}); "
+          "rows naming no environment or an unknown one refused by grove check and grove train")
+
+
+if __name__ == "__main__":
+    main()
