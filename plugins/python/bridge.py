@@ -133,11 +133,11 @@ class Reward:
         rendered_prompts = prompts
         if prompt_json is not None:
             prompts = [json.loads(p) for p in prompt_json]  # the dataset's prompts, as TRL passes them
-        if prompts and _is_conversation(prompts[0]):
-            tools = _run_environment_tool_parameters()
-            completions = [_episode_messages(turns, rendered, tools) or [{"role": "assistant", "content": c}]
-                           for c, turns, rendered in zip(completions, episode_turns, rendered_prompts)]
         rows = [json.loads(r) if r else {} for r in row_json]
+        if prompts and _is_conversation(prompts[0]):
+            completions = [_episode_messages(turns, rendered, _run_environment_tool_parameters(row))
+                           or [{"role": "assistant", "content": c}]
+                           for c, turns, rendered, row in zip(completions, episode_turns, rendered_prompts, rows)]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "completion", "completion_ids")]
         columns = {k: [row.get(k) for row in rows] for k in keys}
         logged, extras = [], []
@@ -189,11 +189,15 @@ _NO_ENVIRONMENTS = (
     "it from both), or `grove eval --no-environment` left it out")
 
 
-def _run_environment_tool_parameters():
-    """The tools' parameter schemas of this process's python_environment ({} without one), by which
-    the calls in the episodes' messages are typed, as TRL types them with the environment's tools."""
+def _run_environment_tool_parameters(row):
+    """The tools' parameter schemas of this process's python_environment for the dataset row ({}
+    without one: with several classes, the row's own), by which the calls in the episode's messages
+    are typed, as TRL types them with the row's environment's tools."""
     environment = _run_environment() if _run_environment is not None else None
-    return environment.tool_parameters if environment is not None else {}
+    if environment is None:
+        return {}
+    return environment.tool_parameters_of.get(row.get("environment"), environment.tool_parameters) \
+        if environment.multi else environment.tool_parameters
 
 
 def _environments_of_rows(first_row, n, step, seed):
@@ -377,7 +381,7 @@ def _assistant_message(text, llama3, tool_parameters=None):
             if function.get("arguments") is None:
                 function["arguments"] = {}
             _type_arguments(call, tool_parameters or {})
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):  # RecursionError: JSON nested too deep
         return {"role": "assistant", "content": _SPECIAL_TEXT.sub("", text)}
     message = {k: v for k, v in message.items() if k == "role" or v}
     message.setdefault("content", "")
@@ -393,9 +397,18 @@ def _tool_results(observation, llama3):
     """The tool results in an observation the bridge wrote (_tool_turn), or None when it is not a
     tool turn (an observation of Grove's contract, which is free text)."""
     if llama3:
-        results = [json.loads(r) for r in _IPYTHON_TURN.findall(observation)]
+        try:
+            results = [json.loads(r) for r in _IPYTHON_TURN.findall(observation)]
+        except ValueError:  # free text in an ipython turn: another environment's, not the bridge's
+            return None
         return [r if isinstance(r, str) else json.dumps(r) for r in results] or None
     return _TOOL_RESPONSE.findall(observation) or None
+
+
+def _shows_tools(rendered_prompt):
+    """Whether the prompt describes tools, as the templates write them: Qwen2.5's / Hermes' <tools>
+    block, or the "Environment: ipython" line of Llama 3.1's and 3.2's."""
+    return "<tools>\n" in rendered_prompt or "Environment: ipython\n" in rendered_prompt
 
 
 def _episode_messages(turns, rendered_prompt, tool_parameters=None):
@@ -410,6 +423,8 @@ def _episode_messages(turns, rendered_prompt, tool_parameters=None):
         return None
     llama3 = _LLAMA3_HEADER in shown or _LLAMA3_EOT in shown if shown is not rendered_prompt else \
         _writes_llama3_calls(rendered_prompt)
+    if len(turns) == 1 and not (tool_parameters or _shows_tools(rendered_prompt)):
+        return None  # TRL parses completions only when the run has tools; a C environment's stay whole
     messages = []
     for k in range(0, len(turns), 2):
         messages.append(_assistant_message(turns[k], llama3, tool_parameters))
@@ -502,8 +517,7 @@ class Environment:
             raise ConfigError("class", f"'{class_name}' has neither step() (Grove's environment contract) nor reset() "
                                        "(TRL's environment_factory)" if not self.multi else
                               f"'{class_name}' has no reset(): several environments are TRL environment_factory classes")
-        if not _public_methods(instance):
-            raise ConfigError("class", f"'{class_name}' defines reset() but no public method to call as a tool")
+        # TRL asks only for reset(): a class without tools still writes prompts and judges episodes
 
     def instances(self, first_episode, n, batch_key):
         """The objects that ran episodes first_episode .. first_episode + n - 1 of the generation batch
@@ -524,7 +538,8 @@ class Environment:
         if self.grove is not None:
             return (1 if callable(getattr(self.grove, "score_episodes", None)) else 0), ""
         # several classes with get_reward: one column (TRL makes one per class, each NaN on the other
-        # classes' rows, so a row's weighted sum, and every advantage, is the same)
+        # classes' rows, so a row's weighted sum, and every advantage, is the same), named after them in
+        # the order of their environment names (a TOML table's keys come sorted)
         names = "+".join(c.__name__ for c in self.reward_classes) or next(iter(self.probes.values())).__class__.__name__
         return (2 if self.reward_classes else 0), names
 
@@ -625,6 +640,8 @@ class Environment:
     def _tool_answer(self, instance, turn):
         """The tool calls of the turn as TRL reads them (the turn parsed as the reward functions get
         it, so a turn whose calls do not parse calls nothing and ends the episode), each answered."""
+        if not self.multi and not _public_methods(instance):
+            return ("", True, 0, 0)  # no tools: TRL runs no tool loop, the episode is one turn
         llama3 = _writes_llama3_calls(turn.rendered_prompt)
         parameters = self.tool_parameters_of.get(self._environment_of(turn)[0], self.tool_parameters)
         calls = _assistant_message(turn.text, llama3, parameters).get("tool_calls", [])

@@ -414,3 +414,30 @@ TEST(PythonEnvironment, RewardFunctionsSeeAToolEpisodeAsTrlsMessages) {
             << (isolated ? "in a worker" : "in process");
     }
 }
+
+// As TRL parses completions only when the run has tools: a one-turn episode is parsed when the
+// prompt shows tools, and stays whole (the completion's text) when it does not, as a C
+// environment's does; an ipython turn of free text is no tool turn, so its episode stays whole too.
+TEST(PythonEnvironment, OnlyARunWithToolsParsesItsEpisodes) {
+    grove::PluginHost host({grove::test::build_plugin_dir()});
+    const std::string chatml = "<|im_start|>user\nCount to 7<|im_end|>\n<|im_start|>assistant\n";
+    const std::string with_tools = "<|im_start|>system\n# Tools\n\n<tools>\n{}\n</tools><|im_end|>\n" + chatml;
+    const std::string llama =
+        "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nCount<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    auto reward = python_reward(host, "parsed");
+    grove::RewardRows rows;
+    auto add = [&](const std::string& prompt, const std::vector<std::string>& turns) {
+        rows.add(prompt, "the episode", {1, 2}, false, "{}");
+        rows.prompt_json.push_back("[{\"role\": \"user\", \"content\": \"Count to 7\"}]");
+        rows.add_episode_turns(turns);
+    };
+    add(with_tools, {"It is 7.<|im_end|>"});
+    add(chatml, {"It is 7.<|im_end|>"});
+    add(llama, {"{\"name\": \"add\", \"parameters\": {}}<|eot_id|>",
+                "<|start_header_id|>ipython<|end_header_id|>\n\nnot JSON<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                "Done.<|eot_id|>"});
+    EXPECT_EQ(reward->score(rows.view()).values[0], (std::vector<float>{1.0f, 0.0f, 0.0f}));
+}

@@ -65,6 +65,8 @@ public:
     // or the list its column names (TRL's environment_factory={name: factory}); "" for none. A row
     // without the column or with a name the environment does not know is refused, naming `origin`.
     std::string tools_for(const std::string& columns_json, const std::string& origin) const;
+    // Whether it is several, each row's chosen by a dataset column (SDK 1.11 tools_json), and which.
+    const std::string& tools_column() const { return tools_column_; }
     EnvironmentAnswers step(EnvironmentTurns& turns) const;
     // Whether it judges whole episodes (SDK 1.3 score_episodes), and its scores of `episodes`, each
     // given whole (NaN: no score).

@@ -244,12 +244,28 @@ void Trainer::State::load() {
     if (options.rank == 0 && options.log) *options.log << schedule.ignored_warmup_warning();
 }
 
+namespace {
+// Without data.source the environment writes every prompt, as TRL's environments do without a
+// train_dataset: one that writes none, or several chosen by a dataset column, is refused up front.
+void check_environment_writes_prompts(const Environment& environment, const std::string& manifest_path) {
+    if (!environment.begins_episodes())
+        throw Error(ErrorKind::manifest, manifest_path + ": without data.source the environment writes every prompt, but " +
+                                             "plugin " + environment.info().display() +
+                                             " writes none (it has no begin_episodes): set data.source");
+    if (!environment.tools_column().empty())
+        throw Error(ErrorKind::manifest, manifest_path + ": several environments, chosen by each row's \"" +
+                                             environment.tools_column() + "\" column, need data.source with that column " +
+                                             "(as TRL's environment_factory={name: factory} needs a train_dataset)");
+}
+}  // namespace
+
 std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     const RunConfig& c = config;
     if (c.rollouts_path)
         return std::make_unique<PromptSource>(read_rollouts(*c.rollouts_path, c.generation.num_generations, *tokenizer,
                                                             model->config().vocab_size, rewards->names()),
                                               c.generation.num_generations);
+    if (!c.data.source) check_environment_writes_prompts(*environment, c.manifest_path);
     std::vector<BatchRow> rows;
     const std::vector<PromptRow> dataset =
         c.data.source ? load_prompts(*c.data.source, c.data.prompt_column)

@@ -98,7 +98,8 @@ config = {{ module = "{HERE}/several_environments.py", classes = {{ {classes} }}
 
 
 def check_refusals(grove_binary, model, work):
-    """A row without the column, or naming no environment of the run, is refused, naming its line."""
+    """A row without the column, or naming no environment of the run, is refused, naming its line;
+    and so is a run without data.source (TRL's environment_factory dict needs a train_dataset)."""
     for row, says in (({"prompt": "Hi", "target": 0}, 'which this row lacks; give it one of "meter", "notes", "scale"'),
                       ({"prompt": "Hi", "target": 0, "environment": "clock"},
                        '"environment" is "clock", which is none of the environments')):
@@ -107,6 +108,14 @@ def check_refusals(grove_binary, model, work):
             out = grove(grove_binary, model, run, command)
             assert out.returncode != 0 and "prompts.jsonl:4" in out.stderr and says in out.stderr, (
                 f"grove {command} with the row {row}: exit {out.returncode}\n{out.stderr}")
+    manifest = os.path.join(run, "grove.toml")
+    with open(manifest) as f:
+        text = f.read()
+    with open(manifest, "w") as f:
+        f.write(text.replace('[data]\nsource = "prompts.jsonl"\n', ""))
+    out = subprocess.run([grove_binary, "train", manifest], capture_output=True, text=True)
+    says = 'several environments, chosen by each row\'s "environment" column, need data.source with that column'
+    assert out.returncode != 0 and says in out.stderr, f"grove train without data.source: {out.returncode}\n{out.stderr}"
 
 
 def main():
@@ -123,6 +132,7 @@ def main():
     grove_prompts = sorted(r["prompt_ids"] for r in rollouts)
     assert grove_prompts == sorted(trl_prompts), "Grove's prompts are not TRL's: each row should show its class's tools"
     assert len({tuple(p) for p in grove_prompts}) == len(ROWS), "the rows' prompts should differ (tools and targets)"
+    assert "rewards/Meter+Scale/mean" in metrics, f"the classes' column is not Meter+Scale: {sorted(metrics)}"
     for key in ("reward", "reward_std"):
         assert abs(metrics[key] - trl_metrics[key]) < 1e-6, f"{key}: TRL {trl_metrics[key]}, Grove {metrics[key]}"
     check_refusals(grove_binary, model, work)

@@ -36,3 +36,8 @@ def tool_messages(completions, **kwargs):
             raise ValueError(f"unexpected single message {c}")
         counts.append(float(tools))
     return counts
+
+
+def parsed(completions, **kwargs):
+    """1 for an episode given as parsed messages, 0 for one given whole (the completion's text)."""
+    return [float(c[-1]["content"] != "the episode") for c in completions]
