@@ -588,6 +588,15 @@ class Environment:
         self.live[turn.episode] = (batch_key, instance, key)
         return self._await(instance.reset(prompt=turn.prompt, **row))
 
+    def _release_other_batches(self, batch_key):
+        """The instances of earlier generation batches' episodes back to their pools, as TRL reuses its
+        instances batch after batch: grove eval numbers every batch's episodes afresh, so holding them
+        by episode would make new instances for every batch."""
+        for episode, (key, instance, name) in list(self.live.items()):
+            if key != batch_key:
+                del self.live[episode]
+                self.idle[name].append(instance)
+
     def _environment_of(self, turn):
         """The episode's environment name (None for one environment) and the columns reset() gets:
         with several, the `environment` column chooses and is not passed on, as in TRL."""
@@ -613,6 +622,7 @@ class Environment:
             begin = getattr(self.grove, "begin_episodes", None)
             texts = self._await(begin(turns)) if callable(begin) else [None] * len(turns)
         else:
+            self._release_other_batches((step, seed))
             texts = [self._reset(t, (step, seed)) for t in turns]
         if len(texts) != len(turns):
             raise ValueError(f"returned {len(texts)} texts for {len(turns)} episodes")

@@ -118,10 +118,9 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
               std::string::npos)
         << neither;
     std::string missing = message([] { python_environment("Missing"); });
-    EXPECT_NE(
-        missing.find(
-            "has no class 'Missing'; it has: Abacus, Chatty, Counter, Echo, Narrator, Nothing, Tally, alternating_counters"),
-        std::string::npos)
+    EXPECT_NE(missing.find("has no class 'Missing'; it has: Abacus, Census, Chatty, Counter, Echo, Narrator, Nothing, Tally, "
+                           "alternating_counters"),
+              std::string::npos)
         << missing;
 
     // one class or several (TRL's environment_factory={name: factory}), never both; several are TRL's
@@ -147,6 +146,25 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
     auto batch = turns({"<say>x</say>"}, 1, 1, 7);
     batch.row_json[0] = "{\"scored\": false}";
     EXPECT_TRUE(std::isnan(echo.score_episodes(batch)[0])) << "None is NaN: no score";
+}
+
+// grove eval numbers every batch's episodes afresh: the instances of an earlier batch go back to the
+// pool, so a batch of new episode numbers reuses them rather than making more (as TRL reuses its).
+TEST(PythonEnvironment, ABatchReusesTheInstancesOfTheBatchBefore) {
+    auto env = python_environment("Census");
+    auto begin = [&](uint64_t first_episode, uint64_t seed) {
+        grove::EnvironmentTurns waiting;
+        waiting.seed = seed;
+        for (uint64_t i = first_episode; i < first_episode + 3; ++i)
+            waiting.add(i, 0, "", {}, false, "<|im_start|>user\nCount to 7<|im_end|>\n", "{\"target\": 7}",
+                        "[{\"role\": \"user\", \"content\": \"Count to 7\"}]");
+        return env.begin_episodes(waiting);
+    };
+    EXPECT_EQ(begin(0, 1), (std::vector<std::string>{"1 made", "2 made", "3 made"}));
+    const std::vector<std::string> reused{"3 made", "3 made", "3 made"};
+    EXPECT_EQ(begin(3, 2), reused) << "the second batch made instances of its own";
+    EXPECT_EQ(begin(6, 3), reused);
+    EXPECT_EQ(begin(0, 4), reused) << "episodes numbered as a batch before";
 }
 
 TEST(PythonEnvironment, ResetsBeforeGenerationAndItsTextJoinsThePrompt) {

@@ -66,6 +66,14 @@ class Chatty(Counter):
         return "Your total starts at 0."
 
 
+class Census(Counter):
+    """reset() says how many Counters have been made: whether instances are reused."""
+
+    def reset(self, prompt, target, **kwargs):
+        super().reset(prompt, target)
+        return f"{Counter.made} made"
+
+
 class Tally(Counter):
     """A Counter by another name: a factory that makes both is scored on the first one's class only."""
 
