@@ -124,18 +124,22 @@ void Environment::set_tools(std::string tools_json) {
 std::string Environment::tools_for(const std::string& columns_json, const std::string& origin) const {
     if (tools_column_.empty()) return tools_json_;
     const auto columns = nlohmann::json::parse(columns_json.empty() ? "{}" : columns_json, nullptr, false);
-    std::string names;
-    for (const auto& [value, tools] : tools_by_value_) names += (names.empty() ? "\"" : ", \"") + value + "\"";
+    auto names = [&] {  // for the refusals only: this runs for every row's prompt
+        std::string list;
+        for (const auto& [value, tools] : tools_by_value_) list += (list.empty() ? "\"" : ", \"") + value + "\"";
+        return list;
+    };
     const auto* chosen = columns.is_object() && columns.contains(tools_column_) ? &columns[tools_column_] : nullptr;
     if (!chosen || !chosen->is_string())
         throw Error(ErrorKind::input, origin + ": environment plugin " + info().display() +
                                           " is several, chosen by each row's \"" + tools_column_ +
                                           "\" column, which this row " + (chosen ? "does not give as text" : "lacks") +
-                                          "; give it one of " + names);
+                                          "; give it one of " + names());
     const auto found = tools_by_value_.find(chosen->get<std::string>());
     if (found == tools_by_value_.end())
         throw Error(ErrorKind::input, origin + ": \"" + tools_column_ + "\" is \"" + chosen->get<std::string>() +
-                                          "\", which is none of the environments of plugin " + info().display() + ": " + names);
+                                          "\", which is none of the environments of plugin " + info().display() + ": " +
+                                          names());
     return found->second;
 }
 
