@@ -135,7 +135,7 @@ class Reward:
             prompts = [json.loads(p) for p in prompt_json]  # the dataset's prompts, as TRL passes them
         rows = [json.loads(r) if r else {} for r in row_json]
         if prompts and _is_conversation(prompts[0]):
-            completions = [_episode_messages(turns, rendered, _run_environment_tool_parameters(row))
+            completions = [_episode_messages(turns, rendered, *_run_environment_tools(row))
                            or [{"role": "assistant", "content": c}]
                            for c, turns, rendered, row in zip(completions, episode_turns, rendered_prompts, rows)]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "completion", "completion_ids")]
@@ -184,20 +184,21 @@ _run_environment = None
 
 _NO_ENVIRONMENTS = (
     "it takes `environments` (TRL's environment instances, one per completion), which Grove passes only when "
-    "the run's [environment] is a python_environment running in the same process as this reward: this run has "
-    "no such environment, or its [environment] or this [[rewards]] entry sets isolation = \"process\" (remove "
-    "it from both), or `grove eval --no-environment` left it out")
+    "the run's [environment] is a python_environment with a class running in the same process as this reward: "
+    "this run has no such environment (an environment of `tools` alone has no instances, as TRL passes none), "
+    "or its [environment] or this [[rewards]] entry sets isolation = \"process\" (remove it from both), or "
+    "`grove eval --no-environment` left it out")
 
 
-def _run_environment_tool_parameters(row):
-    """The tools' parameter schemas of this process's python_environment for the dataset row ({}
-    without one: with several classes, the row's own), by which the calls in the episode's messages
-    are typed, as TRL types them with the row's environment's tools."""
+def _run_environment_tools(row):
+    """What this process's python_environment says of the dataset row's tools (with several classes,
+    the row's own): their parameters' schemas, by which the calls in the episode's messages are typed
+    as TRL types them, and the names of the async ones, whose results TRL puts last. ({}, ()) without one."""
     environment = _run_environment() if _run_environment is not None else None
     if environment is None:
-        return {}
-    return environment.tool_parameters_of.get(row.get("environment"), environment.tool_parameters) \
-        if environment.multi else environment.tool_parameters
+        return {}, ()
+    key = row.get("environment") if environment.multi else None
+    return environment.tool_parameters_of.get(key, environment.tool_parameters), environment.async_tools_of.get(key, ())
 
 
 def _environments_of_rows(first_row, n, step, seed):
@@ -411,10 +412,10 @@ def _shows_tools(rendered_prompt):
     return "<tools>\n" in rendered_prompt or "Environment: ipython\n" in rendered_prompt
 
 
-def _episode_messages(turns, rendered_prompt, tool_parameters=None):
+def _episode_messages(turns, rendered_prompt, tool_parameters=None, async_tools=()):
     """An episode's turns (model, observation, model, ...) as TRL's messages: each model turn
     parsed, each result a {"role": "tool", "name", "content"} message, named by the call it
-    answers. None when it is no tool conversation (no turns, neither ChatML nor Llama 3's format, or
+    answers (the async tools' calls answered last, as _tool_answer answers them). None when it is no tool conversation (no turns, neither ChatML nor Llama 3's format, or
     an observation that is not a tool turn): the caller then gives it whole, as one assistant message."""
     # the format the prompt was rendered in, else the one the turns show (`grove plugins score` gets
     # a conversation's prompt without its template)
@@ -433,22 +434,23 @@ def _episode_messages(turns, rendered_prompt, tool_parameters=None):
             if results is None:
                 return None
             names = [call["function"]["name"] for call in messages[-1].get("tool_calls", [])]
+            names = [n for n in names if n not in async_tools] + [n for n in names if n in async_tools]
             names += ["unknown"] * (len(results) - len(names))
             messages += [{"role": "tool", "name": n, "content": r} for n, r in zip(names, results)]
     return messages
 
 
-def _tool_schemas(instance):
-    """What transformers' get_json_schema makes of each tool method, as apply_chat_template(tools=...)
-    describes TRL's tools to the model."""
+def _tool_schemas(tools, key):
+    """What transformers' get_json_schema makes of each tool ((name, function) pairs), as
+    apply_chat_template(tools=...) describes TRL's tools to the model."""
     from transformers.utils import get_json_schema
 
     schemas = []
-    for name, method in _public_methods(instance).items():
+    for name, function in tools:
         try:
-            schemas.append(get_json_schema(method))
+            schemas.append(get_json_schema(function))
         except Exception as error:  # TRL refuses such a tool too: it needs type hints and a docstring
-            raise ConfigError("class", f"tool '{name}' cannot be described to the model: {error}") from None
+            raise ConfigError(key, f"tool '{name}' cannot be described to the model: {error}") from None
     return schemas
 
 
@@ -459,6 +461,20 @@ def _public_methods(instance):
         for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
         if not name.startswith("_") and name not in ("reset", "get_reward")
     }
+
+
+_PLACEHOLDER_PROMPT = [{"role": "user", "content": ""}]  # a prompt of a run without data.source
+
+
+class _ToolFailure(dict):
+    """A failed tool call's answer, as TRL writes it: {'error': '...'}."""
+
+    def __init__(self, error):
+        super().__init__(error=str(error))
+
+
+async def _gather(coroutines):
+    return await asyncio.gather(*coroutines, return_exceptions=True)
 
 
 class Environment:
@@ -473,24 +489,37 @@ class Environment:
     get_reward() scoring the whole episode.
 
     Several TRL classes (`classes`, TRL's environment_factory={name: factory}) are chosen row by row
-    by the dataset's `environment` column, each row's prompt showing its class's tools."""
+    by the dataset's `environment` column, each row's prompt showing its class's tools.
 
-    def __init__(self, module, name, kwargs_json, base_dir, classes_json=""):
+    `tools` are TRL's standalone tools (GRPOTrainer(tools=[...])): functions of the module every
+    episode may call, listed before its class's methods; alone, they make an environment of tools
+    without state, reset or reward."""
+
+    def __init__(self, module, name, kwargs_json, base_dir, classes_json="", tool_names=()):
         kwargs = json.loads(kwargs_json) if kwargs_json else {}
         classes = json.loads(classes_json) if classes_json else None
-        if (classes is None) == (not name):
+        if classes is not None and name:
             raise ConfigError("class", "give `class` (the environment) or `classes` (several, chosen by each row's "
                                        "`environment` column, as TRL's environment_factory={name: factory}), one of them")
+        if classes is None and not name and not tool_names:
+            raise ConfigError("class", "give `class` (the environment), `classes` (several, chosen by each row's "
+                                       "`environment` column) or `tools` (functions the model may call, TRL's tools=[...])")
         loaded = _load_module(module, base_dir)
+        # TRL's standalone tools, in the manifest's order (their schemas are listed in it)
+        self.functions = [(n, _find_function(loaded, n, None, key="tools")) for n in dict.fromkeys(tool_names)]
         self.multi = classes is not None
-        names = classes if self.multi else {None: name}
+        names = classes if self.multi else ({None: name} if name else {})
         if self.multi and (not names or not all(isinstance(c, str) for c in names.values())):
             raise ConfigError("classes", "must name each environment's class: classes = { NAME = \"Class\", ... }")
         self.makers = {key: self._maker(loaded, class_name, kwargs) for key, class_name in names.items()}
         self.probes = {key: make() for key, make in self.makers.items()}  # they describe the tools
         self.loop = None
-        probe = next(iter(self.probes.values()))
+        probe = next(iter(self.probes.values()), None)
         if not self.multi and callable(getattr(probe, "step", None)):
+            if self.functions:
+                raise ConfigError("tools", f"'{name}' follows Grove's environment contract (it has step()), which answers "
+                                           "the model's turns itself: `tools` go with TRL environment_factory classes "
+                                           "or alone; list its tools in its own `tools`")
             self.grove = probe
         else:
             self.grove = None
@@ -504,6 +533,9 @@ class Environment:
             if self.grove is None and "get_reward" in dict(inspect.getmembers(type(i), predicate=inspect.isfunction))))
         self.tool_parameters = {}  # by tool: its parameters' JSON schemas (set by tools_json())
         self.tool_parameters_of = {}  # several classes: by environment name, each class's
+        self.async_tools_of = {}  # by environment name (None: the one), its async tools' names (set by tools_json())
+        # TRL runs its tool loop when any tool exists, for a tool-less class's rows too
+        self.has_tools = self.grove is None and (bool(self.functions) or any(map(_public_methods, self.probes.values())))
         global _run_environment
         _run_environment = weakref.ref(self)
 
@@ -526,6 +558,8 @@ class Environment:
         which runs every episode."""
         if self.grove is not None:
             return [self.grove] * n
+        if not self.makers:
+            return None  # tools alone: TRL has no environments to pass
         held = [self.live.get(first_episode + i) for i in range(n)]
         return [h[1] if h is not None and h[0] == batch_key else None for h in held]
 
@@ -540,8 +574,9 @@ class Environment:
         # several classes with get_reward: one column (TRL makes one per class, each NaN on the other
         # classes' rows, so a row's weighted sum, and every advantage, is the same), named after them in
         # the order of their environment names (a TOML table's keys come sorted)
-        names = "+".join(c.__name__ for c in self.reward_classes) or next(iter(self.probes.values())).__class__.__name__
-        return (2 if self.reward_classes else 0), names
+        if not self.reward_classes:  # named all the same, for the message saying it is no reward
+            return 0, next((type(p).__name__ for p in self.probes.values()), "")
+        return 2, "+".join(c.__name__ for c in self.reward_classes)
 
     def tools_json(self):
         """The tools' JSON schemas for the prompt: for TRL's classes, what transformers' get_json_schema
@@ -552,10 +587,15 @@ class Environment:
             tools = tools() if callable(tools) else tools
             self.tool_parameters = _tool_parameters(list(tools or []))
             return json.dumps(list(tools)) if tools else ""
-        schemas = {key: _tool_schemas(probe) for key, probe in self.probes.items()}
+        probes = self.probes or {None: None}
+        schemas = {key: _tool_schemas(self.functions, "tools") +
+                   _tool_schemas(list(_public_methods(probe).items()) if probe is not None else [], "class")
+                   for key, probe in probes.items()}
         self.tool_parameters_of = {key: _tool_parameters(tools) for key, tools in schemas.items()}
         for parameters in self.tool_parameters_of.values():
             self.tool_parameters.update(parameters)
+        self.async_tools_of = {key: {n for n, tool in self._tools_of(probe).items() if inspect.iscoroutinefunction(tool)}
+                               for key, probe in probes.items()}
         if self.multi:  # SDK 1.11: each row's tools chosen by its `environment` column
             return json.dumps({"select_by": "environment", "tools": schemas})
         return json.dumps(schemas[None])
@@ -609,7 +649,10 @@ class Environment:
         return key, {k: v for k, v in turn.row.items() if k != "environment"}
 
     def _instance(self, turn, batch_key):
-        """The episode's TRL environment in this batch (reset now if begin() did not reach it)."""
+        """The episode's TRL environment in this batch (reset now if begin() did not reach it); None
+        for tools alone."""
+        if not self.makers:
+            return None
         held = self.live.get(turn.episode)
         if held is None or held[0] != batch_key:
             self._reset(turn, batch_key)
@@ -621,6 +664,11 @@ class Environment:
         if self.grove is not None:
             begin = getattr(self.grove, "begin_episodes", None)
             texts = self._await(begin(turns)) if callable(begin) else [None] * len(turns)
+        elif not self.makers:  # tools alone: nothing to reset, the dataset's prompts as they are
+            if any(t.prompt == _PLACEHOLDER_PROMPT and not t.row for t in turns):
+                raise ConfigError("tools", "an environment of `tools` alone writes no prompts: set data.source (TRL "
+                                           "needs a train_dataset without an environment_factory)")
+            texts = [None] * len(turns)
         else:
             self._release_other_batches((step, seed))
             texts = [self._reset(t, (step, seed)) for t in turns]
@@ -647,29 +695,43 @@ class Environment:
         return (str(answer.get("observation") or ""), bool(answer.get("done", False)),
                 int(answer.get("tool_calls", 0)), int(answer.get("tool_failures", 0)))
 
+    def _tools_of(self, instance):
+        """An episode's tools by name, as TRL's tool dicts: the standalone functions, then its
+        instance's methods (a method wins a name both have)."""
+        tools = dict(self.functions)
+        tools.update(_public_methods(instance) if instance is not None else {})
+        return tools
+
     def _tool_answer(self, instance, turn):
         """The tool calls of the turn as TRL reads them (the turn parsed as the reward functions get
-        it, so a turn whose calls do not parse calls nothing and ends the episode), each answered."""
-        if not self.multi and not _public_methods(instance):
+        it, so a turn whose calls do not parse calls nothing and ends the episode), each answered in
+        TRL's order: the synchronous tools' results (and failed calls') in call order, then the async
+        tools', which run together."""
+        if not self.has_tools:
             return ("", True, 0, 0)  # no tools: TRL runs no tool loop, the episode is one turn
         llama3 = _writes_llama3_calls(turn.rendered_prompt)
         parameters = self.tool_parameters_of.get(self._environment_of(turn)[0], self.tool_parameters)
         calls = _assistant_message(turn.text, llama3, parameters).get("tool_calls", [])
         if not calls:
             return ("", True, 0, 0)
-        tools = _public_methods(instance)
-        results, failures = [], 0
+        tools = self._tools_of(instance)
+        results, pending = [], []
         for call in calls:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             try:
                 if name not in tools:
                     raise ValueError(f"Tool {name} not found.")
+                if inspect.iscoroutinefunction(tools[name]):
+                    pending.append(tools[name](**arguments))
+                    continue
                 result = self._await(tools[name](**arguments))
             except Exception as error:  # the model's bad call: an answer it can learn from, counted
-                failures += 1
-                result = {"error": str(error)}
-            results.append(str(result))  # TRL's tool message content
-        return (_tool_turn(results, llama3), False, len(calls), failures)
+                result = _ToolFailure(error)
+            results.append(result)
+        if pending:
+            results += [_ToolFailure(r) if isinstance(r, Exception) else r for r in self._await(_gather(pending))]
+        failures = sum(isinstance(r, _ToolFailure) for r in results)
+        return (_tool_turn([str(r) for r in results], llama3), False, len(calls), failures)
 
     def score(self, rows, step, seed):
         """Each whole episode's score: the Grove contract's score_episodes, or TRL's get_reward()."""

@@ -275,12 +275,18 @@ PyObject* episode_rows(const grove_environment_batch& b) {
 class PythonEnvironment {
 public:
     explicit PythonEnvironment(const grove::sdk::Config& config)
-            : module_(config.get_string("module", "")), class_(config.get_string("class", config.get_string("classes", ""))) {
+            : module_(config.get_string("module", "")), class_(display_name(config)) {
         start_interpreter();
         HoldInterpreterLock lock;
-        environment_ = PyObject_CallMethod(bridge_module(), "Environment", "sssss", module_.c_str(),
-                                           config.get_string("class", "").c_str(), config.get_string("kwargs", "").c_str(),
-                                           config.base_dir().c_str(), config.get_string("classes", "").c_str());
+        Ref tool_names(PyList_New(0));
+        for (const std::string& name : config.get_strings("tools", {})) {
+            Ref text(PyUnicode_FromString(name.c_str()));
+            if (!text || PyList_Append(tool_names.get(), text.get()) != 0) throw_config_error("reading `tools`");
+        }
+        environment_ =
+            PyObject_CallMethod(bridge_module(), "Environment", "sssssO", module_.c_str(),
+                                config.get_string("class", "").c_str(), config.get_string("kwargs", "").c_str(),
+                                config.base_dir().c_str(), config.get_string("classes", "").c_str(), tool_names.get());
         Ref strings(environment_ ? PyObject_CallMethod(environment_, "stop_strings", nullptr) : nullptr);
         if (!strings) throw_config_error("loading " + class_ + " from " + module_);
         for (Py_ssize_t i = 0; i < PyList_Size(strings.get()); ++i)
@@ -348,6 +354,14 @@ public:
     }
 
 private:
+    // how errors name it: its class, its classes, or its tools
+    static std::string display_name(const grove::sdk::Config& config) {
+        std::string name = config.get_string("class", config.get_string("classes", ""));
+        if (!name.empty()) return name;
+        std::string tools;
+        for (const std::string& tool : config.get_strings("tools", {})) tools += (tools.empty() ? "" : ", ") + tool;
+        return "tools [" + tools + "]";
+    }
     PyObject* call(const char* method, const grove_environment_batch& b) const {
         Ref rows(episode_rows(b));
         PyObject* result =

@@ -24,7 +24,7 @@ constexpr grove_config_key kRewardKeys[] = {
 
 constexpr const char* kEnvironmentName = "python_environment";
 constexpr const char* kEnvironmentDescription =
-    "an environment written in Python: TRL's environment_factory classes or Grove's contract";
+    "an environment written in Python: TRL's environment_factory classes and tools, or Grove's contract";
 constexpr grove_config_key kEnvironmentKeys[] = {
     grove::sdk::required_key("module", GROVE_VALUE_STRING, "a .py file (relative to the manifest) or an importable module"),
     grove::sdk::key("class", GROVE_VALUE_STRING, "-",
@@ -33,6 +33,9 @@ constexpr grove_config_key kEnvironmentKeys[] = {
     grove::sdk::key("classes", GROVE_VALUE_TABLE, "-",
                     "several TRL environment_factory classes by name, { NAME = \"Class\", ... }, each row choosing one "
                     "by its \"environment\" column (TRL's environment_factory={name: factory}); this or `class`"),
+    grove::sdk::key("tools", GROVE_VALUE_STRING_ARRAY, "[]",
+                    "functions of the module every episode may call as tools (TRL's tools=[...]), listed before a "
+                    "class's methods; alone, an environment of tools without state or reward"),
     grove::sdk::key("kwargs", GROVE_VALUE_TABLE, "{}", "keyword arguments of the class (or factory) call"),
 };
 

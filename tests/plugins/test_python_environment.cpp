@@ -22,7 +22,8 @@ const std::string kModule = std::string(GROVE_TEST_SOURCE_DIR) + "/tests/plugins
 grove::Environment python_environment(const std::string& class_name, const std::string& extra = "") {
     grove::PluginHost host({grove::test::build_plugin_dir()});
     auto info = host.find("python_environment", GROVE_PLUGIN_KIND_ENVIRONMENT);
-    const std::string config = "module = \"" + kModule + "\"\nclass = \"" + class_name + "\"\n" + extra;
+    const std::string config =
+        "module = \"" + kModule + "\"\n" + (class_name.empty() ? "" : "class = \"" + class_name + "\"\n") + extra;
     return grove::Environment(grove::PluginInstance(info, grove::PluginConfig::from_toml_text(info, config, "test")));
 }
 
@@ -81,6 +82,57 @@ TEST(PythonEnvironment, TrlToolsAnswerHermesCallsAndKeepStatePerEpisode) {
     EXPECT_EQ(a.observations[0], tool_turn({"1"}));
 }
 
+// TRL's standalone tools (GRPOTrainer(tools=[...])): the module's functions, alone or before a
+// class's methods; a turn's synchronous calls are answered first, in call order, then its async
+// ones, as TRL's tool loop answers them.
+TEST(PythonEnvironment, StandaloneToolsAloneOrBeforeAClassesMethods) {
+    auto tools = python_environment("", "tools = [\"multiply\", \"say_later\"]");
+    EXPECT_EQ(tools.tools_json().substr(0, 45), "[{\"type\": \"function\", \"function\": {\"name\": \"m") << tools.tools_json();
+    EXPECT_NE(tools.tools_json().find("\"name\": \"say_later\""), std::string::npos) << tools.tools_json();
+    EXPECT_FALSE(tools.reward_by_default()) << "tools alone judge nothing";
+    auto a = tools.step(*std::make_unique<grove::EnvironmentTurns>(
+        turns({call("multiply", "{\"a\": 6, \"b\": 7}") + "<|im_end|>",
+               call("say_later", "{\"text\": \"first\"}") + call("multiply", "{\"a\": 2, \"b\": 3}") +
+                   call("say_later", "{\"text\": \"late\"}") + call("add", "{\"amount\": 1}") + "<|im_end|>",
+               "No call.<|im_end|>"},
+              1, 3)));
+    EXPECT_EQ(a.observations[0], tool_turn({"42"}));
+    EXPECT_EQ(a.observations[1], tool_turn({"6", "{'error': 'Tool add not found.'}", "first", "late"}))
+        << "the async tools' results come last, in their calls' order";
+    EXPECT_EQ(a.done, (std::vector<uint8_t>{0, 0, 1}));
+    EXPECT_EQ(a.tool_calls, (std::vector<uint32_t>{1, 4, 0}));
+    EXPECT_EQ(a.tool_failures, (std::vector<uint32_t>{0, 1, 0}));
+    auto start = turns({""}, 0, 3);
+    EXPECT_EQ(tools.begin_episodes(start), std::vector<std::string>{""}) << "nothing to reset: the prompt as it is";
+
+    // with a class: the functions first, then its methods; each episode's instance keeps its state
+    auto counter = python_environment("Counter", "tools = [\"multiply\"]");
+    const std::string& listed = counter.tools_json();
+    EXPECT_LT(listed.find("\"name\": \"multiply\""), listed.find("\"name\": \"add\"")) << listed;
+    a = counter.step(*std::make_unique<grove::EnvironmentTurns>(turns(
+        {call("echo_prompt", "{}") + call("multiply", "{\"a\": 3, \"b\": 3}") + call("add", "{\"amount\": 2}") + "<|im_end|>"},
+        1, 4)));
+    EXPECT_EQ(a.observations[0], tool_turn({"9", "2", "Count to 7"}));
+
+    const auto message = grove::test::error_message;
+    std::string unknown = message([] { python_environment("", "tools = [\"multiply\", \"divide\"]"); });
+    EXPECT_NE(unknown.find("has no tools 'divide'; it has: "), std::string::npos) << unknown;
+    std::string with_step = message([] { python_environment("Echo", "tools = [\"multiply\"]"); });
+    EXPECT_NE(with_step.find("'Echo' follows Grove's environment contract (it has step())"), std::string::npos) << with_step;
+    std::string nothing = message([] { python_environment(""); });
+    EXPECT_NE(nothing.find("give `class` (the environment), `classes` (several"), std::string::npos) << nothing;
+    // without data.source every prompt is an empty user message, which tools alone cannot complete
+    std::string no_prompts = message([] {
+        auto tools_only = python_environment("", "tools = [\"multiply\"]");
+        grove::EnvironmentTurns placeholders;
+        placeholders.add(0, 0, "", {}, false, "<|im_start|>user\n<|im_end|>\n", "{}",
+                         "[{\"role\": \"user\", \"content\": \"\"}]");
+        tools_only.begin_episodes(placeholders);
+    });
+    EXPECT_NE(no_prompts.find("an environment of `tools` alone writes no prompts: set data.source"), std::string::npos)
+        << no_prompts;
+}
+
 // TRL's get_reward column is the probed class's: a rollout is scored only when its instance is
 // exactly that class, so a factory that also makes another one (here a subclass) leaves its rows NaN.
 TEST(PythonEnvironment, GetRewardScoresOnlyInstancesOfTheProbedClass) {
@@ -119,7 +171,7 @@ TEST(PythonEnvironment, ErrorsNameTheClassAndWhatToDo) {
         << neither;
     std::string missing = message([] { python_environment("Missing"); });
     EXPECT_NE(missing.find("has no class 'Missing'; it has: Abacus, Census, Chatty, Counter, Echo, Narrator, Nothing, Tally, "
-                           "alternating_counters"),
+                           "alternating_counters, multiply, say_later"),
               std::string::npos)
         << missing;
 
@@ -401,8 +453,9 @@ TEST(PythonEnvironment, RewardFunctionsGetTheEnvironmentEachRowRanIn) {
     auto isolated = make(environment_config("Counter", true));
     const std::string missing = grove::test::error_message([&] { score_rows(*totals, 0, 1, 31); });
     EXPECT_NE(missing.find("reward function totals"), std::string::npos) << missing;
-    EXPECT_NE(missing.find("it takes `environments` (TRL's environment instances, one per completion), which Grove "
-                           "passes only when the run's [environment] is a python_environment running in the same process"),
+    EXPECT_NE(missing.find(
+                  "it takes `environments` (TRL's environment instances, one per completion), which Grove "
+                  "passes only when the run's [environment] is a python_environment with a class running in the same process"),
               std::string::npos)
         << missing;
 }

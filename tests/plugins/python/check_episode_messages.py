@@ -5,8 +5,9 @@ message.
 
 The reference is TRL's own GRPOTrainer (under transformers 5, which its environment_factory needs),
 trained for one step with environment_factory=Counter and a model whose turns are scripted: the
-first turn of each prompt calls tools (one call, two calls, unknown and failing tools, an async
-tool, a call that is not JSON, a string argument the tool's schema types as an integer, or none), the turn after the tool results answers (with a <think> block in one case). TRL
+first turn of each prompt calls tools (one call, two calls, unknown and failing tools, async
+tools called before a synchronous one (TRL answers them last), TRL's standalone tools (tools=[...])
+next to the class's methods, a call that is not JSON, a string argument the tool's schema types as an integer, or none), the turn after the tool results answers (with a <think> block in one case). TRL
 runs the tools, builds the episodes and hands the reward function its messages. Grove's bridge
 then gets the same episodes as the host hands them over (each episode cut where TRL's tool_mask
 changes, each piece decoded with special tokens kept: grove_reward_batch.episode_turns), and its
@@ -46,15 +47,18 @@ def scripts(call, llama3):
         1: "Let me add.\n" + call("add", {"amount": 1}),
         2: call("add", {"amount": 1}) + ("" if llama3 else "\n" + call("add", {"amount": 1})),
         3: (call("subtract", {"amount": 1}) if llama3 else call("subtract", {"amount": 1}) + call("add", {"amount": -1})),
-        4: call("echo_prompt", {}),
+        # async tools (say_later, the method echo_prompt) answered after the synchronous multiply
+        4: call("echo_prompt", {}) if llama3 else
+        call("say_later", {"text": "soon"}) + call("echo_prompt", {}) + call("multiply", {"a": 2, "b": 2}),
         # a turn that does not parse is its text without special tokens; the tiny tokenizer has
         # <|im_end|> as a special token but not <|eot_id|>, so only ChatML can show it
         5: "No idea." if llama3 else call("add", {"amount": 1}) + "<tool_call>\n{oops\n</tool_call>",
         # a string where the tool takes an integer: typed by the tool's schema
         6: call("add", {"amount": "6"}),
+        7: call("multiply", {"a": 3, "b": 5}),  # a standalone tool (TRL's tools=[...]), no method
     }
     after = {6: "Six.", 1: "Done: 1.", 2: "<think>two adds</think>\nIt is 2." if not llama3 else "It is 2.", 3: "Failed.",
-             4: "  You said it.  "}
+             4: "  You said it.  ", 7: "Fifteen."}
     return first, after
 
 
@@ -65,7 +69,7 @@ def trl_episodes(model, template, llama3, output):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from environments import Counter
+    from environments import Counter, multiply, say_later
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(model)
     with open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", template)) as f:
@@ -99,7 +103,8 @@ def trl_episodes(model, template, llama3, output):
                       max_completion_length=512, max_steps=1, report_to="none", use_cpu=True, bf16=False,
                       save_strategy="no")
     trainer = GRPOTrainer(model=model, reward_funcs=[environment_rewards.record_completions], args=args,
-                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer, environment_factory=Counter)
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer, environment_factory=Counter,
+                          tools=[multiply, say_later])
     trainer.model.config.max_position_embeddings = 4096  # the tiny model's 256 would drop the tool results
     trainer.train()
     assert generated["tool_mask"] is not None, "TRL ran no tool loop"
@@ -111,7 +116,7 @@ def grove_messages(generated, tokenizer):
     spec = importlib.util.spec_from_file_location("grove_python_bridge", os.path.join(ROOT, "plugins", "python", "bridge.py"))
     bridge = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bridge)
-    environment = bridge.Environment("environments", "Counter", "", HERE)
+    environment = bridge.Environment("environments", "Counter", "", HERE, "", ["multiply", "say_later"])
     environment.tools_json()  # as the host asks once, after create(): the tools' schemas type the calls
     reward = bridge.Reward("environment_rewards", "record_completions", "", "", HERE)
     prompts, turns, rows = [], [], []

@@ -14,7 +14,8 @@ both sample the same turns:
 And again with an environment that owns its data (CountToOne, whose reset() writes the prompt):
 TRL without a train_dataset, Grove without data.source, each on its placeholder prompts; and with a
 completion budget the tool's answer would overrun, which TRL's tool loop drops, ending the episode
-after the call.
+after the call; and with no environment class at all, the same tools as plain functions (TRL's
+tools=[add, echo_prompt], Grove's `tools = ["add", "echo_prompt"]`).
 Grove's episodes must be TRL's (ids and which tokens the environment wrote), its rewards and tool
 metrics TRL's, and its loss, entropy, gradient norm and updated weights TRL's within float rounding.
 A group's rows are the same episode, so their opposite advantages cancel in the gradient: the
@@ -131,14 +132,15 @@ def teach_tool_calls(base, out, work_limit=600):
     return [[i for piece, _ in episode_pieces(tokenizer, t) for i in piece] for t in TARGETS]
 
 
-# (the environment class, its module, the dataset's rows or None where the environment writes the
-# prompts, max_completion_length)
+# (the environment class or None, the module's functions as TRL's standalone tools, the module, the
+# dataset's rows or None where the environment writes the prompts, max_completion_length)
 DATASET = [{"prompt": conversation(t), "target": t} for t in TARGETS]
-CASES = [("Counter", "environments", DATASET, WHOLE_EPISODE), ("CountToOne", "self_prompting", None, WHOLE_EPISODE),
-         ("Counter", "environments", DATASET, CALL_ONLY)]
+CASES = [("Counter", [], "environments", DATASET, WHOLE_EPISODE), ("CountToOne", [], "self_prompting", None, WHOLE_EPISODE),
+         ("Counter", [], "environments", DATASET, CALL_ONLY),
+         (None, ["add", "echo_prompt"], "counting_tools", DATASET, WHOLE_EPISODE)]
 
 
-def trl_run(model, work, environment, module, rows, budget):
+def trl_run(model, work, environment, functions, module, rows, budget):
     """TRL's episodes {prompt ids: (completion ids, tool_mask)} (each the same for both of a group's
     rows), its logged metrics and its weights after one step."""
     import importlib
@@ -158,13 +160,14 @@ def trl_run(model, work, environment, module, rows, budget):
         return result
 
     GRPOTrainer._generate = recording_generate
-    args = GRPOConfig(output_dir=os.path.join(work, f"trl-{environment}-{budget}"), num_generations=2, per_device_train_batch_size=2 * len(TARGETS),
+    args = GRPOConfig(output_dir=os.path.join(work, f"trl-{environment or module}-{budget}"), num_generations=2, per_device_train_batch_size=2 * len(TARGETS),
                       max_completion_length=budget, top_k=1, learning_rate=LEARNING_RATE, adam_epsilon=ADAM_EPSILON,
                       lr_scheduler_type="constant", entropy_coef=ENTROPY_COEF, max_steps=1, report_to="none", use_cpu=True, bf16=False,
                       logging_steps=1, save_strategy="no", seed=3)
     trainer = GRPOTrainer(model=model, reward_funcs=[namespace["alternating"]], args=args,
                           train_dataset=Dataset.from_list(rows) if rows else None, processing_class=qwen2_5_tokenizer(model),
-                          environment_factory=getattr(importlib.import_module(module), environment))
+                          environment_factory=getattr(importlib.import_module(module), environment) if environment else None,
+                          tools=[getattr(importlib.import_module(module), f) for f in functions])
     trainer.train()
     GRPOTrainer._generate = original_generate
     metrics = next(entry for entry in trainer.state.log_history if "reward" in entry)
@@ -173,8 +176,8 @@ def trl_run(model, work, environment, module, rows, budget):
     return {tuple(p): (list(c), list(m)) for p, c, m in episodes}, metrics, weights
 
 
-def grove_run(grove, model, work, environment, module, rows, budget):
-    run = os.path.join(work, f"grove-{environment}-{budget}")
+def grove_run(grove, model, work, environment, functions, module, rows, budget):
+    run = os.path.join(work, f"grove-{environment or module}-{budget}")
     shutil.rmtree(run, ignore_errors=True)
     os.makedirs(run)
     with open(os.path.join(run, "rewards.py"), "w") as f:
@@ -210,7 +213,7 @@ plugin = "python"
 config = {{ module = "rewards.py", function = "alternating" }}
 [environment]
 plugin = "python_environment"
-config = {{ module = "{HERE}/{module}.py", class = "{environment}" }}
+config = {{ module = "{HERE}/{module}.py", {f'class = "{environment}", ' if environment else ""}tools = {json.dumps(functions)} }}
 ''')
     out = subprocess.run([grove, "train", os.path.join(run, "grove.toml")], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -241,8 +244,8 @@ def check_episodes(trl_episodes, rollouts, taught, budget):
 
 def check_metrics(trl, grove, environment):
     """The logged values TRL and Grove both define, as TRL 1.16 logs them."""
-    keys = ["reward", "reward_std", "rewards/alternating/mean", f"rewards/{environment}/mean", "completions/mean_length",
-            "tools/call_frequency", "tools/failure_frequency", "loss", "grad_norm", "entropy"]
+    keys = ["reward", "reward_std", "rewards/alternating/mean", "completions/mean_length", "tools/call_frequency",
+            "tools/failure_frequency", "loss", "grad_norm", "entropy"] + ([f"rewards/{environment}/mean"] if environment else [])
     for key in keys:
         assert key in trl and key in grove, f"{key}: TRL logged {sorted(trl)}, Grove {sorted(grove)}"
         assert abs(trl[key] - grove[key]) <= 1e-5 * max(1.0, abs(trl[key])), f"{key}: TRL {trl[key]}, Grove {grove[key]}"
@@ -266,13 +269,13 @@ def main():
     os.makedirs(work, exist_ok=True)
     model = os.path.join(work, "tool_caller")
     taught = teach_tool_calls(base, model)
-    for environment, module, rows, budget in CASES:
-        trl_episodes, trl_metrics, trl_weights = trl_run(model, work, environment, module, rows, budget)
-        rollouts, metrics, checkpoint = grove_run(grove, model, work, environment, module, rows, budget)
+    for environment, functions, module, rows, budget in CASES:
+        trl_episodes, trl_metrics, trl_weights = trl_run(model, work, environment, functions, module, rows, budget)
+        rollouts, metrics, checkpoint = grove_run(grove, model, work, environment, functions, module, rows, budget)
         check_episodes(trl_episodes, rollouts, taught, budget)
         check_metrics(trl_metrics, metrics, environment)
         worst, moved = check_weights(trl_weights, checkpoint, model)
-        report(environment, rows, budget, rollouts, metrics, trl_metrics, worst, moved)
+        report(environment or f"tools={functions}", rows, budget, rollouts, metrics, trl_metrics, worst, moved)
 
 
 def report(environment, rows, budget, rollouts, metrics, trl_metrics, worst, moved):

@@ -1,6 +1,8 @@
 """Environments written in Python for test_python_environment.cpp: TRL environment_factory classes
 (tools called from Hermes tool calls, with and without get_reward) and Grove's own contract."""
 
+import asyncio
+
 
 class Counter:
     """TRL's protocol: reset with the dataset row, public methods as tools, get_reward at the end."""
@@ -117,3 +119,26 @@ class Narrator:
 
     def step(self, turns):
         return [f"[turn {t.turn}: {t.prompt[0]['content'] if isinstance(t.prompt, list) else t.prompt}]" for t in turns]
+
+
+# TRL's standalone tools (GRPOTrainer(tools=[...])): functions, one of them async
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiplies two integers.
+
+    Args:
+        a: the first factor.
+        b: the second factor.
+    """
+    return a * b
+
+
+async def say_later(text: str) -> str:
+    """Says the text back, after a pause.
+
+    Args:
+        text: what to say.
+    """
+    await asyncio.sleep(0.001)
+    return text
