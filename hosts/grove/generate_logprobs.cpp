@@ -59,7 +59,7 @@ int print_episodes(const po::variables_map& vm, const Model& model, const Tokeni
     std::vector<EpisodeStart> starts;
     for (size_t i = 0; i < prompts.size(); ++i) {
         const PromptRow& row = rows[i / size_t(n)];
-        starts.push_back({prompts[i], texts[i], row.columns_json, row.messages});
+        starts.push_back({prompts[i], texts[i], row.columns_json, row.messages, row.prompt_given});
     }
     const auto episodes =
         run_episodes(model, tokenizer, environment, starts, options, {max_turns, options.max_new_tokens, 0, family});
@@ -129,14 +129,15 @@ int generate(const std::vector<std::string>& args) {
     if (model->device().is_cuda() && !model->has_adapters() && vm.count("no-cuda-graphs") == 0)
         model->concatenate_projections();
     auto tokenizer = Tokenizer::load(folder);
+    const std::unique_ptr<Environment> environment = environment_option(vm);  // its tools join the prompts
     std::vector<PromptRow> rows;
     if (vm.count("prompt"))
         rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
     else
-        rows = load_prompts(vm["input"].as<std::string>());
+        rows = load_prompts(vm["input"].as<std::string>(), "prompt",
+                            environment ? MissingPrompt::environment_writes : MissingPrompt::refused);
     ChatTemplate family =
         chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config(), vm.count("no-thinking") == 0);
-    const std::unique_ptr<Environment> environment = environment_option(vm);  // its tools join the prompts
 
     std::vector<std::vector<int64_t>> prompts;
     std::vector<std::string> texts;

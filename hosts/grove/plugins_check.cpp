@@ -314,7 +314,9 @@ std::string render_training_prompts(const grove::RunConfig& config, const grove:
     const grove::ChatTemplate family = config.chat_template(tokenizer->config());
     size_t prompts = 0, conversations = 0;
     for (const std::string& source : sources)
-        for (const grove::PromptRow& row : grove::load_prompts(source, config.data.prompt_column)) {
+        for (const grove::PromptRow& row :
+             grove::load_prompts(source, config.data.prompt_column,
+                                 environment ? grove::MissingPrompt::environment_writes : grove::MissingPrompt::refused)) {
             grove::prompt_text(row, family, tokenizer->config(),
                                environment ? environment->tools_for(row.columns_json, row.origin) : "");
             ++prompts;

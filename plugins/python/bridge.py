@@ -217,7 +217,7 @@ class Turn:
 
     def __init__(self, episode, turn, text, token_ids, ended_with_eos, prompt, row, rendered_prompt):
         self.episode, self.turn, self.text, self.token_ids = episode, turn, text, token_ids
-        self.ended_with_eos, self.prompt, self.row = ended_with_eos, prompt, row
+        self.ended_with_eos, self.prompt, self.row = ended_with_eos, prompt, row  # prompt: None where the row has none
         self.rendered_prompt = rendered_prompt  # the prompt as the model saw it
 
     def __repr__(self):
@@ -614,19 +614,22 @@ class Environment:
         return value
 
     def _turns(self, rows):
-        return [Turn(e, t, text, ids, bool(eos), json.loads(p) if p is not None else prompt, json.loads(r) if r else {},
-                     prompt) for e, t, text, ids, eos, prompt, r, p in rows]
+        # p: the dataset's prompt as JSON; "" where the row has none (the environment writes it): None
+        return [Turn(e, t, text, ids, bool(eos), json.loads(p) if p else (None if p == "" else prompt),
+                     json.loads(r) if r else {}, prompt) for e, t, text, ids, eos, prompt, r, p in rows]
 
     def _reset(self, turn, batch_key):
         """A pooled instance for the episode, reset with its dataset row as TRL resets it: the prompt
-        and every other column as keyword arguments. Returns reset()'s text for the prompt, or None."""
+        (none for a row without one) and every other column as keyword arguments. Returns reset()'s
+        text for the prompt, or None."""
         held = self.live.pop(turn.episode, None)
         if held is not None:
             self.idle[held[2]].append(held[1])
         key, row = self._environment_of(turn)
         instance = self.idle[key].pop() if self.idle[key] else self.makers[key]()
         self.live[turn.episode] = (batch_key, instance, key)
-        return self._await(instance.reset(prompt=turn.prompt, **row))
+        prompt = {} if turn.prompt is None else {"prompt": turn.prompt}
+        return self._await(instance.reset(**prompt, **row))
 
     def _release_other_batches(self, batch_key):
         """The instances of earlier generation batches' episodes back to their pools, as TRL reuses its
@@ -665,9 +668,10 @@ class Environment:
             begin = getattr(self.grove, "begin_episodes", None)
             texts = self._await(begin(turns)) if callable(begin) else [None] * len(turns)
         elif not self.makers:  # tools alone: nothing to reset, the dataset's prompts as they are
-            if any(t.prompt == _PLACEHOLDER_PROMPT and not t.row for t in turns):
-                raise ConfigError("tools", "an environment of `tools` alone writes no prompts: set data.source (TRL "
-                                           "needs a train_dataset without an environment_factory)")
+            if any(t.prompt is None or (t.prompt == _PLACEHOLDER_PROMPT and not t.row) for t in turns):
+                raise ConfigError("tools", "an environment of `tools` alone writes no prompts: every row needs one "
+                                           "(set data.source, each row with its prompt; TRL needs a train_dataset "
+                                           "with prompts without an environment_factory)")
             texts = [None] * len(turns)
         else:
             self._release_other_batches((step, seed))

@@ -121,16 +121,18 @@ TEST(PythonEnvironment, StandaloneToolsAloneOrBeforeAClassesMethods) {
     EXPECT_NE(with_step.find("'Echo' follows Grove's environment contract (it has step())"), std::string::npos) << with_step;
     std::string nothing = message([] { python_environment(""); });
     EXPECT_NE(nothing.find("give `class` (the environment), `classes` (several"), std::string::npos) << nothing;
-    // without data.source every prompt is an empty user message, which tools alone cannot complete
-    std::string no_prompts = message([] {
-        auto tools_only = python_environment("", "tools = [\"multiply\"]");
-        grove::EnvironmentTurns placeholders;
-        placeholders.add(0, 0, "", {}, false, "<|im_start|>user\n<|im_end|>\n", "{}",
-                         "[{\"role\": \"user\", \"content\": \"\"}]");
-        tools_only.begin_episodes(placeholders);
-    });
-    EXPECT_NE(no_prompts.find("an environment of `tools` alone writes no prompts: set data.source"), std::string::npos)
-        << no_prompts;
+    // without data.source every prompt is an empty user message, and a row may have no prompt (""):
+    // tools alone complete neither
+    for (const std::string& prompt_json : {std::string("[{\"role\": \"user\", \"content\": \"\"}]"), std::string()}) {
+        std::string no_prompts = message([&] {
+            auto tools_only = python_environment("", "tools = [\"multiply\"]");
+            grove::EnvironmentTurns placeholders;
+            placeholders.add(0, 0, "", {}, false, "<|im_start|>user\n<|im_end|>\n", "{}", prompt_json);
+            tools_only.begin_episodes(placeholders);
+        });
+        EXPECT_NE(no_prompts.find("an environment of `tools` alone writes no prompts: every row needs one"), std::string::npos)
+            << no_prompts;
+    }
 }
 
 // TRL's get_reward column is the probed class's: a rollout is scored only when its instance is

@@ -16,6 +16,9 @@ struct PromptRow {
     std::vector<ChatMessage> messages;  // a conversation (rendered with the chat template)
     std::string columns_json;           // every other column, as a JSON object
     std::string origin;                 // "file.jsonl:12", for messages
+    // false: the row has no prompt column and `messages` is one empty user message, which the run's
+    // environment completes (its reset() then gets no `prompt`, as TRL's)
+    bool prompt_given = true;
 };
 
 // The text the model sees: a conversation rendered with the chat template (generation prompt
@@ -39,7 +42,12 @@ std::vector<PromptRow> environment_owned_prompts(size_t count);
 
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
-std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt");
+// What load_prompts does with a row without the prompt column: refuse it, or, in a run with an
+// environment (which writes each prompt's text before generation), give it one empty user message,
+// as TRL's GRPOTrainer does for rows without "prompt" when it has an environment_factory.
+enum class MissingPrompt { refused, environment_writes };
+std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt",
+                                    MissingPrompt missing = MissingPrompt::refused);
 
 // builtin:arithmetic (the training split) and builtin:arithmetic-test (200 held-out problems,
 // never in training): "What is A + B?" / "A - B" / "A * B" with an "answer" column and a worked

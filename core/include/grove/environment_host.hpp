@@ -30,8 +30,9 @@ struct EnvironmentTurns {
     int64_t step = 0;
     uint64_t seed = 0;
 
+    // prompt_as_json: the dataset's prompt as JSON, "" where the row has none; nullopt: not known
     void add(uint64_t episode, uint32_t turn, std::string text, const std::vector<int64_t>& turn_tokens, bool eos,
-             std::string prompt, std::string columns_json, std::string prompt_as_json = "");
+             std::string prompt, std::string columns_json, std::optional<std::string> prompt_as_json = std::nullopt);
     size_t size() const { return episodes.size(); }
     const grove_environment_batch& view();
 

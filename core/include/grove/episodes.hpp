@@ -41,6 +41,7 @@ struct EpisodeStart {
     std::vector<int64_t> prompt_ids;
     std::string prompt_text, columns_json = "{}";
     std::vector<ChatMessage> messages = {};
+    bool prompt_given = true;  // false: the dataset row had no prompt (PromptRow::prompt_given)
 };
 
 struct Episode {

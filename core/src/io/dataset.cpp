@@ -348,7 +348,7 @@ std::vector<ChatMessage> chat_messages(const nlohmann::ordered_json& list, const
     return messages;
 }
 
-std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column) {
+std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column, MissingPrompt missing) {
     if (source.rfind("builtin:", 0) == 0) {
         std::string name = source.substr(8), query;
         if (auto q = name.find('?'); q != std::string::npos) {
@@ -366,10 +366,20 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
     for_each_jsonl_in_order(  // in order: a tool call's arguments are written in the file's key order
         source, "the dataset (a JSONL file with a \"" + prompt_column + "\" column)",
         [&](nlohmann::ordered_json& j, const std::string& where) {
-            if (!j.is_object() || !j.contains(prompt_column))
-                throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column + "\" column");
+            if (!j.is_object()) throw Error(ErrorKind::input, where + ": the row is not a JSON object");
             PromptRow row;
             row.origin = where;
+            if (!j.contains(prompt_column)) {
+                if (missing == MissingPrompt::refused)
+                    throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column +
+                                                      "\" column (only a run with an [environment], which writes the "
+                                                      "prompts, takes rows without one)");
+                row.messages.push_back({"user", "", {}, std::nullopt});  // as TRL: completed by the environment
+                row.prompt_given = false;
+                row.columns_json = json(j).dump();
+                rows.push_back(std::move(row));
+                return;
+            }
             const auto& prompt = j[prompt_column];
             if (prompt.is_string()) {
                 row.text = prompt;

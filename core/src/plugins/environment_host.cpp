@@ -13,13 +13,13 @@
 namespace grove {
 
 void EnvironmentTurns::add(uint64_t episode, uint32_t turn, std::string text, const std::vector<int64_t>& turn_tokens, bool eos,
-                           std::string prompt, std::string columns_json, std::string prompt_as_json) {
+                           std::string prompt, std::string columns_json, std::optional<std::string> prompt_as_json) {
     episodes.push_back(episode);
     turns.push_back(turn);
     turn_texts.push_back(std::move(text));
     prompts.push_back(std::move(prompt));
     row_json.push_back(std::move(columns_json));
-    if (!prompt_as_json.empty()) prompt_json.push_back(std::move(prompt_as_json));
+    if (prompt_as_json) prompt_json.push_back(std::move(*prompt_as_json));
     for (int64_t id : turn_tokens) tokens.push_back(int32_t(id));
     token_offsets.push_back(int64_t(tokens.size()));
     ended_with_eos.push_back(eos ? 1 : 0);

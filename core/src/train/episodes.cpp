@@ -96,6 +96,12 @@ void append_observation(Episode& e, const std::vector<int64_t>& observation) {
     e.stats.observation_tokens += int64_t(observation.size());
 }
 
+// The dataset's prompt as an environment gets it (grove_environment_batch.prompt_json): empty where
+// the row had none, so that a TRL class's reset() gets no `prompt`, as TRL resets it.
+std::string environment_prompt_json(const EpisodeStart& start) {
+    return start.prompt_given ? prompt_json(start.prompt_text, start.messages) : "";
+}
+
 // The environment's text for each prompt (SDK begin_episodes), added as TRL adds reset()'s: to the
 // end of the last message of a conversation, rendered again, or to the end of a text prompt.
 void begin_episodes(const Environment& environment, const Tokenizer& tokenizer, std::vector<EpisodeStart>& starts,
@@ -106,7 +112,7 @@ void begin_episodes(const Environment& environment, const Tokenizer& tokenizer, 
     episodes.seed = seed;
     for (size_t i = 0; i < starts.size(); ++i)
         episodes.add(uint64_t(first_row) + i, 0, "", {}, false, starts[i].prompt_text, starts[i].columns_json,
-                     prompt_json(starts[i].prompt_text, starts[i].messages));
+                     environment_prompt_json(starts[i]));
     const std::vector<std::string> additions = environment.begin_episodes(episodes);
     for (size_t i = 0; i < starts.size(); ++i) {
         if (additions[i].empty()) continue;
@@ -183,7 +189,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                 continue;
             }
             waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
-                        starts[i].prompt_text, starts[i].columns_json, prompt_json(starts[i].prompt_text, starts[i].messages));
+                        starts[i].prompt_text, starts[i].columns_json, environment_prompt_json(starts[i]));
             waiting_episodes.push_back(i);
             kept.push_back(int64_t(ids.size()));
         }
@@ -267,8 +273,7 @@ void score_whole_episodes(const Environment& environment, const Tokenizer& token
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];
         whole.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(e.ids, false), e.ids,
-                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json,
-                  prompt_json(starts[i].prompt_text, starts[i].messages));
+                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json, environment_prompt_json(starts[i]));
     }
     const std::vector<float> scores = environment.score_episodes(whole);
     for (size_t i = 0; i < episodes.size(); ++i) episodes[i].stats.environment_reward = scores[i];
@@ -278,7 +283,8 @@ Rollout generate_episodes(const Model& model, const Tokenizer& tokenizer, const 
                           std::vector<BatchRow> rows, const SamplingOptions& options, const EpisodeLimits& limits,
                           int64_t first_row, bool score_episodes) {
     std::vector<EpisodeStart> starts;
-    for (const BatchRow& row : rows) starts.push_back({row.prompt_ids, row.prompt_text, row.columns_json, row.prompt_messages});
+    for (const BatchRow& row : rows)
+        starts.push_back({row.prompt_ids, row.prompt_text, row.columns_json, row.prompt_messages, row.prompt_given});
     auto episodes = run_episodes(model, tokenizer, environment, starts, options, limits, first_row);
     for (size_t i = 0; i < rows.size(); ++i) {  // the prompts the model saw, which begin_episodes may have extended
         rows[i].prompt_ids = starts[i].prompt_ids;

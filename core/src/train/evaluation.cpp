@@ -80,7 +80,8 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
     const std::vector<PluginUse> uses = reward_columns(loaded, q);
     const bool scores_environment = environment && environment->reward_column();
     std::vector<float> environment_scores;
-    auto rows = load_prompts(q.data_source, q.prompt_column);
+    auto rows =
+        load_prompts(q.data_source, q.prompt_column, environment ? MissingPrompt::environment_writes : MissingPrompt::refused);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
     set_stop_tokens(o, model, tokenizer.config());
@@ -127,7 +128,9 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         };
         if (environment) {
             std::vector<EpisodeStart> starts;
-            for (size_t i = 0; i < prompts.size(); ++i) starts.push_back({prompts[i], texts[i], json_rows[i], messages[i]});
+            for (size_t i = 0; i < prompts.size(); ++i)
+                starts.push_back(
+                    {prompts[i], texts[i], json_rows[i], messages[i], rows[start + i / size_t(q.samples)].prompt_given});
             auto episodes = run_episodes(model, tokenizer, *environment, starts, o,
                                          {q.max_turns, o.max_new_tokens, q.step, family}, first_row);
             for (size_t i = 0; i < starts.size(); ++i) {  // the prompts the model saw (begin_episodes may add to them)

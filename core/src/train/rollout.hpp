@@ -27,6 +27,7 @@ struct BatchRow {
     std::string prompt_text, columns_json;          // columns_json: the dataset row's other columns
     const ReplayRow* replay = nullptr;              // set when the completion is replayed
     std::vector<ChatMessage> prompt_messages = {};  // the prompt as chat messages; empty for a text prompt
+    bool prompt_given = true;                       // false: the dataset row had none (PromptRow::prompt_given)
 };
 
 // The prompts a run samples from, and the sampler's position in them: a seeded permutation per

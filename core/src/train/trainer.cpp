@@ -268,7 +268,8 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     if (!c.data.source) check_environment_writes_prompts(*environment, c.manifest_path);
     std::vector<BatchRow> rows;
     const std::vector<PromptRow> dataset =
-        c.data.source ? load_prompts(*c.data.source, c.data.prompt_column)
+        c.data.source ? load_prompts(*c.data.source, c.data.prompt_column,
+                                     environment ? MissingPrompt::environment_writes : MissingPrompt::refused)
                       : environment_owned_prompts(size_t(c.train.generation_batch_size / c.generation.num_generations));
     for (const PromptRow& row : dataset) {
         BatchRow r;
@@ -280,6 +281,7 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
         r.prompt_ids = tokenizer->encode(r.prompt_text, row.messages.empty());
         if (r.prompt_ids.empty()) throw Error(ErrorKind::input, row.origin + ": the prompt encodes to no tokens");
         r.columns_json = row.columns_json;
+        r.prompt_given = row.prompt_given;
         rows.push_back(std::move(r));
     }
     return std::make_unique<PromptSource>(std::move(rows), c.generation.num_generations, uint64_t(c.train.seed),

@@ -255,3 +255,22 @@ TEST(Dataset, ToolCallsLoadInTheFilesOrder) {
             << message;
     }
 }
+
+// A row without a prompt is refused, unless the run has an environment, which writes the prompt:
+// then, as TRL's GRPOTrainer with an environment_factory, it is one empty user message, marked so
+// that the environment's reset() gets no `prompt`; its other columns are kept.
+TEST(Dataset, ARowWithoutAPromptIsTheEnvironmentsToWrite) {
+    const std::string file = std::string(GROVE_TEST_BINARY_DIR) + "/dataset_without_prompt.jsonl";
+    std::ofstream(file) << R"({"prompt": "Hi", "seed": 1})" << "\n" << R"({"seed": 2, "environment": "dial"})" << "\n";
+    EXPECT_CONTAINS(grove::test::error_message([&] { grove::load_prompts(file); }),
+                    "dataset_without_prompt.jsonl:2: the row has no \"prompt\" column (only a run with an [environment]");
+    const auto rows = grove::load_prompts(file, "prompt", grove::MissingPrompt::environment_writes);
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_TRUE(rows[0].prompt_given);
+    EXPECT_EQ(rows[0].text, "Hi");
+    EXPECT_FALSE(rows[1].prompt_given);
+    ASSERT_EQ(rows[1].messages.size(), 1u);
+    EXPECT_EQ(grove::prompt_json("", rows[1].messages), R"([{"role":"user","content":""}])");
+    EXPECT_EQ(rows[1].columns_json, R"({"environment":"dial","seed":2})");
+    EXPECT_EQ(rows[1].origin, file + ":2");
+}

@@ -1,15 +1,16 @@
 """Several environments in one run train as TRL 1.16 trains them with environment_factory={name:
 factory}: each row's `environment` column chooses its class, the row's prompt shows that class's
 tools only, reset() gets the row's other columns, and each class with get_reward() scores its own
-rows (NaN elsewhere).
+rows (NaN elsewhere). And again on a dataset without prompts: each class's reset() writes the
+prompt (and gets no `prompt`), into one empty user message.
 
 The reference is TRL's own GRPOTrainer, trained for one step on the tiny checkpoint with
-{"meter": Meter, "scale": Scale, "notes": Notes} (tests/plugins/python/several_environments.py):
+{"meter": Meter, "scale": Scale, "notes": Notes, "dial": Dial} (tests/plugins/python/several_environments.py):
 the prompt ids it generated from, and the logged reward (each row's weighted sum, where the
 classes' columns are NaN on the other classes' rows). `grove train` runs the same with
 `classes = { meter = "Meter", ... }`; its saved rollouts must start from TRL's prompt ids, row for
 row, and its logged reward and reward_std must be TRL's. Grove gives the classes' get_reward() one
-column (Meter+Scale): each row has one class, so its weighted sum, and every advantage, is the
+column (Dial+Meter+Scale): each row has one class, so its weighted sum, and every advantage, is the
 same. A row naming no environment, or an unknown one, is refused naming the row.
 
 usage: check_several_environments.py GROVE MODEL_DIR WORK_DIR
@@ -25,12 +26,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(sys.prefix, "transformers5-site"))  # TRL's environment_factory needs transformers 5
 
-CLASSES = {"meter": "Meter", "scale": "Scale", "notes": "Notes"}
+CLASSES = {"meter": "Meter", "scale": "Scale", "notes": "Notes", "dial": "Dial"}
 ROWS = [{"prompt": [{"role": "user", "content": f"Measure {n}."}], "target": n, "environment": name}
         for n, name in enumerate(["meter", "scale", "notes", "meter"])]
+# a dataset without prompts: each class's reset() (which then gets none) writes it (the datasets library
+# gives a file's rows the union of their columns, so TRL takes rows without one only in such a dataset)
+ROWS_WITHOUT_PROMPTS = [{"target": n, "environment": "dial"} for n in (4, 7)]
 
 
-def trl_run(model, work):
+def trl_run(model, work, rows):
     import transformers
     import trl
     from datasets import Dataset
@@ -50,11 +54,11 @@ def trl_run(model, work):
         return result
 
     GRPOTrainer._generate = recording_generate
-    args = GRPOConfig(output_dir=os.path.join(work, "trl"), num_generations=2, per_device_train_batch_size=2 * len(ROWS),
+    args = GRPOConfig(output_dir=os.path.join(work, "trl"), num_generations=2, per_device_train_batch_size=2 * len(rows),
                       max_completion_length=8, max_steps=1, report_to="none", use_cpu=True, bf16=False, logging_steps=1,
                       save_strategy="no")
     factories = {name: getattr(several_environments, cls) for name, cls in CLASSES.items()}
-    trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(ROWS), processing_class=tokenizer,
+    trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           environment_factory=factories)
     trainer.train()
     GRPOTrainer._generate = original_generate
@@ -72,7 +76,7 @@ def write_run(work, rows):
     return run
 
 
-def grove(grove_binary, model, run, command="train"):
+def grove(grove_binary, model, run, command="train", rows=ROWS):
     classes = ", ".join(f'{name} = "{cls}"' for name, cls in CLASSES.items())
     with open(os.path.join(run, "grove.toml"), "w") as f:
         f.write(f'''[model]
@@ -84,7 +88,7 @@ source = "prompts.jsonl"
 num_generations = 2
 max_completion_length = 8
 [train]
-per_device_train_batch_size = {2 * len(ROWS)}
+per_device_train_batch_size = {2 * len(rows)}
 max_steps = 1
 [output]
 dir = "out"
@@ -97,10 +101,31 @@ config = {{ module = "{HERE}/several_environments.py", classes = {{ {classes} }}
     return subprocess.run([grove_binary, command, os.path.join(run, "grove.toml")], capture_output=True, text=True)
 
 
+def check_eval_of_mixed_rows(grove_binary, model, work):
+    """grove eval takes a file mixing rows with and without prompts (two samples each): each row's
+    episodes start from its own prompt, written by Dial's reset() where the row has none, and are
+    scored by its own class."""
+    rows = ROWS_WITHOUT_PROMPTS + ROWS[1:2]
+    run = write_run(work, rows)
+    checked = grove(grove_binary, model, run, "check", rows)  # writes the manifest, and checks the rows
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    out = subprocess.run([grove_binary, "eval", os.path.join(run, "grove.toml"), "--json", "--samples", "2",
+                          "--max-new-tokens", "4"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    evaluated = json.loads(out.stdout[out.stdout.index("{"):])["rows"]
+    expected = [("Turn the dial to 4.", 0.4), ("Turn the dial to 7.", 0.7), ("Measure 1.", 0.25)]
+    assert len(evaluated) == 2 * len(expected), f"grove eval gave {len(evaluated)} rows"
+    for i, row in enumerate(evaluated):
+        text, reward = expected[i // 2]
+        assert row["prompt"].endswith(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"), (i, row["prompt"])
+        assert abs(row["rewards"]["Dial+Meter+Scale"] - reward) < 1e-6, (i, row["rewards"])
+    print(f"grove eval: {len(evaluated)} episodes of rows with and without prompts, each from its own prompt and class")
+
+
 def check_refusals(grove_binary, model, work):
     """A row without the column, or naming no environment of the run, is refused, naming its line;
     and so is a run without data.source (TRL's environment_factory dict needs a train_dataset)."""
-    for row, says in (({"prompt": "Hi", "target": 0}, 'which this row lacks; give it one of "meter", "notes", "scale"'),
+    for row, says in (({"prompt": "Hi", "target": 0}, 'which this row lacks; give it one of "dial", "meter", "notes", "scale"'),
                       ({"prompt": "Hi", "target": 0, "environment": "clock"},
                        '"environment" is "clock", which is none of the environments')):
         run = write_run(work, ROWS[:3] + [row])
@@ -121,9 +146,17 @@ def check_refusals(grove_binary, model, work):
 def main():
     grove_binary, model, work = (os.path.abspath(a) for a in sys.argv[1:4])
     os.makedirs(work, exist_ok=True)
-    trl_prompts, trl_metrics = trl_run(model, work)
-    run = write_run(work, ROWS)
-    out = grove(grove_binary, model, run)
+    for rows in (ROWS, ROWS_WITHOUT_PROMPTS):
+        compare(grove_binary, model, work, rows)
+    check_eval_of_mixed_rows(grove_binary, model, work)
+    check_refusals(grove_binary, model, work)
+    print("rows naming no environment or an unknown one refused by grove check and grove train")
+
+
+def compare(grove_binary, model, work, rows):
+    trl_prompts, trl_metrics = trl_run(model, work, rows)
+    run = write_run(work, rows)
+    out = grove(grove_binary, model, run, rows=rows)
     assert out.returncode == 0, out.stdout + out.stderr
     with open(os.path.join(run, "out", "rollouts.jsonl")) as f:
         rollouts = [json.loads(line) for line in f]
@@ -131,14 +164,14 @@ def main():
         metrics = [json.loads(line) for line in f][-1]
     grove_prompts = sorted(r["prompt_ids"] for r in rollouts)
     assert grove_prompts == sorted(trl_prompts), "Grove's prompts are not TRL's: each row should show its class's tools"
-    assert len({tuple(p) for p in grove_prompts}) == len(ROWS), "the rows' prompts should differ (tools and targets)"
-    assert "rewards/Meter+Scale/mean" in metrics, f"the classes' column is not Meter+Scale: {sorted(metrics)}"
+    assert len({tuple(p) for p in grove_prompts}) == len(rows), "the rows' prompts should differ (tools and targets)"
+    assert "rewards/Dial+Meter+Scale/mean" in metrics, f"the classes' column is not Dial+Meter+Scale: {sorted(metrics)}"
     for key in ("reward", "reward_std"):
         assert abs(metrics[key] - trl_metrics[key]) < 1e-6, f"{key}: TRL {trl_metrics[key]}, Grove {metrics[key]}"
-    check_refusals(grove_binary, model, work)
-    print(f"Grove: {len(rollouts)} rows from TRL's prompts, each with its class's tools; reward {metrics['reward']:.4f} "
-          f"(TRL {trl_metrics['reward']:.4f}), reward_std {metrics['reward_std']:.4f} (TRL {trl_metrics['reward_std']:.4f}); "
-          "rows naming no environment or an unknown one refused by grove check and grove train")
+    given = "the dataset's prompts" if all("prompt" in row for row in rows) else "prompts reset() wrote (none in the dataset)"
+    print(f"Grove: {len(rollouts)} rows from TRL's prompt ids ({given}), each with its class's tools; reward "
+          f"{metrics['reward']:.4f} (TRL {trl_metrics['reward']:.4f}), reward_std {metrics['reward_std']:.4f} "
+          f"(TRL {trl_metrics['reward_std']:.4f})")
 
 
 if __name__ == "__main__":

@@ -47,3 +47,25 @@ class Notes(_Strict):
             text: the note.
         """
         return text
+
+
+class Dial:
+    """Writes its own prompt: its rows have no `prompt`, and reset() gets none (TRL passes the row's
+    columns as they are, without `environment`)."""
+
+    def reset(self, target, **kwargs):
+        if kwargs:
+            raise ValueError(f"reset() got columns it should not: {sorted(kwargs)}")
+        self.target = target
+        return f"Turn the dial to {target}."
+
+    def turn(self, notches: int) -> int:
+        """Turns the dial.
+
+        Args:
+            notches: how far.
+        """
+        return notches
+
+    def get_reward(self):
+        return 0.1 * self.target
