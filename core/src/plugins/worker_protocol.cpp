@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -117,6 +118,14 @@ std::vector<std::string> texts(const grove_text* t, size_t n) {
         for (size_t i = 0; i < n; ++i) out.emplace_back(t[i].data, t[i].size);
     return out;
 }
+
+// CSR offsets over `n` rows into `end` items: n + 1 of them, from 0, never decreasing, to `end`; a
+// frame that says otherwise would slice past its items
+template <typename Offset>
+bool valid_offsets(const std::vector<Offset>& offsets, size_t n, size_t end) {
+    return offsets.size() == n + 1 && offsets.front() == 0 && std::is_sorted(offsets.begin(), offsets.end()) &&
+           size_t(offsets.back()) == end;
+}
 }  // namespace
 
 std::string encode_batch(const grove_reward_batch& b) {
@@ -165,13 +174,14 @@ RewardRows decode_batch(const std::string& payload) {
     if (r.u32()) {
         rows.episode_turn_offsets = r.array<uint64_t>();
         rows.episode_turns = strings(r);
-        if (rows.episode_turn_offsets.size() != size_t(n) + 1 || rows.episode_turn_offsets.back() != rows.episode_turns.size())
+        if (!valid_offsets(rows.episode_turn_offsets, n, rows.episode_turns.size()))
             throw Error(ErrorKind::plugin, "the host sent a malformed batch");
     } else {
         rows.episode_turn_offsets.assign(size_t(n) + 1, 0);
     }
-    if (rows.prompts.size() != n || rows.completions.size() != n || rows.token_offsets.size() != size_t(n) + 1 ||
-        rows.truncated.size() != n || rows.token_offsets.back() != int64_t(rows.tokens.size()))
+    if (rows.prompts.size() != n || rows.completions.size() != n || !valid_offsets(rows.token_offsets, n, rows.tokens.size()) ||
+        rows.truncated.size() != n || (!rows.model_token_mask.empty() && rows.model_token_mask.size() != rows.tokens.size()) ||
+        (!rows.prompt_json.empty() && rows.prompt_json.size() != n))
         throw Error(ErrorKind::plugin, "the host sent a malformed batch");
     if (rows.row_json.empty()) rows.row_json.assign(n, "{}");
     if (rows.model_token_mask.empty()) rows.model_token_mask.assign(rows.tokens.size(), 1);
@@ -246,7 +256,8 @@ EnvironmentTurns decode_turns(const std::string& payload) {
     t.ended_with_eos = r.array<uint8_t>();
     const size_t n = t.episodes.size();
     if (t.turns.size() != n || t.turn_texts.size() != n || t.prompts.size() != n || t.row_json.size() != n ||
-        t.token_offsets.size() != n + 1 || t.ended_with_eos.size() != n || t.token_offsets.back() != int64_t(t.tokens.size()))
+        !valid_offsets(t.token_offsets, n, t.tokens.size()) || t.ended_with_eos.size() != n ||
+        (!t.prompt_json.empty() && t.prompt_json.size() != n))
         throw Error(ErrorKind::plugin, "the host sent a malformed environment batch");
     return t;
 }

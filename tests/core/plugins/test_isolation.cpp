@@ -285,6 +285,25 @@ TEST(Isolation, AReplyThatDoesNotDecodeStopsTheWorker) {
     }
 }
 
+// The worker trusts no frame: a batch whose offsets run backwards (which would slice past its
+// tokens) is refused as malformed, a reward batch and an environment batch alike.
+TEST(Isolation, AWorkerRefusesABatchWhoseOffsetsRunBackwards) {
+    const auto refusal = [](auto decode) { return grove::test::error_message(decode); };
+    grove::RewardRows rows = rows_at(1);  // four rows of three tokens
+    EXPECT_EQ(grove::worker::decode_batch(grove::worker::encode_batch(rows.view())).tokens.size(), 12u);
+    rows.token_offsets = {0, 3, 9, 6, 12};
+    EXPECT_CONTAINS(refusal([&] { grove::worker::decode_batch(grove::worker::encode_batch(rows.view())); }),
+                    "the host sent a malformed batch");
+
+    grove::EnvironmentTurns turns;
+    turns.add(0, 1, "a", {1, 2}, true, "p", "{}");
+    turns.add(1, 1, "b", {3}, true, "p", "{}");
+    EXPECT_EQ(grove::worker::decode_turns(grove::worker::encode_turns(turns.view())).tokens.size(), 3u);
+    turns.token_offsets = {0, 4, 3};
+    EXPECT_CONTAINS(refusal([&] { grove::worker::decode_turns(grove::worker::encode_turns(turns.view())); }),
+                    "the host sent a malformed environment batch");
+}
+
 // A worker that ends on the start frame, as one from an older build of Grove does, is named with
 // the question whether it comes from this build.
 TEST(Isolation, AWorkerThatEndsAtTheStartFrameIsAskedAbout) {
