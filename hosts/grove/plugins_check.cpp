@@ -398,9 +398,10 @@ int check(const std::vector<std::string>& args) {
     };
     for (const auto& instance : instances) list(instance.info());
     if (environment) list(environment->info());
-    if (environment && environment->reward_column())
-        std::cout << "#   reward     " << environment->reward_column()->name << " (the environment's judgement of whole "
-                  << "episodes), weight " << environment->reward_column()->weight << "\n";
+    if (environment)
+        for (const grove::PluginUse& column : environment->reward_columns())
+            std::cout << "#   reward     " << column.name << " (the environment's judgement of whole "
+                      << "episodes), weight " << column.weight << "\n";
     for (const std::string& m : reward_models) std::cout << "#   reward     " << m << "\n";
     if (!experts.empty()) std::cout << "# " << experts << "\n";
     if (!prompts.empty()) std::cout << "# " << prompts << "\n";

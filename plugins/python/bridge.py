@@ -571,9 +571,9 @@ class Environment:
         counts when the manifest asks, named as the manifest says ("" : its default)."""
         if self.grove is not None:
             return (1 if callable(getattr(self.grove, "score_episodes", None)) else 0), ""
-        # several classes with get_reward: one column (TRL makes one per class, each NaN on the other
-        # classes' rows, so a row's weighted sum, and every advantage, is the same), named after them in
-        # the order of their environment names (a TOML table's keys come sorted)
+        # several classes with get_reward: one column per class, as TRL's (tools_json's reward_names,
+        # SDK 1.12); this name, the classes' in the order of their environment names (a TOML table's
+        # keys come sorted), is the one column's where the manifest names none but the host is older
         if not self.reward_classes:  # named all the same, for the message saying it is no reward
             return 0, next((type(p).__name__ for p in self.probes.values()), "")
         return 2, "+".join(c.__name__ for c in self.reward_classes)
@@ -596,8 +596,10 @@ class Environment:
             self.tool_parameters.update(parameters)
         self.async_tools_of = {key: {n for n, tool in self._tools_of(probe).items() if inspect.iscoroutinefunction(tool)}
                                for key, probe in probes.items()}
-        if self.multi:  # SDK 1.11: each row's tools chosen by its `environment` column
-            return json.dumps({"select_by": "environment", "tools": schemas})
+        if self.multi:  # SDK 1.11: each row's tools chosen by its `environment` column; 1.12: its reward column
+            return json.dumps({"select_by": "environment", "tools": schemas,
+                               "reward_names": {key: type(probe).__name__ for key, probe in self.probes.items()
+                                                if type(probe) in self.reward_classes}})
         return json.dumps(schemas[None])
 
     def stop_strings(self):

@@ -80,6 +80,14 @@ public:
     // That judgement as a reward column (name, weight; the plugin and config are the environment's),
     // or null: not a reward. make_environment decides it from the manifest and the plugin.
     const PluginUse* reward_column() const { return reward_column_ ? &*reward_column_ : nullptr; }
+    // The columns that judgement fills: reward_column() alone, or, for several environments whose
+    // tools_json names reward columns by value (SDK 1.12 "reward_names") when the manifest names
+    // none, one per name, as TRL logs one per environment class with get_reward(). Empty: no reward.
+    const std::vector<PluginUse>& reward_columns() const { return reward_columns_; }
+    // The index in reward_columns() of the column a row's score goes to (the row's other columns
+    // as a JSON object), or no_column (its environment has none; its score is not counted).
+    static constexpr size_t no_column = size_t(-1);
+    size_t reward_column_of(const std::string& columns_json) const;
     // Whether it prepares episodes before generation (SDK 1.7 begin_episodes), and the text it adds
     // to each episode's prompt (empty: none).
     bool begins_episodes() const { return begins_episodes_; }
@@ -101,6 +109,9 @@ private:
     bool reward_by_default_ = false;  // SDK episode_reward: GROVE_EPISODES_JUDGED_AS_REWARD
     std::string reward_name_;         // the plugin's name for that column; empty: none
     std::optional<PluginUse> reward_column_;
+    std::map<std::string, std::string> reward_name_by_value_;  // SDK 1.12: each value's column name
+    std::vector<PluginUse> reward_columns_;
+    bool reward_columns_by_value_ = false;  // reward_columns_ are reward_name_by_value_'s
 
     friend std::unique_ptr<Environment> make_environment(PluginHost&, const PluginUse&, const EnvironmentRewardSettings&,
                                                          const std::vector<PluginUse>&, bool);

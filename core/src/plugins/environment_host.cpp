@@ -1,5 +1,6 @@
 #include "grove/environment_host.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 
@@ -100,13 +101,19 @@ void Environment::set_tools(std::string tools_json) {
     // ordered: a schema is rendered with its keys in the order the plugin wrote them
     const auto tools = nlohmann::ordered_json::parse(tools_json_, nullptr, false);
     const auto* routed = tools.is_object() ? &tools : nullptr;
+    auto names_columns = [](const nlohmann::ordered_json& names) {
+        return names.is_object() && std::all_of(names.begin(), names.end(), [](const auto& n) { return n.is_string(); });
+    };
     const bool well_formed =
-        tools.is_array() || (routed && routed->size() == 2 && routed->contains("select_by") &&
-                             (*routed)["select_by"].is_string() && routed->contains("tools") && (*routed)["tools"].is_object());
+        tools.is_array() ||
+        (routed && routed->contains("select_by") && (*routed)["select_by"].is_string() && routed->contains("tools") &&
+         (*routed)["tools"].is_object() &&
+         routed->size() == 2 + size_t(routed->contains("reward_names") && names_columns((*routed)["reward_names"])));
     if (!well_formed)
         throw Error(ErrorKind::plugin, "plugin " + info().display() +
                                            ": tools_json() gave neither a JSON array of tool schemas nor {\"select_by\": "
-                                           "COLUMN, \"tools\": {VALUE: [...]}}: " +
+                                           "COLUMN, \"tools\": {VALUE: [...]}} (with, optionally, \"reward_names\": "
+                                           "{VALUE: NAME})): " +
                                            tools_json_.substr(0, 200));
     if (tools.is_array()) {
         if (tools.empty()) tools_json_.clear();
@@ -119,6 +126,21 @@ void Environment::set_tools(std::string tools_json) {
                                                "\" are not a JSON array of tool schemas");
         tools_by_value_[value] = tool_list(list);
     }
+    if (routed->contains("reward_names"))
+        for (const auto& [value, name] : (*routed)["reward_names"].items()) reward_name_by_value_[value] = name;
+}
+
+size_t Environment::reward_column_of(const std::string& columns_json) const {
+    if (reward_columns_.empty()) return no_column;
+    if (!reward_columns_by_value_) return 0;
+    const auto columns = nlohmann::json::parse(columns_json.empty() ? "{}" : columns_json, nullptr, false);
+    const auto* value = columns.is_object() && columns.contains(tools_column_) ? &columns[tools_column_] : nullptr;
+    const auto named =
+        value && value->is_string() ? reward_name_by_value_.find(value->get<std::string>()) : reward_name_by_value_.end();
+    if (named == reward_name_by_value_.end()) return no_column;
+    for (size_t c = 0; c < reward_columns_.size(); ++c)
+        if (reward_columns_[c].name == named->second) return c;
+    return no_column;
 }
 
 std::string Environment::tools_for(const std::string& columns_json, const std::string& origin) const {
@@ -263,11 +285,25 @@ std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse&
         column.name = reward.name.value_or(environment->default_reward_name().empty() ? "environment"
                                                                                       : environment->default_reward_name());
         column.weight = reward.weight.value_or(1.0);  // TRL weighs an environment's get_reward() 1
-        for (const PluginUse& r : rewards)
-            if (r.name == column.name)
-                throw Error(ErrorKind::manifest, use.origin + ": the environment's reward column \"" + column.name +
-                                                     "\" has the name of the reward at " + r.origin +
-                                                     "; give the environment's column another reward_name");
+        // several environments naming a column each (TRL: one per class with get_reward()), unless
+        // the manifest names the one column
+        environment->reward_columns_by_value_ = !reward.name && !environment->reward_name_by_value_.empty();
+        std::vector<std::string> names{column.name};
+        if (environment->reward_columns_by_value_) {
+            names.clear();
+            for (const auto& [value, name] : environment->reward_name_by_value_)
+                if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+        }
+        for (const std::string& name : names) {
+            PluginUse named = column;
+            named.name = name;
+            for (const PluginUse& r : rewards)
+                if (r.name == name)
+                    throw Error(ErrorKind::manifest, use.origin + ": the environment's reward column \"" + name +
+                                                         "\" has the name of the reward at " + r.origin +
+                                                         "; give the environment's column another reward_name");
+            environment->reward_columns_.push_back(std::move(named));
+        }
         environment->reward_column_ = std::move(column);
     } else if (reward.name) {
         throw Error(ErrorKind::manifest,

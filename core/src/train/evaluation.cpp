@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "grove/advantages.hpp"
 #include "grove/dataset.hpp"
@@ -66,7 +67,8 @@ namespace {
 // The reward columns: the plugins', then the environment's own score of each episode when asked.
 std::vector<PluginUse> reward_columns(const LoadedEvaluator& loaded, const EvaluationRequest& q) {
     std::vector<PluginUse> uses = q.rewards;
-    if (loaded.environment && loaded.environment->reward_column()) uses.push_back(*loaded.environment->reward_column());
+    if (loaded.environment)
+        for (const PluginUse& column : loaded.environment->reward_columns()) uses.push_back(column);
     return uses;
 }
 }  // namespace
@@ -169,7 +171,14 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         std::vector<double> sums(prompts.size(), 0.0);
         std::vector<bool> scored(prompts.size(), false);
         RewardScores scores_of_batch = rewards.score(batch.view(), {}, &messages);
-        if (scores_environment) scores_of_batch.values.push_back(environment_scores);
+        if (scores_environment) {  // each row's score in its own column (several environments: one each)
+            const size_t first_column = scores_of_batch.values.size();
+            scores_of_batch.values.resize(uses.size(),
+                                          std::vector<float>(prompts.size(), std::numeric_limits<float>::quiet_NaN()));
+            for (size_t i = 0; i < prompts.size(); ++i)
+                if (size_t c = environment->reward_column_of(json_rows[i]); c != Environment::no_column)
+                    scores_of_batch.values[first_column + c][i] = environment_scores[i];
+        }
         for (size_t k = 0; k < uses.size(); ++k) {
             const std::vector<float>& scores = scores_of_batch.values[k];
             for (size_t i = 0; i < prompts.size(); ++i) {

@@ -9,6 +9,7 @@
 
 #include "grove/dataset.hpp"
 #include "grove/distributed.hpp"
+#include "grove/environment_host.hpp"
 #include "grove/episodes.hpp"
 #include "grove/error.hpp"
 #include "grove/tokenizer.hpp"
@@ -106,10 +107,16 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     RewardScores scores = rewards.score(batch.view(), rewards_given_by_every_row(rewards.names(), rollout.rows), &messages);
     std::vector<double> weights = rewards.weights();
     if (context.environment_reward) {
-        scores.names.push_back(context.environment_reward->name);
-        scores.values.emplace_back(size_t(N), std::numeric_limits<float>::quiet_NaN());
-        for (size_t i = 0; i < rollout.episodes.size(); ++i) scores.values.back()[i] = rollout.episodes[i].environment_reward;
-        weights.push_back(context.environment_reward->weight);
+        const size_t first = scores.values.size();
+        for (const PluginUse& column : context.environment_reward->reward_columns()) {
+            scores.names.push_back(column.name);
+            scores.values.emplace_back(size_t(N), std::numeric_limits<float>::quiet_NaN());
+            weights.push_back(column.weight);
+        }
+        for (size_t i = 0; i < rollout.episodes.size(); ++i)
+            if (size_t c = context.environment_reward->reward_column_of(rollout.rows[i].columns_json);
+                c != Environment::no_column)
+                scores.values[first + c][i] = rollout.episodes[i].environment_reward;
     }
     apply_given_rewards(scores, rollout.rows);
 

@@ -15,6 +15,7 @@
 
 namespace grove {
 
+class Environment;
 class ProcessGroup;
 class Tokenizer;
 
@@ -48,9 +49,9 @@ struct ScoringContext {
     int64_t step = 0;  // the optimizer step the batch is generated for
     int rank = 0, world_size = 1;
     ProcessGroup* group = nullptr;  // null for one process
-    // the environment's reward column (Environment::reward_column): the episodes' environment_reward
-    // is one more reward column, with this use's name and weight, after the plugins'
-    const PluginUse* environment_reward = nullptr;
+    // the environment whose judgement is a reward (Environment::reward_columns): the episodes'
+    // environment_reward fills its columns, after the plugins', each row's in its own column
+    const Environment* environment_reward = nullptr;
     int64_t max_steps = 0;  // the run's optimizer steps in all (rewards see it as TRL's trainer_state.max_steps)
 };
 

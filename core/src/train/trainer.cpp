@@ -313,7 +313,8 @@ ScoredRollout Trainer::State::generate_and_score(int64_t round) {
     memory.close("generate", model->device());
 
     auto t1 = Clock::now();
-    const PluginUse* environment_reward = environment && !replay ? environment->reward_column() : nullptr;
+    const Environment* environment_reward =
+        environment && !replay && environment->reward_column() ? environment.get() : nullptr;
     ScoredBatch scored =
         score_rollout(rollout, *rewards, *tokenizer, advantage_options(),
                       {progress.global_step, options.rank, options.world_size, options.group, environment_reward, total});
@@ -477,8 +478,8 @@ std::map<std::string, double> Trainer::State::evaluate_held_out() {
 std::vector<std::pair<std::string, double>> Trainer::State::reward_columns() const {
     std::vector<std::pair<std::string, double>> columns;
     for (size_t i = 0; i < rewards->names().size(); ++i) columns.emplace_back(rewards->names()[i], rewards->weights()[i]);
-    if (const PluginUse* column = environment ? environment->reward_column() : nullptr)
-        columns.emplace_back(column->name, column->weight);
+    if (environment)
+        for (const PluginUse& column : environment->reward_columns()) columns.emplace_back(column.name, column.weight);
     return columns;
 }
 

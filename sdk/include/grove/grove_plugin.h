@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 11
+#define GROVE_ABI_MINOR 12
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -642,7 +642,12 @@ struct grove_environment_api {
      * ABI 1.11: or, for an environment that is several (TRL's environment_factory={name: factory}),
      * a JSON object {"select_by": COLUMN, "tools": {VALUE: [schemas...], ...}}: each row gets the
      * list named by its dataset column COLUMN (an empty list: no tools), and a row without the column
-     * or with another value is refused, naming the row. */
+     * or with another value is refused, naming the row.
+     * ABI 1.12: that object may also hold "reward_names": {VALUE: NAME, ...}: when the environment's
+     * judgement is a reward and the manifest gives no reward_name, each named value's rows score
+     * into a column NAME (values sharing a name share it), NaN in the others, and the rows of values
+     * not named are not counted; as TRL logs one column per environment class with get_reward().
+     * Without it (or with reward_name) every row scores into the one column. */
     grove_status (*tools_json)(void* instance, grove_text_sink* out, grove_error_sink* err);
     /* ABI 1.9, may be NULL: how this instance's judgement of whole episodes counts (see above): set
      * *judgement (host-filled GROVE_EPISODES_JUDGED_ON_REQUEST when score_episodes is set, else

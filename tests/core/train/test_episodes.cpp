@@ -14,6 +14,7 @@
 #include "grove/model.hpp"
 #include "grove/manifest.hpp"
 #include "grove/reward_set.hpp"
+#include "grove/run_config.hpp"
 #include "plugin_test_support.hpp"
 #include "grove/tokenizer.hpp"
 #include "train/episodes.hpp"
@@ -300,4 +301,52 @@ TEST(Episodes, SeveralEnvironmentsGiveEachRowItsOwnTools) {
     EXPECT_CONTAINS(malformed, "tools_json()'s tools for \"math\" are not a JSON array of tool schemas");
     const std::string neither = grove::test::error_message([] { scripted(R"(tools = '{"tools": []}')"); });
     EXPECT_CONTAINS(neither, "tools_json() gave neither a JSON array of tool schemas nor");
+}
+
+namespace {
+// make_environment for the scripted plugin: the [environment] table's lines after `plugin`, and
+// the [[rewards]] tables.
+std::unique_ptr<grove::Environment> scripted_run(const std::string& environment, const std::string& rewards) {
+    const std::string text = "[model]\npath = \"m\"\n[data]\nsource = \"d.jsonl\"\n[environment]\nplugin = \"" +
+                             std::string(GROVE_TEST_SCRIPTED_ENV_PLUGIN) + "\"\n" + environment + rewards;
+    const auto c = grove::RunConfig::from(grove::Manifest::parse(text, "/runs/grove.toml"));
+    grove::PluginHost host({});
+    return grove::make_environment(host, *c.environment.use, c.environment.reward, c.rewards, c.rewards.empty());
+}
+}  // namespace
+
+// SDK 1.12: several environments may name a reward column each ("reward_names"), as TRL logs one per
+// environment class with get_reward(): each row's score goes to its value's column (values sharing a
+// name share it), a row of a value without one to none; the manifest's reward_name makes them one.
+TEST(Episodes, SeveralEnvironmentsNameARewardColumnEach) {
+    const std::string config =
+        R"(config = { judgement = "as_reward", tools = '{"select_by": "environment", "tools": {"math": [], "chat": [], )"
+        R"("game": [], "quiz": []}, "reward_names": {"math": "Math", "game": "Game", "quiz": "Math"}}' })"
+        "\n";
+    const std::string format = "[[rewards]]\nplugin = \"format\"\n";
+    const auto split = scripted_run(config + "reward_weight = 0.5\n", format);
+    ASSERT_EQ(split->reward_columns().size(), 2u);
+    EXPECT_EQ(split->reward_columns()[0].name, "Game") << "in the order of the values";
+    EXPECT_EQ(split->reward_columns()[1].name, "Math");
+    EXPECT_EQ(split->reward_columns()[1].weight, 0.5);
+    EXPECT_EQ(split->reward_column_of(R"({"environment": "math", "n": 1})"), 1u);
+    EXPECT_EQ(split->reward_column_of(R"({"environment": "quiz"})"), 1u);
+    EXPECT_EQ(split->reward_column_of(R"({"environment": "game"})"), 0u);
+    EXPECT_EQ(split->reward_column_of(R"({"environment": "chat"})"), grove::Environment::no_column);
+
+    const auto one = scripted_run(config + "reward_name = \"judge\"\n", format);
+    ASSERT_EQ(one->reward_columns().size(), 1u);
+    EXPECT_EQ(one->reward_columns()[0].name, "judge");
+    EXPECT_EQ(one->reward_column_of(R"({"environment": "chat"})"), 0u) << "one column holds every row's score";
+
+    EXPECT_CONTAINS(
+        grove::test::error_message([&] { scripted_run(config, "[[rewards]]\nplugin = \"format\"\nname = \"Math\"\n"); }),
+        "the environment's reward column \"Math\" has the name of the reward at");
+    EXPECT_TRUE(scripted_run(R"(config = { judgement = "none", tools = '{"select_by": "environment", "tools": {}, )"
+                             R"("reward_names": {"math": "Math"}}' })"
+                             "\n",
+                             format)
+                    ->reward_columns()
+                    .empty())
+        << "a judgement that is no reward fills no column";
 }

@@ -9,14 +9,14 @@ The reference is TRL's own GRPOTrainer, trained for one step on the tiny checkpo
 the prompt ids it generated from, and the logged reward (each row's weighted sum, where the
 classes' columns are NaN on the other classes' rows). `grove train` runs the same with
 `classes = { meter = "Meter", ... }`; its saved rollouts must start from TRL's prompt ids, row for
-row, and its logged reward and reward_std must be TRL's. Grove gives the classes' get_reward() one
-column (Dial+Meter+Scale): each row has one class, so its weighted sum, and every advantage, is the
-same. A row naming no environment, or an unknown one, is refused naming the row.
+row, and its logged reward and reward_std must be TRL's, and so must each class's column
+(rewards/NAME/mean and /std, NaN on the other classes' rows). A row naming no environment, or an unknown one, is refused naming the row.
 
 usage: check_several_environments.py GROVE MODEL_DIR WORK_DIR
 """
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -113,12 +113,13 @@ def check_eval_of_mixed_rows(grove_binary, model, work):
                           "--max-new-tokens", "4"], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     evaluated = json.loads(out.stdout[out.stdout.index("{"):])["rows"]
-    expected = [("Turn the dial to 4.", 0.4), ("Turn the dial to 7.", 0.7), ("Measure 1.", 0.25)]
+    expected = [("Turn the dial to 4.", "Dial", 0.4), ("Turn the dial to 7.", "Dial", 0.7), ("Measure 1.", "Scale", 0.25)]
     assert len(evaluated) == 2 * len(expected), f"grove eval gave {len(evaluated)} rows"
     for i, row in enumerate(evaluated):
-        text, reward = expected[i // 2]
+        text, column, reward = expected[i // 2]
         assert row["prompt"].endswith(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"), (i, row["prompt"])
-        assert abs(row["rewards"]["Dial+Meter+Scale"] - reward) < 1e-6, (i, row["rewards"])
+        assert abs(row["rewards"][column] - reward) < 1e-6, (i, row["rewards"])
+        assert all(same(v, None) for k, v in row["rewards"].items() if k != column), (i, row["rewards"])
     print(f"grove eval: {len(evaluated)} episodes of rows with and without prompts, each from its own prompt and class")
 
 
@@ -153,6 +154,12 @@ def main():
     print("rows naming no environment or an unknown one refused by grove check and grove train")
 
 
+def same(a, b):
+    """Equal logged values; NaN (a class without rows in the batch; Grove's JSON writes it null) is NaN."""
+    nan = [v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)]
+    return nan[0] == nan[1] and (nan[0] or abs(a - b) < 1e-6)
+
+
 def compare(grove_binary, model, work, rows):
     trl_prompts, trl_metrics = trl_run(model, work, rows)
     run = write_run(work, rows)
@@ -165,13 +172,15 @@ def compare(grove_binary, model, work, rows):
     grove_prompts = sorted(r["prompt_ids"] for r in rollouts)
     assert grove_prompts == sorted(trl_prompts), "Grove's prompts are not TRL's: each row should show its class's tools"
     assert len({tuple(p) for p in grove_prompts}) == len(rows), "the rows' prompts should differ (tools and targets)"
-    assert "rewards/Dial+Meter+Scale/mean" in metrics, f"the classes' column is not Dial+Meter+Scale: {sorted(metrics)}"
-    for key in ("reward", "reward_std"):
-        assert abs(metrics[key] - trl_metrics[key]) < 1e-6, f"{key}: TRL {trl_metrics[key]}, Grove {metrics[key]}"
+    keys = ["reward", "reward_std"] + [f"rewards/{c}/{s}" for c in ("Dial", "Meter", "Scale") for s in ("mean", "std")]
+    for key in keys:
+        assert key in metrics and key in trl_metrics, f"{key}: TRL logged {sorted(trl_metrics)}, Grove {sorted(metrics)}"
+        assert same(metrics[key], trl_metrics[key]), f"{key}: TRL {trl_metrics[key]}, Grove {metrics[key]}"
     given = "the dataset's prompts" if all("prompt" in row for row in rows) else "prompts reset() wrote (none in the dataset)"
     print(f"Grove: {len(rollouts)} rows from TRL's prompt ids ({given}), each with its class's tools; reward "
           f"{metrics['reward']:.4f} (TRL {trl_metrics['reward']:.4f}), reward_std {metrics['reward_std']:.4f} "
-          f"(TRL {trl_metrics['reward_std']:.4f})")
+          f"(TRL {trl_metrics['reward_std']:.4f}); per class (Grove / TRL): " +
+          ", ".join(f"{c} {metrics[f'rewards/{c}/mean']} / {trl_metrics[f'rewards/{c}/mean']}" for c in ("Dial", "Meter", "Scale")))
 
 
 if __name__ == "__main__":
