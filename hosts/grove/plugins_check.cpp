@@ -316,7 +316,8 @@ std::string render_training_prompts(const grove::RunConfig& config, const grove:
     for (const std::string& source : sources)
         for (const grove::PromptRow& row :
              grove::load_prompts(source, config.data.prompt_column,
-                                 environment ? grove::MissingPrompt::environment_writes : grove::MissingPrompt::refused)) {
+                                 environment && environment->begins_episodes() ? grove::MissingPrompt::environment_writes
+                                                                               : grove::MissingPrompt::refused)) {
             grove::prompt_text(row, family, tokenizer->config(),
                                environment ? environment->tools_for(row.columns_json, row.origin) : "");
             ++prompts;

@@ -90,11 +90,11 @@ def _load_module(spec, base_dir):
         raise
 
 
-def _find_function(module, name, factory_args, key="function"):
+def _find_function(module, name, factory_args, key="function", noun=None):
     function = getattr(module, name, None)
     if function is None or not callable(function):
         callables = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None)))
-        raise ConfigError(key, f"module '{module.__name__}' has no {key} '{name}'; it has: {', '.join(callables)}")
+        raise ConfigError(key, f"module '{module.__name__}' has no {noun or key} '{name}'; it has: {', '.join(callables)}")
     if factory_args is not None:  # e.g. get_soft_overlong_punishment(max_completion_len=..., ...)
         function = function(**factory_args)
         if not callable(function):
@@ -135,9 +135,10 @@ class Reward:
             prompts = [json.loads(p) for p in prompt_json]  # the dataset's prompts, as TRL passes them
         rows = [json.loads(r) if r else {} for r in row_json]
         if prompts and _is_conversation(prompts[0]):
-            completions = [_episode_messages(turns, rendered, *_run_environment_tools(row))
+            completions = [_episode_messages(turns, rendered, _run_environment_tool_parameters(row),
+                                             _run_environment_answered_names(first_row + i, step, seed))
                            or [{"role": "assistant", "content": c}]
-                           for c, turns, rendered, row in zip(completions, episode_turns, rendered_prompts, rows)]
+                           for i, (c, turns, rendered, row) in enumerate(zip(completions, episode_turns, rendered_prompts, rows))]
         keys = [k for k in (rows[0] if rows else {}) if k not in ("prompt", "completion", "completion_ids")]
         columns = {k: [row.get(k) for row in rows] for k in keys}
         logged, extras = [], []
@@ -190,15 +191,23 @@ _NO_ENVIRONMENTS = (
     "`grove eval --no-environment` left it out")
 
 
-def _run_environment_tools(row):
-    """What this process's python_environment says of the dataset row's tools (with several classes,
-    the row's own): their parameters' schemas, by which the calls in the episode's messages are typed
-    as TRL types them, and the names of the async ones, whose results TRL puts last. ({}, ()) without one."""
+def _run_environment_tool_parameters(row):
+    """The tools' parameter schemas of this process's python_environment for the dataset row ({}
+    without one: with several classes, the row's own), by which the calls in the episode's messages
+    are typed, as TRL types them with the row's environment's tools."""
     environment = _run_environment() if _run_environment is not None else None
     if environment is None:
-        return {}, ()
+        return {}
     key = row.get("environment") if environment.multi else None
-    return environment.tool_parameters_of.get(key, environment.tool_parameters), environment.async_tools_of.get(key, ())
+    return environment.tool_parameters_of.get(key, environment.tool_parameters)
+
+
+def _run_environment_answered_names(episode, step, seed):
+    """The names of the tools this process's python_environment answered in each tool turn of the
+    episode, in the order it answered them (TRL's: synchronous calls first, then async ones); None
+    where it did not run the episode (another process, or none), whose calls are named in call order."""
+    environment = _run_environment() if _run_environment is not None else None
+    return environment.answered_names.get(((step, seed), episode)) if environment is not None else None
 
 
 def _environments_of_rows(first_row, n, step, seed):
@@ -412,10 +421,11 @@ def _shows_tools(rendered_prompt):
     return "<tools>\n" in rendered_prompt or "Environment: ipython\n" in rendered_prompt
 
 
-def _episode_messages(turns, rendered_prompt, tool_parameters=None, async_tools=()):
+def _episode_messages(turns, rendered_prompt, tool_parameters=None, answered_names=None):
     """An episode's turns (model, observation, model, ...) as TRL's messages: each model turn
     parsed, each result a {"role": "tool", "name", "content"} message, named by the call it
-    answers (the async tools' calls answered last, as _tool_answer answers them). None when it is no tool conversation (no turns, neither ChatML nor Llama 3's format, or
+    answers: in the order the environment answered them (`answered_names`, one list per tool turn,
+    when it ran in this process), else in call order. None when it is no tool conversation (no turns, neither ChatML nor Llama 3's format, or
     an observation that is not a tool turn): the caller then gives it whole, as one assistant message."""
     # the format the prompt was rendered in, else the one the turns show (`grove plugins score` gets
     # a conversation's prompt without its template)
@@ -434,7 +444,8 @@ def _episode_messages(turns, rendered_prompt, tool_parameters=None, async_tools=
             if results is None:
                 return None
             names = [call["function"]["name"] for call in messages[-1].get("tool_calls", [])]
-            names = [n for n in names if n not in async_tools] + [n for n in names if n in async_tools]
+            if answered_names is not None and k // 2 < len(answered_names):
+                names = answered_names[k // 2]
             names += ["unknown"] * (len(results) - len(names))
             messages += [{"role": "tool", "name": n, "content": r} for n, r in zip(names, results)]
     return messages
@@ -506,7 +517,9 @@ class Environment:
                                        "`environment` column) or `tools` (functions the model may call, TRL's tools=[...])")
         loaded = _load_module(module, base_dir)
         # TRL's standalone tools, in the manifest's order (their schemas are listed in it)
-        self.functions = [(n, _find_function(loaded, n, None, key="tools")) for n in dict.fromkeys(tool_names)]
+        # keyed by __name__, as TRL keys its tools and get_json_schema names them to the model
+        self.functions = [(f.__name__, f) for f in (_find_function(loaded, n, None, key="tools", noun="tool")
+                                                     for n in dict.fromkeys(tool_names))]
         self.multi = classes is not None
         names = classes if self.multi else ({None: name} if name else {})
         if self.multi and (not names or not all(isinstance(c, str) for c in names.values())):
@@ -533,7 +546,7 @@ class Environment:
             if self.grove is None and "get_reward" in dict(inspect.getmembers(type(i), predicate=inspect.isfunction))))
         self.tool_parameters = {}  # by tool: its parameters' JSON schemas (set by tools_json())
         self.tool_parameters_of = {}  # several classes: by environment name, each class's
-        self.async_tools_of = {}  # by environment name (None: the one), its async tools' names (set by tools_json())
+        self.answered_names = {}  # (batch key, episode): the tools answered in each tool turn, in answer order
         # TRL runs its tool loop when any tool exists, for a tool-less class's rows too
         self.has_tools = self.grove is None and (bool(self.functions) or any(map(_public_methods, self.probes.values())))
         global _run_environment
@@ -594,8 +607,6 @@ class Environment:
         self.tool_parameters_of = {key: _tool_parameters(tools) for key, tools in schemas.items()}
         for parameters in self.tool_parameters_of.values():
             self.tool_parameters.update(parameters)
-        self.async_tools_of = {key: {n for n, tool in self._tools_of(probe).items() if inspect.iscoroutinefunction(tool)}
-                               for key, probe in probes.items()}
         if self.multi:  # SDK 1.11: each row's tools chosen by its `environment` column; 1.12: its reward column
             return json.dumps({"select_by": "environment", "tools": schemas,
                                "reward_names": {key: type(probe).__name__ for key, probe in self.probes.items()
@@ -642,6 +653,10 @@ class Environment:
                 del self.live[episode]
                 self.idle[name].append(instance)
 
+    def _forget_other_batches(self, batch_key):
+        """The answered tool names of earlier generation batches, whose rewards were scored."""
+        self.answered_names = {k: v for k, v in self.answered_names.items() if k[0] == batch_key}
+
     def _environment_of(self, turn):
         """The episode's environment name (None for one environment) and the columns reset() gets:
         with several, the `environment` column chooses and is not passed on, as in TRL."""
@@ -670,6 +685,7 @@ class Environment:
             begin = getattr(self.grove, "begin_episodes", None)
             texts = self._await(begin(turns)) if callable(begin) else [None] * len(turns)
         elif not self.makers:  # tools alone: nothing to reset, the dataset's prompts as they are
+            self._forget_other_batches((step, seed))
             if any(t.prompt is None or (t.prompt == _PLACEHOLDER_PROMPT and not t.row) for t in turns):
                 raise ConfigError("tools", "an environment of `tools` alone writes no prompts: every row needs one "
                                            "(set data.source, each row with its prompt; TRL needs a train_dataset "
@@ -677,6 +693,7 @@ class Environment:
             texts = [None] * len(turns)
         else:
             self._release_other_batches((step, seed))
+            self._forget_other_batches((step, seed))
             texts = [self._reset(t, (step, seed)) for t in turns]
         if len(texts) != len(turns):
             raise ValueError(f"returned {len(texts)} texts for {len(turns)} episodes")
@@ -690,7 +707,7 @@ class Environment:
         turns = self._turns(rows)
         if self.grove is not None:
             return [self._grove_answer(a) for a in self._await(self.grove.step(turns))]
-        return [self._tool_answer(self._instance(t, (step, seed)), t) for t in turns]
+        return [self._tool_answer(self._instance(t, (step, seed)), t, step, seed) for t in turns]
 
     @staticmethod
     def _grove_answer(answer):
@@ -702,13 +719,16 @@ class Environment:
                 int(answer.get("tool_calls", 0)), int(answer.get("tool_failures", 0)))
 
     def _tools_of(self, instance):
-        """An episode's tools by name, as TRL's tool dicts: the standalone functions, then its
-        instance's methods (a method wins a name both have)."""
-        tools = dict(self.functions)
-        tools.update(_public_methods(instance) if instance is not None else {})
-        return tools
+        """An episode's tools by name, as TRL's tool dicts find them: the standalone functions, then
+        its instance's methods, split into synchronous and async ones (a later one wins a name in
+        its dict), the synchronous dict looked up first."""
+        sync, async_ = {}, {}
+        methods = _public_methods(instance) if instance is not None else {}
+        for name, tool in list(self.functions) + list(methods.items()):
+            (async_ if inspect.iscoroutinefunction(tool) else sync)[name] = tool
+        return {**async_, **sync}
 
-    def _tool_answer(self, instance, turn):
+    def _tool_answer(self, instance, turn, step, seed):
         """The tool calls of the turn as TRL reads them (the turn parsed as the reward functions get
         it, so a turn whose calls do not parse calls nothing and ends the episode), each answered in
         TRL's order: the synchronous tools' results (and failed calls') in call order, then the async
@@ -721,21 +741,25 @@ class Environment:
         if not calls:
             return ("", True, 0, 0)
         tools = self._tools_of(instance)
-        results, pending = [], []
+        results, names, pending = [], [], []
         for call in calls:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             try:
                 if name not in tools:
                     raise ValueError(f"Tool {name} not found.")
                 if inspect.iscoroutinefunction(tools[name]):
-                    pending.append(tools[name](**arguments))
+                    pending.append((name, tools[name](**arguments)))
                     continue
                 result = self._await(tools[name](**arguments))
             except Exception as error:  # the model's bad call: an answer it can learn from, counted
                 result = _ToolFailure(error)
             results.append(result)
+            names.append(name)
         if pending:
-            results += [_ToolFailure(r) if isinstance(r, Exception) else r for r in self._await(_gather(pending))]
+            answers = self._await(_gather([coroutine for _, coroutine in pending]))
+            results += [_ToolFailure(r) if isinstance(r, Exception) else r for r in answers]
+            names += [name for name, _ in pending]
+        self.answered_names.setdefault(((step, seed), turn.episode), []).append(names)  # for the reward's messages
         failures = sum(isinstance(r, _ToolFailure) for r in results)
         return (_tool_turn([str(r) for r in results], llama3), False, len(calls), failures)
 

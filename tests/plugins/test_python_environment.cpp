@@ -116,7 +116,7 @@ TEST(PythonEnvironment, StandaloneToolsAloneOrBeforeAClassesMethods) {
 
     const auto message = grove::test::error_message;
     std::string unknown = message([] { python_environment("", "tools = [\"multiply\", \"divide\"]"); });
-    EXPECT_NE(unknown.find("has no tools 'divide'; it has: "), std::string::npos) << unknown;
+    EXPECT_NE(unknown.find("has no tool 'divide'; it has: "), std::string::npos) << unknown;
     std::string with_step = message([] { python_environment("Echo", "tools = [\"multiply\"]"); });
     EXPECT_NE(with_step.find("'Echo' follows Grove's environment contract (it has step())"), std::string::npos) << with_step;
     std::string nothing = message([] { python_environment(""); });

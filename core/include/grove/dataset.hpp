@@ -43,7 +43,7 @@ std::vector<PromptRow> environment_owned_prompts(size_t count);
 // `source`: a JSONL path, or builtin:NAME (see builtin_sources()). prompt_column names the prompt.
 // Errors name the file and line (a row without the prompt column, invalid JSON, ...).
 // What load_prompts does with a row without the prompt column: refuse it, or, in a run with an
-// environment (which writes each prompt's text before generation), give it one empty user message,
+// environment that writes prompts (SDK begin_episodes), give it one empty user message,
 // as TRL's GRPOTrainer does for rows without "prompt" when it has an environment_factory.
 enum class MissingPrompt { refused, environment_writes };
 std::vector<PromptRow> load_prompts(const std::string& source, const std::string& prompt_column = "prompt",

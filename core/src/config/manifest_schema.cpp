@@ -85,7 +85,9 @@ const std::vector<KeySpec>& manifest_schema() {
                  "reset() / begin_episodes completes, as TRL without a train_dataset; train.max_steps required)")),
         path(key("data", "eval_source", T::string, nullptr,
                  "held-out prompts for `grove eval` and train.eval_steps: JSONL file or builtin:NAME")),
-        key("data", "prompt_column", T::string, "\"prompt\"", "column holding the prompt (text or chat messages)"),
+        key("data", "prompt_column", T::string, "\"prompt\"",
+            "column holding the prompt (text or chat messages); with an environment that writes prompts a row may "
+            "leave it out (one empty user message it completes, as TRL)"),
         key("data", "completion_column", T::string, "\"completion\"",
             "`grove sft`: column holding the reference completion: text, or turns [{role = model|environment, text}] of which "
             "only the model's are trained"),
@@ -183,7 +185,7 @@ const std::vector<KeySpec>& manifest_schema() {
             "weight 1, as TRL adds it; a score_episodes alone is not"),
         key("environment", "reward_name", T::string, nullptr,
             "that column's name (rewards/<name>/mean), distinct from every [[rewards]] name; unset = the "
-            "plugin's (a TRL class's name, as TRL names it), else \"environment\""),
+            "plugin's (a TRL class's name, as TRL names it; several classes: a column each), else \"environment\""),
 
         trl(range(key("loss", "beta", T::number, "0.0",
                       "KL coefficient; 0 loads no reference model. 0.001 keeps long runs stable at little cost"),

@@ -372,8 +372,8 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
             if (!j.contains(prompt_column)) {
                 if (missing == MissingPrompt::refused)
                     throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column +
-                                                      "\" column (only a run with an [environment], which writes the "
-                                                      "prompts, takes rows without one)");
+                                                      "\" column (only an environment that writes prompts, such as a TRL "
+                                                      "class whose reset() returns the text, takes rows without one)");
                 row.messages.push_back({"user", "", {}, std::nullopt});  // as TRL: completed by the environment
                 row.prompt_given = false;
                 row.columns_json = json(j).dump();

@@ -127,7 +127,15 @@ void Environment::set_tools(std::string tools_json) {
         tools_by_value_[value] = tool_list(list);
     }
     if (routed->contains("reward_names"))
-        for (const auto& [value, name] : (*routed)["reward_names"].items()) reward_name_by_value_[value] = name;
+        for (const auto& [value, name] : (*routed)["reward_names"].items()) {
+            if (!tools_by_value_.count(value) || name.get<std::string>().empty())
+                throw Error(
+                    ErrorKind::plugin,
+                    "plugin " + info().display() + ": tools_json()'s reward_names give \"" + value + "\" " +
+                        (tools_by_value_.count(value) ? "an empty name" : "a column, but its tools name no such value") +
+                        "; each key must be a value of \"tools\" and each name a reward column's");
+            reward_name_by_value_[value] = name;
+        }
 }
 
 size_t Environment::reward_column_of(const std::string& columns_json) const {
@@ -299,9 +307,13 @@ std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse&
             named.name = name;
             for (const PluginUse& r : rewards)
                 if (r.name == name)
-                    throw Error(ErrorKind::manifest, use.origin + ": the environment's reward column \"" + name +
-                                                         "\" has the name of the reward at " + r.origin +
-                                                         "; give the environment's column another reward_name");
+                    throw Error(ErrorKind::manifest,
+                                use.origin + ": the environment's reward column \"" + name +
+                                    "\" has the name of the reward at " + r.origin +
+                                    (environment->reward_columns_by_value_
+                                         ? "; rename that reward (its `name`), or set reward_name to make the environments' "
+                                           "columns one"
+                                         : "; give the environment's column another reward_name"));
             environment->reward_columns_.push_back(std::move(named));
         }
         environment->reward_column_ = std::move(column);

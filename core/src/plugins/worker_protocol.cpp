@@ -181,7 +181,7 @@ RewardRows decode_batch(const std::string& payload) {
     }
     if (rows.prompts.size() != n || rows.completions.size() != n || !valid_offsets(rows.token_offsets, n, rows.tokens.size()) ||
         rows.truncated.size() != n || (!rows.model_token_mask.empty() && rows.model_token_mask.size() != rows.tokens.size()) ||
-        (!rows.prompt_json.empty() && rows.prompt_json.size() != n))
+        (!rows.prompt_json.empty() && rows.prompt_json.size() != n) || (!rows.row_json.empty() && rows.row_json.size() != n))
         throw Error(ErrorKind::plugin, "the host sent a malformed batch");
     if (rows.row_json.empty()) rows.row_json.assign(n, "{}");
     if (rows.model_token_mask.empty()) rows.model_token_mask.assign(rows.tokens.size(), 1);

@@ -97,9 +97,10 @@ void append_observation(Episode& e, const std::vector<int64_t>& observation) {
 }
 
 // The dataset's prompt as an environment gets it (grove_environment_batch.prompt_json): empty where
-// the row had none, so that a TRL class's reset() gets no `prompt`, as TRL resets it.
-std::string environment_prompt_json(const EpisodeStart& start) {
-    return start.prompt_given ? prompt_json(start.prompt_text, start.messages) : "";
+// the row had none, so that a TRL class's reset() gets no `prompt`, as TRL resets it; a plugin built
+// before SDK 1.12, which was promised JSON, gets the empty user message the row stands for instead.
+std::string environment_prompt_json(const Environment& environment, const EpisodeStart& start) {
+    return start.prompt_given || environment.info().abi_minor < 12 ? prompt_json(start.prompt_text, start.messages) : "";
 }
 
 // The environment's text for each prompt (SDK begin_episodes), added as TRL adds reset()'s: to the
@@ -112,7 +113,7 @@ void begin_episodes(const Environment& environment, const Tokenizer& tokenizer, 
     episodes.seed = seed;
     for (size_t i = 0; i < starts.size(); ++i)
         episodes.add(uint64_t(first_row) + i, 0, "", {}, false, starts[i].prompt_text, starts[i].columns_json,
-                     environment_prompt_json(starts[i]));
+                     environment_prompt_json(environment, starts[i]));
     const std::vector<std::string> additions = environment.begin_episodes(episodes);
     for (size_t i = 0; i < starts.size(); ++i) {
         if (additions[i].empty()) continue;
@@ -189,7 +190,7 @@ std::vector<Episode> run_episodes(const Model& model, const Tokenizer& tokenizer
                 continue;
             }
             waiting.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(ids, false), ids, ended_with_eos,
-                        starts[i].prompt_text, starts[i].columns_json, environment_prompt_json(starts[i]));
+                        starts[i].prompt_text, starts[i].columns_json, environment_prompt_json(environment, starts[i]));
             waiting_episodes.push_back(i);
             kept.push_back(int64_t(ids.size()));
         }
@@ -273,7 +274,8 @@ void score_whole_episodes(const Environment& environment, const Tokenizer& token
     for (size_t i = 0; i < episodes.size(); ++i) {
         const Episode& e = episodes[i];
         whole.add(uint64_t(first_row) + i, uint32_t(e.stats.turns), tokenizer.decode(e.ids, false), e.ids,
-                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json, environment_prompt_json(starts[i]));
+                  e.stats.ended_with_eos, starts[i].prompt_text, starts[i].columns_json,
+                  environment_prompt_json(environment, starts[i]));
     }
     const std::vector<float> scores = environment.score_episodes(whole);
     for (size_t i = 0; i < episodes.size(); ++i) episodes[i].stats.environment_reward = scores[i];

@@ -82,8 +82,9 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
     const std::vector<PluginUse> uses = reward_columns(loaded, q);
     const bool scores_environment = environment && environment->reward_column();
     std::vector<float> environment_scores;
-    auto rows =
-        load_prompts(q.data_source, q.prompt_column, environment ? MissingPrompt::environment_writes : MissingPrompt::refused);
+    auto rows = load_prompts(
+        q.data_source, q.prompt_column,
+        environment && environment->begins_episodes() ? MissingPrompt::environment_writes : MissingPrompt::refused);
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
     set_stop_tokens(o, model, tokenizer.config());

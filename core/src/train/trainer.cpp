@@ -269,7 +269,8 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     std::vector<BatchRow> rows;
     const std::vector<PromptRow> dataset =
         c.data.source ? load_prompts(*c.data.source, c.data.prompt_column,
-                                     environment ? MissingPrompt::environment_writes : MissingPrompt::refused)
+                                     environment && environment->begins_episodes() ? MissingPrompt::environment_writes
+                                                                                   : MissingPrompt::refused)
                       : environment_owned_prompts(size_t(c.train.generation_batch_size / c.generation.num_generations));
     for (const PromptRow& row : dataset) {
         BatchRow r;

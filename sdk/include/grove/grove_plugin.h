@@ -598,7 +598,7 @@ typedef struct grove_environment_batch {
     uint64_t seed;                      /* derived from the run seed and step */
     /* ABI 1.7: [n] the dataset's prompt as JSON (a string, or a list of messages), as in the reward
      * batch; NULL when there is none. TRL's environments are reset with it (reset(prompt=..., ...)).
-     * An empty text: the dataset row has no prompt (an environment's run takes such rows, each one
+     * ABI 1.12: an empty text: the dataset row has no prompt (an environment's run takes such rows, each one
      * empty user message the environment completes, and TRL resets it without `prompt`). */
     const grove_text* prompt_json;
 } grove_environment_batch;

@@ -263,7 +263,8 @@ TEST(Dataset, ARowWithoutAPromptIsTheEnvironmentsToWrite) {
     const std::string file = std::string(GROVE_TEST_BINARY_DIR) + "/dataset_without_prompt.jsonl";
     std::ofstream(file) << R"({"prompt": "Hi", "seed": 1})" << "\n" << R"({"seed": 2, "environment": "dial"})" << "\n";
     EXPECT_CONTAINS(grove::test::error_message([&] { grove::load_prompts(file); }),
-                    "dataset_without_prompt.jsonl:2: the row has no \"prompt\" column (only a run with an [environment]");
+                    "dataset_without_prompt.jsonl:2: the row has no \"prompt\" column (only an environment that writes "
+                    "prompts");
     const auto rows = grove::load_prompts(file, "prompt", grove::MissingPrompt::environment_writes);
     ASSERT_EQ(rows.size(), 2u);
     EXPECT_TRUE(rows[0].prompt_given);

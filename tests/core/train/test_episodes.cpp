@@ -339,14 +339,16 @@ TEST(Episodes, SeveralEnvironmentsNameARewardColumnEach) {
     EXPECT_EQ(one->reward_columns()[0].name, "judge");
     EXPECT_EQ(one->reward_column_of(R"({"environment": "chat"})"), 0u) << "one column holds every row's score";
 
-    EXPECT_CONTAINS(
-        grove::test::error_message([&] { scripted_run(config, "[[rewards]]\nplugin = \"format\"\nname = \"Math\"\n"); }),
-        "the environment's reward column \"Math\" has the name of the reward at");
-    EXPECT_TRUE(scripted_run(R"(config = { judgement = "none", tools = '{"select_by": "environment", "tools": {}, )"
-                             R"("reward_names": {"math": "Math"}}' })"
-                             "\n",
-                             format)
-                    ->reward_columns()
-                    .empty())
-        << "a judgement that is no reward fills no column";
+    const std::string clash =
+        grove::test::error_message([&] { scripted_run(config, "[[rewards]]\nplugin = \"format\"\nname = \"Math\"\n"); });
+    EXPECT_CONTAINS(clash, "the environment's reward column \"Math\" has the name of the reward at");
+    EXPECT_CONTAINS(clash, "rename that reward (its `name`), or set reward_name to make the environments' columns one");
+    // a name for a value no row can have, or an empty name, is the plugin's mistake
+    for (const std::string& names : {std::string(R"({"dice": "Dice"})"), std::string(R"({"math": ""})")})
+        EXPECT_CONTAINS(
+            grove::test::error_message([&] {
+                scripted(R"(tools = '{"select_by": "environment", "tools": {"math": []}, "reward_names": )" + names + "}'");
+            }),
+            "each key must be a value of \"tools\" and each name a reward column's")
+            << names;
 }

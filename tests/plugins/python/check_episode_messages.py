@@ -130,12 +130,14 @@ def grove_messages(generated, tokenizer):
                 pieces.append(tokenizer.decode(ids[start:k]))
                 start = k
         turns.append(pieces)
+    # the environment answers first, as in a run: the reward's messages name its answers in its order
+    observations = grove_observations(environment, turns, prompts, rows)
     environment_rewards.RECORDED.clear()
     n = len(prompts)
     reward.score(prompts, [""] * n, [list(i) for i in generated["completion_ids"]],
                  [json.dumps({"target": r["target"]}) for r in rows], [json.dumps(r["prompt"]) for r in rows], 0, 1, 0, 0,
                  turns)
-    return environment_rewards.RECORDED[0], turns, rows, grove_observations(environment, turns, prompts, rows)
+    return environment_rewards.RECORDED[0], turns, rows, observations
 
 
 def grove_observations(environment, turns, prompts, rows):
