@@ -134,9 +134,7 @@ int generate(const std::vector<std::string>& args) {
     if (vm.count("prompt"))
         rows.push_back({vm["prompt"].as<std::string>(), {}, "{}", "--prompt"});
     else
-        rows = load_prompts(
-            vm["input"].as<std::string>(), "prompt",
-            environment && environment->begins_episodes() ? MissingPrompt::environment_writes : MissingPrompt::refused);
+        rows = load_prompts(vm["input"].as<std::string>(), "prompt", Environment::rows_without_prompt(environment.get()));
     ChatTemplate family =
         chat_template_from_name(vm["chat-template"].as<std::string>(), tokenizer->config(), vm.count("no-thinking") == 0);
 

@@ -315,9 +315,7 @@ std::string render_training_prompts(const grove::RunConfig& config, const grove:
     size_t prompts = 0, conversations = 0;
     for (const std::string& source : sources)
         for (const grove::PromptRow& row :
-             grove::load_prompts(source, config.data.prompt_column,
-                                 environment && environment->begins_episodes() ? grove::MissingPrompt::environment_writes
-                                                                               : grove::MissingPrompt::refused)) {
+             grove::load_prompts(source, config.data.prompt_column, grove::Environment::rows_without_prompt(environment))) {
             grove::prompt_text(row, family, tokenizer->config(),
                                environment ? environment->tools_for(row.columns_json, row.origin) : "");
             ++prompts;

@@ -17,6 +17,8 @@
 
 namespace grove {
 
+enum class MissingPrompt;  // grove/dataset.hpp
+
 // The episodes of one step() call, owned on the host side; view() gives the borrowed C struct that
 // points into them (valid while this object lives and is not modified).
 struct EnvironmentTurns {
@@ -88,6 +90,13 @@ public:
     // as a JSON object), or no_column (its environment has none; its score is not counted).
     static constexpr size_t no_column = size_t(-1);
     size_t reward_column_of(const std::string& columns_json) const;
+    // Episodes' scores spread over reward_columns(): each row's in its own column, NaN in the others
+    // (`columns_json`: each row's other columns).
+    std::vector<std::vector<float>> scores_by_column(const std::vector<float>& scores,
+                                                     const std::vector<std::string>& columns_json) const;
+    // How a dataset read for this environment (null: none) takes rows without a prompt: the
+    // environment's to write when it writes prompts (SDK begin_episodes), else refused.
+    static MissingPrompt rows_without_prompt(const Environment* environment);
     // Whether it prepares episodes before generation (SDK 1.7 begin_episodes), and the text it adds
     // to each episode's prompt (empty: none).
     bool begins_episodes() const { return begins_episodes_; }
@@ -109,9 +118,9 @@ private:
     bool reward_by_default_ = false;  // SDK episode_reward: GROVE_EPISODES_JUDGED_AS_REWARD
     std::string reward_name_;         // the plugin's name for that column; empty: none
     std::optional<PluginUse> reward_column_;
-    std::map<std::string, std::string> reward_name_by_value_;  // SDK 1.12: each value's column name
+    // SDK 1.12: each value's column name; empty when the manifest names the one column
+    std::map<std::string, std::string> reward_name_by_value_;
     std::vector<PluginUse> reward_columns_;
-    bool reward_columns_by_value_ = false;  // reward_columns_ are reward_name_by_value_'s
 
     friend std::unique_ptr<Environment> make_environment(PluginHost&, const PluginUse&, const EnvironmentRewardSettings&,
                                                          const std::vector<PluginUse>&, bool);

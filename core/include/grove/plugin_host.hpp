@@ -161,9 +161,8 @@ struct RewardRows {
     int64_t step = 0;
     uint64_t seed = 0;
     uint32_t rank = 0, world_size = 1;
-    uint64_t global_row_offset =
-        0;                  // index of row 0 in the whole generation batch (over all ranks; grove eval: over the whole set)
-    int64_t max_steps = 0;  // the run's optimizer steps in all; 0 = unknown
+    uint64_t global_row_offset = 0;                 // row 0's index in the generation batch (all ranks; eval: the set)
+    int64_t max_steps = 0;                          // the run's optimizer steps in all; 0 = unknown
     std::vector<std::string> episode_turns;         // the episodes' turns, row after row (grove_reward_batch)
     std::vector<uint64_t> episode_turn_offsets{0};  // CSR over episode_turns
 

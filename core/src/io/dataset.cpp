@@ -369,19 +369,16 @@ std::vector<PromptRow> load_prompts(const std::string& source, const std::string
             if (!j.is_object()) throw Error(ErrorKind::input, where + ": the row is not a JSON object");
             PromptRow row;
             row.origin = where;
-            if (!j.contains(prompt_column)) {
-                if (missing == MissingPrompt::refused)
-                    throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column +
-                                                      "\" column (only an environment that writes prompts, such as a TRL "
-                                                      "class whose reset() returns the text, takes rows without one)");
+            row.prompt_given = j.contains(prompt_column);
+            if (!row.prompt_given && missing == MissingPrompt::refused)
+                throw Error(ErrorKind::input, where + ": the row has no \"" + prompt_column +
+                                                  "\" column (only an environment that writes prompts, such as a TRL "
+                                                  "class whose reset() returns the text, takes rows without one)");
+            static const nlohmann::ordered_json none;
+            const auto& prompt = row.prompt_given ? j[prompt_column] : none;
+            if (!row.prompt_given) {
                 row.messages.push_back({"user", "", {}, std::nullopt});  // as TRL: completed by the environment
-                row.prompt_given = false;
-                row.columns_json = json(j).dump();
-                rows.push_back(std::move(row));
-                return;
-            }
-            const auto& prompt = j[prompt_column];
-            if (prompt.is_string()) {
+            } else if (prompt.is_string()) {
                 row.text = prompt;
             } else if (prompt.is_array() && !prompt.empty()) {
                 row.messages = chat_messages(prompt, where);

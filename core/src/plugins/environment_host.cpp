@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "grove/dataset.hpp"
 #include "grove/error.hpp"
 #include "grove/manifest.hpp"
 #include "plugins/text_sink.hpp"
@@ -138,9 +139,22 @@ void Environment::set_tools(std::string tools_json) {
         }
 }
 
+MissingPrompt Environment::rows_without_prompt(const Environment* environment) {
+    return environment && environment->begins_episodes() ? MissingPrompt::environment_writes : MissingPrompt::refused;
+}
+
+std::vector<std::vector<float>> Environment::scores_by_column(const std::vector<float>& scores,
+                                                              const std::vector<std::string>& columns_json) const {
+    std::vector<std::vector<float>> columns(reward_columns_.size(),
+                                            std::vector<float>(scores.size(), std::numeric_limits<float>::quiet_NaN()));
+    for (size_t i = 0; i < scores.size(); ++i)
+        if (size_t c = reward_column_of(columns_json[i]); c != no_column) columns[c][i] = scores[i];
+    return columns;
+}
+
 size_t Environment::reward_column_of(const std::string& columns_json) const {
     if (reward_columns_.empty()) return no_column;
-    if (!reward_columns_by_value_) return 0;
+    if (reward_name_by_value_.empty()) return 0;  // one column: every row's
     const auto columns = nlohmann::json::parse(columns_json.empty() ? "{}" : columns_json, nullptr, false);
     const auto* value = columns.is_object() && columns.contains(tools_column_) ? &columns[tools_column_] : nullptr;
     const auto named =
@@ -295,25 +309,24 @@ std::unique_ptr<Environment> make_environment(PluginHost& host, const PluginUse&
         column.weight = reward.weight.value_or(1.0);  // TRL weighs an environment's get_reward() 1
         // several environments naming a column each (TRL: one per class with get_reward()), unless
         // the manifest names the one column
-        environment->reward_columns_by_value_ = !reward.name && !environment->reward_name_by_value_.empty();
-        std::vector<std::string> names{column.name};
-        if (environment->reward_columns_by_value_) {
-            names.clear();
-            for (const auto& [value, name] : environment->reward_name_by_value_)
-                if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-        }
+        if (reward.name) environment->reward_name_by_value_.clear();
+        const bool by_value = !environment->reward_name_by_value_.empty();
+        std::vector<std::string> names;
+        for (const auto& [value, name] : environment->reward_name_by_value_)
+            if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+        if (!by_value) names.push_back(column.name);
         for (const std::string& name : names) {
             PluginUse named = column;
             named.name = name;
             for (const PluginUse& r : rewards)
                 if (r.name == name)
-                    throw Error(ErrorKind::manifest,
-                                use.origin + ": the environment's reward column \"" + name +
-                                    "\" has the name of the reward at " + r.origin +
-                                    (environment->reward_columns_by_value_
-                                         ? "; rename that reward (its `name`), or set reward_name to make the environments' "
-                                           "columns one"
-                                         : "; give the environment's column another reward_name"));
+                    throw Error(
+                        ErrorKind::manifest,
+                        use.origin + ": the environment's reward column \"" + name + "\" has the name of the reward at " +
+                            r.origin +
+                            (by_value ? "; rename that reward (its `name`), or set reward_name to make the environments' "
+                                        "columns one"
+                                      : "; give the environment's column another reward_name"));
             environment->reward_columns_.push_back(std::move(named));
         }
         environment->reward_column_ = std::move(column);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "grove/advantages.hpp"
 #include "grove/dataset.hpp"
@@ -82,9 +81,7 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
     const std::vector<PluginUse> uses = reward_columns(loaded, q);
     const bool scores_environment = environment && environment->reward_column();
     std::vector<float> environment_scores;
-    auto rows = load_prompts(
-        q.data_source, q.prompt_column,
-        environment && environment->begins_episodes() ? MissingPrompt::environment_writes : MissingPrompt::refused);
+    auto rows = load_prompts(q.data_source, q.prompt_column, Environment::rows_without_prompt(environment));
     if (q.limit > 0 && size_t(q.limit) < rows.size()) rows.resize(size_t(q.limit));
     SamplingOptions o = q.sampling;
     set_stop_tokens(o, model, tokenizer.config());
@@ -172,14 +169,9 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
         std::vector<double> sums(prompts.size(), 0.0);
         std::vector<bool> scored(prompts.size(), false);
         RewardScores scores_of_batch = rewards.score(batch.view(), {}, &messages);
-        if (scores_environment) {  // each row's score in its own column (several environments: one each)
-            const size_t first_column = scores_of_batch.values.size();
-            scores_of_batch.values.resize(uses.size(),
-                                          std::vector<float>(prompts.size(), std::numeric_limits<float>::quiet_NaN()));
-            for (size_t i = 0; i < prompts.size(); ++i)
-                if (size_t c = environment->reward_column_of(json_rows[i]); c != Environment::no_column)
-                    scores_of_batch.values[first_column + c][i] = environment_scores[i];
-        }
+        if (scores_environment)
+            for (auto& column : environment->scores_by_column(environment_scores, json_rows))
+                scores_of_batch.values.push_back(std::move(column));
         for (size_t k = 0; k < uses.size(); ++k) {
             const std::vector<float>& scores = scores_of_batch.values[k];
             for (size_t i = 0; i < prompts.size(); ++i) {

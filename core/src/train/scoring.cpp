@@ -107,16 +107,18 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
     RewardScores scores = rewards.score(batch.view(), rewards_given_by_every_row(rewards.names(), rollout.rows), &messages);
     std::vector<double> weights = rewards.weights();
     if (context.environment_reward) {
-        const size_t first = scores.values.size();
-        for (const PluginUse& column : context.environment_reward->reward_columns()) {
-            scores.names.push_back(column.name);
-            scores.values.emplace_back(size_t(N), std::numeric_limits<float>::quiet_NaN());
-            weights.push_back(column.weight);
+        std::vector<float> environment_scores;
+        std::vector<std::string> columns_json;
+        for (size_t i = 0; i < rollout.episodes.size(); ++i) {
+            environment_scores.push_back(rollout.episodes[i].environment_reward);
+            columns_json.push_back(rollout.rows[i].columns_json);
         }
-        for (size_t i = 0; i < rollout.episodes.size(); ++i)
-            if (size_t c = context.environment_reward->reward_column_of(rollout.rows[i].columns_json);
-                c != Environment::no_column)
-                scores.values[first + c][i] = rollout.episodes[i].environment_reward;
+        auto by_column = context.environment_reward->scores_by_column(environment_scores, columns_json);
+        for (size_t c = 0; c < by_column.size(); ++c) {
+            scores.names.push_back(context.environment_reward->reward_columns()[c].name);
+            scores.values.push_back(std::move(by_column[c]));
+            weights.push_back(context.environment_reward->reward_columns()[c].weight);
+        }
     }
     apply_given_rewards(scores, rollout.rows);
 

@@ -268,9 +268,7 @@ std::unique_ptr<PromptSource> Trainer::State::load_prompts_or_rollouts() const {
     if (!c.data.source) check_environment_writes_prompts(*environment, c.manifest_path);
     std::vector<BatchRow> rows;
     const std::vector<PromptRow> dataset =
-        c.data.source ? load_prompts(*c.data.source, c.data.prompt_column,
-                                     environment && environment->begins_episodes() ? MissingPrompt::environment_writes
-                                                                                   : MissingPrompt::refused)
+        c.data.source ? load_prompts(*c.data.source, c.data.prompt_column, Environment::rows_without_prompt(environment.get()))
                       : environment_owned_prompts(size_t(c.train.generation_batch_size / c.generation.num_generations));
     for (const PromptRow& row : dataset) {
         BatchRow r;
