@@ -1,8 +1,8 @@
 // `grove train` killed, stopped or starved anywhere resumes to the same run (docs/reliability.md):
-// SIGKILL at start-up, mid-step and while a checkpoint is written, then --resume, ends with weights
-// and optimizer state bit-identical to an uninterrupted run; damaged checkpoints are refused with
-// the file and the checkpoint to use instead; an unwritable output folder or a full disk is an
-// error that leaves the last checkpoint whole.
+// SIGKILL at start-up, mid-step and while a checkpoint is written (by one process or one of two
+// ranks), then --resume, ends with weights and optimizer state bit-identical to an uninterrupted
+// run; damaged checkpoints are refused with the file and the checkpoint to use instead; an
+// unwritable output folder or a full disk is an error that leaves the last checkpoint whole.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -95,6 +95,36 @@ TEST(KillResume, SigkillAnywhereThenResumeEndsBitIdentical) {
         EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << "step " << i + 1;
         EXPECT_EQ(a[i]["grad_norm"], b[i]["grad_norm"]) << "step " << i + 1;
     }
+}
+
+// Two ranks (`--nproc 2`, the optimizer state sharded between them), one killed while checkpoint-3
+// is written: rank 1 once its shares are on disk, then rank 0 before the rename. Each time the
+// launcher stops the other rank and names the failed one, checkpoint-2 stays the latest, and the
+// run resumed from it ends byte-identical to an uninterrupted two-rank run.
+TEST(KillResume, ARankKilledWhileACheckpointIsWrittenLeavesTheLastOneToResume) {
+    const std::string ranks = "--nproc 2 --set train.shard_optimizer_state=true";
+    const std::string straight = make_run("ranks_straight");
+    ASSERT_EQ(train(straight, ranks).exit_code, 0);
+
+    const std::string killed = make_run("ranks_killed"), out = killed + "/out";
+    for (const std::string rank : {"1", "0"}) {
+        const std::string kill = (rank == "1" ? "shards:3@" : "save:3@") + rank;
+        auto r = train(killed, ranks + " --resume", "GROVE_TEST_KILL_AT=" + kill);
+        ASSERT_EQ(r.exit_code, 137) << kill << "\n" << r.out;
+        EXPECT_CONTAINS(r.out, "rank " + rank + " of 2 failed (exit 137); the other ranks were stopped");
+        EXPECT_TRUE(fs::exists(out + "/.tmp-checkpoint-3/optimizer.safetensors")) << kill;
+        EXPECT_FALSE(fs::exists(out + "/checkpoint-3")) << kill;
+        EXPECT_EQ(fs::read_symlink(out + "/latest").string(), "checkpoint-2") << kill;
+    }
+    auto r = train(killed, ranks + " --resume");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    for (const char* file : {"trainable.safetensors", "optimizer.safetensors", "buffer.rank1.safetensors"}) {
+        const std::string a = bytes_of(straight + "/out/checkpoint-3/" + file), b = bytes_of(out + "/checkpoint-3/" + file);
+        ASSERT_GT(a.size(), 100u) << file;
+        EXPECT_TRUE(a == b) << file << " differs from the uninterrupted run's";
+    }
+    for (const char* file : {"trainable.safetensors", "optimizer.safetensors"})
+        EXPECT_TRUE(bytes_of(straight + "/out/checkpoint-4/" + file) == bytes_of(out + "/checkpoint-4/" + file)) << file;
 }
 
 // A checkpoint whose files changed after they were written is refused, naming the file and the

@@ -255,7 +255,10 @@ Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::s
 
 void test_kill_point(const char* point, int64_t step) {
     static const char* wanted = std::getenv("GROVE_TEST_KILL_AT");
-    if (wanted && std::string(wanted) == std::string(point) + ":" + std::to_string(step)) ::kill(::getpid(), SIGKILL);
+    if (!wanted) return;
+    const std::string here = std::string(point) + ":" + std::to_string(step);
+    const char* rank = std::getenv("RANK");  // set by `--nproc`; a single process is rank 0
+    if (wanted == here || wanted == here + "@" + (rank ? rank : "0")) ::kill(::getpid(), SIGKILL);
 }
 
 std::string Checkpoints::resume_advice(const std::string& damaged) const {
@@ -301,6 +304,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     if (inside_generation_batch)
         save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
     save_optimizer((tmp / "optimizer.safetensors").string(), state);
+    test_kill_point("shards", progress.global_step);  // every rank has written its share, none renamed
     if (group_) group_->barrier();
     if (rank_ != 0) {  // rank 0 writes the rest and renames; the others wait for it
         if (group_) group_->barrier();

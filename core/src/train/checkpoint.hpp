@@ -86,8 +86,9 @@ void prepare_output_folder(const std::string& output_dir, bool clear);
 // reseeds it from the run's seed and the step's index, so a resumed run draws what a straight one drew.
 void seed_step_randomness(int64_t seed, int64_t step);
 
-// For the kill-and-resume tests: when the environment's GROVE_TEST_KILL_AT is "<point>:<step>", the
-// process kills itself with SIGKILL here (points: startup, step, save; docs/reliability.md).
+// For the kill-and-resume tests: when the environment's GROVE_TEST_KILL_AT is "<point>:<step>" (every
+// rank) or "<point>:<step>@<rank>" (that rank only), the process kills itself with SIGKILL here
+// (points: startup, step, shards, save; docs/reliability.md).
 void test_kill_point(const char* point, int64_t step);
 
 class Checkpoints {
