@@ -102,21 +102,23 @@ config = {{ module = "{HERE}/several_environments.py", classes = {{ {classes} }}
 
 
 def check_eval_of_mixed_rows(grove_binary, model, work):
-    """grove eval takes a file mixing rows with and without prompts (two samples each): each row's
-    episodes start from its own prompt, written by Dial's reset() where the row has none, and are
-    scored by its own class."""
+    """grove eval takes a file mixing rows with and without prompts (32 samples each, so that the last
+    row is a batch of its own: eval generates 64 completions at a time): each row's episodes start
+    from its own prompt, written by Dial's reset() where the row has none, and are scored by its own
+    class."""
     rows = ROWS_WITHOUT_PROMPTS + ROWS[1:2]
+    samples = 32
     run = write_run(work, rows)
     checked = grove(grove_binary, model, run, "check", rows)  # writes the manifest, and checks the rows
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    out = subprocess.run([grove_binary, "eval", os.path.join(run, "grove.toml"), "--json", "--samples", "2",
+    out = subprocess.run([grove_binary, "eval", os.path.join(run, "grove.toml"), "--json", "--samples", str(samples),
                           "--max-new-tokens", "4"], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     evaluated = json.loads(out.stdout[out.stdout.index("{"):])["rows"]
     expected = [("Turn the dial to 4.", "Dial", 0.4), ("Turn the dial to 7.", "Dial", 0.7), ("Measure 1.", "Scale", 0.25)]
-    assert len(evaluated) == 2 * len(expected), f"grove eval gave {len(evaluated)} rows"
+    assert len(evaluated) == samples * len(expected), f"grove eval gave {len(evaluated)} rows"
     for i, row in enumerate(evaluated):
-        text, column, reward = expected[i // 2]
+        text, column, reward = expected[i // samples]
         assert row["prompt"].endswith(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"), (i, row["prompt"])
         assert abs(row["rewards"][column] - reward) < 1e-6, (i, row["rewards"])
         assert all(same(v, None) for k, v in row["rewards"].items() if k != column), (i, row["rewards"])
