@@ -54,7 +54,7 @@ std::unique_ptr<Environment> environment_option(const po::variables_map& vm) {
 int print_episodes(const po::variables_map& vm, const Model& model, const Tokenizer& tokenizer, const Environment& environment,
                    const std::vector<PromptRow>& rows, const std::vector<std::vector<int64_t>>& prompts,
                    const std::vector<std::string>& texts, int64_t n, const SamplingOptions& options, ChatTemplate family) {
-    const int64_t max_turns = vm["max-turns"].as<int64_t>();
+    const int64_t max_turns = vm.count("max-turns") ? vm["max-turns"].as<int64_t>() : kNoTurnLimit;
     if (max_turns < 1) throw Error(ErrorKind::usage, "grove generate: --max-turns must be >= 1");
     std::vector<EpisodeStart> starts;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -113,7 +113,7 @@ int generate(const std::vector<std::string>& args) {
         "json", "one JSON object per completion")("environment", po::value<std::string>(),
                                                   "multi-turn episodes with this environment plugin (name or path)")(
         "environment-config", po::value<std::string>()->default_value(""), "the environment's settings, as TOML")(
-        "max-turns", po::value<int64_t>()->default_value(4), "model turns per episode")(
+        "max-turns", po::value<int64_t>(), "model turns per episode at most (default: no limit, as TRL)")(
         "plugin-dir", po::value<std::vector<std::string>>()->composing(), "a folder to search for plugins (repeatable)");
     add_revision_option(options);
     auto vm = parse("generate", args, options, {}, "--model DIR (--prompt TEXT | --input FILE.jsonl) [options]");

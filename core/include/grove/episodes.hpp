@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grove/generation.hpp"
+#include "grove/run_config.hpp"
 #include "grove/tokenizer.hpp"
 
 namespace grove {
@@ -18,7 +19,7 @@ class Model;
 class Tokenizer;
 
 struct EpisodeLimits {
-    int64_t max_turns = 4;              // model turns per episode
+    int64_t max_turns = kNoTurnLimit;   // model turns per episode
     int64_t max_completion_length = 0;  // every token of the episode, observations included (as TRL)
     int64_t step = 0;                   // optimizer step, for the environment's batch
     // how a conversation's prompt is rendered again when the environment adds to it (begin_episodes)

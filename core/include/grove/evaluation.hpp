@@ -32,7 +32,7 @@ struct EvaluationRequest {
     std::string device = "auto", dtype = "float32";
     std::optional<PluginUse> environment;          // multi-turn episodes with this environment plugin
     EnvironmentRewardSettings environment_reward;  // whether its score of each episode is a reward column
-    int64_t max_turns = 4;                         // model turns per episode
+    int64_t max_turns = kNoTurnLimit;              // model turns per episode
     AdvantageOptions advantages;                   // evaluation_metrics' grouping (num_generations = samples)
     int64_t step = 0;                              // the optimizer step plugins are told (training: the current one)
 };

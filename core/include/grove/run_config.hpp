@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -162,9 +163,13 @@ struct EnvironmentRewardSettings {
     std::optional<std::string> name;
 };
 
+// [environment] max_turns unset: an episode goes on until the environment stops answering or its
+// token budget is spent, as with TRL's max_tool_calling_iterations = None
+inline constexpr int64_t kNoTurnLimit = std::numeric_limits<int64_t>::max();
+
 struct EnvironmentSection {
     std::optional<PluginUse> use;  // unset: single-turn completions
-    int64_t max_turns = 4;
+    int64_t max_turns = kNoTurnLimit;
     EnvironmentRewardSettings reward;
 };
 

@@ -175,9 +175,10 @@ const std::vector<KeySpec>& manifest_schema() {
         range(key("environment", "timeout", T::number, "0",
                   "with isolation = process: seconds one call (a turn of every waiting episode) may take; 0 = no limit"),
               0, kInf),
-        range(key("environment", "max_turns", T::integer, "4",
-                  "model turns per episode at most (TRL's max_tool_calling_iterations + 1); every token of the "
-                  "episode counts toward max_completion_length"),
+        range(key("environment", "max_turns", T::integer, nullptr,
+                  "model turns per episode at most (TRL's max_tool_calling_iterations + 1); unset = no limit, as "
+                  "TRL's default: the episode ends when the environment stops answering or max_completion_length "
+                  "is spent (every token of the episode counts toward it)"),
               1, kInf),
         key("environment", "reward_weight", T::number, nullptr,
             "makes the environment's own score of each whole episode (SDK score_episodes) a reward column with "

@@ -296,7 +296,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.reduction = m.reduction();
     c.objective = m.objective();
     c.environment.use = m.environment();
-    c.environment.max_turns = m.integer("environment.max_turns");
+    c.environment.max_turns = m.optional_integer("environment.max_turns").value_or(kNoTurnLimit);
     const bool isolated = m.string("environment.isolation") == "process";
     const double timeout = m.number("environment.timeout");
     if (c.environment.use) {

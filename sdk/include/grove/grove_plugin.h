@@ -535,7 +535,7 @@ struct grove_adapter_api {
  *
  * An episode ends when:
  *   - the environment sets done, or appends no observation;
- *   - the model has written max_turns turns (the manifest's [environment] max_turns);
+ *   - the model has written max_turns turns (the manifest's [environment] max_turns, if set);
  *   - the budget is spent. An observation longer than the remaining budget (or that would bring
  *     the sequence to the model's max_position_embeddings) is left out whole and the episode ends
  *     with the model's turn, as TRL rolls back a tool result that does not fit.
