@@ -28,16 +28,16 @@ storage = os.path.join(cache, "models--grove-test--tiny-chat")
 main_commit, tag_commit = "1" * 40, "2" * 40
 
 
-def add_snapshot(commit, source):
+def add_snapshot(commit, source, repository=storage):
     """snapshots/COMMIT/FILE -> ../../blobs/HASH, as huggingface_hub writes them"""
-    os.makedirs(os.path.join(storage, "blobs"), exist_ok=True)
-    os.makedirs(os.path.join(storage, "snapshots", commit))
+    os.makedirs(os.path.join(repository, "blobs"), exist_ok=True)
+    os.makedirs(os.path.join(repository, "snapshots", commit))
     for name in os.listdir(source):
         data = open(os.path.join(source, name), "rb").read()
         blob = hashlib.sha256(data).hexdigest()
-        with open(os.path.join(storage, "blobs", blob), "wb") as f:
+        with open(os.path.join(repository, "blobs", blob), "wb") as f:
             f.write(data)
-        os.symlink(os.path.join("..", "..", "blobs", blob), os.path.join(storage, "snapshots", commit, name))
+        os.symlink(os.path.join("..", "..", "blobs", blob), os.path.join(repository, "snapshots", commit, name))
 
 
 add_snapshot(main_commit, os.path.join(models, "llama_gqa"))
@@ -87,6 +87,41 @@ assert r.returncode == 3 and "holds no revision v2 of grove-test/tiny-chat" in r
 r = run("check", manifest, "--set", f"model.path={os.path.join(models, 'llama_gqa')}", "--set", "model.revision=v1")
 assert r.returncode == 3 and "is a folder, not a Hub id; leave the revision out" in r.stderr, r.stderr
 print("a revision the cache lacks, and a revision with a folder: exit 3")
+
+# a reward model named by Hub id takes its revision too ([[rewards]] revision): main and v1 are two
+# architectures here, so the plugins line says which snapshot loaded
+reward_storage = os.path.join(cache, "models--grove-test--tiny-reward")
+add_snapshot(main_commit, os.path.join(models, "llama_reward"), reward_storage)
+add_snapshot(tag_commit, os.path.join(models, "qwen2_reward"), reward_storage)
+os.makedirs(os.path.join(reward_storage, "refs"))
+for ref, commit in (("main", main_commit), ("v1", tag_commit)):
+    with open(os.path.join(reward_storage, "refs", ref), "w") as f:
+        f.write(commit)
+with open(os.path.join(work, "prompts.jsonl"), "w") as f:
+    f.write('{"prompt": "What is 2 + 2?"}\n')
+
+
+def check_reward(reward_lines):
+    with open(os.path.join(work, "reward.toml"), "w") as f:
+        f.write(f'[model]\npath = "{os.path.join(models, "llama_gqa")}"\nchat_template = "none"\n'
+                f'[data]\nsource = "prompts.jsonl"\n[[rewards]]\n{reward_lines}\n')
+    return run("check", os.path.join(work, "reward.toml"))
+
+
+for revision, architecture in (("main", "LlamaForSequenceClassification"), ("v1", "Qwen2ForSequenceClassification")):
+    r = check_reward(f'model = "grove-test/tiny-reward"\nrevision = "{revision}"')
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("#   reward "))
+    expected = snapshot_download("grove-test/tiny-reward", revision=revision, local_files_only=True)
+    assert line.split()[2:4] == ["tiny-reward", architecture], line
+    assert os.path.realpath(line.split()[4]) == os.path.realpath(expected), (line, expected)
+    print(f"reward model at {revision}: {architecture} from {line.split()[4]}")
+r = check_reward('model = "grove-test/tiny-reward"\nrevision = "v2"')
+assert r.returncode == 3 and 'rewards.0.revision = "v2": the local Hugging Face cache' in r.stderr, r.stderr
+assert "holds no revision v2 of grove-test/tiny-reward" in r.stderr, r.stderr
+r = check_reward('plugin = "format"\nrevision = "v1"')
+assert r.returncode == 3 and "rewards.0.revision names the Hub revision of a reward model" in r.stderr, r.stderr
+print("a reward model's revision the cache lacks, and a plugin's revision: exit 3")
 
 # the command line's --revision: generate on the tag decodes as transformers' from_pretrained(id,
 # revision="v1"); logprobs scores its tokens as that model does; the same refusals, as usage errors

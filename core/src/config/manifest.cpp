@@ -309,8 +309,7 @@ Manifest Manifest::load(const std::string& path, const std::vector<std::string>&
 namespace {
 // [[rewards]]: an array of tables with unique metric names, or none (GRPO needs one:
 // RunConfig::from checks, since grove sft does not).
-std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, const std::string& source_name,
-                                     const std::string& directory) {
+std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, const std::string& directory) {
     const toml::node* rewards = root.get("rewards");
     if (!rewards) return {};
     const toml::array* reward_array = rewards->as_array();
@@ -329,9 +328,16 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
             throw manifest_error(at, "[[rewards]] #" + std::to_string(i + 1) +
                                          " needs exactly one of plugin = \"NAME\" (a reward plugin) and model = \"DIR\" "
                                          "(a reward model's folder)");
+        if (out.contains("revision") && !out.contains("model"))
+            throw manifest_error(at, prefix +
+                                         "revision names the Hub revision of a reward model (model = \"ID\"); a "
+                                         "plugin has none: remove it");
         if (out.contains("model")) {  // TRL names a reward model by its folder's (or Hub id's) last part
             const std::string given = *out["model"].value<std::string>(), folder = resolve_path(directory, given);
-            use.model = local_or_cached_model_folder(given, folder);
+            const std::string revision = out["revision"].value_or(std::string("main"));
+            if (const std::string why = revision_refusal(given, folder, revision); !why.empty())
+                throw manifest_error(at, prefix + "revision = \"" + revision + "\": " + why);
+            use.model = local_or_cached_model_folder(given, folder, revision);
             use.name = out.contains("name") ? *out["name"].value<std::string>()
                                             : fs::path(folder).lexically_normal().filename().string();
             if (use.name.empty()) use.name = fs::path(folder).lexically_normal().parent_path().filename().string();
@@ -526,7 +532,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& source_name
         values->insert(section, out);
     }
 
-    m.rewards_ = parse_rewards(root, v, source_name, m.directory_);
+    m.rewards_ = parse_rewards(root, v, m.directory_);
 
     for (auto [section, use] : {std::pair<const char*, PluginUse*>{"adapter", &m.adapter_},
                                 std::pair<const char*, PluginUse*>{"reduction", &m.reduction_},

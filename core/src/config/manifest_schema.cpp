@@ -132,6 +132,8 @@ const std::vector<KeySpec>& manifest_schema() {
             "a reward model instead: a Hugging Face sequence-classification folder (Llama, Qwen2, Qwen3, Mistral "
             "or Phi-3 ForSequenceClassification), relative to the manifest, or a cached Hub id; its score of prompt + "
             "completion is the reward"),
+        key("rewards[]", "revision", T::string, nullptr,
+            "with a Hub id in model: the cached branch, tag or commit to use; unset = main"),
         trl(key("rewards[]", "weight", T::number, "1.0", "weight of this reward in the sum"), "reward_weights"),
         key("rewards[]", "name", T::string, nullptr, "name in metrics (rewards/<name>/mean); defaults to the plugin name"),
         pick(key("rewards[]", "role", T::string, nullptr,
