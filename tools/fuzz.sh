@@ -2,9 +2,11 @@
 # The fuzz targets (docs/reliability.md#fuzzing), built with clang's libFuzzer, AddressSanitizer and UBSan.
 #   tools/fuzz.sh build                  configure and build them in build-fuzz/ (FUZZ_BUILD overrides)
 #   tools/fuzz.sh run SECONDS [TARGET..] fuzz each target for SECONDS (all targets when none named);
-#                                        FUZZ_RUNS=N stops a target sooner, after N executions
+#                                        FUZZ_RUNS=N stops a target sooner, after N executions;
+#                                        FUZZ_SEED=N fixes libFuzzer's random seed
 #   tools/fuzz.sh regress [TARGET..]     run every committed seed and past crash once, no fuzzing
-#   tools/fuzz.sh smoke SECONDS TARGET   regress, then run; exits 77 (skipped) when the targets are not built
+#   tools/fuzz.sh smoke SECONDS TARGET   regress, then run with FUZZ_SEED 1 unless set; exits 77 (skipped)
+#                                        when the targets are not built
 # A run starts from the committed corpus (tests/fuzz/corpus/T) and every input that ever crashed
 # (tests/fuzz/regressions/T); what it learns goes to build-fuzz/corpus/T, crashes to build-fuzz/findings/T.
 # Exit status: non-zero when a target found a crash, a leak, a timeout or an out-of-memory input.
@@ -48,10 +50,11 @@ run() {
     local dirs=("$BUILD/corpus/$t" "tests/fuzz/corpus/$t")
     [ -d "tests/fuzz/regressions/$t" ] && dirs+=("tests/fuzz/regressions/$t")
     local log="$BUILD/findings/$t/run-$$.log"  # one per process: two may fuzz one target, sharing its corpus
-    local budget=(-max_total_time="$seconds")
-    [ -n "${FUZZ_RUNS:-}" ] && budget+=(-runs="$FUZZ_RUNS")
+    local options=(-max_total_time="$seconds")
+    [ -n "${FUZZ_RUNS:-}" ] && options+=(-runs="$FUZZ_RUNS")
+    [ -n "${FUZZ_SEED:-}" ] && options+=(-seed="$FUZZ_SEED")
     echo "fuzz: $t for ${seconds}s${FUZZ_RUNS:+ or $FUZZ_RUNS executions} (log: $log)"
-    if "$bin" "${LIMITS[@]}" "${budget[@]}" -print_final_stats=1 \
+    if "$bin" "${LIMITS[@]}" "${options[@]}" -print_final_stats=1 \
         -artifact_prefix="$BUILD/findings/$t/" "${dirs[@]}" >"$log" 2>&1; then
       grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$log" | sed "s/^/fuzz: $t /"
     else
@@ -81,6 +84,7 @@ case "${1:-}" in
   smoke)
     shift; [ $# -eq 2 ] || { echo "usage: tools/fuzz.sh smoke SECONDS TARGET" >&2; exit 2; }
     [ -x "$BUILD/fuzz_$2" ] || { echo "fuzz: skipped: $BUILD/fuzz_$2 is not built (make fuzz-build builds it)"; exit 77; }
-    regress "$2" && run "$1" "$2" ;;
-  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+    # a fixed seed: a fresh CI folder mutates the same inputs in every run (open-ended fuzzing is `run`)
+    regress "$2" && FUZZ_SEED=${FUZZ_SEED:-1} run "$1" "$2" ;;
+  *) sed -n '2,/^# Exit status/p' "$0" >&2; exit 2 ;;
 esac

@@ -98,27 +98,29 @@ TEST(KillResume, SigkillAnywhereThenResumeEndsBitIdentical) {
 }
 
 // Two ranks (`--nproc 2`, the optimizer state sharded between them), one killed while checkpoint-3
-// is written: rank 1 once its shares are on disk, then rank 0 before the rename. Each time the
-// launcher stops the other rank and names the failed one, checkpoint-2 stays the latest, and the
-// run resumed from it ends byte-identical to an uninterrupted two-rank run.
+// is written: rank 1 once it has written its part, then rank 0 before the rename. Each time the
+// launcher stops the other rank, checkpoint-2 stays the latest, and the run resumed from it ends
+// byte-identical to an uninterrupted two-rank run.
 TEST(KillResume, ARankKilledWhileACheckpointIsWrittenLeavesTheLastOneToResume) {
     const std::string ranks = "--nproc 2 --set train.shard_optimizer_state=true";
     const std::string straight = make_run("ranks_straight");
     ASSERT_EQ(train(straight, ranks).exit_code, 0);
 
     const std::string killed = make_run("ranks_killed"), out = killed + "/out";
-    for (const std::string rank : {"1", "0"}) {
-        const std::string kill = (rank == "1" ? "shards:3@" : "save:3@") + rank;
-        auto r = train(killed, ranks + " --resume", "GROVE_TEST_KILL_AT=" + kill);
-        ASSERT_EQ(r.exit_code, 137) << kill << "\n" << r.out;
-        EXPECT_CONTAINS(r.out, "rank " + rank + " of 2 failed (exit 137); the other ranks were stopped");
-        EXPECT_TRUE(fs::exists(out + "/.tmp-checkpoint-3/optimizer.safetensors")) << kill;
+    // The other rank's collective may fail before the launcher stops it: it then removes the
+    // temporary folder and may exit first, so the launcher can name either rank.
+    for (const char* kill : {"shards:3@1", "save:3@0"}) {
+        auto r = train(killed, ranks + " --resume", std::string("GROVE_TEST_KILL_AT=") + kill);
+        ASSERT_NE(r.exit_code, 0) << kill << "\n" << r.out;
+        EXPECT_CONTAINS(r.out, " of 2 failed (exit ");
+        EXPECT_CONTAINS(r.out, "the other ranks were stopped");
         EXPECT_FALSE(fs::exists(out + "/checkpoint-3")) << kill;
         EXPECT_EQ(fs::read_symlink(out + "/latest").string(), "checkpoint-2") << kill;
     }
     auto r = train(killed, ranks + " --resume");
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    for (const char* file : {"trainable.safetensors", "optimizer.safetensors", "buffer.rank1.safetensors"}) {
+    for (const char* file :
+         {"trainable.safetensors", "optimizer.safetensors", "buffer.safetensors", "buffer.rank1.safetensors"}) {
         const std::string a = bytes_of(straight + "/out/checkpoint-3/" + file), b = bytes_of(out + "/checkpoint-3/" + file);
         ASSERT_GT(a.size(), 100u) << file;
         EXPECT_TRUE(a == b) << file << " differs from the uninterrupted run's";

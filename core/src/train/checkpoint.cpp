@@ -304,7 +304,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     if (inside_generation_batch)
         save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
     save_optimizer((tmp / "optimizer.safetensors").string(), state);
-    test_kill_point("shards", progress.global_step);  // every rank has written its share, none renamed
+    test_kill_point("shards", progress.global_step);  // this rank's part written, nothing renamed
     if (group_) group_->barrier();
     if (rank_ != 0) {  // rank 0 writes the rest and renames; the others wait for it
         if (group_) group_->barrier();

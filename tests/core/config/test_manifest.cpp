@@ -70,6 +70,9 @@ TEST(Manifest, DefaultsFollowTrl) {
     EXPECT_FALSE(sft.sft.keep_end);
     EXPECT_TRUE(sft.sft.completion_only_loss);
     EXPECT_EQ(sft.data.text_column, "text");
+    // unset: no turn limit, as TRL's max_tool_calling_iterations = None
+    EXPECT_FALSE(m.optional_integer("environment.max_turns").has_value());
+    EXPECT_EQ(grove::RunConfig::from(m).environment.max_turns, grove::kNoTurnLimit);
     auto set = grove::Manifest::parse(kMinimal + "\n[train]\nlearning_rate = 3e-4\n", "/runs/exp/grove.toml");
     EXPECT_DOUBLE_EQ(grove::RunConfig::from(set, grove::RunConfig::Kind::sft).train.learning_rate, 3e-4);
     EXPECT_EQ(m.integer("train.per_device_train_batch_size"), 8);

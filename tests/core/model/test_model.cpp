@@ -396,7 +396,6 @@ TEST(Model, RecomputedLogprobsHaveAutogradsGradients) {
 TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
     auto model = grove::Model::load(kModels + "/llama_gqa");
     model->set_base_trainable(true);
-    at::manual_seed(0);  // the same tokens in every run
     const at::Tensor ids = at::randint(3, model->config().vocab_size, {2, 9}, at::kLong), mask = at::ones({2, 9}, at::kLong);
     const at::Tensor positions = at::arange(9, at::kLong).unsqueeze(0).expand({2, 9});
     auto gradients = [&](bool checkpointing) {
@@ -424,7 +423,6 @@ TEST(Model, CheckpointedLayersRecomputeUnderTheForwardsAutocast) {
 // layer records (its probabilities' graph rebuilt by the backward) gives the gradients of the plain
 // forward, and the loss does reach the routers (their gradients move when it is added).
 TEST(Model, CheckpointedExpertsGiveTheLoadBalancingGradients) {
-    at::manual_seed(0);  // the same tokens in every run
     for (const std::string name : {"qwen3_moe_experts", "mixtral_experts", "olmoe_experts", "qwen2_moe_shared"}) {
         auto model = grove::Model::load(kModels + "/" + name);
         model->set_base_trainable(true);
@@ -914,7 +912,6 @@ TEST(DecodeKernels, SmallBatchLinearMatchesADoubleReferenceOnEveryShapeAndSplit)
 TEST(Model, DecodeKernelsGiveAtensDecodeSteps) {
     if (!grove::kernels::decode_kernels_available()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the scope is off";
     at::NoGradGuard no_grad;
-    at::manual_seed(0);  // the decoded tokens are random: the same ones in every run
     for (const char* name : kNames) {
         auto model = grove::Model::load(kModels + "/" + name);
         auto ref = reference(name);
@@ -941,7 +938,8 @@ TEST(Model, DecodeKernelsGiveAtensDecodeSteps) {
                 EXPECT_LT(masked_max_diff(ref["logits"], kernels[0], prompt_mask), 1e-4) << name << ": against transformers";
             for (int64_t t = 1; t <= steps; ++t) {
                 // Relative to the logits' size: float32 sums in another order differ by a few ulps
-                // of the largest terms (OLMoE's experts reach 6e-6 of logits near 3).
+                // of the largest terms. OLMoE's experts differed by up to 1.4e-5 on logits near 3
+                // (6e-6 relative) over 200 random draws; the bound there is 6e-5.
                 const double scale = std::max(1.0, aten[size_t(t)].abs().max().item<double>());
                 EXPECT_LT((aten[size_t(t)] - kernels[size_t(t)]).abs().max().item<double>(), 2e-5 * scale)
                     << name << when << ": step " << t;

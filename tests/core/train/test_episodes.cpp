@@ -268,6 +268,26 @@ TEST(Episodes, EpisodesStillCallingAtTheirLastTurnCountAsHittingMaxTurns) {
     EXPECT_DOUBLE_EQ(grove::episode_metrics(rollout, nullptr)["episodes/max_turns_ratio"], double(hit) / 8.0);
 }
 
+// Without a turn limit ([environment] max_turns unset, TRL's max_tool_calling_iterations = None)
+// an episode ends when the environment is done (here after 6 model turns), at EOS or when the budget
+// is spent: some run past the 4 turns that were once the default, and none counts as hitting a limit.
+TEST(Episodes, WithoutATurnLimitTheEnvironmentEosOrTheBudgetEndsAnEpisode) {
+    Fixture f;
+    const int64_t budget = 200;
+    auto rollout = f.run(scripted("stop = \"e\"\nturns = 6"), 8, grove::kNoTurnLimit, budget);
+    int64_t longest = 0;
+    for (int64_t i = 0; i < 8; ++i) {
+        const auto& e = rollout.episodes[size_t(i)];
+        const int64_t n = rollout.completions.lengths[size_t(i)];
+        const bool eos = rollout.completions.completion_ids[i][n - 1].item<int64_t>() == 2;
+        EXPECT_TRUE(e.turns == 6 || eos || n >= budget) << "row " << i << ": " << e.turns << " turns, " << n << " tokens";
+        EXPECT_FALSE(e.hit_max_turns) << "row " << i;
+        longest = std::max(longest, e.turns);
+    }
+    EXPECT_EQ(longest, 6);
+    EXPECT_EQ(grove::EpisodeLimits{}.max_turns, grove::kNoTurnLimit);
+}
+
 // An environment whose tools_json() is an empty list has no tools, as TRL renders GRPO prompts with
 // `tools or None` (Llama 3.1's template would write its tool-use turn for an empty list).
 TEST(Episodes, AnEmptyToolListIsNoTools) {
