@@ -24,16 +24,19 @@ int integer_from_environment(const char* name, int fallback, int minimum) {
 
 int world_size_from_environment() { return integer_from_environment("WORLD_SIZE", 1, 1); }
 
-void add_revision_option(po::options_description& options) {
+void add_revision_option(po::options_description& options, const std::string& model_option) {
     options.add_options()("revision", po::value<std::string>()->default_value("main"),
-                          "with a Hub id as --model: the branch, tag or commit of the cached model");
+                          ("with a Hub id as " + model_option + ": the branch, tag or commit of the cached model").c_str());
 }
 
-std::string model_option_folder(const po::variables_map& vm) {
-    const std::string given = vm["model"].as<std::string>(), revision = vm["revision"].as<std::string>();
+std::string model_folder_at(const std::string& given, const std::string& revision) {
     if (const std::string why = revision_refusal(given, given, revision); !why.empty())
         throw Error(ErrorKind::usage, "--revision " + revision + ": " + why);
     return local_or_cached_model_folder(given, given, revision);
+}
+
+std::string model_option_folder(const po::variables_map& vm) {
+    return model_folder_at(vm["model"].as<std::string>(), vm["revision"].as<std::string>());
 }
 
 po::variables_map parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options,

@@ -13,10 +13,13 @@ namespace po = boost::program_options;
 po::variables_map parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options,
                         const po::positional_options_description& positional, const std::string& synopsis);
 
-// --revision, for the commands that take --model: with a Hub id, the branch, tag or commit.
-void add_revision_option(po::options_description& options);
-// The folder of --model: the folder itself, or the cached snapshot of a Hub id at --revision. A
-// revision that cannot apply (a folder; one the cache lacks) is a usage error that says why.
+// --revision, for the commands that take a model (--model; export's --base): with a Hub id, the
+// branch, tag or commit.
+void add_revision_option(po::options_description& options, const std::string& model_option = "--model");
+// A model given on the command line: the folder itself, or the cached snapshot of a Hub id at the
+// revision. A revision that cannot apply (a folder; one the cache lacks) is a usage error that says why.
+std::string model_folder_at(const std::string& given, const std::string& revision);
+// That of --model at --revision.
 std::string model_option_folder(const po::variables_map& vm);
 
 // An integer environment variable (torchrun's RANK, WORLD_SIZE, MASTER_PORT...): fallback when unset,

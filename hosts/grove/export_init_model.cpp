@@ -21,14 +21,31 @@ using nlohmann::json;
 int export_model(const std::vector<std::string>& args) {
     po::options_description options("options");
     options.add_options()("merge", po::value<std::string>()->required(), "the LoRA adapter folder (a checkpoint)")(
-        "base", po::value<std::string>()->required(), "the base model folder (or a cached Hub id)")(
+        "base", po::value<std::string>(),
+        "the base model folder (or a cached Hub id); default: the one the adapter's adapter_config.json names")(
         "output", po::value<std::string>()->required(), "where to write the merged Hugging Face folder");
+    add_revision_option(options, "--base");
     po::positional_options_description positional;
     positional.add("output", 1);
-    auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR --base MODEL_DIR OUT_DIR");
-    const std::string base = vm["base"].as<std::string>();
-    export_merged(vm["merge"].as<std::string>(), grove::local_or_cached_model_folder(base, base),
-                  vm["output"].as<std::string>());
+    auto vm = parse("export", args, options, positional, "--merge ADAPTER_DIR [--base MODEL_DIR] OUT_DIR");
+    const std::string adapter = vm["merge"].as<std::string>();
+    std::string base_folder;
+    if (!vm.count("base")) {
+        if (!vm["revision"].defaulted())
+            throw Error(ErrorKind::usage,
+                        "grove export: --revision goes with --base (without it, the adapter's "
+                        "adapter_config.json names the base and its revision)");
+        base_folder = adapter_base_folder(adapter);
+    } else {
+        const std::string base = vm["base"].as<std::string>();
+        std::string revision = vm["revision"].as<std::string>();
+        // the adapter's own base: at the commit it was trained on (PEFT records it), not main, which may have moved
+        const auto recorded = recorded_adapter_base(adapter);
+        if (vm["revision"].defaulted() && recorded && recorded->name_or_path == base && !std::filesystem::exists(base))
+            revision = recorded->revision;
+        base_folder = model_folder_at(base, revision);
+    }
+    export_merged(adapter, base_folder, vm["output"].as<std::string>());
     std::cout << "wrote " << vm["output"].as<std::string>() << "\n";
     return 0;
 }

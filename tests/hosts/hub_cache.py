@@ -179,6 +179,22 @@ assert r.returncode == 0, r.stdout + r.stderr
 assert json.loads(r.stdout)["completion_ids"] == reference, (r.stdout, reference)
 print(f"LoRA on {repo_id} at v1: adapter_config names it and the commit; PEFT and grove generate agree: {reference}")
 
+# grove export merges onto that same base (the tag's commit, not main, which holds another model):
+# without --base, and with --base naming the id; PEFT's merge_and_unload of the adapter is the reference
+from safetensors.torch import load_file  # noqa: E402
+merged = peft_model.merge_and_unload().state_dict()
+for base_args in ([], ["--base", repo_id]):
+    out = os.path.join(run_dir, f"merged{len(base_args)}")
+    r = run("export", "--merge", adapter, *base_args, out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exported = load_file(os.path.join(out, "model.safetensors"))
+    assert set(exported) <= set(merged), set(exported) - set(merged)
+    worst = max((exported[k].float() - merged[k].float()).abs().max().item() for k in exported)
+    assert worst < 1e-6, (base_args, worst)
+r = run("export", "--merge", adapter, "--revision", "v1", os.path.join(run_dir, "merged_bad"))
+assert r.returncode == 2 and "--revision goes with --base" in r.stderr, (r.returncode, r.stderr)
+print(f"grove export of the adapter, with and without --base {repo_id}: PEFT's merged weights (within 1e-6)")
+
 # a resumed run keeps the snapshot it started from when the revision has moved since: v1 moves to
 # another model between a run and its resume from checkpoint-2, and the resumed run still ends with
 # the adapter a straight run on the old v1 ends with, bit for bit

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,20 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
                                            const std::string& device, const std::string& dtype,
                                            const std::vector<std::string>& plugin_dirs = {});
 
-// `grove export --merge ADAPTER_DIR --base MODEL_DIR OUT_DIR`: a Hugging Face folder.
+// The base model an adapter checkpoint's adapter_config.json names, as PEFT writes it: the folder or
+// Hub id (base_model_name_or_path) and the Hub revision ("main" when it names none); nullopt when it
+// names no base.
+struct AdapterBase {
+    std::string name_or_path, revision;
+};
+std::optional<AdapterBase> recorded_adapter_base(const std::string& adapter_dir);
+
+// That base's folder, as PEFT's AutoPeftModel loads it: a folder (relative to the checkpoint if
+// relative) or the Hub id's snapshot at that revision in the local Hugging Face cache; an input
+// error naming the checkpoint and `grove export --base` when there is none.
+std::string adapter_base_folder(const std::string& adapter_dir);
+
+// `grove export --merge ADAPTER_DIR [--base MODEL_DIR] OUT_DIR`: a Hugging Face folder.
 void export_merged(const std::string& adapter_dir, const std::string& base_dir, const std::string& out_dir);
 
 // A model folder, or an adapter checkpoint (adapter_config.json, no config.json): then the base

@@ -122,28 +122,42 @@ void export_merged(const std::string& adapter_dir, const std::string& base_dir, 
     copy_tokenizer_files(base_dir, out_dir);
 }
 
+std::optional<AdapterBase> recorded_adapter_base(const std::string& adapter_dir) {
+    const fs::path file = fs::path(adapter_dir) / "adapter_config.json";
+    if (!fs::exists(file)) return std::nullopt;
+    const json config = read_json_file(file);
+    const json base = config.value("base_model_name_or_path", json());
+    if (!base.is_string() || base.get<std::string>().empty()) return std::nullopt;
+    const json revision = config.value("revision", json());
+    return AdapterBase{base.get<std::string>(), revision.is_string() ? revision.get<std::string>() : "main"};
+}
+
+std::string adapter_base_folder(const std::string& adapter_dir) {
+    const auto base = recorded_adapter_base(adapter_dir);
+    if (!base)
+        throw Error(ErrorKind::input, adapter_dir +
+                                          "/adapter_config.json: no base_model_name_or_path; merge it with "
+                                          "`grove export --merge " +
+                                          adapter_dir + " --base MODEL_DIR OUT_DIR`");
+    const fs::path base_dir =
+        fs::path(base->name_or_path).is_absolute()
+            ? fs::path(base->name_or_path)
+            : fs::path(local_or_cached_model_folder(base->name_or_path, (fs::path(adapter_dir) / base->name_or_path).string(),
+                                                    base->revision));
+    if (!fs::exists(base_dir / "config.json"))
+        throw Error(ErrorKind::input, adapter_dir + "/adapter_config.json: its base model " + base->name_or_path +
+                                          " (revision " + base->revision +
+                                          ") is neither a model folder here nor in the local Hugging Face cache (" +
+                                          hub_cache_directory() + "); merge it with `grove export --merge " + adapter_dir +
+                                          " --base MODEL_DIR OUT_DIR`");
+    return base_dir.string();
+}
+
 std::unique_ptr<Model> load_model_or_adapter_checkpoint(const std::string& folder, const std::string& device,
                                                         const std::string& dtype, const std::vector<std::string>& plugin_dirs) {
     const fs::path dir(folder);
     if (fs::exists(dir / "config.json") || !fs::exists(dir / "adapter_config.json")) return Model::load(folder, device, dtype);
-    json config = read_json_file(dir / "adapter_config.json");
-    std::string base =
-        config.value("base_model_name_or_path", json()).is_string() ? config["base_model_name_or_path"].get<std::string>() : "";
-    if (base.empty())
-        throw Error(ErrorKind::input, folder +
-                                          "/adapter_config.json: no base_model_name_or_path; merge it with "
-                                          "`grove export --merge " +
-                                          folder + " --base MODEL_DIR OUT_DIR`");
-    const std::string revision = config.value("revision", json()).is_string() ? config["revision"].get<std::string>() : "main";
-    const fs::path base_dir = fs::path(base).is_absolute()
-                                  ? fs::path(base)
-                                  : fs::path(local_or_cached_model_folder(base, (dir / base).string(), revision));
-    if (!fs::exists(base_dir / "config.json"))
-        throw Error(ErrorKind::input, folder + "/adapter_config.json: its base model " + base + " (revision " + revision +
-                                          ") is neither a model folder here nor in the local Hugging Face cache (" +
-                                          hub_cache_directory() + "); merge it with `grove export --merge " + folder +
-                                          " --base MODEL_DIR OUT_DIR`");
-    return load_merged_adapter(folder, base_dir.string(), device, dtype, plugin_dirs);
+    return load_merged_adapter(folder, adapter_base_folder(folder), device, dtype, plugin_dirs);
 }
 
 }  // namespace grove
