@@ -328,10 +328,6 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
             throw manifest_error(at, "[[rewards]] #" + std::to_string(i + 1) +
                                          " needs exactly one of plugin = \"NAME\" (a reward plugin) and model = \"DIR\" "
                                          "(a reward model's folder)");
-        if (out.contains("revision") && !out.contains("model"))
-            throw manifest_error(at, prefix +
-                                         "revision names the Hub revision of a reward model (model = \"ID\"); a "
-                                         "plugin has none: remove it");
         if (out.contains("model")) {  // TRL names a reward model by its folder's (or Hub id's) last part
             const std::string given = *out["model"].value<std::string>(), folder = resolve_path(directory, given);
             const std::string revision = out["revision"].value_or(std::string("main"));
@@ -342,6 +338,10 @@ std::vector<PluginUse> parse_rewards(const toml::table& root, Validator& v, cons
                                             : fs::path(folder).lexically_normal().filename().string();
             if (use.name.empty()) use.name = fs::path(folder).lexically_normal().parent_path().filename().string();
         } else {
+            if (out.contains("revision"))
+                throw manifest_error(at, prefix +
+                                             "revision names the Hub revision of a reward model (model = \"ID\"); a "
+                                             "plugin has none: remove it");
             use.plugin = *out["plugin"].value<std::string>();
             if (looks_like_plugin_path(use.plugin)) use.plugin = resolve_path(directory, use.plugin);
             use.name = out.contains("name") ? *out["name"].value<std::string>() : use.plugin;

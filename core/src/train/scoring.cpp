@@ -113,11 +113,12 @@ ScoredBatch score_rollout(const Rollout& rollout, const RewardSet& rewards, cons
             environment_scores.push_back(rollout.episodes[i].environment_reward);
             columns_json.push_back(rollout.rows[i].columns_json);
         }
+        const std::vector<PluginUse>& columns = context.environment_reward->reward_columns();
         auto by_column = context.environment_reward->scores_by_column(environment_scores, columns_json);
-        for (size_t c = 0; c < by_column.size(); ++c) {
-            scores.names.push_back(context.environment_reward->reward_columns()[c].name);
+        for (size_t c = 0; c < columns.size(); ++c) {
+            scores.names.push_back(columns[c].name);
             scores.values.push_back(std::move(by_column[c]));
-            weights.push_back(context.environment_reward->reward_columns()[c].weight);
+            weights.push_back(columns[c].weight);
         }
     }
     apply_given_rewards(scores, rollout.rows);
