@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# ZeRO stage 1 (train.shard_optimizer_state) on this machine: `grove train --nproc 2` on the same
-# replayed rollouts with the optimizer state sharded and not, side by side. The model is random, at
-# SmolLM2-135M's layer shape with the vocabulary of a tokenizer trained on the built-in task (463
-# pieces; 106M weights, so AdamW's moments take 0.85 GB per rank unsharded). Prints seconds per step
-# (the mean after the first) and the peak RSS of the largest rank.
-#   bash bench/sharded_optimizer.sh [STEPS]        (default 4; needs the build; about 3 minutes)
+# The optimizer's memory on this machine: `grove train --nproc 2` on the same replayed rollouts with
+# AdamW's state whole on each rank, sharded (ZeRO stage 1, train.shard_optimizer_state), and with
+# Adafactor (train.optim, factored state), side by side. The model is random, at SmolLM2-135M's layer
+# shape with the vocabulary of a tokenizer trained on the built-in task (463 pieces; 106M weights, so
+# AdamW's moments take 0.85 GB per rank unsharded). Prints seconds per step (the mean after the
+# first), the peak RSS of the largest rank and the size of the checkpoint's optimizer state.
+#   bash bench/sharded_optimizer.sh [STEPS]        (default 4; needs the build; about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-4}
@@ -36,18 +37,25 @@ with open(f"{out}/grove.toml", "w") as f:
             f'[train]\nper_device_train_batch_size = 8\nmax_steps = {steps}\nlearning_rate = 1e-5\n'
             f'[output]\nsave_steps = {steps}\n[logging]\nlogging_steps = 1\n')
 PY
-for shard in false true; do
-  /usr/bin/time -f "%M" -o "$out/rss-$shard.txt" "$grove" train "$out/grove.toml" --nproc 2 \
-    --set train.shard_optimizer_state=$shard --set "output.dir=\"$out/run-$shard\"" --overwrite >"$out/log-$shard.txt" 2>&1 ||
-    { tail -5 "$out/log-$shard.txt" >&2; exit 1; }
+variants=("adamw_torch false" "adamw_torch true" "adafactor false")
+for variant in "${variants[@]}"; do
+  read -r optim shard <<<"$variant"
+  name=$optim-$shard
+  /usr/bin/time -f "%M" -o "$out/rss-$name.txt" "$grove" train "$out/grove.toml" --nproc 2 \
+    --set "train.optim=\"$optim\"" --set train.shard_optimizer_state=$shard --set "output.dir=\"$out/run-$name\"" \
+    --overwrite >"$out/log-$name.txt" 2>&1 || { tail -5 "$out/log-$name.txt" >&2; exit 1; }
 done
-.venv/bin/python - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-print(f"{'shard_optimizer_state':>22} {'s/step':>7} {'step_time/train':>16} {'largest rank peak RSS MiB':>26}")
-for shard in ("false", "true"):
-    rows = [json.loads(line) for line in open(f"{out}/run-{shard}/metrics.jsonl")][1:]
+.venv/bin/python - "$out" "$steps" "${variants[@]}" <<'PY'
+import json, os, sys
+out, steps, variants = sys.argv[1], sys.argv[2], [v.split() for v in sys.argv[3:]]
+print(f"{'optim':>12} {'shard_optimizer_state':>22} {'s/step':>7} {'step_time/train':>16} "
+      f"{'largest rank peak RSS MiB':>26} {'optimizer state MiB':>20}")
+for optim, shard in variants:
+    run = f"{out}/run-{optim}-{shard}"
+    rows = [json.loads(line) for line in open(f"{run}/metrics.jsonl")][1:]
     mean = lambda key: sum(r[key] for r in rows) / len(rows)
-    rss_mib = int(open(f"{out}/rss-{shard}.txt").read().split()[-1]) / 1024
-    print(f"{shard:>22} {mean('step_time'):7.2f} {mean('step_time/train'):16.2f} {rss_mib:26.0f}")
+    rss_mib = int(open(f"{out}/rss-{optim}-{shard}.txt").read().split()[-1]) / 1024
+    state_mib = os.path.getsize(f"{run}/checkpoint-{steps}/optimizer.safetensors") / 2**20
+    print(f"{optim:>12} {shard:>22} {mean('step_time'):7.2f} {mean('step_time/train'):16.2f} {rss_mib:26.0f} "
+          f"{state_mib:20.1f}")
 PY

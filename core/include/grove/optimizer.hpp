@@ -1,9 +1,11 @@
-// AdamW with torch.optim.AdamW's exact update, global-norm gradient clipping, and Hugging Face's
-// learning-rate schedules. Used by `grove train` and `grove sft`.
+// The optimizers (torch.optim.AdamW's exact update, or transformers' Adafactor as Trainer sets it
+// up), global-norm gradient clipping, and Hugging Face's learning-rate schedules. Used by
+// `grove train` and `grove sft`.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,40 +14,92 @@
 
 namespace grove {
 
-struct AdamWOptions {
-    double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, weight_decay = 0.0;
+// One tensor an optimizer keeps for a trained tensor: its name in checkpoints ("<name>.<i>" for
+// trained tensor i), shape and type. They follow from the trained tensor alone, so every rank knows
+// them, whichever rank keeps the state.
+struct OptimizerSlot {
+    std::string name;
+    std::vector<int64_t> shape;
+    at::ScalarType dtype;
 };
 
-class AdamW {
+class Optimizer {
 public:
-    // Weight decay applies to tensors of two or more dimensions only (not to norms and biases).
-    // `updated[i]` false: this optimizer keeps no moments for params[i] and leaves it alone (another
-    // rank updates it, ZeRO stage 1); empty: it updates every tensor.
-    AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated = {});
+    virtual ~Optimizer() = default;
     // The total L2 norm of all gradients before clipping; scales them to max_norm when above it
     // (max_norm <= 0 disables clipping). One device sync.
     double clip_grad_norm(double max_norm);
-    //   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-    //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
-    void step(double lr);
+    // One update at learning rate `lr` of every tensor this optimizer updates that has a gradient.
+    virtual void step(double lr) = 0;
     void zero_grad();
+    virtual OptimizerKind kind() const = 0;
 
     const std::vector<at::Tensor>& params() const { return params_; }
     int64_t steps() const { return steps_; }
     bool updates(size_t i) const { return updated_[i]; }
-    // params[i]'s first and second moments (undefined where this optimizer does not update it).
-    std::pair<at::Tensor, at::Tensor> moments(size_t i) const { return {exp_avg_[i], exp_avg_sq_[i]}; }
-    // The moments this optimizer keeps, under names "exp_avg.<i>" / "exp_avg_sq.<i>", for checkpoints.
+    // What this optimizer keeps for params[i], on every rank; and the tensors, in that order (none
+    // where it does not update params[i]).
+    virtual std::vector<OptimizerSlot> slots(size_t i) const = 0;
+    const std::vector<at::Tensor>& state_of(size_t i) const { return state_[i]; }
+    // Every tensor this optimizer keeps, named as slots() say, for checkpoints.
     std::vector<std::pair<std::string, at::Tensor>> state() const;
-    // Entries for tensors this optimizer does not update are ignored (and may be undefined).
-    void restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq);
+    // `state[i]` in slots(i)'s order; entries for tensors this optimizer does not update are ignored.
+    void restore(int64_t steps, const std::vector<std::vector<at::Tensor>>& state);
 
-private:
-    std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+protected:
+    // Weight decay applies to tensors of two or more dimensions only (not to norms and biases), as
+    // Trainer's decay groups leave them out. `updated[i]` false: this optimizer keeps no state for
+    // params[i] and leaves it alone (another rank updates it, ZeRO stage 1); empty: it updates every tensor.
+    Optimizer(std::vector<at::Tensor> params, std::vector<bool> updated);
+    // zeros for every slot of every updated tensor; a subclass's constructor calls it
+    void allocate_state();
+
+    std::vector<at::Tensor> params_;
+    std::vector<std::vector<at::Tensor>> state_;
     std::vector<bool> decay_, updated_;
-    AdamWOptions o_;
     int64_t steps_ = 0;
 };
+
+struct AdamWOptions {
+    double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, weight_decay = 0.0;
+};
+
+// torch.optim.AdamW. Slots: exp_avg, exp_avg_sq, in the tensor's type.
+class AdamW final : public Optimizer {
+public:
+    AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated = {});
+    //   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+    //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+    void step(double lr) override;
+    OptimizerKind kind() const override { return OptimizerKind::adamw; }
+    std::vector<OptimizerSlot> slots(size_t i) const override;
+
+private:
+    AdamWOptions o_;
+};
+
+// transformers.optimization.Adafactor as Trainer creates it for optim = "adafactor": lr given
+// (relative_step and scale_parameter off), no first moment (beta1 None), eps (1e-30, 1e-3),
+// clip_threshold 1, decay_rate -0.8. A matrix keeps the running mean of g^2 over each row and each
+// column (slots exp_avg_sq_row and exp_avg_sq_col); any other tensor keeps exp_avg_sq. Float32 state.
+class Adafactor final : public Optimizer {
+public:
+    Adafactor(std::vector<at::Tensor> params, double weight_decay, std::vector<bool> updated = {});
+    //   b2 = 1 - t^-0.8;  v = b2 v + (1-b2) (g^2 + 1e-30)  (per row and column for a matrix)
+    //   u = g / sqrt(v);  u /= max(1, rms(u));  p -= lr*wd*p;  p -= lr u
+    void step(double lr) override;
+    OptimizerKind kind() const override { return OptimizerKind::adafactor; }
+    std::vector<OptimizerSlot> slots(size_t i) const override;
+
+private:
+    double weight_decay_;
+};
+
+// train.optim's optimizer over `params` with train's settings (`updated` as Optimizer's).
+std::unique_ptr<Optimizer> make_optimizer(const TrainSection& train, std::vector<at::Tensor> params,
+                                          std::vector<bool> updated = {});
+// A warning line when train has AdamW settings that train.optim does not use; else empty.
+std::string ignored_optimizer_settings_warning(const TrainSection& train);
 
 // ZeRO stage 1: the rank that keeps the moments of, and updates, each tensor. Largest tensor first,
 // each to the rank holding the fewest elements so far, so shares are about equal and every rank

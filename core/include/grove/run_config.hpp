@@ -57,6 +57,9 @@ struct LrSchedulerOptions {
 };
 enum class MixedPrecision { automatic, bf16, off };  // "auto" | "bf16" | "no"
 enum class DdpBackend { automatic, gloo, nccl };     // "auto" | "gloo" | "nccl"
+// train.optim: "adamw_torch" and "adamw_torch_fused" (the same update) | "adafactor" (transformers'
+// Adafactor as Trainer sets it up: the given learning rate, no momentum, factored second moments)
+enum class OptimizerKind { adamw, adafactor };
 
 struct ModelSection {
     std::string path, dtype, device, chat_template;
@@ -111,6 +114,7 @@ struct TrainSection {
     int64_t per_device_train_batch_size = 8, gradient_accumulation_steps = 1, generation_batch_size = 8,
             steps_per_generation = 1;
     double learning_rate = 1e-6;
+    OptimizerKind optim = OptimizerKind::adamw;
     LrSchedule lr_scheduler_type = LrSchedule::linear;
     int64_t warmup_steps = 0;
     LrSchedulerOptions lr_scheduler_kwargs;
@@ -217,6 +221,9 @@ ScaleRewards scale_rewards_from_name(const std::string& name);
 RewardAggregation reward_aggregation_from_name(const std::string& name);
 LrSchedule lr_schedule_from_name(const std::string& name);
 MixedPrecision mixed_precision_from_name(const std::string& name);
+OptimizerKind optimizer_from_name(const std::string& name);
+// "adamw" | "adafactor": what a checkpoint records of the optimizer whose state it holds
+const char* optimizer_name(OptimizerKind kind);
 DdpBackend ddp_backend_from_name(const std::string& name);
 
 // A GRPO run's "no reward" error, after `where` (the manifest, or its environment and why it is no reward).

@@ -345,11 +345,21 @@ const std::vector<KeySpec>& manifest_schema() {
                   kInf),
             "warmup_steps"),
         trl(range(key("train", "warmup_ratio", T::number, "0.0", "warmup as a fraction of all steps"), 0, 1), "warmup_ratio"),
-        trl(range(key("train", "weight_decay", T::number, "0.0", "AdamW decay; never applied to norms and biases"), 0, kInf),
+        trl(pick(key("train", "optim", T::string, "\"adamw_torch\"",
+                     "adamw_torch (adamw_torch_fused: the same update) = torch's AdamW; adafactor = transformers' "
+                     "Adafactor as Trainer sets it up (learning_rate and its schedule, no momentum, second moments "
+                     "factored into a row and a column per matrix: a fraction of AdamW's optimizer memory)"),
+                 "adamw_torch|adamw_torch_fused|adafactor"),
+            "optim"),
+        trl(range(key("train", "weight_decay", T::number, "0.0", "decoupled weight decay; never applied to norms and biases"),
+                  0, kInf),
             "weight_decay"),
-        trl(range(key("train", "adam_beta1", T::number, "0.9", "AdamW beta1"), 0, 1), "adam_beta1"),
-        trl(range(key("train", "adam_beta2", T::number, "0.999", "AdamW beta2"), 0, 1), "adam_beta2"),
-        trl(range(key("train", "adam_epsilon", T::number, "1e-8", "AdamW epsilon"), 0, kInf, true), "adam_epsilon"),
+        trl(range(key("train", "adam_beta1", T::number, "0.9", "AdamW beta1 (adafactor has no first moment)"), 0, 1),
+            "adam_beta1"),
+        trl(range(key("train", "adam_beta2", T::number, "0.999", "AdamW beta2 (adafactor's decay follows the step)"), 0, 1),
+            "adam_beta2"),
+        trl(range(key("train", "adam_epsilon", T::number, "1e-8", "AdamW epsilon (adafactor's are fixed)"), 0, kInf, true),
+            "adam_epsilon"),
         trl(range(key("train", "max_grad_norm", T::number, "1.0", "global gradient-norm clip; 0 disables"), 0, kInf),
             "max_grad_norm"),
         trl(range(key("train", "max_steps", T::integer, "-1", "optimizer steps; -1 = num_train_epochs decides"), -1, kInf),
@@ -386,7 +396,7 @@ const std::vector<KeySpec>& manifest_schema() {
                   1, kMaxCount),
             "num_generations_eval"),
         key("train", "shard_optimizer_state", T::boolean, "false",
-            "several processes: each keeps AdamW's moments for, and updates, its share of the trained tensors and "
+            "several processes: each keeps the optimizer's state for, and updates, its share of the trained tensors and "
             "sends them to the others (ZeRO stage 1): the same update with 1/N of the optimizer's memory"),
 
         path(key("rollouts", "path", T::string, nullptr,

@@ -140,6 +140,12 @@ MixedPrecision mixed_precision_from_name(const std::string& name) {
     return enum_from<MixedPrecision>(
         name, {{"auto", MixedPrecision::automatic}, {"bf16", MixedPrecision::bf16}, {"no", MixedPrecision::off}});
 }
+OptimizerKind optimizer_from_name(const std::string& name) {
+    return enum_from<OptimizerKind>(name, {{"adamw_torch", OptimizerKind::adamw},
+                                           {"adamw_torch_fused", OptimizerKind::adamw},
+                                           {"adafactor", OptimizerKind::adafactor}});
+}
+const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::adafactor ? "adafactor" : "adamw"; }
 DdpBackend ddp_backend_from_name(const std::string& name) {
     return enum_from<DdpBackend>(name,
                                  {{"auto", DdpBackend::automatic}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}});
@@ -234,6 +240,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     o.decay_type = wsd_curve_from_name(m.string("train.decay_type"));
     o.min_lr_ratio = m.number("train.min_lr_ratio");
     check_lr_scheduler_kwargs(t, c.manifest_path);
+    t.optim = optimizer_from_name(m.string("train.optim"));
     t.weight_decay = m.number("train.weight_decay");
     t.adam_beta1 = m.number("train.adam_beta1");
     t.adam_beta2 = m.number("train.adam_beta2");

@@ -319,6 +319,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     test_kill_point("save", progress.global_step);
     json st = progress_json(progress);
     st["optimizer_steps"] = state.optimizer.steps();
+    st["optimizer"] = optimizer_name(state.optimizer.kind());
     st["world_size"] = world_size_;
     st["reward_columns"] = reward_columns_json(reward_columns_);
     st["manifest"] = manifest_path;
@@ -346,25 +347,27 @@ void Checkpoints::save_optimizer(const std::string& file, const CheckpointedStat
         if (rank_ == 0) save_tensors(file, state.optimizer.state());
         return;
     }
-    // the file's tensors: both moments of every trained tensor, whoever keeps them
+    // the file's tensors: the optimizer's state of every trained tensor, whoever keeps it
     std::vector<TensorBytes> layout;
-    std::vector<std::pair<size_t, bool>> moment_of;  // layout entry -> (tensor, second moment?)
+    std::vector<std::pair<size_t, size_t>> slot_of;  // layout entry -> (tensor, slot)
     for (size_t i = 0; i < state.trainable.size(); ++i) {
-        const at::Tensor& p = state.trainable[i];
-        for (bool second : {false, true}) {
-            layout.push_back({(second ? "exp_avg_sq." : "exp_avg.") + std::to_string(i), dtype_of(p.scalar_type()),
-                              p.sizes().vec(), nullptr, size_t(p.numel()) * p.element_size()});
-            moment_of.emplace_back(i, second);
+        const std::vector<OptimizerSlot> slots = state.optimizer.slots(i);
+        for (size_t k = 0; k < slots.size(); ++k) {
+            const OptimizerSlot& slot = slots[k];
+            layout.push_back({slot.name + "." + std::to_string(i), dtype_of(slot.dtype), slot.shape, nullptr,
+                              size_t(c10::multiply_integers(slot.shape)) * c10::elementSize(slot.dtype)});
+            slot_of.emplace_back(i, k);
         }
     }
     at::Tensor current;
-    // entry k from its owner to every rank (all ranks call this in the file's order)
-    auto receive = [&](size_t k) {
-        const auto [i, second] = moment_of[k];
-        const auto moments = state.optimizer.moments(i);
-        std::vector<at::Tensor> buffer{state.optimizer.updates(i)
-                                           ? (second ? moments.second : moments.first)
-                                           : at::empty_like(state.trainable[i], at::TensorOptions().device(at::kCPU))};
+    // entry e from its owner to every rank (all ranks call this in the file's order)
+    auto receive = [&](size_t e) {
+        const auto [i, k] = slot_of[e];
+        const TensorBytes& entry = layout[e];
+        std::vector<at::Tensor> buffer{
+            state.optimizer.updates(i)
+                ? state.optimizer.state_of(i)[k]
+                : at::empty(entry.shape, state.trainable[i].options().dtype(state.optimizer.slots(i)[k].dtype))};
         group_->broadcast(buffer, state.owners[i]);
         current = buffer[0].detach().to(at::kCPU).contiguous();
         return static_cast<const void*>(current.data_ptr());
@@ -437,12 +440,14 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     progress.entropy.coef = state.progress.entropy.coef;
     int64_t optimizer_steps = 0;
     int64_t saved_world = 1;
+    std::string saved_optimizer = optimizer_name(OptimizerKind::adamw);  // checkpoints before train.optim: AdamW's
     try {
         if (st.is_discarded()) throw Error(ErrorKind::input, state_file.string() + " is not valid JSON (cut short or damaged)");
         if (!st.is_object()) throw Error(ErrorKind::input, state_file.string() + ": not a JSON object");
         progress = progress_from_json(st, progress, state_file.string());
         optimizer_steps = json_integer(st.at("optimizer_steps"), state_file.string() + ": optimizer_steps", 0);
         if (st.contains("world_size")) saved_world = json_integer(st["world_size"], state_file.string() + ": world_size", 1);
+        if (st.contains("optimizer")) saved_optimizer = st["optimizer"].get<std::string>();
         if (st.contains("files")) verify_files(dir, st["files"]);
     } catch (const json::exception& e) {
         throw Error(ErrorKind::input, state_file.string() + ": " + e.what() + " (the file is damaged); " + resume_advice(dir));
@@ -452,37 +457,41 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     if (saved_world != world_size_)
         throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +
                                           "the same number (this run has " + std::to_string(world_size_) + ")");
+    if (saved_optimizer != optimizer_name(state.optimizer.kind()))
+        throw Error(ErrorKind::usage, dir + " holds the state of the " + saved_optimizer + " optimizer, and this run's " +
+                                          "train.optim is " + optimizer_name(state.optimizer.kind()) +
+                                          ": resume with the optimizer it was written with, or start again with --overwrite");
     SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
     SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
-    // a tensor of the checkpoint, shaped as the run's `like`: another shape means another model or adapter
-    auto load = [&](const SafetensorsFile& f, const std::string& name, const at::Tensor& like) {
+    // a tensor of the checkpoint, of the run's `shape`: another shape means another model or adapter
+    auto load = [&](const SafetensorsFile& f, const std::string& name, at::IntArrayRef shape) {
         const TensorEntry* e = f.find(name);
         if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
         at::Tensor saved = tensor_from_entry(*e, f.path());
-        if (saved.sizes() != like.sizes())
+        if (saved.sizes() != shape)
             throw Error(ErrorKind::input, f.path() + ": \"" + name + "\" is " + shape_text(saved.sizes().vec()) +
-                                              " but this run's tensor is " + shape_text(like.sizes().vec()) +
+                                              " but this run's tensor is " + shape_text(shape.vec()) +
                                               ": the checkpoint was written for another model or [adapter] (model.path or "
                                               "the adapter's config changed?); resume with the manifest it was written "
                                               "with, or start again with --overwrite");
         return saved;
     };
-    std::vector<at::Tensor> exp_avg, exp_avg_sq;
+    std::vector<std::vector<at::Tensor>> optimizer_state(state.trainable.size());
     {
         at::NoGradGuard no_grad;
         for (size_t i = 0; i < state.trainable.size(); ++i) {
             at::Tensor p = state.trainable[i];
-            p.copy_(load(weights, "p" + std::to_string(i), p));
-            const bool kept = state.optimizer.updates(i);  // sharded: this rank's share only
-            exp_avg.push_back(kept ? load(optimizer, "exp_avg." + std::to_string(i), p) : at::Tensor());
-            exp_avg_sq.push_back(kept ? load(optimizer, "exp_avg_sq." + std::to_string(i), p) : at::Tensor());
+            p.copy_(load(weights, "p" + std::to_string(i), p.sizes()));
+            if (!state.optimizer.updates(i)) continue;  // sharded: this rank's share only
+            for (const OptimizerSlot& slot : state.optimizer.slots(i))
+                optimizer_state[i].push_back(load(optimizer, slot.name + "." + std::to_string(i), slot.shape));
         }
     }
-    state.optimizer.restore(optimizer_steps, exp_avg, exp_avg_sq);
+    state.optimizer.restore(optimizer_steps, optimizer_state);
     if (const fs::path file = fs::path(dir) / kReferenceFile; !state.reference.empty() && fs::exists(file)) {
         SafetensorsFile reference(file.string());
         at::NoGradGuard no_grad;
-        for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name, tensor));
+        for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name, tensor.sizes()));
         state.reference_restored = true;
     }
     const fs::path buffer_file = fs::path(dir) / buffer_file_name(rank_);

@@ -1,8 +1,8 @@
 // The checkpoint unit (docs/training.md#checkpoints-and-resume): save and restore side by side.
 // <output>/checkpoint-<step>/ holds the model as users load it (a Hugging Face folder, or an
 // adapter folder in PEFT's layout), the tokenizer, and what exact resume needs: trainable tensors,
-// AdamW's moments, the counters and sampler position, and a partly used generation batch's
-// micro-batches (one file per rank). Folders are written under a temporary name and renamed.
+// the optimizer's state (AdamW's moments, Adafactor's factored ones), the counters and sampler
+// position, and a partly used generation batch's micro-batches (one file per rank). Folders are written under a temporary name and renamed.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,7 +24,7 @@
 
 namespace grove {
 
-class AdamW;
+class Optimizer;
 class ProcessGroup;
 
 // The counters a run advances; all of it is saved.
@@ -43,8 +43,8 @@ struct CheckpointedState {
     TrainingProgress& progress;
     std::vector<MicroBatch>& unused_micro_batches;  // saved only inside a generation batch
     const std::vector<at::Tensor>& trainable;
-    AdamW& optimizer;
-    // ZeRO stage 1: the rank whose optimizer keeps trainable[i]'s moments; empty: every rank's does.
+    Optimizer& optimizer;
+    // ZeRO stage 1: the rank whose optimizer keeps trainable[i]'s state; empty: every rank's does.
     // A checkpoint holds them all either way (gathered to rank 0), so it resumes sharded or not.
     const std::vector<int>& owners;
     // The reference model's tensors by name (beta > 0 with the full adapter), or none. A run that

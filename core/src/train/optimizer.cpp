@@ -6,21 +6,27 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 namespace grove {
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated)
-        : params_(std::move(params)), updated_(std::move(updated)), o_(options) {
+Optimizer::Optimizer(std::vector<at::Tensor> params, std::vector<bool> updated)
+        : params_(std::move(params)), updated_(std::move(updated)) {
     if (updated_.empty()) updated_.assign(params_.size(), true);
-    if (updated_.size() != params_.size()) throw std::invalid_argument("AdamW: one `updated` flag per tensor");
+    if (updated_.size() != params_.size()) throw std::invalid_argument("Optimizer: one `updated` flag per tensor");
+    for (const at::Tensor& p : params_) decay_.push_back(p.dim() >= 2);
+}
+
+void Optimizer::allocate_state() {
+    state_.assign(params_.size(), {});
     for (size_t i = 0; i < params_.size(); ++i) {
-        exp_avg_.push_back(updated_[i] ? at::zeros_like(params_[i]) : at::Tensor());
-        exp_avg_sq_.push_back(updated_[i] ? at::zeros_like(params_[i]) : at::Tensor());
-        decay_.push_back(params_[i].dim() >= 2);
+        if (!updated_[i]) continue;
+        for (const OptimizerSlot& slot : slots(i))
+            state_[i].push_back(at::zeros(slot.shape, params_[i].options().dtype(slot.dtype)));
     }
 }
 
-double AdamW::clip_grad_norm(double max_norm) {
+double Optimizer::clip_grad_norm(double max_norm) {
     std::vector<at::Tensor> norms;
     for (const auto& p : params_)
         if (p.grad().defined()) norms.push_back(p.grad().norm().to(at::kDouble));
@@ -33,6 +39,40 @@ double AdamW::clip_grad_norm(double max_norm) {
     return total;
 }
 
+void Optimizer::zero_grad() {
+    for (auto& p : params_)
+        if (p.grad().defined()) p.mutable_grad().reset();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Optimizer::state() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        if (!updated_[i]) continue;
+        const std::vector<OptimizerSlot> named = slots(i);
+        for (size_t k = 0; k < named.size(); ++k) out.emplace_back(named[k].name + "." + std::to_string(i), state_[i][k]);
+    }
+    return out;
+}
+
+void Optimizer::restore(int64_t steps, const std::vector<std::vector<at::Tensor>>& state) {
+    at::NoGradGuard no_grad;
+    steps_ = steps;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        if (!updated_[i]) continue;
+        for (size_t k = 0; k < state_[i].size(); ++k) state_[i][k].copy_(state[i][k]);
+    }
+}
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated)
+        : Optimizer(std::move(params), std::move(updated)), o_(options) {
+    allocate_state();
+}
+
+std::vector<OptimizerSlot> AdamW::slots(size_t i) const {
+    const at::Tensor& p = params_[i];
+    return {{"exp_avg", p.sizes().vec(), p.scalar_type()}, {"exp_avg_sq", p.sizes().vec(), p.scalar_type()}};
+}
+
 void AdamW::step(double lr) {
     at::NoGradGuard no_grad;
     ++steps_;
@@ -41,37 +81,83 @@ void AdamW::step(double lr) {
         at::Tensor& p = params_[i];
         if (!updated_[i] || !p.grad().defined()) continue;
         at::Tensor g = p.grad();
+        at::Tensor &exp_avg = state_[i][0], &exp_avg_sq = state_[i][1];
         if (o_.weight_decay != 0.0 && decay_[i]) p.mul_(1.0 - lr * o_.weight_decay);
-        exp_avg_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
-        exp_avg_sq_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-        at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(o_.epsilon);
-        p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+        exp_avg.mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
+        exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
+        at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(o_.epsilon);
+        p.addcdiv_(exp_avg, denom, -lr / bias1);
     }
 }
 
-void AdamW::zero_grad() {
-    for (auto& p : params_)
-        if (p.grad().defined()) p.mutable_grad().reset();
+Adafactor::Adafactor(std::vector<at::Tensor> params, double weight_decay, std::vector<bool> updated)
+        : Optimizer(std::move(params), std::move(updated)), weight_decay_(weight_decay) {
+    allocate_state();
 }
 
-std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
-    std::vector<std::pair<std::string, at::Tensor>> out;
-    for (size_t i = 0; i < params_.size(); ++i) {
-        if (!updated_[i]) continue;
-        out.emplace_back("exp_avg." + std::to_string(i), exp_avg_[i]);
-        out.emplace_back("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
-    }
-    return out;
+std::vector<OptimizerSlot> Adafactor::slots(size_t i) const {
+    const std::vector<int64_t> shape = params_[i].sizes().vec();
+    if (shape.size() < 2) return {{"exp_avg_sq", shape, at::kFloat}};
+    std::vector<int64_t> row(shape.begin(), shape.end() - 1), column(shape.begin(), shape.end() - 2);
+    column.push_back(shape.back());
+    return {{"exp_avg_sq_row", row, at::kFloat}, {"exp_avg_sq_col", column, at::kFloat}};
 }
 
-void AdamW::restore(int64_t steps, const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq) {
+namespace {
+// root mean square of a tensor's elements, as a 0-d tensor (no device sync)
+at::Tensor rms(const at::Tensor& t) { return t.norm(2) / std::sqrt(double(t.numel())); }
+// Adafactor's fixed settings under Trainer (transformers' defaults)
+constexpr double kAdafactorEps = 1e-30, kAdafactorClip = 1.0, kAdafactorDecayRate = -0.8;
+}  // namespace
+
+void Adafactor::step(double lr) {
     at::NoGradGuard no_grad;
-    steps_ = steps;
+    ++steps_;
+    const double beta2 = 1.0 - std::pow(double(steps_), kAdafactorDecayRate);
     for (size_t i = 0; i < params_.size(); ++i) {
-        if (!updated_[i]) continue;
-        exp_avg_[i].copy_(exp_avg[i]);
-        exp_avg_sq_[i].copy_(exp_avg_sq[i]);
+        at::Tensor& p = params_[i];
+        if (!updated_[i] || !p.grad().defined()) continue;
+        const at::Tensor g = p.grad().to(at::kFloat);
+        at::Tensor update = g.pow(2).add_(kAdafactorEps);
+        if (state_[i].size() == 2) {  // a matrix: the row and column means stand for the whole
+            at::Tensor &row = state_[i][0], &column = state_[i][1];
+            row.mul_(beta2).add_(update.mean(-1), 1.0 - beta2);
+            column.mul_(beta2).add_(update.mean(-2), 1.0 - beta2);
+            const at::Tensor row_factor = (row / row.mean(-1, true)).rsqrt_().unsqueeze(-1);
+            update = row_factor * column.unsqueeze(-2).rsqrt();
+            update.mul_(g);
+        } else {
+            at::Tensor& squares = state_[i][0];
+            squares.mul_(beta2).add_(update, 1.0 - beta2);
+            update = squares.rsqrt().mul_(g);
+        }
+        update.div_((rms(update) / kAdafactorClip).clamp_(1.0));
+        update.mul_(lr);
+        at::Tensor weights = p.scalar_type() == at::kFloat ? p : p.to(at::kFloat);  // as transformers updates half types
+        if (weight_decay_ != 0.0 && decay_[i]) weights.add_(weights, -weight_decay_ * lr);
+        weights.sub_(update);
+        if (!weights.is_same(p)) p.copy_(weights);
     }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainSection& t, std::vector<at::Tensor> params, std::vector<bool> updated) {
+    if (t.optim == OptimizerKind::adafactor)
+        return std::make_unique<Adafactor>(std::move(params), t.weight_decay, std::move(updated));
+    return std::make_unique<AdamW>(std::move(params), AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay},
+                                   std::move(updated));
+}
+
+std::string ignored_optimizer_settings_warning(const TrainSection& t) {
+    const TrainSection defaults;
+    if (t.optim != OptimizerKind::adafactor) return "";
+    std::string keys;
+    for (const auto& [value, fallback, key] : {std::tuple{t.adam_beta1, defaults.adam_beta1, "adam_beta1"},
+                                               {t.adam_beta2, defaults.adam_beta2, "adam_beta2"},
+                                               {t.adam_epsilon, defaults.adam_epsilon, "adam_epsilon"}})
+        if (value != fallback) keys += std::string(keys.empty() ? "" : ", ") + "train." + key;
+    if (keys.empty()) return "";
+    return "grove: warning: train.optim = \"adafactor\" does not use " + keys +
+           " (AdamW's settings; transformers' Trainer ignores them for Adafactor too)\n";
 }
 
 std::vector<int> shard_owners(const std::vector<at::Tensor>& params, int world_size) {

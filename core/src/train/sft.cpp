@@ -265,16 +265,12 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     const SftObjective objective{c.sft.dft, c.router_aux_loss_coef_for(model->config())};
     const SftNoise noise{c.sft.neftune_noise_alpha, padding_free_batches(sft_data_options(c))};
-    AdamWOptions ao;
-    ao.beta1 = c.train.adam_beta1;
-    ao.beta2 = c.train.adam_beta2;
-    ao.epsilon = c.train.adam_epsilon;
-    ao.weight_decay = c.train.weight_decay;
     std::vector<at::Tensor> params = trainable_parameters_or_refuse(*model, c.adapter, adapter.info().name);
-    AdamW optimizer(params, ao);
+    const std::unique_ptr<Optimizer> optimizer_owner = make_optimizer(c.train, params);
+    Optimizer& optimizer = *optimizer_owner;
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
-    if (log) *log << schedule.ignored_warmup_warning();
+    if (log) *log << schedule.ignored_warmup_warning() << ignored_optimizer_settings_warning(c.train);
     warn_of_ignored_settings(c, log);
 
     TrainingProgress progress;

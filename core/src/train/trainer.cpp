@@ -120,7 +120,7 @@ struct Trainer::State {
     std::unique_ptr<Environment> environment;       // multi-turn episodes, when [environment] names one
     std::optional<at::DeviceType> autocast_device;  // train.mixed_precision resolved
     std::vector<at::Tensor> params;                 // trainable tensors, in optimizer order
-    std::unique_ptr<AdamW> optimizer;
+    std::unique_ptr<Optimizer> optimizer;
     double router_aux_loss_coef = 0;  // a mixture of experts' load-balancing loss weight (0: none)
     std::vector<int> owners;          // ZeRO stage 1: the rank that updates params[i]; empty: every rank, all of them
     std::unique_ptr<PromptSource> prompts;
@@ -220,8 +220,7 @@ void Trainer::State::load() {
         owners = shard_owners(params, options.world_size);
         for (int owner : owners) updated.push_back(owner == options.rank);
     }
-    optimizer = std::make_unique<AdamW>(
-        params, AdamWOptions{c.train.adam_beta1, c.train.adam_beta2, c.train.adam_epsilon, c.train.weight_decay}, updated);
+    optimizer = make_optimizer(c.train, params, updated);
     if (options.group) {  // every rank starts from rank 0's trainable weights
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> shared = params;
@@ -241,7 +240,8 @@ void Trainer::State::load() {
     total = c.train.max_steps > 0 ? c.train.max_steps
                                   : int64_t(std::ceil(c.train.num_train_epochs * double(micro_steps_per_epoch) / double(A)));
     schedule = LearningRateSchedule::of(c.train, total);
-    if (options.rank == 0 && options.log) *options.log << schedule.ignored_warmup_warning();
+    if (options.rank == 0 && options.log)
+        *options.log << schedule.ignored_warmup_warning() << ignored_optimizer_settings_warning(c.train);
 }
 
 namespace {

@@ -88,46 +88,53 @@ TEST(ShardedOptimizer, OwnersShareTheElementsAboutEqually) {
     EXPECT_EQ(more_ranks_than_tensors, (std::vector<int>{0, 1}));
 }
 
-// Two optimizers that each keep the moments of, and update, their share give the update of one
-// that does all, bit for bit, and keep no state for the rest.
+// Two optimizers that each keep the state of, and update, their share give the update of one
+// that does all, bit for bit, and keep no state for the rest: AdamW and Adafactor.
 TEST(ShardedOptimizer, SharesTogetherMakeTheWholeUpdate) {
-    at::manual_seed(0);
-    std::vector<at::Tensor> initial{at::randn({6, 4}), at::randn({4}), at::randn({3, 3})};
-    auto copy = [&] {
-        std::vector<at::Tensor> out;
-        for (const auto& t : initial) out.push_back(t.clone());
-        return out;
-    };
-    std::vector<at::Tensor> whole = copy(), rank0 = copy(), rank1 = copy();
-    const grove::AdamWOptions options{0.9, 0.99, 1e-8, 0.1};
-    const std::vector<int> owners = grove::shard_owners(whole, 2);
-    std::vector<bool> mine0, mine1;
-    for (int o : owners) mine0.push_back(o == 0), mine1.push_back(o == 1);
-    grove::AdamW all(whole, options), first(rank0, options, mine0), second(rank1, options, mine1);
-    for (int step = 0; step < 3; ++step) {
+    for (grove::OptimizerKind kind : {grove::OptimizerKind::adamw, grove::OptimizerKind::adafactor}) {
+        SCOPED_TRACE(grove::optimizer_name(kind));
+        at::manual_seed(0);
+        std::vector<at::Tensor> initial{at::randn({6, 4}), at::randn({4}), at::randn({3, 3})};
+        auto copy = [&] {
+            std::vector<at::Tensor> out;
+            for (const auto& t : initial) out.push_back(t.clone());
+            return out;
+        };
+        std::vector<at::Tensor> whole = copy(), rank0 = copy(), rank1 = copy();
+        grove::TrainSection settings;
+        settings.optim = kind;
+        settings.adam_beta2 = 0.99;
+        settings.weight_decay = 0.1;
+        const std::vector<int> owners = grove::shard_owners(whole, 2);
+        std::vector<bool> mine0, mine1;
+        for (int o : owners) mine0.push_back(o == 0), mine1.push_back(o == 1);
+        auto all = grove::make_optimizer(settings, whole), first = grove::make_optimizer(settings, rank0, mine0),
+             second = grove::make_optimizer(settings, rank1, mine1);
+        for (int step = 0; step < 3; ++step) {
+            for (size_t i = 0; i < initial.size(); ++i) {
+                at::Tensor grad = at::randn(initial[i].sizes());
+                for (auto* params : {&whole, &rank0, &rank1}) (*params)[i].mutable_grad() = grad.clone();
+            }
+            std::vector<at::Tensor> before;
+            for (const auto& t : whole) before.push_back(t.clone());
+            for (auto* optimizer : {all.get(), first.get(), second.get()}) optimizer->step(1e-2), optimizer->zero_grad();
+            for (size_t i = 0; i < initial.size(); ++i) {
+                const at::Tensor& updated = owners[i] == 0 ? rank0[i] : rank1[i];
+                const at::Tensor& untouched = owners[i] == 0 ? rank1[i] : rank0[i];
+                EXPECT_TRUE(at::equal(updated, whole[i])) << "tensor " << i << " step " << step;
+                EXPECT_TRUE(at::equal(untouched, before[i])) << "tensor " << i << ": the other rank's, left alone";
+                EXPECT_FALSE(at::equal(whole[i], before[i])) << "tensor " << i << ": the step moved it";
+            }
+            for (size_t i = 0; i < initial.size(); ++i) {  // what the broadcast from the owners does
+                rank0[i].copy_(whole[i]);
+                rank1[i].copy_(whole[i]);
+            }
+        }
+        EXPECT_EQ(first->state().size() + second->state().size(), all->state().size()) << "state of its own share only";
         for (size_t i = 0; i < initial.size(); ++i) {
-            at::Tensor grad = at::randn(initial[i].sizes());
-            for (auto* params : {&whole, &rank0, &rank1}) (*params)[i].mutable_grad() = grad.clone();
+            EXPECT_EQ(first->state_of(i).empty(), owners[i] != 0) << i;
+            EXPECT_EQ(second->state_of(i).empty(), owners[i] != 1) << i;
         }
-        std::vector<at::Tensor> before;
-        for (const auto& t : whole) before.push_back(t.clone());
-        for (auto* optimizer : {&all, &first, &second}) optimizer->step(1e-2), optimizer->zero_grad();
-        for (size_t i = 0; i < initial.size(); ++i) {
-            const at::Tensor& updated = owners[i] == 0 ? rank0[i] : rank1[i];
-            const at::Tensor& untouched = owners[i] == 0 ? rank1[i] : rank0[i];
-            EXPECT_TRUE(at::equal(updated, whole[i])) << "tensor " << i << " step " << step;
-            EXPECT_TRUE(at::equal(untouched, before[i])) << "tensor " << i << ": the other rank's, left alone";
-            EXPECT_FALSE(at::equal(whole[i], before[i])) << "tensor " << i << ": the step moved it";
-        }
-        for (size_t i = 0; i < initial.size(); ++i) {  // what the broadcast from the owners does
-            rank0[i].copy_(whole[i]);
-            rank1[i].copy_(whole[i]);
-        }
-    }
-    EXPECT_EQ(first.state().size() + second.state().size(), all.state().size()) << "moments of its own share only";
-    for (size_t i = 0; i < initial.size(); ++i) {
-        EXPECT_EQ(first.moments(i).first.defined(), owners[i] == 0) << i;
-        EXPECT_EQ(second.moments(i).second.defined(), owners[i] == 1) << i;
     }
 }
 

@@ -1492,35 +1492,83 @@ TEST(Trainer, TwoProcessesEvaluateAsOne) {
 
 // ZeRO stage 1 (train.shard_optimizer_state): two ranks that each keep and update half of the
 // tensors give the unsharded update bit for bit, their checkpoint holds the same optimizer state
-// (gathered to rank 0), and a sharded run resumes exactly from it.
+// (gathered to rank 0), and a sharded run resumes exactly from it; with AdamW and with Adafactor,
+// whose state has other shapes than the tensors it is kept for.
 TEST(Trainer, ShardedOptimizerStateGivesTheSameUpdateAndCheckpoint) {
     auto source = manifest("zero_source", {"train.max_steps=3", "logging.save_rollouts=true"});
     grove::Trainer(source, fresh()).run();
     const std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
-    auto run = [&](const std::string& name, bool sharded, int steps, bool resume) {
-        const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name;
-        if (!resume) manifest(name, {});
-        const std::string command =
-            std::string(GROVE_EXECUTABLE) + " train " + dir + "/grove.toml --nproc 2 " + (resume ? "--resume" : "--overwrite") +
-            " --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=" + std::to_string(steps) +
-            " --set output.save_steps=1 --set train.per_device_train_batch_size=4 --set train.weight_decay=0.1" +
-            " --set 'train.lr_scheduler_type=\"constant\"' --set train.shard_optimizer_state=" + (sharded ? "true" : "false") +
-            " 2>>" + dir + "/stderr.txt";
-        EXPECT_EQ(std::system(command.c_str()), 0) << command;
-        return dir + "/out";
-    };
-    const std::string whole = run("zero_off", false, 3, false), sharded = run("zero_on", true, 3, false);
-    for (const char* file : {"trainable.safetensors", "optimizer.safetensors"}) {
-        auto a = checkpoint_tensors(whole + "/checkpoint-3/" + file), b = checkpoint_tensors(sharded + "/checkpoint-3/" + file);
-        ASSERT_EQ(a.size(), b.size()) << file;
-        EXPECT_EQ(max_difference(a, b), 0.0) << file;
-    }
-    EXPECT_GT(checkpoint_tensors(whole + "/checkpoint-3/optimizer.safetensors").size(), 2u);
+    for (const std::string optim : {"adamw_torch", "adafactor"}) {
+        SCOPED_TRACE(optim);
+        auto run = [&](const std::string& name, bool sharded, int steps, bool resume) {
+            const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/runs/" + name + "_" + optim;
+            if (!resume) manifest(name + "_" + optim, {});
+            const std::string command =
+                std::string(GROVE_EXECUTABLE) + " train " + dir + "/grove.toml --nproc 2 " +
+                (resume ? "--resume" : "--overwrite") + " --set 'rollouts.path=\"" + rollouts +
+                "\"' --set train.max_steps=" + std::to_string(steps) +
+                " --set output.save_steps=1 --set train.per_device_train_batch_size=4 --set train.weight_decay=0.1" +
+                " --set 'train.lr_scheduler_type=\"constant\"' --set 'train.optim=\"" + optim +
+                "\"' --set train.shard_optimizer_state=" + (sharded ? "true" : "false") + " 2>>" + dir + "/stderr.txt";
+            EXPECT_EQ(std::system(command.c_str()), 0) << command;
+            return dir + "/out";
+        };
+        const std::string whole = run("zero_off", false, 3, false), sharded = run("zero_on", true, 3, false);
+        for (const char* file : {"trainable.safetensors", "optimizer.safetensors"}) {
+            auto a = checkpoint_tensors(whole + "/checkpoint-3/" + file),
+                 b = checkpoint_tensors(sharded + "/checkpoint-3/" + file);
+            ASSERT_EQ(a.size(), b.size()) << file;
+            EXPECT_EQ(max_difference(a, b), 0.0) << file;
+        }
+        EXPECT_GT(checkpoint_tensors(whole + "/checkpoint-3/optimizer.safetensors").size(), 2u);
 
-    run("zero_resumed", true, 1, false);
-    const std::string resumed = run("zero_resumed", true, 3, true);
-    auto a = checkpoint_tensors(sharded + "/checkpoint-3/trainable.safetensors");
-    EXPECT_EQ(max_difference(a, checkpoint_tensors(resumed + "/checkpoint-3/trainable.safetensors")), 0.0);
+        run("zero_resumed", true, 1, false);
+        const std::string resumed = run("zero_resumed", true, 3, true);
+        auto a = checkpoint_tensors(sharded + "/checkpoint-3/trainable.safetensors");
+        EXPECT_EQ(max_difference(a, checkpoint_tensors(resumed + "/checkpoint-3/trainable.safetensors")), 0.0);
+    }
+}
+
+// optim = "adafactor": AdamW's settings are named as unused; a resumed run continues as the
+// straight run did; its checkpoint keeps the factored state (a fraction of the weights' size, where
+// AdamW's is twice it), and resuming it with another optimizer is refused, naming both.
+TEST(Trainer, AdafactorResumesExactlyAndKeepsItsOptimizer) {
+    const std::vector<std::string> settings{"train.max_steps=4", "train.per_device_train_batch_size=4",
+                                            "train.optim=\"adafactor\"", "train.weight_decay=0.1", "train.adam_beta1=0.8"};
+    grove::TrainerOptions options = fresh();
+    std::ostringstream log;
+    options.log = &log;
+    grove::Trainer straight(manifest("adafactor_straight", settings), options);
+    EXPECT_NE(log.str().find("train.optim = \"adafactor\" does not use train.adam_beta1 (AdamW's settings"), std::string::npos)
+        << log.str();
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
+    const auto m = manifest("adafactor_resumed", settings);
+    auto second = resumed_after(m, 2);
+    for (int i = 2; i < 4; ++i) {
+        auto got = second->step();
+        for (const char* key : {"loss", "grad_norm"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+
+    const fs::path checkpoint = fs::path(m.string("output.dir")) / "checkpoint-2";
+    EXPECT_LT(fs::file_size(checkpoint / "optimizer.safetensors") * 4, fs::file_size(checkpoint / "trainable.safetensors"));
+    EXPECT_TRUE(checkpoint_tensors((checkpoint / "optimizer.safetensors").string()).count("exp_avg_sq_row.0"));
+
+    std::vector<std::string> with_adamw = settings;
+    with_adamw.push_back("train.optim=\"adamw_torch\"");
+    grove::TrainerOptions resume;
+    resume.resume = checkpoint.string();
+    try {
+        grove::Trainer refused(grove::Manifest::load(m.path(), with_adamw), resume);
+        ADD_FAILURE() << "a checkpoint of Adafactor resumed with AdamW";
+    } catch (const grove::Error& e) {
+        const std::string said = e.what();
+        EXPECT_NE(said.find("holds the state of the adafactor optimizer, and this run's train.optim is adamw"),
+                  std::string::npos)
+            << said;
+    }
 }
 
 // NCCL asked for where it cannot work (here: the model on the CPU) stops the launcher before any rank

@@ -1,7 +1,7 @@
 """TRL's GRPOTrainer, end to end, on fixed multi-turn rollouts given through rollout_func with
 env_mask: the updated weights Grove must reproduce when it replays the same rollouts. One case takes
 three steps with TR-DPO's reference sync (sync_ref_model), so the KL of steps 2 and 3 is taken to a
-reference TRL moved toward the policy.
+reference TRL moved toward the policy; another three with optim = "adafactor" and weight decay.
 
     .venv/bin/python tests/core/train/trl_multiturn_reference.py OUT_DIR
 
@@ -29,7 +29,8 @@ warnings.filterwarnings("ignore")
 OUT = sys.argv[1]
 CASES = [dict(name="grpo_beta", loss_type="grpo", beta=0.04), dict(name="dapo_beta", loss_type="dapo", beta=0.04),
          dict(name="dapo_sync_ref", loss_type="dapo", beta=0.5, max_steps=3, sync_ref_model=True, ref_model_sync_steps=1,
-              ref_model_mixup_alpha=0.6)]
+              ref_model_mixup_alpha=0.6),
+         dict(name="dapo_adafactor", loss_type="dapo", beta=0.04, max_steps=3, optim="adafactor", weight_decay=0.1)]
 # 2 prompts x 2 episodes. Completions: model turn, tool answer (env_mask 0), model turn with EOS (id 2)
 ROWS = [
     dict(prompt_ids=[1, 10, 11, 12], completion_ids=[20, 21, 2, 50, 51, 52, 22, 2], env_mask=[1, 1, 1, 0, 0, 0, 1, 1], reward=1.0),
@@ -68,7 +69,8 @@ def main():
                           report_to="none", save_strategy="no", logging_steps=1, seed=3, temperature=1.0,
                           use_bias_correction_kl=False, sync_ref_model=case.get("sync_ref_model", False),
                           ref_model_sync_steps=case.get("ref_model_sync_steps", 512),
-                          ref_model_mixup_alpha=case.get("ref_model_mixup_alpha", 0.6))
+                          ref_model_mixup_alpha=case.get("ref_model_mixup_alpha", 0.6),
+                          optim=case.get("optim", "adamw_torch"), weight_decay=case.get("weight_decay", 0.0))
         trainer = GRPOTrainer(model=folder, reward_funcs=given, args=args, processing_class=tokenizer,
                               train_dataset=Dataset.from_dict({"prompt": ["t10 t11 t12", "t13 t14"]}),
                               rollout_func=rollout_func)
