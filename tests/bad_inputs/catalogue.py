@@ -161,6 +161,11 @@ case("manifest", "enable_thinking = false for a template without that switch",
      "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,
      "set data.eval_source", run_folder())
+case("manifest", "a save_steps that is neither whole nor a fraction below 1 (transformers' reading)",
+     "check grove.toml --set output.save_steps=2.5", 3, "is neither a whole number of optimizer steps", run_folder())
+case("manifest", "eval_steps with eval_strategy = \"epoch\" (it would do nothing)",
+     "check grove.toml --set train.eval_strategy='\"epoch\"' --set train.eval_steps=4", 3,
+     "remove eval_steps, or set eval_strategy", run_folder())
 case("manifest", "router_aux_loss_coef for a model without experts (no load-balancing loss to weight)",
      "check grove.toml --set loss.router_aux_loss_coef=0.01", 3, "has no experts, so there is no load-balancing loss to weight",
      run_folder())

@@ -109,6 +109,20 @@ struct LossSection {
     std::optional<double> sampling_clip_min, sampling_clip_max;
 };
 
+// TrainingArguments' save_strategy, eval_strategy and logging_strategy: "no" | "steps" | "epoch"
+enum class IntervalStrategy { no, steps, epoch };
+
+// When a run saves, evaluates or prints: every `steps` optimizer steps (below 1: that fraction of the
+// run's steps, rounded up, as transformers reads save_steps, eval_steps and logging_steps), at the
+// end of each epoch, or never.
+struct Interval {
+    IntervalStrategy strategy = IntervalStrategy::no;
+    double steps = 0;
+    // whether optimizer step `step` (1-based) is one, in a run of `total` steps of which
+    // `steps_per_epoch` make an epoch
+    bool due(int64_t step, int64_t total, double steps_per_epoch) const;
+};
+
 struct TrainSection {
     // batching, resolved by the manifest (docs/grpo.md#batching-and-grouping)
     int64_t per_device_train_batch_size = 8, gradient_accumulation_steps = 1, generation_batch_size = 8,
@@ -126,7 +140,7 @@ struct TrainSection {
     MixedPrecision mixed_precision = MixedPrecision::automatic;
     DdpBackend ddp_backend = DdpBackend::automatic;  // several processes: how they exchange tensors
     bool shard_optimizer_state = false;              // several processes: ZeRO stage 1
-    int64_t eval_steps = 0;                          // evaluate on data.eval_source every N steps; 0 = never
+    Interval eval;                                   // evaluate on data.eval_source (default: never)
     bool eval_on_start = false;                      // and before the first step (a step-0 line)
     int64_t per_device_eval_batch_size = 8;          // grove sft's evaluation batches
     int64_t num_generations_eval = 8;                // completions per held-out prompt (resolved)
@@ -134,12 +148,12 @@ struct TrainSection {
 
 struct OutputSection {
     std::string dir;
-    int64_t save_steps = 500;
+    Interval save{IntervalStrategy::steps, 500};  // a run also saves at its end and when stopped by a signal
     std::optional<int64_t> save_total_limit;
 };
 
 struct LoggingSection {
-    int64_t logging_steps = 10;
+    Interval progress_lines{IntervalStrategy::steps, 10};  // metrics.jsonl gets every step
     bool log_completions = false, save_rollouts = false;
     bool tensorboard = false;  // report_to = "tensorboard"
     std::optional<int64_t> num_completions_to_print;

@@ -218,7 +218,12 @@ public:
                                                       (section.empty() ? "" : " in " + section_header(section)));
             if (spec.default_toml) {
                 toml::table parsed = toml::parse(std::string("v = ") + spec.default_toml);
-                out.insert_or_assign(spec.key, *parsed.get("v"));
+                const toml::node& value = *parsed.get("v");
+                // a number's default written as a whole number ("500") is the float a given 500 reads as
+                if (spec.type == KeyType::number && value.is_integer())
+                    out.insert_or_assign(spec.key, double(*value.value<int64_t>()));
+                else
+                    out.insert_or_assign(spec.key, value);
             }
         }
     }
@@ -829,6 +834,15 @@ std::optional<std::string> default_text(const std::string& key) {
 }
 }  // namespace
 
+namespace {
+// "500" and "500.0": a key that became a number (save_steps took fractions) changed no setting
+bool same_number(const std::string& a, const std::string& b) {
+    char *end_a = nullptr, *end_b = nullptr;
+    const double x = std::strtod(a.c_str(), &end_a), y = std::strtod(b.c_str(), &end_b);
+    return !a.empty() && !b.empty() && *end_a == '\0' && *end_b == '\0' && x == y;
+}
+}  // namespace
+
 std::vector<std::string> Manifest::resolved_changes(const std::string& before, const std::string& now) {
     const auto old_values = resolved_values(before), new_values = resolved_values(now);
     std::set<std::string> keys;
@@ -841,7 +855,8 @@ std::vector<std::string> Manifest::resolved_changes(const std::string& before, c
         const std::string is_text = is == new_values.end() ? "unset" : is->second;
         // a key newer than the checkpoint's Grove, at its default, is no change of the run's settings
         if (was == old_values.end() && !old_values.empty() && default_text(key) == is_text) continue;
-        if (was_text != is_text) changes.push_back(key + " = " + is_text + " (was " + was_text + ")");
+        if (was_text != is_text && !same_number(was_text, is_text))
+            changes.push_back(key + " = " + is_text + " (was " + was_text + ")");
     }
     return changes;
 }

@@ -378,9 +378,15 @@ const std::vector<KeySpec>& manifest_schema() {
                      "device; auto = nccl when every local process has a GPU of its own, else gloo"),
                  "auto|gloo|nccl"),
             "ddp_backend"),
-        trl(range(key("train", "eval_steps", T::integer, "0",
-                      "evaluate on data.eval_source every this many optimizer steps (TRL's eval_strategy = \"steps\"): "
-                      "eval_* metrics in that step's line; 0 = never"),
+        trl(pick(key("train", "eval_strategy", T::string, nullptr,
+                     "evaluate on data.eval_source: steps = every eval_steps, epoch = at each epoch's end (and the "
+                     "run's), no = never; eval_* metrics in that step's line; unset = steps when eval_steps is set, "
+                     "else no"),
+                 "no|steps|epoch"),
+            "eval_strategy"),
+        trl(range(key("train", "eval_steps", T::number, "0",
+                      "eval_strategy = \"steps\": evaluate every this many optimizer steps (below 1: that fraction of "
+                      "the run's steps, rounded up); 0 = unset: logging_steps under eval_strategy = \"steps\""),
                   0, kInf),
             "eval_steps"),
         trl(key("train", "eval_on_start", T::boolean, "false",
@@ -447,14 +453,29 @@ const std::vector<KeySpec>& manifest_schema() {
             "loss_type"),
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
-        trl(range(key("output", "save_steps", T::integer, "500", "checkpoint every N optimizer steps"), 1, kInf), "save_steps"),
+        trl(pick(key("output", "save_strategy", T::string, "\"steps\"",
+                     "when to checkpoint: steps = every save_steps, epoch = at each epoch's end, no = not during the "
+                     "run; every run also writes one at its end (the trained model) and when a signal stops it"),
+                 "steps|epoch|no"),
+            "save_strategy"),
+        trl(range(key("output", "save_steps", T::number, "500",
+                      "save_strategy = \"steps\": checkpoint every N optimizer steps (below 1: that fraction of the "
+                      "run's steps, rounded up)"),
+                  0, kInf, true),
+            "save_steps"),
         trl(range(key("output", "save_total_limit", T::integer, nullptr, "keep only the newest N checkpoints; unset keeps all"),
                   1, kInf),
             "save_total_limit"),
 
-        trl(range(key("logging", "logging_steps", T::integer, "10",
-                      "print a progress line every N optimizer steps (metrics.jsonl gets every step)"),
-                  1, kInf),
+        trl(pick(key("logging", "logging_strategy", T::string, "\"steps\"",
+                     "when to print a progress line: steps = every logging_steps, epoch = at each epoch's end, no = "
+                     "never (metrics.jsonl gets every step either way)"),
+                 "steps|epoch|no"),
+            "logging_strategy"),
+        trl(range(key("logging", "logging_steps", T::number, "10",
+                      "logging_strategy = \"steps\": a progress line every N optimizer steps (below 1: that "
+                      "fraction of the run's steps, rounded up)"),
+                  0, kInf, true),
             "logging_steps"),
         trl(key("logging", "log_completions", T::boolean, "false", "write sample completions to completions.jsonl"),
             "log_completions"),

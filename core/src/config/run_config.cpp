@@ -1,5 +1,7 @@
 #include "grove/run_config.hpp"
 
+#include <cmath>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -17,6 +19,43 @@ Enum enum_from(const std::string& text, std::initializer_list<std::pair<const ch
         valid += std::string(valid.empty() ? "" : ", ") + name;
     }
     throw std::invalid_argument("'" + text + "' is not one of " + valid);
+}
+
+IntervalStrategy interval_strategy_from_name(const std::string& name) {
+    return enum_from<IntervalStrategy>(
+        name, {{"no", IntervalStrategy::no}, {"steps", IntervalStrategy::steps}, {"epoch", IntervalStrategy::epoch}});
+}
+
+std::string number_text(double value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+}
+
+// save_steps, eval_steps, logging_steps: a whole number of steps, or a fraction below 1 of the run's
+double interval_steps(const Manifest& m, const std::string& key, const std::string& manifest_path) {
+    const double steps = m.number(key);
+    if (steps >= 1 && steps != std::floor(steps)) {
+        throw Error(ErrorKind::manifest, manifest_path + ": " + key + " = " + number_text(steps) +
+                                             " is neither a whole number of optimizer steps nor a fraction below 1 of "
+                                             "the run's steps (as transformers reads it): write e.g. " +
+                                             std::to_string(int64_t(steps)) + " or 0.25");
+    }
+    return steps;
+}
+
+// train.eval_strategy unset: "steps" when eval_steps is set, else "no". Under "steps", eval_steps
+// unset (0) means logging_steps, as transformers reads eval_steps = None; it means nothing under the others.
+Interval evaluation_interval(const Manifest& m, const std::string& manifest_path) {
+    const double eval_steps = interval_steps(m, "train.eval_steps", manifest_path);
+    const std::optional<std::string> named = m.optional_string("train.eval_strategy");
+    const IntervalStrategy strategy =
+        named ? interval_strategy_from_name(*named) : (eval_steps > 0 ? IntervalStrategy::steps : IntervalStrategy::no);
+    if (strategy != IntervalStrategy::steps && eval_steps > 0)
+        throw Error(ErrorKind::manifest, manifest_path + ": train.eval_steps is the interval of train.eval_strategy = " +
+                                             "\"steps\", and this manifest has eval_strategy = \"" + *named +
+                                             "\": remove eval_steps, or set eval_strategy = \"steps\"");
+    return {strategy, eval_steps > 0 ? eval_steps : interval_steps(m, "logging.logging_steps", manifest_path)};
 }
 
 // Each lr_scheduler_kwargs key belongs to its schedules: set with another it would do nothing, so it is
@@ -252,16 +291,20 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     t.mixed_precision = mixed_precision_from_name(m.string("train.mixed_precision"));
     t.ddp_backend = ddp_backend_from_name(m.string("train.ddp_backend"));
     t.shard_optimizer_state = m.boolean("train.shard_optimizer_state");
-    t.eval_steps = m.integer("train.eval_steps");
+    t.eval = evaluation_interval(m, c.manifest_path);
     t.num_generations_eval = m.optional_integer("train.num_generations_eval").value_or(c.generation.num_generations);
     t.eval_on_start = m.boolean("train.eval_on_start");
     t.per_device_eval_batch_size = m.integer("train.per_device_eval_batch_size");
-    if ((t.eval_steps > 0 || t.eval_on_start) && !c.data.eval_source)
+    if ((t.eval.strategy != IntervalStrategy::no || t.eval_on_start) && !c.data.eval_source)
         throw Error(ErrorKind::manifest, c.manifest_path + ": " +
-                                             (t.eval_steps > 0 ? "train.eval_steps = " + std::to_string(t.eval_steps)
-                                                               : std::string("train.eval_on_start = true")) +
+                                             (t.eval.strategy != IntervalStrategy::no
+                                                  ? (m.optional_string("train.eval_strategy")
+                                                         ? "train.eval_strategy = \"" + m.string("train.eval_strategy") + "\""
+                                                         : "train.eval_steps = " + number_text(m.number("train.eval_steps")))
+                                                  : std::string("train.eval_on_start = true")) +
                                              " evaluates on held-out prompts: set data.eval_source (a JSONL file or "
-                                             "builtin:NAME), or train.eval_steps = 0 and train.eval_on_start = false");
+                                             "builtin:NAME), or leave out train.eval_strategy and eval_steps and set "
+                                             "eval_on_start = false");
 
     c.rollouts_path = m.optional_string("rollouts.path");
     c.sft.max_length = m.integer("sft.max_length");
@@ -290,9 +333,11 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
                                              "row (TRL refuses max_length=None with packing too)");
 
     c.output.dir = m.string("output.dir");
-    c.output.save_steps = m.integer("output.save_steps");
+    c.output.save = {interval_strategy_from_name(m.string("output.save_strategy")),
+                     interval_steps(m, "output.save_steps", c.manifest_path)};
     c.output.save_total_limit = m.optional_integer("output.save_total_limit");
-    c.logging.logging_steps = m.integer("logging.logging_steps");
+    c.logging.progress_lines = {interval_strategy_from_name(m.string("logging.logging_strategy")),
+                                interval_steps(m, "logging.logging_steps", c.manifest_path)};
     c.logging.log_completions = m.boolean("logging.log_completions");
     c.logging.save_rollouts = m.boolean("logging.save_rollouts");
     c.logging.tensorboard = m.string("logging.report_to") == "tensorboard";
@@ -333,6 +378,23 @@ std::string no_reward_message(const std::string& where) {
            ": error: no reward: add at least one [[rewards]] table, e.g.\n  [[rewards]]\n  plugin = \"correctness\"\n"
            "(or let an environment's judgement of whole episodes be the reward: a TRL class with get_reward(), or "
            "[environment] reward_weight = 1.0 with a plugin that scores episodes)";
+}
+
+bool Interval::due(int64_t step, int64_t total, double steps_per_epoch) const {
+    switch (strategy) {
+        case IntervalStrategy::no:
+            return false;
+        case IntervalStrategy::steps: {
+            const int64_t every = steps < 1 ? int64_t(std::ceil(steps * double(total))) : int64_t(steps);
+            return every > 0 && step % every == 0;
+        }
+        case IntervalStrategy::epoch: {  // the step whose end finishes an epoch, and the run's last (a part epoch's end)
+            if (step == total) return true;
+            auto epochs_done = [&](int64_t s) { return std::floor(double(s) / steps_per_epoch + 1e-9); };
+            return steps_per_epoch > 0 && epochs_done(step) > epochs_done(step - 1);
+        }
+    }
+    return false;
 }
 
 }  // namespace grove

@@ -94,14 +94,16 @@ void warn_of_ignored_settings(const RunConfig& c, std::ostream* log) {
                 "shuffle_dataset = False)\n";
 }
 
-// transformers' step count: ceil(epochs x steps per epoch), where an epoch has
-// ceil(ceil(examples / batch) / micro_batches) steps; max_steps > 0 overrides it.
+// transformers' epoch: ceil(ceil(examples / batch) / micro_batches) optimizer steps
+int64_t steps_per_epoch(const TrainSection& t, int64_t examples) {
+    const int64_t batches = (examples + t.per_device_train_batch_size - 1) / t.per_device_train_batch_size;
+    return std::max<int64_t>((batches + t.gradient_accumulation_steps - 1) / t.gradient_accumulation_steps, 1);
+}
+
+// transformers' step count: ceil(epochs x steps per epoch); max_steps > 0 overrides it.
 int64_t total_steps(const TrainSection& t, int64_t examples) {
     if (t.max_steps > 0) return t.max_steps;
-    const int64_t batches = (examples + t.per_device_train_batch_size - 1) / t.per_device_train_batch_size;
-    const int64_t steps_per_epoch =
-        std::max<int64_t>((batches + t.gradient_accumulation_steps - 1) / t.gradient_accumulation_steps, 1);
-    return int64_t(std::ceil(t.num_train_epochs * double(steps_per_epoch)));
+    return int64_t(std::ceil(t.num_train_epochs * double(steps_per_epoch(t, examples))));
 }
 
 // NEFTune's noise for the examples `picked` (SftNoise), or no hook
@@ -269,6 +271,7 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     const std::unique_ptr<Optimizer> optimizer_owner = make_optimizer(c.train, params);
     Optimizer& optimizer = *optimizer_owner;
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
+    const double epoch_steps = double(steps_per_epoch(c.train, int64_t(examples.size())));
     const LearningRateSchedule schedule = LearningRateSchedule::of(c.train, total);
     if (log) *log << schedule.ignored_warmup_warning() << ignored_optimizer_settings_warning(c.train);
     warn_of_ignored_settings(c, log);
@@ -297,7 +300,7 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     // TRL's eval_strategy = "steps" on data.eval_source, prepared as the training data, unpacked with
     // eval_packing = false in batches still padding-free when training's are (TRL's collator is shared)
     std::vector<SftExample> held_out;
-    if (c.train.eval_steps > 0 || c.train.eval_on_start) {
+    if (c.train.eval.strategy != IntervalStrategy::no || c.train.eval_on_start) {
         SftDataOptions held_out_options = sft_data_options(c);
         if (!c.sft.eval_packing) {
             held_out_options.padding_free = padding_free_batches(held_out_options);
@@ -342,13 +345,14 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
         if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
         // seconds of the step's passes and update (grove train's step_time), before any evaluation
         logged["step_time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        if (c.train.eval_steps > 0 && (step + 1) % c.train.eval_steps == 0) logged.merge(evaluate());
+        if (c.train.eval.due(step + 1, total, epoch_steps)) logged.merge(evaluate());
         run_log.write_metrics(step + 1, logged);
-        if (log && ((step + 1) % c.logging.logging_steps == 0 || step + 1 == total))
+        const Interval& lines = c.logging.progress_lines;
+        if (log && lines.strategy != IntervalStrategy::no && (lines.due(step + 1, total, epoch_steps) || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm
                  << (logged.count("eval_loss") ? "  eval_loss " + std::to_string(logged.at("eval_loss")) : "") << "\n"
                  << std::flush;
-        if ((step + 1) % c.output.save_steps == 0 || step + 1 == total)
+        if (c.output.save.due(step + 1, total, epoch_steps) || step + 1 == total)
             checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);
     }
     export_model(output);

@@ -126,6 +126,7 @@ struct Trainer::State {
     std::unique_ptr<PromptSource> prompts;
     SamplingOptions sampling;  // stop and pad tokens filled; the seed is set per generation batch
     int64_t total = 0;
+    double steps_per_epoch = 0;  // optimizer steps in one pass over the prompts (save/eval/logging "epoch")
     LearningRateSchedule schedule;
 
     // where the run is
@@ -237,8 +238,8 @@ void Trainer::State::load() {
                                           std::to_string(prompts->prompt_count()) +
                                           " prompts, but one generation batch needs " + std::to_string(prompts_per_generation));
     const int64_t micro_steps_per_epoch = int64_t(prompts->prompt_count()) / prompts_per_generation * S * c.loss.num_iterations;
-    total = c.train.max_steps > 0 ? c.train.max_steps
-                                  : int64_t(std::ceil(c.train.num_train_epochs * double(micro_steps_per_epoch) / double(A)));
+    steps_per_epoch = double(micro_steps_per_epoch) / double(A);
+    total = c.train.max_steps > 0 ? c.train.max_steps : int64_t(std::ceil(c.train.num_train_epochs * steps_per_epoch));
     schedule = LearningRateSchedule::of(c.train, total);
     if (options.rank == 0 && options.log)
         *options.log << schedule.ignored_warmup_warning() << ignored_optimizer_settings_warning(c.train);
@@ -648,7 +649,7 @@ std::map<std::string, double> Trainer::step() {
     s.memory.close("train", s.model->device());
     s.memory.add_to(metrics);
     metrics["epoch"] = s.prompts->epoch_progress();
-    if (c.train.eval_steps > 0 && p.global_step % c.train.eval_steps == 0)
+    if (c.train.eval.due(p.global_step, s.total, s.steps_per_epoch))
         for (const auto& [key, value] : s.evaluate_held_out()) metrics[key] = value;
     return metrics;
 }
@@ -689,7 +690,8 @@ int64_t Trainer::run() {
         if (s.options.log && s.options.rank == 0) print_progress(metrics, ran, seconds_since(start));
         bool stop = g_stop_requested != 0;
         if (s.options.group) stop = s.options.group->max(stop ? 1.0 : 0.0) != 0.0;  // all ranks stop at the same step
-        if (s.progress.global_step % c.output.save_steps == 0 || s.progress.global_step == s.total || stop) {
+        if (c.output.save.due(s.progress.global_step, s.total, s.steps_per_epoch) || s.progress.global_step == s.total ||
+            stop) {
             std::string dir = save_checkpoint();
             if (s.options.log && stop && s.options.rank == 0)
                 *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
@@ -732,7 +734,8 @@ void Trainer::print_progress(const std::map<std::string, double>& metrics, int64
         const int width = 24, done = int(double(width) * double(step) / double(std::max<int64_t>(1, total)));
         out << "\r[" << std::string(size_t(done), '#') << std::string(size_t(width - done), '.') << "] " << step << "/" << total
             << "  " << os.str() << "  eta " << int64_t(eta) << " s   " << (step == total ? "\n" : "") << std::flush;
-    } else if (step % s.config.logging.logging_steps == 0 || step == total) {
+    } else if (const Interval& lines = s.config.logging.progress_lines;
+               lines.strategy != IntervalStrategy::no && (lines.due(step, total, s.steps_per_epoch) || step == total)) {
         out << "step " << step << "/" << total << "  " << os.str() << "  eta " << int64_t(eta) << " s\n" << std::flush;
     }
 }

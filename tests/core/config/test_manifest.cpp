@@ -375,6 +375,12 @@ TEST(Manifest, ResolvedChangesNameEachKeyThatDiffers) {
     // (sync_ref_model = false and the second reward's timeout = 0 are defaults; the first's 3.0 is not)
     EXPECT_EQ(grove::Manifest::resolved_changes(older, isolated.resolved_toml()),
               std::vector<std::string>{"rewards.0.timeout = 3.0 (was unset)"});
+    // a checkpoint from a Grove whose save_steps was an integer key ("500"): the same number now ("500.0")
+    std::string integer_steps = before.resolved_toml();
+    const size_t at = integer_steps.find("save_steps = 500.0");
+    ASSERT_NE(at, std::string::npos);
+    integer_steps.replace(at, 18, "save_steps = 500");
+    EXPECT_TRUE(grove::Manifest::resolved_changes(integer_steps, before.resolved_toml()).empty());
     // a text that is not TOML has no keys: every key reads as set since
     const auto from_nothing = grove::Manifest::resolved_changes("not toml [", before.resolved_toml());
     EXPECT_GT(from_nothing.size(), 20u);
@@ -415,6 +421,66 @@ TEST(RunConfig, EnumsComeFromTheSchemasChoices) {
     EXPECT_EQ(c.train.lr_scheduler_type, grove::LrSchedule::cosine);
     EXPECT_EQ(c.train.mixed_precision, grove::MixedPrecision::off);
     EXPECT_THROW(grove::scale_rewards_from_name("groups"), std::invalid_argument);
+}
+
+// TrainingArguments' save_strategy / eval_strategy / logging_strategy and their *_steps: a whole
+// number of steps or a fraction of the run's (rounded up), each epoch's end, or never.
+TEST(RunConfig, IntervalsAreReadAsTransformersReadsThem) {
+    const auto defaults = grove::RunConfig::from(grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml"));
+    EXPECT_EQ(defaults.output.save.strategy, grove::IntervalStrategy::steps);
+    EXPECT_DOUBLE_EQ(defaults.output.save.steps, 500);
+    EXPECT_EQ(defaults.logging.progress_lines.strategy, grove::IntervalStrategy::steps);
+    EXPECT_DOUBLE_EQ(defaults.logging.progress_lines.steps, 10);
+    EXPECT_EQ(defaults.train.eval.strategy, grove::IntervalStrategy::no);
+
+    auto due_steps = [](const grove::Interval& interval, int64_t total, double steps_per_epoch) {
+        std::vector<int64_t> due;
+        for (int64_t step = 1; step <= total; ++step)
+            if (interval.due(step, total, steps_per_epoch)) due.push_back(step);
+        return due;
+    };
+    using S = grove::IntervalStrategy;
+    EXPECT_EQ(due_steps({S::steps, 4}, 10, 3), (std::vector<int64_t>{4, 8}));
+    EXPECT_EQ(due_steps({S::steps, 0.25}, 10, 3), (std::vector<int64_t>{3, 6, 9})) << "ceil(0.25 x 10) = 3";
+    EXPECT_EQ(due_steps({S::epoch, 0}, 10, 3), (std::vector<int64_t>{3, 6, 9, 10})) << "and the last, a part epoch";
+    EXPECT_EQ(due_steps({S::epoch, 0}, 6, 2.5), (std::vector<int64_t>{3, 5, 6}));
+    EXPECT_TRUE(due_steps({S::no, 4}, 10, 3).empty());
+
+    const std::string held_out = R"(
+[model]
+path = "models/tiny"
+[data]
+source = "prompts.jsonl"
+eval_source = "held_out.jsonl"
+[[rewards]]
+plugin = "correctness"
+)";
+    auto read = [&](const std::vector<std::string>& overrides) {
+        return grove::RunConfig::from(grove::Manifest::parse(held_out, "/runs/exp/grove.toml", overrides));
+    };
+    // eval_steps alone: "steps"; eval_strategy = "steps" alone: every logging_steps (eval_steps = None)
+    EXPECT_EQ(read({"train.eval_steps=2"}).train.eval.strategy, S::steps);
+    const auto every_logging_step = read({"train.eval_strategy=\"steps\"", "logging.logging_steps=5"});
+    EXPECT_EQ(every_logging_step.train.eval.strategy, S::steps);
+    EXPECT_DOUBLE_EQ(every_logging_step.train.eval.steps, 5);
+    EXPECT_EQ(read({"train.eval_strategy=\"epoch\"", "output.save_strategy=\"no\""}).output.save.strategy, S::no);
+    EXPECT_DOUBLE_EQ(read({"output.save_steps=0.1"}).output.save.steps, 0.1);
+
+    auto refused = [&](const std::vector<std::string>& overrides) {
+        return grove::test::error_message([&] { read(overrides); });
+    };
+    EXPECT_NE(refused({"output.save_steps=2.5"})
+                  .find("output.save_steps = 2.5 is neither a whole number of optimizer steps nor a fraction below 1"),
+              std::string::npos);
+    EXPECT_NE(refused({"train.eval_strategy=\"epoch\"", "train.eval_steps=4"})
+                  .find("train.eval_steps is the interval of train.eval_strategy = \"steps\", and this manifest has "
+                        "eval_strategy = \"epoch\": remove eval_steps"),
+              std::string::npos);
+    EXPECT_NE(
+        grove::test::error_message([] {
+            grove::RunConfig::from(grove::Manifest::parse(kMinimal, "/runs/exp/grove.toml", {"train.eval_strategy=\"epoch\""}));
+        }).find("train.eval_strategy = \"epoch\" evaluates on held-out prompts: set data.eval_source"),
+        std::string::npos);
 }
 
 TEST(RunConfig, ARewardsRoleIsOneOfTheDeclaredRoles) {

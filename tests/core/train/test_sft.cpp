@@ -333,7 +333,8 @@ TEST(Sft, ResumesExactlyAndKeepsAnEarlierRun) {
 // Epochs as transformers' Trainer counts them: 10 examples in batches of 4 are 3 batches an epoch
 // (the last of 2), in steps of 2 batches: 2 steps an epoch, the second of one batch; 2 epochs are 4
 // steps, 1.5 epochs ceil(1.5 x 2) = 3. TRL's num_tokens (every token trained on so far) shows each
-// epoch takes every example exactly once, whatever the shuffle.
+// epoch takes every example exactly once, whatever the shuffle; save_strategy = "epoch" saves where
+// an epoch ends.
 TEST(Sft, EpochsCountStepsAsTransformersTrainer) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_epochs";
     fs::remove_all(dir);
@@ -370,6 +371,15 @@ TEST(Sft, EpochsCountStepsAsTransformersTrainer) {
     EXPECT_EQ(two[3], 2 * all_tokens);
     EXPECT_LT(two[1] - two[0], two[0]) << "the epoch's last step has its last batch, 2 examples";
     EXPECT_EQ(tokens_logged("1.5").size(), 3u);
+    {  // save_strategy = "epoch": a checkpoint where the first epoch ends (step 2) and at the run's end
+        const std::string out = dir + "/saved_each_epoch";
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + out +
+                                        "\"' --set train.num_train_epochs=1.5 --set 'output.save_strategy=\"epoch\"' 2>&1");
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+        EXPECT_FALSE(fs::exists(out + "/checkpoint-1"));
+        EXPECT_TRUE(fs::exists(out + "/checkpoint-2"));
+        EXPECT_TRUE(fs::exists(out + "/checkpoint-3"));
+    }
 
     // a resume inside the second epoch (step 3: 8 of its 10 examples) continues it exactly: the same
     // weights as 4 steps straight, with accumulation and the epoch's shorter last step

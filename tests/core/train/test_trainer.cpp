@@ -1447,6 +1447,48 @@ TEST(Trainer, EvaluationEveryNStepsEqualsEvaluatingThatStepsCheckpoint) {
                     "train.eval_steps = 2 evaluates on held-out prompts: set data.eval_source");
 }
 
+// TrainingArguments' strategies: 12 prompts, 4 a generation batch, so an epoch is 3 optimizer steps
+// (as TRL counts them). save_strategy / eval_strategy = "epoch" save and evaluate at steps 3, 6 and
+// the run's last, 7; save_steps = 0.5 saves every ceil(3.5) = 4 steps and at the end;
+// logging_steps = 0.3 prints every ceil(2.1) = 3; save_strategy = "no" writes only the last.
+TEST(Trainer, StrategiesSaveEvaluateAndPrintWhereTransformersWould) {
+    auto run = [](const std::string& name, const std::vector<std::string>& settings) {
+        std::vector<std::string> all{"train.max_steps=7", "output.save_steps=500"};
+        all.insert(all.end(), settings.begin(), settings.end());
+        const auto m = manifest(name, all);
+        grove::TrainerOptions options = fresh();
+        std::ostringstream log;
+        options.log = &log;
+        grove::Trainer(m, options).run();
+        std::set<int64_t> checkpoints, evaluated, printed;
+        for (const auto& entry : fs::directory_iterator(m.string("output.dir")))
+            if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
+                checkpoints.insert(std::stoll(folder.substr(11)));
+        for (const auto& line : metric_lines(m.string("output.dir") + "/metrics.jsonl"))
+            if (line.contains("eval_reward")) evaluated.insert(line["step"].get<int64_t>());
+        std::istringstream lines(log.str());
+        for (std::string line; std::getline(lines, line);)
+            if (line.rfind("step ", 0) == 0) printed.insert(std::stoll(line.substr(5)));
+        return std::tuple{checkpoints, evaluated, printed};
+    };
+    using Steps = std::set<int64_t>;
+    const auto [epoch_saves, epoch_evaluations, epoch_lines] = run(
+        "strategy_epoch", {"output.save_strategy=\"epoch\"", "train.eval_strategy=\"epoch\"",
+                           "data.eval_source=\"prompts.jsonl\"", "train.num_generations_eval=2", "logging.logging_steps=0.3"});
+    EXPECT_EQ(epoch_saves, (Steps{3, 6, 7}));
+    EXPECT_EQ(epoch_evaluations, (Steps{3, 6, 7}));
+    EXPECT_EQ(epoch_lines, (Steps{3, 6, 7}));
+    const auto [fraction_saves, no_evaluations, epoch_printed] =
+        run("strategy_fraction", {"output.save_steps=0.5", "logging.logging_strategy=\"epoch\""});
+    EXPECT_EQ(fraction_saves, (Steps{4, 7}));
+    EXPECT_TRUE(no_evaluations.empty());
+    EXPECT_EQ(epoch_printed, (Steps{3, 6, 7}));
+    const auto [last_only, none, not_printed] =
+        run("strategy_no", {"output.save_strategy=\"no\"", "logging.logging_strategy=\"no\""});
+    EXPECT_EQ(last_only, (Steps{7})) << "the trained model, as a checkpoint";
+    EXPECT_TRUE(not_printed.empty());
+}
+
 // train.eval_on_start (TRL's eval_on_start): the starting point, as a step-0 line of metrics.jsonl
 // holding only the evaluation, equal to `grove eval` of the model before training.
 TEST(Trainer, EvaluationOnStartIsAStepZeroLine) {
