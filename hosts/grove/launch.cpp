@@ -28,6 +28,36 @@ extern "C" void forward_signal(int signal) {
     for (pid_t pid : g_children) ::kill(pid, signal);
 }
 
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+size_t rank_of(pid_t pid) { return size_t(std::find(g_children.begin(), g_children.end(), pid) - g_children.begin()); }
+
+struct RankExit {
+    size_t rank;
+    int status;  // as waitpid gives it
+};
+
+// "exit 4" or "killed by signal 9, Killed"
+std::string exit_text(int status) {
+    if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + ", " + ::strsignal(WTERMSIG(status));
+}
+
+// A rank whose peer died fails in its next collective, so it may exit, and be reaped, before the
+// rank that caused it. A rank killed by a signal is never such a consequence: it comes first.
+void order_by_likely_cause(std::vector<RankExit>& failed) {
+    std::stable_partition(failed.begin(), failed.end(), [](const RankExit& e) { return WIFSIGNALED(e.status); });
+}
+
+std::string failure_report(const std::vector<RankExit>& failed, int nproc) {
+    std::string report = "grove: rank " + std::to_string(failed.front().rank) + " of " + std::to_string(nproc) + " failed (" +
+                         exit_text(failed.front().status) + ")";
+    for (size_t i = 1; i < failed.size(); ++i)
+        report += "; rank " + std::to_string(failed[i].rank) + " also failed (" + exit_text(failed[i].status) +
+                  "), perhaps in consequence";
+    return report + "; the other ranks were stopped\n";
+}
+
 }  // namespace
 
 int launch_local_processes(int nproc, const std::vector<std::string>& command) {
@@ -68,15 +98,18 @@ int launch_local_processes(int nproc, const std::vector<std::string>& command) {
             break;
         }
         --running;
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0 && worst == 0) {
-            worst = code;
-            for (pid_t other : g_children)
-                if (other != pid) ::kill(other, SIGKILL);  // they would wait for the failed rank until the timeout
-            size_t rank = size_t(std::find(g_children.begin(), g_children.end(), pid) - g_children.begin());
-            std::cerr << "grove: rank " << rank << " of " << nproc << " failed (exit " << code
-                      << "); the other ranks were stopped\n";
+        if (exit_code(status) == 0 || worst != 0) continue;
+        // the first failure: whatever else has already failed, then the rest stopped, as they would
+        // wait for the failed ranks until the collective's timeout
+        std::vector<RankExit> failed{{rank_of(pid), status}};
+        while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+            --running;
+            if (exit_code(status) != 0) failed.push_back({rank_of(pid), status});
         }
+        for (pid_t other : g_children) ::kill(other, SIGKILL);  // the reaped ones are gone: no harm
+        order_by_likely_cause(failed);
+        worst = exit_code(failed.front().status);
+        std::cerr << failure_report(failed, nproc);
     }
     ::signal(SIGINT, previous_int);
     ::signal(SIGTERM, previous_term);

@@ -99,7 +99,7 @@ TEST(KillResume, SigkillAnywhereThenResumeEndsBitIdentical) {
 
 // Two ranks (`--nproc 2`, the optimizer state sharded between them), one killed while checkpoint-3
 // is written: rank 1 once it has written its part, then rank 0 before the rename. Each time the
-// launcher stops the other rank, checkpoint-2 stays the latest, and the run resumed from it ends
+// launcher names the killed rank and stops the other, checkpoint-2 stays the latest, and the run resumed from it ends
 // byte-identical to an uninterrupted two-rank run.
 TEST(KillResume, ARankKilledWhileACheckpointIsWrittenLeavesTheLastOneToResume) {
     const std::string ranks = "--nproc 2 --set train.shard_optimizer_state=true";
@@ -107,12 +107,12 @@ TEST(KillResume, ARankKilledWhileACheckpointIsWrittenLeavesTheLastOneToResume) {
     ASSERT_EQ(train(straight, ranks).exit_code, 0);
 
     const std::string killed = make_run("ranks_killed"), out = killed + "/out";
-    // The other rank's collective may fail before the launcher stops it: it then removes the
-    // temporary folder and may exit first, so the launcher can name either rank.
-    for (const char* kill : {"shards:3@1", "save:3@0"}) {
+    // The other rank's collective may fail before the launcher stops it (it then removes the
+    // temporary folder) and exit first; the launcher still names the killed rank as the cause.
+    for (const auto& [kill, killed_rank] : {std::pair{"shards:3@1", "1"}, std::pair{"save:3@0", "0"}}) {
         auto r = train(killed, ranks + " --resume", std::string("GROVE_TEST_KILL_AT=") + kill);
         ASSERT_NE(r.exit_code, 0) << kill << "\n" << r.out;
-        EXPECT_CONTAINS(r.out, " of 2 failed (exit ");
+        EXPECT_CONTAINS(r.out, std::string("grove: rank ") + killed_rank + " of 2 failed (killed by signal 9, ");
         EXPECT_CONTAINS(r.out, "the other ranks were stopped");
         EXPECT_FALSE(fs::exists(out + "/checkpoint-3")) << kill;
         EXPECT_EQ(fs::read_symlink(out + "/latest").string(), "checkpoint-2") << kill;
