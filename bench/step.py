@@ -4,6 +4,7 @@
                                    [--steps 4]
                                    [--generations 8]
                                    [--prompts 2] [--max-completion 64] [--device cpu|cuda] [--grove-set KEY=VALUE ...]
+                                   [--optim adamw_torch|adafactor]
                                    [--skip-trl]
 
 tiny: a random 2-layer Llama (hidden 64) with a byte-level tokenizer trained here.
@@ -14,7 +15,8 @@ checkpoints). TRL 1.16's GRPOTrainer fails on Gemma3ForCausalLM under transforme
 head calls model.base_model, which is the whole model for that class); the TRL side points it at the
 backbone. Gemma 2's TRL side loads transformers' eager attention, the one that soft-caps the scores
 as Grove does (the default SDPA leaves the cap out).
-Both trainers: beta 0, one iteration, no gradient checkpointing, the same regex reward (1.0 when the
+Both trainers: beta 0, one iteration, no gradient checkpointing, the same optimizer (--optim: TRL's
+`optim`, Grove's train.optim), the same regex reward (1.0 when the
 completion contains a digit); float32 on the CPU, float32 weights under bf16 autocast on CUDA. Prints seconds per step (mean over the steps after the
 first) and peak RSS for both, the throughput ratio, and Grove's split (generate / reward / train
 seconds) with its mean completion length (the batch is as long as its longest completion); on CUDA
@@ -137,7 +139,8 @@ def trl_side(args):
     config = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.generations * args.prompts,
                         num_generations=args.generations, max_completion_length=args.max_completion, max_steps=args.steps,
                         learning_rate=1e-6, beta=0.0, use_cpu=not on_gpu, bf16=on_gpu, gradient_checkpointing=False,
-                        logging_steps=1, report_to="none", save_strategy="no", temperature=1.0, seed=7)
+                        logging_steps=1, report_to="none", save_strategy="no", temperature=1.0, seed=7,
+                        optim=args.optim)
     from transformers import AutoModelForCausalLM
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from generate import peer_attention
@@ -164,6 +167,7 @@ def main():
     parser.add_argument("--max-completion", type=int, default=64)
     parser.add_argument("--grove-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a manifest override for Grove's run (e.g. model.gradient_checkpointing=true)")
+    parser.add_argument("--optim", default="adamw_torch", choices=["adamw_torch", "adafactor"])
     parser.add_argument("--skip-trl", action="store_true", help="time Grove only (e.g. to compare Grove settings)")
     parser.add_argument("--side", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -204,7 +208,7 @@ seed = 7
 dir = "{os.path.join(work, 'grove-run')}"
 save_steps = 100000
 """)
-    grove_command = [args.grove, "train", manifest, "--overwrite"]
+    grove_command = [args.grove, "train", manifest, "--overwrite", "--set", f'train.optim="{args.optim}"']
     for setting in args.grove_set:
         grove_command += ["--set", setting]
     grove_rss, _, _ = rss_and_output(grove_command)
@@ -223,7 +227,7 @@ save_steps = 100000
     trl_rss, out, _ = rss_and_output([sys.executable, os.path.abspath(__file__), "--side", "trl", "--model", model, "--data", data,
                                       "--steps", str(args.steps), "--generations", str(args.generations), "--prompts",
                                       str(args.prompts), "--max-completion", str(args.max_completion), "--device",
-                                      args.device])
+                                      args.device, "--optim", args.optim])
     trl_result = json.loads(out.strip().splitlines()[-1])
     trl_steps = trl_result["step_seconds"]
     memory = {}
@@ -235,7 +239,7 @@ save_steps = 100000
                   "grove_peak_by_phase_gib": {k[len("memory/peak_"):-len("_gib")]: round(max(m.get(k, 0.0) for m in grove_metrics), 2)
                                               for k in phases}}
     g, t = mean(grove_steps), mean(trl_steps)
-    print(json.dumps({"shape": args.shape, "device": args.device, "num_generations": args.generations, "prompts_per_step": args.prompts,
+    print(json.dumps({"shape": args.shape, "device": args.device, "optim": args.optim, "num_generations": args.generations, "prompts_per_step": args.prompts,
                       "max_completion_length": args.max_completion, "steps": args.steps,
                       "grove_seconds_per_step": round(g, 3), "trl_seconds_per_step": round(t, 3),
                       "throughput_ratio": round(t / g, 2),

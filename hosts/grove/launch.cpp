@@ -23,14 +23,22 @@ namespace grove::cli {
 
 namespace {
 
+// the ranks' pids, 0 once reaped: a reaped pid may already belong to another process
 std::vector<pid_t> g_children;
 extern "C" void forward_signal(int signal) {
-    for (pid_t pid : g_children) ::kill(pid, signal);
+    for (pid_t pid : g_children)
+        if (pid > 0) ::kill(pid, signal);
 }
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-size_t rank_of(pid_t pid) { return size_t(std::find(g_children.begin(), g_children.end(), pid) - g_children.begin()); }
+// the rank of a child just reaped, whose pid is then forgotten
+size_t reaped(pid_t pid) {
+    const auto child = std::find(g_children.begin(), g_children.end(), pid);
+    if (child == g_children.end()) return g_children.size();  // not a rank (none is expected)
+    *child = 0;
+    return size_t(child - g_children.begin());
+}
 
 struct RankExit {
     size_t rank;
@@ -44,9 +52,11 @@ std::string exit_text(int status) {
 }
 
 // A rank whose peer died fails in its next collective, so it may exit, and be reaped, before the
-// rank that caused it. A rank killed by a signal is never such a consequence: it comes first.
+// rank that caused it. Such a rank exits with an error or aborts (SIGABRT: an unhandled error, NCCL's
+// watchdog); one killed by another signal (SIGKILL, SIGSEGV, ...) did not end itself: it comes first.
 void order_by_likely_cause(std::vector<RankExit>& failed) {
-    std::stable_partition(failed.begin(), failed.end(), [](const RankExit& e) { return WIFSIGNALED(e.status); });
+    std::stable_partition(failed.begin(), failed.end(),
+                          [](const RankExit& e) { return WIFSIGNALED(e.status) && WTERMSIG(e.status) != SIGABRT; });
 }
 
 std::string failure_report(const std::vector<RankExit>& failed, int nproc) {
@@ -98,15 +108,18 @@ int launch_local_processes(int nproc, const std::vector<std::string>& command) {
             break;
         }
         --running;
+        const size_t rank = reaped(pid);
         if (exit_code(status) == 0 || worst != 0) continue;
         // the first failure: whatever else has already failed, then the rest stopped, as they would
         // wait for the failed ranks until the collective's timeout
-        std::vector<RankExit> failed{{rank_of(pid), status}};
+        std::vector<RankExit> failed{{rank, status}};
         while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
             --running;
-            if (exit_code(status) != 0) failed.push_back({rank_of(pid), status});
+            const size_t other = reaped(pid);
+            if (exit_code(status) != 0) failed.push_back({other, status});
         }
-        for (pid_t other : g_children) ::kill(other, SIGKILL);  // the reaped ones are gone: no harm
+        for (pid_t other : g_children)
+            if (other > 0) ::kill(other, SIGKILL);
         order_by_likely_cause(failed);
         worst = exit_code(failed.front().status);
         std::cerr << failure_report(failed, nproc);

@@ -238,6 +238,8 @@ MixedPrecision mixed_precision_from_name(const std::string& name);
 OptimizerKind optimizer_from_name(const std::string& name);
 // "adamw" | "adafactor": what a checkpoint records of the optimizer whose state it holds
 const char* optimizer_name(OptimizerKind kind);
+// the train.optim values that choose optimizer_name `name`: train.optim = "adamw_torch" or "adamw_torch_fused"
+std::string optimizer_settings_text(const std::string& name);
 DdpBackend ddp_backend_from_name(const std::string& name);
 
 // A GRPO run's "no reward" error, after `where` (the manifest, or its environment and why it is no reward).

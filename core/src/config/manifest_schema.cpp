@@ -387,7 +387,7 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(range(key("train", "eval_steps", T::number, "0",
                       "eval_strategy = \"steps\": evaluate every this many optimizer steps (below 1: that fraction of "
                       "the run's steps, rounded up); 0 = unset: logging_steps under eval_strategy = \"steps\""),
-                  0, kInf),
+                  0, kMaxCount),
             "eval_steps"),
         trl(key("train", "eval_on_start", T::boolean, "false",
                 "also evaluate before the first step (a line with step 0 in metrics.jsonl): the starting point"),
@@ -461,7 +461,7 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(range(key("output", "save_steps", T::number, "500",
                       "save_strategy = \"steps\": checkpoint every N optimizer steps (below 1: that fraction of the "
                       "run's steps, rounded up)"),
-                  0, kInf, true),
+                  0, kMaxCount, true),
             "save_steps"),
         trl(range(key("output", "save_total_limit", T::integer, nullptr, "keep only the newest N checkpoints; unset keeps all"),
                   1, kInf),
@@ -475,7 +475,7 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(range(key("logging", "logging_steps", T::number, "10",
                       "logging_strategy = \"steps\": a progress line every N optimizer steps (below 1: that "
                       "fraction of the run's steps, rounded up)"),
-                  0, kInf, true),
+                  0, kMaxCount, true),
             "logging_steps"),
         trl(key("logging", "log_completions", T::boolean, "false", "write sample completions to completions.jsonl"),
             "log_completions"),

@@ -185,6 +185,9 @@ OptimizerKind optimizer_from_name(const std::string& name) {
                                            {"adafactor", OptimizerKind::adafactor}});
 }
 const char* optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::adafactor ? "adafactor" : "adamw"; }
+std::string optimizer_settings_text(const std::string& name) {
+    return name == "adamw" ? "train.optim = \"adamw_torch\" or \"adamw_torch_fused\"" : "train.optim = \"" + name + "\"";
+}
 DdpBackend ddp_backend_from_name(const std::string& name) {
     return enum_from<DdpBackend>(name,
                                  {{"auto", DdpBackend::automatic}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}});

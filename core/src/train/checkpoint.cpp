@@ -458,8 +458,9 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +
                                           "the same number (this run has " + std::to_string(world_size_) + ")");
     if (saved_optimizer != optimizer_name(state.optimizer.kind()))
-        throw Error(ErrorKind::usage, dir + " holds the state of the " + saved_optimizer + " optimizer, and this run's " +
-                                          "train.optim is " + optimizer_name(state.optimizer.kind()) +
+        throw Error(ErrorKind::usage, dir + " holds the state of the " + saved_optimizer + " optimizer (" +
+                                          optimizer_settings_text(saved_optimizer) + "), and this run has " +
+                                          optimizer_settings_text(optimizer_name(state.optimizer.kind())) +
                                           ": resume with the optimizer it was written with, or start again with --overwrite");
     SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
     SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
