@@ -125,6 +125,10 @@ class Reward:
         factory_args = json.loads(factory_args_json) if factory_args_json else None
         self.function = _find_function(_load_module(module, base_dir), function, factory_args)
         self.requires_environments = _requires_argument(self.function, "environments")
+        # refused before any model loads or generates; the host creates the environment first (one
+        # destroyed later, or one of tools alone, is refused at the first batch, below)
+        if self.requires_environments and _this_process_environment() is None:
+            raise ConfigError("function", _NO_ENVIRONMENTS)
         self.loop = None  # an event loop for async reward functions, made on first use
 
     def score(self, prompts, completions, completion_ids, row_json, prompt_json, step, max_steps, seed, first_row,
@@ -191,11 +195,16 @@ _NO_ENVIRONMENTS = (
     "`grove eval --no-environment` left it out")
 
 
+def _this_process_environment():
+    """The python_environment this process runs, or None."""
+    return _run_environment() if _run_environment is not None else None
+
+
 def _run_environment_tool_parameters(row):
     """The tools' parameter schemas of this process's python_environment for the dataset row ({}
     without one: with several classes, the row's own), by which the calls in the episode's messages
     are typed, as TRL types them with the row's environment's tools."""
-    environment = _run_environment() if _run_environment is not None else None
+    environment = _this_process_environment()
     if environment is None:
         return {}
     key = row.get("environment") if environment.multi else None
@@ -206,7 +215,7 @@ def _run_environment_answered_names(episode, step, seed):
     """The names of the tools this process's python_environment answered in each tool turn of the
     episode, in the order it answered them (TRL's: synchronous calls first, then async ones); None
     where it did not run the episode (another process, or none), whose calls are named in call order."""
-    environment = _run_environment() if _run_environment is not None else None
+    environment = _this_process_environment()
     return environment.answered_names.get(((step, seed), episode)) if environment is not None else None
 
 
@@ -214,7 +223,7 @@ def _environments_of_rows(first_row, n, step, seed):
     """TRL's `environments` reward argument for the reward batch's rows (episodes first_row ..
     first_row + n - 1 of the generation batch (step, seed)): each row's instance; None when this
     process runs no python_environment."""
-    environment = _run_environment() if _run_environment is not None else None
+    environment = _this_process_environment()
     return environment.instances(first_row, n, (step, seed)) if environment is not None else None
 
 

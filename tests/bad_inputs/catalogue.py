@@ -182,6 +182,11 @@ case("plugins", "a plugin path that does not exist", "check grove.toml", 4, "mis
 case("plugins", "a plugin file that is not a shared library", "check grove.toml", 4, "garbage.so",
      lambda d: (write(f"{d}/garbage.so", "not an ELF file"),
                 write(f"{d}/grove.toml", manifest(rewards='[[rewards]]\nplugin = "./garbage.so"\n'))))
+case("plugins", "a Python reward taking TRL's environments in a run without an environment", "check grove.toml", 3,
+     "config.function: error: plugin 'python'",
+     lambda d: (write(f"{d}/rewards.py", "def solved(environments, **kwargs):\n    return [e.solved for e in environments]\n"),
+                write(f"{d}/grove.toml", manifest(rewards='[[rewards]]\nplugin = "python"\n'
+                                                          'config = { module = "rewards.py", function = "solved" }\n'))))
 
 MISBEHAVING = os.path.join(BUILD_PREFIX, "tests/core/test-plugins/misbehaving/libmisbehaving.so")
 case("plugins", "a reward plugin that segfaults, in a worker process", TRAIN, 4,

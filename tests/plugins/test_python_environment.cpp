@@ -428,13 +428,15 @@ std::vector<float> score_rows(const grove::RewardSet& reward, uint64_t first_row
 
 // TRL passes every reward function `environments`: the instance each completion's episode ran in,
 // as the episode left it. Rows find their episodes by number (global_row_offset + i) in the
-// generation batch of the same step and seed.
+// generation batch of the same step and seed. A function requiring it without an environment in
+// its process is refused when made.
 TEST(PythonEnvironment, RewardFunctionsGetTheEnvironmentEachRowRanIn) {
     grove::PluginHost host({grove::test::build_plugin_dir()});
-    auto totals = python_reward(host, "totals");
-    auto given = python_reward(host, "given_environments");
+    auto given = python_reward(host, "given_environments");  // `environments` optional: made without one
+    std::unique_ptr<grove::RewardSet> totals;
     {
-        auto env = python_environment("Counter");
+        auto env = python_environment("Counter");  // first, as the hosts make it: totals requires it
+        totals = python_reward(host, "totals");
         env.step(*std::make_unique<grove::EnvironmentTurns>(turns(
             {call("add", "{\"amount\": 2}") + "<|im_end|>", call("add", "{\"amount\": 5}") + "<|im_end|>", "No.<|im_end|>"}, 1,
             31)));
@@ -449,17 +451,20 @@ TEST(PythonEnvironment, RewardFunctionsGetTheEnvironmentEachRowRanIn) {
         EXPECT_EQ(score_rows(*python_reward(host, "one_echo"), 5, 2, 1), (std::vector<float>{1.0f, 1.0f}))
             << "Grove's contract: the one object for every row";
     }
-    // no python_environment in this process (none, or one in a worker): a function naming
-    // `environments` is told why; one that does not runs without it
+    // no python_environment in this process (none, or one in a worker): a function requiring
+    // `environments` is refused when it is made, before any model loads, and one made while an
+    // environment lived is told why at its next batch; one that does not require it runs without it
     EXPECT_EQ(score_rows(*given, 0, 2, 31), (std::vector<float>{0.0f, 0.0f}));
     auto isolated = make(environment_config("Counter", true));
+    const std::string why =
+        "it takes `environments` (TRL's environment instances, one per completion), which Grove "
+        "passes only when the run's [environment] is a python_environment with a class running in the same process";
+    const std::string refused = grove::test::error_message([&] { python_reward(host, "totals"); });
+    EXPECT_NE(refused.find("function"), std::string::npos) << refused;
+    EXPECT_NE(refused.find(why), std::string::npos) << refused;
     const std::string missing = grove::test::error_message([&] { score_rows(*totals, 0, 1, 31); });
     EXPECT_NE(missing.find("reward function totals"), std::string::npos) << missing;
-    EXPECT_NE(missing.find(
-                  "it takes `environments` (TRL's environment instances, one per completion), which Grove "
-                  "passes only when the run's [environment] is a python_environment with a class running in the same process"),
-              std::string::npos)
-        << missing;
+    EXPECT_NE(missing.find(why), std::string::npos) << missing;
 }
 
 // A tool-using episode reaches a Python reward function as TRL's messages: the host's turns

@@ -56,9 +56,10 @@ EvaluationResult evaluate(const EvaluationRequest& q) {
     if (q.cast_lm_head_to_fp32) model->keep_lm_head_in_float32();
     auto tokenizer = Tokenizer::load(q.model_dir);
     PluginHost host(plugin_search_path(q.plugin_dirs));
-    const RewardSet rewards(host, q.rewards, reward_model_factory(model->device().str()));
+    // the environment first: a Python reward taking TRL's `environments` looks for it when created
     std::unique_ptr<Environment> environment;
     if (q.environment) environment = make_environment(host, *q.environment, q.environment_reward, q.rewards, q.rewards.empty());
+    const RewardSet rewards(host, q.rewards, reward_model_factory(model->device().str()));
     return evaluate(LoadedEvaluator{*model, *tokenizer, rewards, environment.get()}, q);
 }
 
