@@ -25,7 +25,9 @@ namespace {
 
 // the ranks' pids, 0 once reaped: a reaped pid may already belong to another process
 std::vector<pid_t> g_children;
+volatile sig_atomic_t g_forwarded = 0;  // the SIGINT or SIGTERM passed on to the ranks, if any
 extern "C" void forward_signal(int signal) {
+    g_forwarded = signal;
     for (pid_t pid : g_children)
         if (pid > 0) ::kill(pid, signal);
 }
@@ -98,7 +100,7 @@ int launch_local_processes(int nproc, const std::vector<std::string>& command) {
         }
         g_children.push_back(pid);
     }
-    int worst = 0;
+    int worst = 0, stopped = 0;
     size_t running = g_children.size();
     while (running > 0) {
         int status = 0;
@@ -110,6 +112,10 @@ int launch_local_processes(int nproc, const std::vector<std::string>& command) {
         --running;
         const size_t rank = reaped(pid);
         if (exit_code(status) == 0 || worst != 0) continue;
+        if (g_forwarded != 0 && exit_code(status) == 128 + g_forwarded) {  // checkpointed and stopped, as asked:
+            stopped = exit_code(status);                                   // the others finish theirs
+            continue;
+        }
         // the first failure: whatever else has already failed, then the rest stopped, as they would
         // wait for the failed ranks until the collective's timeout
         std::vector<RankExit> failed{{rank, status}};
@@ -127,7 +133,8 @@ int launch_local_processes(int nproc, const std::vector<std::string>& command) {
     ::signal(SIGINT, previous_int);
     ::signal(SIGTERM, previous_term);
     g_children.clear();
-    return worst;
+    g_forwarded = 0;
+    return worst != 0 ? worst : stopped;
 }
 
 }  // namespace grove::cli

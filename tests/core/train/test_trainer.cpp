@@ -1817,26 +1817,33 @@ TEST(Trainer, ResumedRunsKeepRolloutsExactlyOnce) {
 }
 
 // SIGTERM stops `grove train` after the step in flight, writes a checkpoint and exits with 143
-// (128 + SIGTERM), so a script can tell an interrupted run from a finished one.
+// (128 + SIGTERM), so a script can tell an interrupted run from a finished one; with --nproc 2 the
+// launcher passes it on and lets every rank finish, reporting no failure.
 TEST(Trainer, SigtermWritesACheckpointAndExitsWith143) {
-    auto m = manifest("sigterm", {});
-    const std::string dir = fs::path(m.path()).parent_path().string(), out = m.string("output.dir");
-    // `cd` first, on its own: `cd && grove &` would background a subshell, and the kill would miss grove
-    const std::string script = "cd " + dir + "; " + GROVE_EXECUTABLE +
-                               " train grove.toml --overwrite --set train.max_steps=100000 2>stderr.txt & pid=$!; "
-                               "for i in $(seq 400); do [ -s " +
-                               out +
-                               "/metrics.jsonl ] && break; sleep 0.05; done; "
-                               // the guard's own output goes nowhere: ctest would wait for its sleep to close the pipe
-                               "kill -TERM $pid; (sleep 60; kill -KILL $pid) >/dev/null 2>&1 </dev/null & guard=$!; "
-                               "wait $pid; echo $? > exit_code.txt; kill $guard 2>/dev/null; true";
-    ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << script;
-    std::ifstream code(dir + "/exit_code.txt");
-    int exit_code = -1;
-    code >> exit_code;
-    EXPECT_EQ(exit_code, 143);
-    ASSERT_TRUE(fs::is_symlink(out + "/latest")) << "no checkpoint was written";
-    EXPECT_TRUE(fs::exists(out + "/latest/trainer_state.json"));
+    for (const std::string nproc : {"1", "2"}) {
+        SCOPED_TRACE("--nproc " + nproc);
+        auto m = manifest("sigterm" + nproc, {});
+        const std::string dir = fs::path(m.path()).parent_path().string(), out = m.string("output.dir");
+        // `cd` first, on its own: `cd && grove &` would background a subshell, and the kill would miss grove
+        const std::string script = "cd " + dir + "; " + GROVE_EXECUTABLE + " train grove.toml --nproc " + nproc +
+                                   " --overwrite --set train.max_steps=100000 2>stderr.txt & pid=$!; "
+                                   "for i in $(seq 400); do [ -s " +
+                                   out +
+                                   "/metrics.jsonl ] && break; sleep 0.05; done; "
+                                   // the guard's own output goes nowhere: ctest would wait for its sleep to close the pipe
+                                   "kill -TERM $pid; (sleep 60; kill -KILL $pid) >/dev/null 2>&1 </dev/null & guard=$!; "
+                                   "wait $pid; echo $? > exit_code.txt; kill $guard 2>/dev/null; true";
+        ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << script;
+        std::ifstream code(dir + "/exit_code.txt");
+        int exit_code = -1;
+        code >> exit_code;
+        const std::string said = file_text(dir + "/stderr.txt");
+        EXPECT_EQ(exit_code, 143) << said;
+        ASSERT_TRUE(fs::is_symlink(out + "/latest")) << "no checkpoint was written";
+        EXPECT_TRUE(fs::exists(out + "/latest/trainer_state.json"));
+        EXPECT_CONTAINS(said, "grove: stopped by signal; checkpoint written to");
+        EXPECT_EQ(said.find("failed"), std::string::npos) << said;
+    }
 }
 
 // `grove export --merge` merges any adapter plugin through the ABI's merged_delta: a rank-1 adapter
