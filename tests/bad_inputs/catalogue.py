@@ -166,6 +166,15 @@ case("manifest", "a save_steps that is neither whole nor a fraction below 1 (tra
 case("manifest", "eval_steps with eval_strategy = \"epoch\" (it would do nothing)",
      "check grove.toml --set train.eval_strategy='\"epoch\"' --set train.eval_steps=4", 3,
      "remove eval_steps, or set eval_strategy", run_folder())
+case("manifest", "save_strategy = \"best\" without metric_for_best_model (nothing to compare)",
+     "check grove.toml --set output.save_strategy='\"best\"' --set train.eval_steps=1 "
+     "--set data.eval_source='\"prompts.jsonl\"'", 3, "which is unset: set it", run_folder())
+case("manifest", "load_best_model_at_end with save_steps not a multiple of eval_steps (transformers refuses it too)",
+     "check grove.toml --set train.load_best_model_at_end=true --set train.eval_steps=3 --set output.save_steps=4 "
+     "--set data.eval_source='\"prompts.jsonl\"'", 3, "is not a multiple of train.eval_steps", run_folder())
+case("manifest", "load_best_model_at_end in grove train with its default metric, loss (GRPO's evaluation has no eval_loss)",
+     "train grove.toml --set train.load_best_model_at_end=true --set train.eval_steps=1 --set output.save_steps=1 "
+     "--set data.eval_source='\"prompts.jsonl\"'", 3, "the run's evaluation logs no eval_loss", run_folder())
 case("manifest", "router_aux_loss_coef for a model without experts (no load-balancing loss to weight)",
      "check grove.toml --set loss.router_aux_loss_coef=0.01", 3, "has no experts, so there is no load-balancing loss to weight",
      run_folder())

@@ -92,5 +92,8 @@ EvaluationResult evaluate(const LoadedEvaluator& loaded, const EvaluationRequest
 // eval_tools/call_frequency with an environment. Every rank calls it.
 std::map<std::string, double> evaluation_metrics(const EvaluationResult& result, const LoadedEvaluator& loaded,
                                                  const EvaluationRequest& request, ProcessGroup* group = nullptr);
+// The names evaluation_metrics() gives `loaded` and `request`, known before anything is evaluated
+// (train.metric_for_best_model is checked against them before the first step).
+std::vector<std::string> evaluation_metric_names(const LoadedEvaluator& loaded, const EvaluationRequest& request);
 
 }  // namespace grove

@@ -109,18 +109,27 @@ struct LossSection {
     std::optional<double> sampling_clip_min, sampling_clip_max;
 };
 
-// TrainingArguments' save_strategy, eval_strategy and logging_strategy: "no" | "steps" | "epoch"
-enum class IntervalStrategy { no, steps, epoch };
+// TrainingArguments' save_strategy, eval_strategy and logging_strategy: "no" | "steps" | "epoch", and
+// for save_strategy alone "best" (after an evaluation that improves train.metric_for_best_model)
+enum class IntervalStrategy { no, steps, epoch, best };
 
 // When a run saves, evaluates or prints: every `steps` optimizer steps (below 1: that fraction of the
 // run's steps, rounded up, as transformers reads save_steps, eval_steps and logging_steps), at the
-// end of each epoch, or never.
+// end of each epoch, or never ("best" is never due here: an evaluation decides).
 struct Interval {
     IntervalStrategy strategy = IntervalStrategy::no;
     double steps = 0;
     // whether optimizer step `step` (1-based) is one, in a run of `total` steps of which
     // `steps_per_epoch` make an epoch
     bool due(int64_t step, int64_t total, double steps_per_epoch) const;
+};
+
+// TrainingArguments' metric_for_best_model, greater_is_better and load_best_model_at_end: which
+// evaluation is the best so far, whose checkpoint save_total_limit never deletes (docs/training.md#the-best-checkpoint)
+struct BestModelSettings {
+    std::optional<std::string> metric;  // as the evaluation names it ("eval_reward"); unset: none tracked
+    bool greater_is_better = false;
+    bool load_at_end = false;  // the run's model is the best checkpoint's
 };
 
 struct TrainSection {
@@ -144,6 +153,7 @@ struct TrainSection {
     bool eval_on_start = false;                      // and before the first step (a step-0 line)
     int64_t per_device_eval_batch_size = 8;          // grove sft's evaluation batches
     int64_t num_generations_eval = 8;                // completions per held-out prompt (resolved)
+    BestModelSettings best_model;
 };
 
 struct OutputSection {

@@ -392,6 +392,19 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(key("train", "eval_on_start", T::boolean, "false",
                 "also evaluate before the first step (a line with step 0 in metrics.jsonl): the starting point"),
             "eval_on_start"),
+        trl(key("train", "metric_for_best_model", T::string, nullptr,
+                "the evaluation metric that picks the best checkpoint, as logged with or without eval_ (\"reward\", "
+                "\"rewards/NAME/mean\"; grove sft: \"loss\"): save_total_limit never deletes that checkpoint; "
+                "unset = \"loss\" with load_best_model_at_end, else none"),
+            "metric_for_best_model"),
+        trl(key("train", "greater_is_better", T::boolean, nullptr,
+                "whether a larger metric_for_best_model is better; unset = true unless its name ends in \"loss\""),
+            "greater_is_better"),
+        trl(key("train", "load_best_model_at_end", T::boolean, "false",
+                "at the run's end, write the best checkpoint's model (metric_for_best_model) into output.dir; needs "
+                "checkpoints where evaluations are (the same strategy, save_steps a multiple of eval_steps), or "
+                "output.save_strategy = \"best\""),
+            "load_best_model_at_end"),
         trl(range(key("train", "per_device_eval_batch_size", T::integer, "8",
                       "`grove sft`: held-out examples per evaluation batch (eval_loss weighs each batch's mean by its "
                       "size, as Trainer does)"),
@@ -454,9 +467,10 @@ const std::vector<KeySpec>& manifest_schema() {
 
         path(key("output", "dir", T::string, "\"output\"", "run folder: metrics, completions, checkpoints")),
         trl(pick(key("output", "save_strategy", T::string, "\"steps\"",
-                     "when to checkpoint: steps = every save_steps, epoch = at each epoch's end, no = not during the "
-                     "run; every run also writes one at its end (the trained model) and when a signal stops it"),
-                 "steps|epoch|no"),
+                     "when to checkpoint: steps = every save_steps, epoch = at each epoch's end, best = after an "
+                     "evaluation that improves train.metric_for_best_model, no = not during the run; every run also "
+                     "writes one at its end (the trained model) and when a signal stops it"),
+                 "steps|epoch|best|no"),
             "save_strategy"),
         trl(range(key("output", "save_steps", T::number, "500",
                       "save_strategy = \"steps\": checkpoint every N optimizer steps (below 1: that fraction of the "

@@ -26,6 +26,13 @@ IntervalStrategy interval_strategy_from_name(const std::string& name) {
         name, {{"no", IntervalStrategy::no}, {"steps", IntervalStrategy::steps}, {"epoch", IntervalStrategy::epoch}});
 }
 
+IntervalStrategy save_strategy_from_name(const std::string& name) {
+    return enum_from<IntervalStrategy>(name, {{"no", IntervalStrategy::no},
+                                              {"steps", IntervalStrategy::steps},
+                                              {"epoch", IntervalStrategy::epoch},
+                                              {"best", IntervalStrategy::best}});
+}
+
 std::string number_text(double value) {
     std::ostringstream text;
     text << value;
@@ -56,6 +63,73 @@ Interval evaluation_interval(const Manifest& m, const std::string& manifest_path
                                              "\"steps\", and this manifest has eval_strategy = \"" + *named +
                                              "\": remove eval_steps, or set eval_strategy = \"steps\"");
     return {strategy, eval_steps > 0 ? eval_steps : interval_steps(m, "logging.logging_steps", manifest_path)};
+}
+
+// load_best_model_at_end loads the checkpoint of an evaluation, so (save_strategy = "best" aside) every
+// evaluation must be saved: the same strategy, and save_steps a multiple of eval_steps, as transformers requires.
+void check_saves_follow_evaluations(const Interval& save, const Interval& eval, const std::string& manifest_path) {
+    auto name = [](IntervalStrategy s) {
+        return std::string(s == IntervalStrategy::steps ? "steps" : s == IntervalStrategy::epoch ? "epoch" : "no");
+    };
+    if (save.strategy != eval.strategy)
+        throw Error(ErrorKind::manifest, manifest_path +
+                                             ": train.load_best_model_at_end loads the checkpoint of the best "
+                                             "evaluation, so checkpoints must be written where evaluations are: "
+                                             "output.save_strategy is \"" +
+                                             name(save.strategy) + "\" and train.eval_strategy \"" + name(eval.strategy) +
+                                             "\"; make them equal, or set output.save_strategy = \"best\"");
+    if (save.strategy != IntervalStrategy::steps) return;
+    const bool save_fraction = save.steps < 1, eval_fraction = eval.steps < 1;
+    // both fractions: compared in millionths, as transformers works around their rounding
+    const bool multiple = save_fraction == eval_fraction &&
+                          (save_fraction ? std::fmod(std::round(save.steps * 1e6), std::round(eval.steps * 1e6)) == 0
+                                         : std::fmod(save.steps, eval.steps) == 0);
+    if (!multiple)
+        throw Error(ErrorKind::manifest, manifest_path +
+                                             ": train.load_best_model_at_end needs a checkpoint at every "
+                                             "evaluation: output.save_steps = " +
+                                             number_text(save.steps) +
+                                             " is not a multiple of train.eval_steps = " + number_text(eval.steps) +
+                                             (save_fraction != eval_fraction ? " (one is a fraction of the run, the other "
+                                                                               "a number of steps)"
+                                                                             : "") +
+                                             "; set save_steps to a multiple of eval_steps, or output.save_strategy = "
+                                             "\"best\"");
+}
+
+// train.metric_for_best_model (with or without its "eval_"; "loss" when only load_best_model_at_end is
+// set), greater_is_better (unset: true unless the name ends in "loss"), load_best_model_at_end, and
+// what they and output.save_strategy = "best" need: evaluations, and checkpoints where they are.
+BestModelSettings best_model_settings(const Manifest& m, const RunConfig& c) {
+    BestModelSettings b;
+    b.load_at_end = m.boolean("train.load_best_model_at_end");
+    std::optional<std::string> metric = m.optional_string("train.metric_for_best_model");
+    const std::optional<bool> greater = m.optional_boolean("train.greater_is_better");
+    const bool save_best = c.output.save.strategy == IntervalStrategy::best;
+    if (!metric && b.load_at_end) metric = "loss";  // transformers' default
+    if (!metric && save_best)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": output.save_strategy = \"best\" saves after an evaluation that "
+                                             "improves train.metric_for_best_model, which is unset: set it, "
+                                             "e.g. \"reward\" (grove train) or \"loss\" (grove sft)");
+    if (!metric && greater)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": train.greater_is_better says which way "
+                                             "train.metric_for_best_model improves, which is unset: set it, "
+                                             "or remove greater_is_better");
+    if (!metric) return b;
+    if (c.train.eval.strategy == IntervalStrategy::no)
+        throw Error(ErrorKind::manifest,
+                    c.manifest_path + ": " +
+                        (save_best       ? std::string("output.save_strategy = \"best\"")
+                         : b.load_at_end ? std::string("train.load_best_model_at_end")
+                                         : "train.metric_for_best_model = \"" + *metric + "\"") +
+                        " compares evaluations, and this run never evaluates: set train.eval_strategy (\"steps\" with "
+                        "eval_steps, or \"epoch\") and data.eval_source");
+    if (b.load_at_end && !save_best) check_saves_follow_evaluations(c.output.save, c.train.eval, c.manifest_path);
+    b.greater_is_better = greater.value_or(!(metric->size() >= 4 && metric->compare(metric->size() - 4, 4, "loss") == 0));
+    b.metric = metric->rfind("eval_", 0) == 0 ? *metric : "eval_" + *metric;
+    return b;
 }
 
 // Each lr_scheduler_kwargs key belongs to its schedules: set with another it would do nothing, so it is
@@ -336,9 +410,10 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
                                              "row (TRL refuses max_length=None with packing too)");
 
     c.output.dir = m.string("output.dir");
-    c.output.save = {interval_strategy_from_name(m.string("output.save_strategy")),
+    c.output.save = {save_strategy_from_name(m.string("output.save_strategy")),
                      interval_steps(m, "output.save_steps", c.manifest_path)};
     c.output.save_total_limit = m.optional_integer("output.save_total_limit");
+    c.train.best_model = best_model_settings(m, c);
     c.logging.progress_lines = {interval_strategy_from_name(m.string("logging.logging_strategy")),
                                 interval_steps(m, "logging.logging_steps", c.manifest_path)};
     c.logging.log_completions = m.boolean("logging.log_completions");
@@ -386,6 +461,7 @@ std::string no_reward_message(const std::string& where) {
 bool Interval::due(int64_t step, int64_t total, double steps_per_epoch) const {
     switch (strategy) {
         case IntervalStrategy::no:
+        case IntervalStrategy::best:
             return false;
         case IntervalStrategy::steps: {
             const int64_t every = steps < 1 ? int64_t(std::ceil(steps * double(total))) : int64_t(steps);

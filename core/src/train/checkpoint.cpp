@@ -111,6 +111,9 @@ json progress_json(const TrainingProgress& p) {
                // JSON has no infinity: null = no entropy measured yet
                {"last_world_entropy", std::isfinite(p.entropy.last_entropy) ? json(p.entropy.last_entropy) : json(nullptr)}};
     if (p.rollouts_bytes) st["rollouts_bytes"] = *p.rollouts_bytes;
+    // transformers' names (its best_model_checkpoint, a folder, is added where the run's folder is known)
+    st["best_metric"] = p.best.metric && std::isfinite(*p.best.metric) ? json(*p.best.metric) : json(nullptr);
+    st["best_global_step"] = p.best.step ? json(*p.best.step) : json(nullptr);
     return st;
 }
 
@@ -131,7 +134,27 @@ TrainingProgress progress_from_json(const json& st, TrainingProgress p, const st
         p.entropy.last_entropy = json_number(st["last_world_entropy"], file + ": last_world_entropy");
     p.rollouts_bytes.reset();  // a checkpoint without it (older, or no rollouts written) leaves the file as it is
     if (st.contains("rollouts_bytes")) p.rollouts_bytes = count("rollouts_bytes");
+    p.best = {};
+    if (st.contains("best_metric") && !st["best_metric"].is_null())
+        p.best.metric = json_number(st["best_metric"], file + ": best_metric");
+    if (st.contains("best_global_step") && !st["best_global_step"].is_null()) p.best.step = count("best_global_step");
+    if (st.contains("best_model_checkpoint") && st["best_model_checkpoint"].is_string())
+        p.best.checkpoint = checkpoint_step(fs::path(st["best_model_checkpoint"].get<std::string>()).filename().string());
     return p;
+}
+
+// A tensor of a checkpoint's file, of the run's `shape`: another shape means another model or adapter.
+at::Tensor saved_tensor(const SafetensorsFile& f, const std::string& name, at::IntArrayRef shape) {
+    const TensorEntry* e = f.find(name);
+    if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
+    at::Tensor saved = tensor_from_entry(*e, f.path());
+    if (saved.sizes() != shape)
+        throw Error(ErrorKind::input, f.path() + ": \"" + name + "\" is " + shape_text(saved.sizes().vec()) +
+                                          " but this run's tensor is " + shape_text(shape.vec()) +
+                                          ": the checkpoint was written for another model or [adapter] (model.path or "
+                                          "the adapter's config changed?); resume with the manifest it was written "
+                                          "with, or start again with --overwrite");
+    return saved;
 }
 
 // Every file of a checkpoint folder but trainer_state.json (which records them), with its size and
@@ -213,6 +236,11 @@ RunStart run_start(const std::string& output, const std::string& model_path, con
     return start;
 }
 
+bool checkpoint_due(const OutputSection& output, int64_t step, int64_t total, double steps_per_epoch, bool new_best) {
+    if (step == total) return true;
+    return output.save.strategy == IntervalStrategy::best ? new_best : output.save.due(step, total, steps_per_epoch);
+}
+
 void seed_step_randomness(int64_t seed, int64_t step) {
     // splitmix64's mix, so that neighbouring steps (and seeds) get unrelated generator states
     uint64_t x = uint64_t(seed) * 0x9E3779B97F4A7C15ull + uint64_t(step) + 1;
@@ -274,6 +302,7 @@ std::string Checkpoints::resume_advice(const std::string& damaged) const {
 std::string Checkpoints::save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
                               const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last) {
     const std::string name = checkpoint_name(state.progress.global_step);
+    if (state.progress.best.step == state.progress.global_step) state.progress.best.checkpoint = state.progress.global_step;
     try {
         return write(state, inside_generation_batch, manifest_path, export_model, keep_last);
     } catch (const std::exception& e) {  // a full disk, a folder made read-only: the earlier checkpoints are whole
@@ -318,6 +347,8 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     if (state.reference_moves) save_tensors((tmp / kReferenceFile).string(), state.reference);
     test_kill_point("save", progress.global_step);
     json st = progress_json(progress);
+    if (progress.best.checkpoint)
+        st["best_model_checkpoint"] = (fs::path(output_) / checkpoint_name(*progress.best.checkpoint)).string();
     st["optimizer_steps"] = state.optimizer.steps();
     st["optimizer"] = optimizer_name(state.optimizer.kind());
     st["world_size"] = world_size_;
@@ -333,11 +364,9 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     fs::remove(tmp_link);
     fs::create_directory_symlink(name, tmp_link);
     fs::rename(tmp_link, link);
-    if (keep_last) {
-        auto steps = checkpoint_steps(output_);
-        for (size_t i = 0; i + size_t(*keep_last) < steps.size(); ++i)
-            fs::remove_all(fs::path(output_) / checkpoint_name(steps[i]));
-    }
+    if (keep_last)
+        for (int64_t step : checkpoints_beyond_limit(checkpoint_steps(output_), *keep_last, progress.best.checkpoint))
+            fs::remove_all(fs::path(output_) / checkpoint_name(step));
     if (group_) group_->barrier();
     return final_dir.string();
 }
@@ -464,35 +493,22 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
                                           ": resume with the optimizer it was written with, or start again with --overwrite");
     SafetensorsFile weights((fs::path(dir) / "trainable.safetensors").string());
     SafetensorsFile optimizer((fs::path(dir) / "optimizer.safetensors").string());
-    // a tensor of the checkpoint, of the run's `shape`: another shape means another model or adapter
-    auto load = [&](const SafetensorsFile& f, const std::string& name, at::IntArrayRef shape) {
-        const TensorEntry* e = f.find(name);
-        if (!e) throw Error(ErrorKind::input, f.path() + ": missing \"" + name + "\" (was the manifest changed?)");
-        at::Tensor saved = tensor_from_entry(*e, f.path());
-        if (saved.sizes() != shape)
-            throw Error(ErrorKind::input, f.path() + ": \"" + name + "\" is " + shape_text(saved.sizes().vec()) +
-                                              " but this run's tensor is " + shape_text(shape.vec()) +
-                                              ": the checkpoint was written for another model or [adapter] (model.path or "
-                                              "the adapter's config changed?); resume with the manifest it was written "
-                                              "with, or start again with --overwrite");
-        return saved;
-    };
     std::vector<std::vector<at::Tensor>> optimizer_state(state.trainable.size());
     {
         at::NoGradGuard no_grad;
         for (size_t i = 0; i < state.trainable.size(); ++i) {
             at::Tensor p = state.trainable[i];
-            p.copy_(load(weights, "p" + std::to_string(i), p.sizes()));
+            p.copy_(saved_tensor(weights, "p" + std::to_string(i), p.sizes()));
             if (!state.optimizer.updates(i)) continue;  // sharded: this rank's share only
             for (const OptimizerSlot& slot : state.optimizer.slots(i))
-                optimizer_state[i].push_back(load(optimizer, slot.name + "." + std::to_string(i), slot.shape));
+                optimizer_state[i].push_back(saved_tensor(optimizer, slot.name + "." + std::to_string(i), slot.shape));
         }
     }
     state.optimizer.restore(optimizer_steps, optimizer_state);
     if (const fs::path file = fs::path(dir) / kReferenceFile; !state.reference.empty() && fs::exists(file)) {
         SafetensorsFile reference(file.string());
         at::NoGradGuard no_grad;
-        for (auto& [name, tensor] : state.reference) tensor.copy_(load(reference, name, tensor.sizes()));
+        for (auto& [name, tensor] : state.reference) tensor.copy_(saved_tensor(reference, name, tensor.sizes()));
         state.reference_restored = true;
     }
     const fs::path buffer_file = fs::path(dir) / buffer_file_name(rank_);
@@ -503,6 +519,39 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         progress.generation_tokens = 0;
     }
     state.progress = progress;
+}
+
+void Checkpoints::restore_trainable(int64_t step, const std::vector<at::Tensor>& trainable) const {
+    const fs::path dir = fs::path(output_) / checkpoint_name(step);
+    const std::string state_file = (dir / "trainer_state.json").string();
+    std::ifstream in(state_file);
+    const json st = json::parse(in, nullptr, false);
+    if (!in || st.is_discarded() || !st.is_object() || !st.contains("files"))
+        throw Error(ErrorKind::input, state_file + " is missing or damaged: the checkpoint cannot be loaded");
+    verify_files(dir.string(), st["files"]);
+    SafetensorsFile weights((dir / "trainable.safetensors").string());
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < trainable.size(); ++i) {
+        at::Tensor p = trainable[i];
+        p.copy_(saved_tensor(weights, "p" + std::to_string(i), p.sizes()));
+    }
+}
+
+bool Checkpoints::load_best(const BestModelSettings& settings, const BestSoFar& best, const std::vector<at::Tensor>& trainable,
+                            std::ostream* log) const {
+    if (!settings.load_at_end) return false;
+    const std::string metric = settings.metric.value_or("eval_loss");
+    if (!best.checkpoint) {
+        if (log)
+            *log << "grove: train.load_best_model_at_end: no checkpoint holds an evaluation of " << metric
+                 << " (none ran, or none was saved), so the model is the last step's\n";
+        return false;
+    }
+    restore_trainable(*best.checkpoint, trainable);
+    if (log)
+        *log << "grove: train.load_best_model_at_end: the model is " << checkpoint_name(*best.checkpoint) << "'s, whose "
+             << metric << " " << best.metric.value_or(NAN) << " was the best\n";
+    return true;
 }
 
 }  // namespace grove

@@ -19,6 +19,8 @@
 
 #include "grove/manifest.hpp"
 #include "grove/policy_loss.hpp"
+#include "grove/run_config.hpp"
+#include "train/best_checkpoint.hpp"
 #include "train/micro_batches.hpp"
 #include "train/rollout.hpp"
 
@@ -36,6 +38,7 @@ struct TrainingProgress {
     // rollouts.jsonl's length when the checkpoint was written (rank 0 writes it); unset when it was
     // not being written. A resume cuts the file back to it, since the steps after are rerun.
     std::optional<int64_t> rollouts_bytes;
+    BestSoFar best;  // train.metric_for_best_model's best evaluation
 };
 
 // What a checkpoint saves and restores, by reference to the trainer's own.
@@ -82,6 +85,10 @@ Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::s
 // model loads, so a read-only or missing folder costs seconds, not the steps before a checkpoint.
 void prepare_output_folder(const std::string& output_dir, bool clear);
 
+// Whether a checkpoint is written after optimizer step `step` of `total`: where output.save_strategy
+// says (under "best", after an evaluation that found a new best: `new_best`), and at the run's last step.
+bool checkpoint_due(const OutputSection& output, int64_t step, int64_t total, double steps_per_epoch, bool new_best);
+
 // Torch's random generator (the adapter's dropout masks) is not in a checkpoint: every optimizer step
 // reseeds it from the run's seed and the step's index, so a resumed run draws what a straight one drew.
 void seed_step_randomness(int64_t seed, int64_t step);
@@ -109,9 +116,14 @@ public:
     // Writes checkpoint-<global_step> (every rank calls it): files under .tmp-checkpoint-<step>, their
     // checksums into trainer_state.json last, then a rename. A failure (a full disk, a read-only
     // folder) removes the partial folder and throws an error naming the last whole checkpoint. `export_model(folder)` writes the model
-    // files users load (rank 0 only). Keeps only the newest `keep_last` checkpoints when set.
+    // files users load (rank 0 only). When the step is the best evaluation's, state.progress.best
+    // records that this checkpoint holds it. With `keep_last` (save_total_limit) set, older
+    // checkpoints beyond it are deleted, never the best one (checkpoints_beyond_limit).
     std::string save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
                      const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
+    // Copies the trainable tensors saved in checkpoint-<step> into `trainable` (load_best_model_at_end),
+    // its files checked against their checksums first.
+    void restore_trainable(int64_t step, const std::vector<at::Tensor>& trainable) const;
     // `folder` is a checkpoint folder or "latest". Every file is checked against the sizes and
     // checksums written with it; errors name the file and the checkpoint to resume from instead.
     void restore(const std::string& folder, CheckpointedState& state) const;
@@ -122,6 +134,12 @@ public:
     // Writes a warning to `log` (when set) naming changed_settings(folder), if any: a resumed run
     // repeats the original only with the same settings.
     void warn_of_changed_settings(const std::string& folder, std::ostream* log) const;
+
+    // train.load_best_model_at_end, once the run has finished: the best checkpoint's trainable tensors
+    // into `trainable`, with a line to `log` (when set) naming it; without one (no evaluation was
+    // saved) the line says the last step's model stays. True when it loaded.
+    bool load_best(const BestModelSettings& settings, const BestSoFar& best, const std::vector<at::Tensor>& trainable,
+                   std::ostream* log) const;
 
 private:
     std::string write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,

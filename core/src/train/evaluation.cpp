@@ -253,4 +253,15 @@ std::map<std::string, double> evaluation_metrics(const EvaluationResult& result,
     return m;
 }
 
+std::vector<std::string> evaluation_metric_names(const LoadedEvaluator& loaded, const EvaluationRequest& request) {
+    // one group of placeholder rows, every column scored, gives every key evaluation_metrics writes
+    EvaluationRow row;
+    for (const PluginUse& column : reward_columns(loaded, request)) row.rewards[column.name] = 0.0f;
+    EvaluationResult placeholder;
+    placeholder.rows.assign(size_t(std::max<int64_t>(1, request.samples)), row);
+    std::vector<std::string> names;
+    for (const auto& [name, value] : evaluation_metrics(placeholder, loaded, request)) names.push_back(name);
+    return names;
+}
+
 }  // namespace grove

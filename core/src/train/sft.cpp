@@ -308,17 +308,22 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
         }
         held_out = load_sft_examples(*c.data.eval_source, held_out_options, *tokenizer, chat, eos, log);
     }
-    auto evaluate = [&] {
+    auto evaluate = [&](const std::vector<SftExample>& examples) {
         const auto started = std::chrono::steady_clock::now();
         adapter_host.set_training(false);  // Trainer.evaluate puts the model in eval mode
         AutocastScope autocast(autocast_device);
-        auto figures = sft_evaluate(*model, held_out, c.train.per_device_eval_batch_size, objective);
+        auto figures = sft_evaluate(*model, examples, c.train.per_device_eval_batch_size, objective);
         adapter_host.set_training(true);
         figures["eval_num_tokens"] = double(progress.num_tokens);
         figures["eval_runtime"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         return figures;
     };
-    if (c.train.eval_on_start && progress.global_step == 0) run_log.write_metrics(0, evaluate());
+    if (c.train.best_model.metric && !held_out.empty()) {  // one example's evaluation names every metric
+        std::vector<std::string> evaluated;
+        for (const auto& [name, value] : evaluate({held_out.front()})) evaluated.push_back(name);
+        check_metric_is_evaluated(c.train.best_model, evaluated, c.manifest_path);
+    }
+    if (c.train.eval_on_start && progress.global_step == 0) run_log.write_metrics(0, evaluate(held_out));
 
     SftResult result;
     for (int64_t step = progress.global_step; step < total; ++step) {
@@ -345,16 +350,19 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
         if (stepped.aux_loss) logged["aux_loss"] = *stepped.aux_loss;
         // seconds of the step's passes and update (grove train's step_time), before any evaluation
         logged["step_time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        if (c.train.eval.due(step + 1, total, epoch_steps)) logged.merge(evaluate());
+        const bool evaluated = c.train.eval.due(step + 1, total, epoch_steps);
+        if (evaluated) logged.merge(evaluate(held_out));
+        const bool new_best = evaluated && record_evaluation(c.train.best_model, logged, step + 1, progress.best);
         run_log.write_metrics(step + 1, logged);
         const Interval& lines = c.logging.progress_lines;
         if (log && lines.strategy != IntervalStrategy::no && (lines.due(step + 1, total, epoch_steps) || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm
                  << (logged.count("eval_loss") ? "  eval_loss " + std::to_string(logged.at("eval_loss")) : "") << "\n"
                  << std::flush;
-        if (c.output.save.due(step + 1, total, epoch_steps) || step + 1 == total)
+        if (checkpoint_due(c.output, step + 1, total, epoch_steps, new_best))
             checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);
     }
+    checkpoints.load_best(c.train.best_model, progress.best, params, log);
     export_model(output);
     result.output = output;
     return result;

@@ -202,6 +202,14 @@ void Trainer::State::load() {
     chat_template = c.chat_template(tokenizer->config());
 
     rewards = std::make_unique<RewardSet>(*host, c.rewards, reward_model_factory(model->device().str()));
+    if (c.train.best_model.metric) {  // a misnamed metric fails now, not at the first evaluation
+        EvaluationRequest request = evaluation_request(c);
+        request.samples = c.train.num_generations_eval;
+        std::vector<std::string> evaluated =
+            evaluation_metric_names({*model, *tokenizer, *rewards, environment.get()}, request);
+        evaluated.push_back("eval_runtime");
+        check_metric_is_evaluated(c.train.best_model, evaluated, c.manifest_path);
+    }
     adapter = std::make_unique<PluginInstance>(create_plugin(*host, c.adapter, GROVE_PLUGIN_KIND_ADAPTER));
     reduction = std::make_unique<PluginInstance>(create_plugin(*host, c.reduction, GROVE_PLUGIN_KIND_REDUCTION));
     objective = std::make_unique<PluginInstance>(create_plugin(*host, c.objective, GROVE_PLUGIN_KIND_OBJECTIVE));
@@ -690,8 +698,10 @@ int64_t Trainer::run() {
         if (s.options.log && s.options.rank == 0) print_progress(metrics, ran, seconds_since(start));
         bool stop = g_stop_requested != 0;
         if (s.options.group) stop = s.options.group->max(stop ? 1.0 : 0.0) != 0.0;  // all ranks stop at the same step
-        if (c.output.save.due(s.progress.global_step, s.total, s.steps_per_epoch) || s.progress.global_step == s.total ||
-            stop) {
+        // every rank has the same evaluation metrics, so every rank finds the same best
+        const bool new_best = c.train.eval.due(s.progress.global_step, s.total, s.steps_per_epoch) &&
+                              record_evaluation(c.train.best_model, metrics, s.progress.global_step, s.progress.best);
+        if (checkpoint_due(c.output, s.progress.global_step, s.total, s.steps_per_epoch, new_best) || stop) {
             std::string dir = save_checkpoint();
             if (s.options.log && stop && s.options.rank == 0)
                 *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
@@ -699,6 +709,10 @@ int64_t Trainer::run() {
         if (stop) break;
     }
     s.stop_signal = int(g_stop_requested);
+    // load_best_model_at_end: the best checkpoint's model beside the checkpoints, as TRL's save_model() writes it
+    if (s.progress.global_step == s.total && s.options.rank == 0 &&
+        s.checkpoints->load_best(c.train.best_model, s.progress.best, s.params, s.options.log))
+        s.export_model(c.output.dir);
     if (s.options.log && ran > 0 && s.options.rank == 0) {
         if (s.options.progress_bar && s.progress.global_step != s.total) *s.options.log << "\n";
         const double elapsed = seconds_since(start);

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,25 @@ void write_pairs(const std::string& path) {
     for (int i = 0; i < 8; ++i)
         data << nlohmann::json({{"prompt", std::to_string(i) + " + 2 ="}, {"completion", " " + std::to_string(i + 2)}}).dump()
              << "\n";
+}
+
+// Whether two model folders hold the same tensors in model.safetensors.
+bool same_weights(const std::string& a_folder, const std::string& b_folder) {
+    grove::SafetensorsFile a(a_folder + "/model.safetensors"), b(b_folder + "/model.safetensors");
+    for (const auto& t : a.tensors()) {
+        const grove::TensorEntry* other = b.find(t.name);
+        if (!other || !at::equal(grove::tensor_from_entry(t, a.path()), grove::tensor_from_entry(*other, b.path())))
+            return false;
+    }
+    return true;
+}
+
+std::set<int64_t> checkpoint_steps_in(const std::string& output) {
+    std::set<int64_t> steps;
+    for (const auto& entry : fs::directory_iterator(output))
+        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
+            steps.insert(std::stoll(folder.substr(11)));
+    return steps;
 }
 }  // namespace
 
@@ -478,6 +498,75 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
     EXPECT_NEAR(packed_run("packed_eval", ""), grove::sft_evaluate(*model, packed_held_out, 3, {}).at("eval_loss"), 1e-6);
     EXPECT_NEAR(packed_run("unpacked_eval", "--set sft.eval_packing=false"),
                 grove::sft_evaluate(*model, unpacked_held_out, 3, {}).at("eval_loss"), 1e-6);
+}
+
+// train.metric_for_best_model = "loss" with greater_is_better = true: the loss falls, so the first
+// evaluation stays the best. save_total_limit = 2 then keeps it beside the newest checkpoint (as
+// transformers rotates them; BestCheckpoint.* compares the rotation itself), trainer_state.json names
+// it as transformers does, a resume goes on from the best it saved, and load_best_model_at_end
+// writes its model into output.dir at the end. save_strategy = "best" saves only new bests.
+TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_best";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    write_pairs(dir + "/pairs.jsonl");
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
+                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
+                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 3e-3\nmax_steps = 4\n"
+                                        "lr_scheduler_type = \"constant\"\neval_steps = 1\nmetric_for_best_model = \"loss\"\n"
+                                        "greater_is_better = true\nload_best_model_at_end = true\n"
+                                        "[output]\nsave_steps = 1\nsave_total_limit = 2\n";
+    auto run = [&](const std::string& out, const std::string& extra) {
+        auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir + "/" + out + "\"' " + extra +
+                                        " 2>&1");
+        EXPECT_EQ(r.exit_code, 0) << r.out;
+        return r.out;
+    };
+    const std::string out = dir + "/straight";
+    const std::string log = run("straight", "");
+    std::vector<double> eval_losses;
+    {
+        std::ifstream in(out + "/metrics.jsonl");
+        for (std::string line; std::getline(in, line);) eval_losses.push_back(nlohmann::json::parse(line)["eval_loss"]);
+    }
+    ASSERT_EQ(eval_losses.size(), 4u);
+    for (size_t i = 1; i < 4; ++i) ASSERT_LT(eval_losses[i], eval_losses[i - 1]) << "the loss falls at every step";
+
+    EXPECT_EQ(checkpoint_steps_in(out), (std::set<int64_t>{1, 4})) << "the best (1) and the newest";
+    std::ifstream state_file(out + "/checkpoint-4/trainer_state.json");
+    const auto state = nlohmann::json::parse(state_file);
+    EXPECT_EQ(state["best_global_step"], 1);
+    EXPECT_EQ(state["best_metric"].get<double>(), eval_losses[0]);
+    EXPECT_EQ(state["best_model_checkpoint"], out + "/checkpoint-1");
+    EXPECT_TRUE(same_weights(out, out + "/checkpoint-1")) << "output.dir has the best checkpoint's model";
+    EXPECT_FALSE(same_weights(out, out + "/checkpoint-4"));
+    EXPECT_CONTAINS(log, "train.load_best_model_at_end: the model is checkpoint-1's, whose eval_loss");
+
+    // stopped after step 2 and resumed: the best comes back with the checkpoint
+    run("resumed", "--set train.max_steps=2");
+    run("resumed", "--resume");
+    EXPECT_EQ(checkpoint_steps_in(dir + "/resumed"), (std::set<int64_t>{1, 4}));
+    EXPECT_TRUE(same_weights(dir + "/resumed", out));
+    EXPECT_TRUE(same_weights(dir + "/resumed/checkpoint-4", out + "/checkpoint-4"));
+
+    // save_strategy = "best": a checkpoint after each new best, and the run's last
+    run("only_best", "--set 'output.save_strategy=\"best\"' --set output.save_total_limit=100");
+    EXPECT_EQ(checkpoint_steps_in(dir + "/only_best"), (std::set<int64_t>{1, 4}));
+    run("every_best",
+        "--set 'output.save_strategy=\"best\"' --set output.save_total_limit=100 --set train.greater_is_better=false");
+    EXPECT_EQ(checkpoint_steps_in(dir + "/every_best"), (std::set<int64_t>{1, 2, 3, 4})) << "each evaluation improves";
+    EXPECT_TRUE(same_weights(dir + "/every_best", dir + "/every_best/checkpoint-4"));
+
+    // a metric grove sft's evaluation does not log is refused before the first step
+    auto refused = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir +
+                                          "/refused\"' --set 'train.metric_for_best_model=\"reward\"' 2>&1");
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_CONTAINS(refused.out,
+                    "train.metric_for_best_model = \"reward\": the run's evaluation logs no eval_reward; it "
+                    "logs entropy, loss, mean_token_accuracy, num_tokens, runtime");
+    EXPECT_FALSE(fs::exists(dir + "/refused/checkpoint-1"));
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's

@@ -1489,6 +1489,78 @@ TEST(Trainer, StrategiesSaveEvaluateAndPrintWhereTransformersWould) {
     EXPECT_TRUE(not_printed.empty());
 }
 
+// train.metric_for_best_model on grove train's evaluation (here eval_reward with greater_is_better =
+// false, so that an earlier evaluation than the last is the best: the reward rises a little over
+// this run), load_best_model_at_end and save_total_limit = 1: the best evaluation's
+// checkpoint is kept beside the last one, and its model is written into output.dir at the end.
+// save_strategy = "best" saves after each new best. The default metric, "loss", is refused: TRL's
+// GRPO evaluation loss is not computed by Grove.
+TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
+    const std::vector<std::string> settings{"train.max_steps=6",
+                                            "data.eval_source=\"prompts.jsonl\"",
+                                            "train.num_generations_eval=2",
+                                            "train.eval_steps=2",
+                                            "train.metric_for_best_model=\"reward\"",
+                                            "train.greater_is_better=false",
+                                            "train.load_best_model_at_end=true"};
+    auto run = [&](const std::string& name, const std::vector<std::string>& more, std::string* log_text = nullptr) {
+        std::vector<std::string> all = settings;
+        all.insert(all.end(), more.begin(), more.end());
+        const auto m = manifest(name, all);
+        grove::TrainerOptions options = fresh();
+        std::ostringstream log;
+        options.log = &log;
+        grove::Trainer(m, options).run();
+        if (log_text) *log_text = log.str();
+        return m.string("output.dir");
+    };
+    auto checkpoints_in = [](const std::string& out) {
+        std::set<int64_t> steps;
+        for (const auto& entry : fs::directory_iterator(out))
+            if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
+                steps.insert(std::stoll(folder.substr(11)));
+        return steps;
+    };
+    auto model_of = [](const std::string& folder) {
+        auto model = grove::Model::load(folder, "cpu", "float32");
+        return snapshot(*model);
+    };
+    std::string log;
+    const std::string out = run("best_kept", {"output.save_steps=2", "output.save_total_limit=1"}, &log);
+    // the best as transformers' _determine_best_metric finds it: strictly better than every earlier one
+    int64_t best_step = 0;
+    double best_reward = 0;
+    std::set<int64_t> new_bests;
+    for (const auto& line : metric_lines(out + "/metrics.jsonl"))
+        if (line.contains("eval_reward"))
+            if (const double reward = line["eval_reward"]; best_step == 0 || reward < best_reward) {
+                best_step = line["step"], best_reward = reward;
+                new_bests.insert(best_step);
+            }
+    ASSERT_NE(best_step, 0);
+    ASSERT_NE(best_step, 6) << "an earlier evaluation is the best here (the case this test is for)";
+    EXPECT_EQ(checkpoints_in(out), (std::set<int64_t>{best_step, 6})) << "save_total_limit = 1 keeps the best and the last";
+    std::ifstream state_file(out + "/checkpoint-6/trainer_state.json");
+    const auto state = nlohmann::json::parse(state_file);
+    EXPECT_EQ(state["best_global_step"], best_step);
+    EXPECT_EQ(state["best_metric"].get<double>(), best_reward);
+    EXPECT_EQ(max_difference(model_of(out), model_of(out + "/checkpoint-" + std::to_string(best_step))), 0.0);
+    EXPECT_GT(max_difference(model_of(out), model_of(out + "/checkpoint-6")), 0.0);
+    EXPECT_CONTAINS(log, "the model is checkpoint-" + std::to_string(best_step) + "'s, whose eval_reward");
+
+    std::set<int64_t> saved_at_bests = new_bests;
+    saved_at_bests.insert(6);
+    EXPECT_EQ(checkpoints_in(run("best_saved", {"output.save_strategy=\"best\""})), saved_at_bests);
+
+    EXPECT_CONTAINS(grove::test::error_message([] {
+                        grove::Trainer(manifest("best_loss", {"data.eval_source=\"prompts.jsonl\"", "train.eval_steps=2",
+                                                              "output.save_steps=2", "train.load_best_model_at_end=true"}),
+                                       fresh());
+                    }),
+                    "train.metric_for_best_model = \"loss\": the run's evaluation logs no eval_loss; it logs "
+                    "completions/clipped_ratio, completions/max_length");
+}
+
 // train.eval_on_start (TRL's eval_on_start): the starting point, as a step-0 line of metrics.jsonl
 // holding only the evaluation, equal to `grove eval` of the model before training.
 TEST(Trainer, EvaluationOnStartIsAStepZeroLine) {
