@@ -172,6 +172,9 @@ case("manifest", "save_strategy = \"best\" without metric_for_best_model (nothin
 case("manifest", "load_best_model_at_end with save_steps not a multiple of eval_steps (transformers refuses it too)",
      "check grove.toml --set train.load_best_model_at_end=true --set train.eval_steps=3 --set output.save_steps=4 "
      "--set data.eval_source='\"prompts.jsonl\"'", 3, "is not a multiple of train.eval_steps", run_folder())
+case("manifest", "early_stopping_patience without metric_for_best_model (EarlyStoppingCallback asserts it too)",
+     "check grove.toml --set train.early_stopping_patience=3 --set train.eval_steps=1 "
+     "--set data.eval_source='\"prompts.jsonl\"'", 3, "train.early_stopping_patience stops the run when", run_folder())
 case("manifest", "load_best_model_at_end in grove train with its default metric, loss (GRPO's evaluation has no eval_loss)",
      "train grove.toml --set train.load_best_model_at_end=true --set train.eval_steps=1 --set output.save_steps=1 "
      "--set data.eval_source='\"prompts.jsonl\"'", 3, "the run's evaluation logs no eval_loss", run_folder())

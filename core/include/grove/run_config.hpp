@@ -130,6 +130,10 @@ struct BestModelSettings {
     std::optional<std::string> metric;  // as the evaluation names it ("eval_reward"); unset: none tracked
     bool greater_is_better = false;
     bool load_at_end = false;  // the run's model is the best checkpoint's
+    // transformers' EarlyStoppingCallback: stop after this many evaluations in a row that did not
+    // improve on the best by more than the threshold; unset: never
+    std::optional<int64_t> early_stopping_patience;
+    double early_stopping_threshold = 0;
 };
 
 struct TrainSection {

@@ -400,6 +400,15 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(key("train", "greater_is_better", T::boolean, nullptr,
                 "whether a larger metric_for_best_model is better; unset = true unless its name ends in \"loss\""),
             "greater_is_better"),
+        trl(range(key("train", "early_stopping_patience", T::integer, nullptr,
+                      "stop the run after this many evaluations in a row that do not improve metric_for_best_model "
+                      "on the best by more than early_stopping_threshold (EarlyStoppingCallback); unset = never"),
+                  1, kMaxCount),
+            "callbacks=[EarlyStoppingCallback(early_stopping_patience)]"),
+        trl(range(key("train", "early_stopping_threshold", T::number, "0",
+                      "the least change of metric_for_best_model that early stopping counts as an improvement"),
+                  0, kInf),
+            "EarlyStoppingCallback(early_stopping_threshold)"),
         trl(key("train", "load_best_model_at_end", T::boolean, "false",
                 "at the run's end, write the best checkpoint's model (metric_for_best_model) into output.dir; needs "
                 "checkpoints where evaluations are (the same strategy, save_steps a multiple of eval_steps), or "

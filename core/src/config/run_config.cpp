@@ -66,7 +66,7 @@ Interval evaluation_interval(const Manifest& m, const std::string& manifest_path
 }
 
 // load_best_model_at_end loads the checkpoint of an evaluation, so (save_strategy = "best" aside) every
-// evaluation must be saved: the same strategy, and save_steps a multiple of eval_steps, as transformers requires.
+// checkpoint must be at one: the same strategy, and save_steps a multiple of eval_steps, as transformers requires.
 void check_saves_follow_evaluations(const Interval& save, const Interval& eval, const std::string& manifest_path) {
     auto name = [](IntervalStrategy s) {
         return std::string(s == IntervalStrategy::steps ? "steps" : s == IntervalStrategy::epoch ? "epoch" : "no");
@@ -74,20 +74,20 @@ void check_saves_follow_evaluations(const Interval& save, const Interval& eval, 
     if (save.strategy != eval.strategy)
         throw Error(ErrorKind::manifest, manifest_path +
                                              ": train.load_best_model_at_end loads the checkpoint of the best "
-                                             "evaluation, so checkpoints must be written where evaluations are: "
+                                             "evaluation, so checkpoints must be written at evaluations: "
                                              "output.save_strategy is \"" +
                                              name(save.strategy) + "\" and train.eval_strategy \"" + name(eval.strategy) +
                                              "\"; make them equal, or set output.save_strategy = \"best\"");
     if (save.strategy != IntervalStrategy::steps) return;
     const bool save_fraction = save.steps < 1, eval_fraction = eval.steps < 1;
-    // both fractions: compared in millionths, as transformers works around their rounding
-    const bool multiple = save_fraction == eval_fraction &&
-                          (save_fraction ? std::fmod(std::round(save.steps * 1e6), std::round(eval.steps * 1e6)) == 0
-                                         : std::fmod(save.steps, eval.steps) == 0);
+    // transformers' test, as it writes it: two fractions are compared again in millionths, to forgive
+    // their rounding; a fraction and a whole number must divide exactly
+    const bool multiple = std::fmod(save.steps, eval.steps) == 0 ||
+                          (save_fraction && eval_fraction && std::fmod(save.steps * 1e6, eval.steps * 1e6) == 0);
     if (!multiple)
         throw Error(ErrorKind::manifest, manifest_path +
-                                             ": train.load_best_model_at_end needs a checkpoint at every "
-                                             "evaluation: output.save_steps = " +
+                                             ": train.load_best_model_at_end loads a checkpoint written at an "
+                                             "evaluation, so every checkpoint must be at one: output.save_steps = " +
                                              number_text(save.steps) +
                                              " is not a multiple of train.eval_steps = " + number_text(eval.steps) +
                                              (save_fraction != eval_fraction ? " (one is a fraction of the run, the other "
@@ -117,6 +117,18 @@ BestModelSettings best_model_settings(const Manifest& m, const RunConfig& c) {
                                              ": train.greater_is_better says which way "
                                              "train.metric_for_best_model improves, which is unset: set it, "
                                              "or remove greater_is_better");
+    b.early_stopping_patience = m.optional_integer("train.early_stopping_patience");
+    b.early_stopping_threshold = m.number("train.early_stopping_threshold");
+    if (!metric && b.early_stopping_patience)  // EarlyStoppingCallback asserts it too
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": train.early_stopping_patience stops the run when "
+                                             "train.metric_for_best_model stops improving, which is unset: set it, "
+                                             "e.g. \"reward\" (grove train) or \"loss\" (grove sft)");
+    if (b.early_stopping_threshold != 0 && !b.early_stopping_patience)
+        throw Error(ErrorKind::manifest, c.manifest_path +
+                                             ": train.early_stopping_threshold is the least improvement that early "
+                                             "stopping counts, and train.early_stopping_patience is unset: set it, "
+                                             "or remove the threshold");
     if (!metric) return b;
     if (c.train.eval.strategy == IntervalStrategy::no)
         throw Error(ErrorKind::manifest,

@@ -114,6 +114,7 @@ json progress_json(const TrainingProgress& p) {
     // transformers' names (its best_model_checkpoint, a folder, is added where the run's folder is known)
     st["best_metric"] = p.best.metric && std::isfinite(*p.best.metric) ? json(*p.best.metric) : json(nullptr);
     st["best_global_step"] = p.best.step ? json(*p.best.step) : json(nullptr);
+    st["early_stopping_patience_counter"] = p.best.evaluations_without_improvement;
     return st;
 }
 
@@ -138,6 +139,8 @@ TrainingProgress progress_from_json(const json& st, TrainingProgress p, const st
     if (st.contains("best_metric") && !st["best_metric"].is_null())
         p.best.metric = json_number(st["best_metric"], file + ": best_metric");
     if (st.contains("best_global_step") && !st["best_global_step"].is_null()) p.best.step = count("best_global_step");
+    if (st.contains("early_stopping_patience_counter"))
+        p.best.evaluations_without_improvement = count("early_stopping_patience_counter");
     if (st.contains("best_model_checkpoint") && st["best_model_checkpoint"].is_string())
         p.best.checkpoint = checkpoint_step(fs::path(st["best_model_checkpoint"].get<std::string>()).filename().string());
     return p;
@@ -543,14 +546,23 @@ bool Checkpoints::load_best(const BestModelSettings& settings, const BestSoFar& 
     const std::string metric = settings.metric.value_or("eval_loss");
     if (!best.checkpoint) {
         if (log)
-            *log << "grove: train.load_best_model_at_end: no checkpoint holds an evaluation of " << metric
-                 << " (none ran, or none was saved), so the model is the last step's\n";
+            *log << "grove: train.load_best_model_at_end: no checkpoint was written at a best-so-far evaluation of " << metric
+                 << ", so the model is the last step's\n";
         return false;
     }
-    restore_trainable(*best.checkpoint, trainable);
-    if (log)
-        *log << "grove: train.load_best_model_at_end: the model is " << checkpoint_name(*best.checkpoint) << "'s, whose "
-             << metric << " " << best.metric.value_or(NAN) << " was the best\n";
+    try {
+        restore_trainable(*best.checkpoint, trainable);
+    } catch (const Error& e) {
+        throw Error(e.kind(), "train.load_best_model_at_end: " + std::string(e.what()) + "; the run's last checkpoint, " +
+                                  latest_checkpoint(output_).value_or("?") + ", is whole");
+    }
+    if (!log) return true;
+    *log << "grove: train.load_best_model_at_end: the model is " << checkpoint_name(*best.checkpoint) << "'s, ";
+    if (best.step == best.checkpoint)
+        *log << "whose " << metric << " " << best.metric.value_or(NAN) << " was the best\n";
+    else  // save_steps a multiple of eval_steps leaves evaluations without a checkpoint, as in transformers
+        *log << "the newest checkpoint written at a best-so-far evaluation; the best, " << metric << " "
+             << best.metric.value_or(NAN) << " after step " << best.step.value_or(0) << ", has none\n";
     return true;
 }
 

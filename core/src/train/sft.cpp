@@ -352,15 +352,20 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
         logged["step_time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         const bool evaluated = c.train.eval.due(step + 1, total, epoch_steps);
         if (evaluated) logged.merge(evaluate(held_out));
-        const bool new_best = evaluated && record_evaluation(c.train.best_model, logged, step + 1, progress.best);
+        const EvaluationOutcome evaluation =
+            evaluated ? record_evaluation(c.train.best_model, logged, step + 1, progress.best) : EvaluationOutcome{};
         run_log.write_metrics(step + 1, logged);
         const Interval& lines = c.logging.progress_lines;
         if (log && lines.strategy != IntervalStrategy::no && (lines.due(step + 1, total, epoch_steps) || step + 1 == total))
             *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm
                  << (logged.count("eval_loss") ? "  eval_loss " + std::to_string(logged.at("eval_loss")) : "") << "\n"
                  << std::flush;
-        if (checkpoint_due(c.output, step + 1, total, epoch_steps, new_best))
+        if (checkpoint_due(c.output, step + 1, total, epoch_steps, evaluation.new_best) || evaluation.stop_early)
             checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);
+        if (evaluation.stop_early) {
+            if (log) *log << early_stopping_note(c.train.best_model, progress.best, step + 1, total);
+            break;
+        }
     }
     checkpoints.load_best(c.train.best_model, progress.best, params, log);
     export_model(output);

@@ -138,7 +138,8 @@ struct Trainer::State {
     int64_t batches_without_tool_calls = 0;  // consecutive generation batches (for the warning below)
     std::unique_ptr<Checkpoints> checkpoints;
     std::unique_ptr<RunLog> log;
-    int stop_signal = 0;  // the signal that stopped the last run(), 0 if none
+    int stop_signal = 0;         // the signal that stopped the last run(), 0 if none
+    bool stopped_early = false;  // train.early_stopping_patience ended the last run()
     void (*previous_sigint)(int) = SIG_DFL;
     void (*previous_sigterm)(int) = SIG_DFL;
 
@@ -698,19 +699,25 @@ int64_t Trainer::run() {
         if (s.options.log && s.options.rank == 0) print_progress(metrics, ran, seconds_since(start));
         bool stop = g_stop_requested != 0;
         if (s.options.group) stop = s.options.group->max(stop ? 1.0 : 0.0) != 0.0;  // all ranks stop at the same step
-        // every rank has the same evaluation metrics, so every rank finds the same best
-        const bool new_best = c.train.eval.due(s.progress.global_step, s.total, s.steps_per_epoch) &&
-                              record_evaluation(c.train.best_model, metrics, s.progress.global_step, s.progress.best);
-        if (checkpoint_due(c.output, s.progress.global_step, s.total, s.steps_per_epoch, new_best) || stop) {
+        // every rank has the same evaluation metrics, so every rank finds the same best and stops with the others
+        const EvaluationOutcome evaluation =
+            c.train.eval.due(s.progress.global_step, s.total, s.steps_per_epoch)
+                ? record_evaluation(c.train.best_model, metrics, s.progress.global_step, s.progress.best)
+                : EvaluationOutcome{};
+        s.stopped_early = evaluation.stop_early;
+        if (checkpoint_due(c.output, s.progress.global_step, s.total, s.steps_per_epoch, evaluation.new_best) || stop ||
+            s.stopped_early) {
             std::string dir = save_checkpoint();
             if (s.options.log && stop && s.options.rank == 0)
                 *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
         }
-        if (stop) break;
+        if (s.stopped_early && s.options.log && s.options.rank == 0)
+            *s.options.log << early_stopping_note(c.train.best_model, s.progress.best, s.progress.global_step, s.total);
+        if (stop || s.stopped_early) break;
     }
     s.stop_signal = int(g_stop_requested);
     // load_best_model_at_end: the best checkpoint's model beside the checkpoints, as TRL's save_model() writes it
-    if (s.progress.global_step == s.total && s.options.rank == 0 &&
+    if ((s.progress.global_step == s.total || s.stopped_early) && s.options.rank == 0 &&
         s.checkpoints->load_best(c.train.best_model, s.progress.best, s.params, s.options.log))
         s.export_model(c.output.dir);
     if (s.options.log && ran > 0 && s.options.rank == 0) {

@@ -4,6 +4,7 @@
 // (transformers_best_checkpoint.py), and Grove's answers must be the same.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,8 @@ TEST(BestCheckpoint, SettingsNewBestsAndRotationAreTransformers) {
         {{"load_best_model_at_end", true}, {"eval_strategy", "steps"}, {"eval_steps", 0.1}, {"save_steps", 0.3}},
         {{"load_best_model_at_end", true}, {"eval_strategy", "steps"}, {"eval_steps", 0.1}, {"save_steps", 0.25}},
         {{"load_best_model_at_end", true}, {"eval_strategy", "steps"}, {"eval_steps", 0.1}, {"save_steps", 10}},
+        {{"load_best_model_at_end", true}, {"eval_strategy", "steps"}, {"eval_steps", 0.25}, {"save_steps", 1}},
+        {{"load_best_model_at_end", true}, {"eval_strategy", "steps"}, {"eval_steps", 0.3}, {"save_steps", 1}},
         {{"load_best_model_at_end", true}, {"eval_strategy", "epoch"}, {"save_strategy", "steps"}},
         {{"load_best_model_at_end", true}, {"eval_strategy", "epoch"}, {"save_strategy", "epoch"}},
         {{"load_best_model_at_end", true}, {"eval_strategy", "steps"}, {"save_steps", 20}},  // eval_steps: logging_steps (10)
@@ -81,14 +84,18 @@ TEST(BestCheckpoint, SettingsNewBestsAndRotationAreTransformers) {
     });
     // where transformers lets a setting do nothing without a word, Grove refuses it
     const json refused_by_grove_alone = json::array({
-        {{"metric_for_best_model", "reward"}},                            // never evaluated: nothing compared
-        {{"greater_is_better", true}},                                    // no metric to compare
-        {{"load_best_model_at_end", true}, {"save_strategy", "no"}},      // never evaluated, never saved
+        {{"metric_for_best_model", "reward"}},                        // never evaluated: nothing compared
+        {{"greater_is_better", true}},                                // no metric to compare
+        {{"load_best_model_at_end", true}, {"save_strategy", "no"}},  // never evaluated, never saved
     });
     json evaluations = json::array();
     for (bool greater : {false, true})
-        for (const json& values : {json::array({3.0, 2.0, 2.0, 1.0, 4.0}), json::array({-1.0, -1.0, 0.5, 0.25, 0.5})})
-            evaluations.push_back({{"greater_is_better", greater}, {"values", values}});
+        for (const json& values : {json::array({3.0, 2.0, 2.0, 1.0, 4.0, 4.5, 0.9, 0.95}),
+                                   json::array({-1.0, -1.0, 0.5, 0.25, 0.5, 0.6, 0.65, 0.3})})
+            for (const auto& [patience, threshold] :
+                 std::vector<std::pair<json, double>>{{nullptr, 0.0}, {1, 0.0}, {2, 0.0}, {2, 0.08}, {3, 1.5}})
+                evaluations.push_back(
+                    {{"greater_is_better", greater}, {"values", values}, {"patience", patience}, {"threshold", threshold}});
     json rotations = json::array();
     for (const json& steps : {json::array({2, 4, 6, 8, 10, 12}), json::array({5}), json::array({3, 9})})
         for (int limit : {1, 2, 3, 5, 6})
@@ -125,7 +132,7 @@ TEST(BestCheckpoint, SettingsNewBestsAndRotationAreTransformers) {
         EXPECT_EQ(grove.metric.value_or("(unset)"), metric.rfind("eval_", 0) == 0 ? metric : "eval_" + metric);
         EXPECT_EQ(grove.greater_is_better, expected["greater_is_better"].get<bool>());
     }
-    EXPECT_GE(errors, 6u) << "the refused cases are refused by transformers too";
+    EXPECT_GE(errors, 7u) << "the refused cases are refused by transformers too";
     for (size_t i = 0; i < refused_by_grove_alone.size(); ++i) {
         SCOPED_TRACE(refused_by_grove_alone[i].dump());
         EXPECT_FALSE(answers["settings"][settings.size() + i].contains("error")) << "transformers takes it";
@@ -133,17 +140,27 @@ TEST(BestCheckpoint, SettingsNewBestsAndRotationAreTransformers) {
                   std::string::npos);
     }
 
+    size_t stops = 0;
     for (size_t i = 0; i < evaluations.size(); ++i) {
         grove::BestModelSettings s;
         s.metric = "eval_m";
         s.greater_is_better = evaluations[i]["greater_is_better"];
+        if (!evaluations[i]["patience"].is_null()) s.early_stopping_patience = evaluations[i]["patience"].get<int64_t>();
+        s.early_stopping_threshold = evaluations[i]["threshold"];
         grove::BestSoFar best;
-        std::vector<bool> found;
+        std::vector<std::vector<bool>> found;
         int64_t step = 0;
-        for (const json& value : evaluations[i]["values"])
-            found.push_back(grove::record_evaluation(s, {{"eval_m", value.get<double>()}}, ++step, best));
-        EXPECT_EQ(found, answers["evaluations"][i].get<std::vector<bool>>()) << evaluations[i].dump();
+        for (const json& value : evaluations[i]["values"]) {
+            const auto outcome = grove::record_evaluation(s, {{"eval_m", value.get<double>()}}, ++step, best);
+            found.push_back({outcome.new_best, outcome.stop_early});
+            stops += outcome.stop_early;
+            if (outcome.stop_early) break;  // the run ends there
+        }
+        auto expected = answers["evaluations"][i].get<std::vector<std::vector<bool>>>();
+        expected.resize(std::min(expected.size(), found.size()));
+        EXPECT_EQ(found, expected) << evaluations[i].dump();
     }
+    EXPECT_GT(stops, 10u) << "the cases stop early in places";
 
     size_t kept_best_by_moving = 0;
     for (size_t i = 0; i < rotations.size(); ++i) {
@@ -162,16 +179,16 @@ TEST(BestCheckpoint, SettingsNewBestsAndRotationAreTransformers) {
 TEST(BestCheckpoint, AMetricTheEvaluationDoesNotLogIsRefusedWithTheOnesItDoes) {
     grove::BestModelSettings s;
     s.metric = "eval_loss";
-    const std::string message = grove::test::error_message([&] {
-        grove::check_metric_is_evaluated(s, {"eval_reward", "eval_rewards/correctness/mean"}, "/runs/exp/grove.toml");
-    });
+    const std::string message = grove::test::error_message(
+        [&] { grove::check_metric_is_evaluated(s, {"eval_reward", "eval_rewards/correctness/mean"}, "/runs/exp/grove.toml"); });
     EXPECT_NE(message.find("/runs/exp/grove.toml: train.metric_for_best_model = \"loss\": the run's evaluation logs no "
                            "eval_loss; it logs reward, rewards/correctness/mean"),
               std::string::npos)
         << message;
     EXPECT_NO_THROW(grove::check_metric_is_evaluated(s, {"eval_reward", "eval_loss"}, "x"));
     grove::BestSoFar best;
-    EXPECT_NE(grove::test::error_message([&] { grove::record_evaluation(s, {{"eval_reward", 1.0}}, 3, best); })
-                  .find("logs no eval_loss; it logs reward"),
+    EXPECT_NE(grove::test::error_message([&] {
+                  grove::record_evaluation(s, {{"eval_reward", 1.0}}, 3, best);
+              }).find("logs no eval_loss; it logs reward"),
               std::string::npos);
 }

@@ -551,6 +551,15 @@ TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
     EXPECT_TRUE(same_weights(dir + "/resumed", out));
     EXPECT_TRUE(same_weights(dir + "/resumed/checkpoint-4", out + "/checkpoint-4"));
 
+    // the best evaluation (step 1) without a checkpoint (every 2 steps, as transformers allows): no
+    // checkpoint is at a best-so-far evaluation, so the model stays the last step's, and the line says so
+    const std::string unsaved = run("best_unsaved", "--set output.save_steps=2");
+    EXPECT_EQ(checkpoint_steps_in(dir + "/best_unsaved"), (std::set<int64_t>{2, 4}));
+    EXPECT_CONTAINS(unsaved,
+                    "no checkpoint was written at a best-so-far evaluation of eval_loss, so the model is the "
+                    "last step's");
+    EXPECT_TRUE(same_weights(dir + "/best_unsaved", dir + "/best_unsaved/checkpoint-4"));
+
     // save_strategy = "best": a checkpoint after each new best, and the run's last
     run("only_best", "--set 'output.save_strategy=\"best\"' --set output.save_total_limit=100");
     EXPECT_EQ(checkpoint_steps_in(dir + "/only_best"), (std::set<int64_t>{1, 4}));
@@ -559,13 +568,28 @@ TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
     EXPECT_EQ(checkpoint_steps_in(dir + "/every_best"), (std::set<int64_t>{1, 2, 3, 4})) << "each evaluation improves";
     EXPECT_TRUE(same_weights(dir + "/every_best", dir + "/every_best/checkpoint-4"));
 
+    // early_stopping_patience = 2: steps 2 and 3 do not improve on step 1, so the run ends after step 3,
+    // with a checkpoint there beside the best
+    const std::string stopped = run("stopped_early", "--set train.early_stopping_patience=2");
+    EXPECT_EQ(checkpoint_steps_in(dir + "/stopped_early"), (std::set<int64_t>{1, 3}));
+    EXPECT_CONTAINS(stopped,
+                    "grove: early stopping: 2 evaluations in a row did not improve eval_loss by more than 0 on "
+                    "the best");
+    EXPECT_CONTAINS(stopped, "the run ends after step 3 of 4");
+    EXPECT_TRUE(same_weights(dir + "/stopped_early", out + "/checkpoint-1"));
+    // a threshold larger than any step's change: no evaluation improves, as EarlyStoppingCallback counts
+    run("threshold",
+        "--set train.early_stopping_patience=2 --set train.early_stopping_threshold=100.0 --set "
+        "train.greater_is_better=false");
+    EXPECT_EQ(checkpoint_steps_in(dir + "/threshold"), (std::set<int64_t>{2, 3})) << "3 is the best, 2 the one before";
+
     // a metric grove sft's evaluation does not log is refused before the first step
     auto refused = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir +
                                           "/refused\"' --set 'train.metric_for_best_model=\"reward\"' 2>&1");
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_CONTAINS(refused.out,
                     "train.metric_for_best_model = \"reward\": the run's evaluation logs no eval_reward; it "
-                    "logs entropy, loss, mean_token_accuracy, num_tokens, runtime");
+                    "logs entropy, loss, mean_token_accuracy, num_tokens: name one of those");
     EXPECT_FALSE(fs::exists(dir + "/refused/checkpoint-1"));
 }
 

@@ -1528,15 +1528,19 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
     std::string log;
     const std::string out = run("best_kept", {"output.save_steps=2", "output.save_total_limit=1"}, &log);
     // the best as transformers' _determine_best_metric finds it: strictly better than every earlier one
-    int64_t best_step = 0;
+    // and the first evaluation that is not, where early_stopping_patience = 1 ends the run
+    int64_t best_step = 0, first_without_improvement = 0;
     double best_reward = 0;
     std::set<int64_t> new_bests;
     for (const auto& line : metric_lines(out + "/metrics.jsonl"))
-        if (line.contains("eval_reward"))
+        if (line.contains("eval_reward")) {
             if (const double reward = line["eval_reward"]; best_step == 0 || reward < best_reward) {
                 best_step = line["step"], best_reward = reward;
                 new_bests.insert(best_step);
+            } else if (first_without_improvement == 0) {
+                first_without_improvement = line["step"];
             }
+        }
     ASSERT_NE(best_step, 0);
     ASSERT_NE(best_step, 6) << "an earlier evaluation is the best here (the case this test is for)";
     EXPECT_EQ(checkpoints_in(out), (std::set<int64_t>{best_step, 6})) << "save_total_limit = 1 keeps the best and the last";
@@ -1544,6 +1548,7 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
     const auto state = nlohmann::json::parse(state_file);
     EXPECT_EQ(state["best_global_step"], best_step);
     EXPECT_EQ(state["best_metric"].get<double>(), best_reward);
+    EXPECT_EQ(state["best_model_checkpoint"], out + "/checkpoint-" + std::to_string(best_step));
     EXPECT_EQ(max_difference(model_of(out), model_of(out + "/checkpoint-" + std::to_string(best_step))), 0.0);
     EXPECT_GT(max_difference(model_of(out), model_of(out + "/checkpoint-6")), 0.0);
     EXPECT_CONTAINS(log, "the model is checkpoint-" + std::to_string(best_step) + "'s, whose eval_reward");
@@ -1551,6 +1556,18 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
     std::set<int64_t> saved_at_bests = new_bests;
     saved_at_bests.insert(6);
     EXPECT_EQ(checkpoints_in(run("best_saved", {"output.save_strategy=\"best\""})), saved_at_bests);
+
+    // early stopping: the run ends at that evaluation, with a checkpoint, and the best model as before
+    ASSERT_NE(first_without_improvement, 0);
+    ASSERT_LT(first_without_improvement, 6);
+    const std::string stopped = run("stopped_early", {"output.save_steps=2", "train.early_stopping_patience=1"}, &log);
+    EXPECT_EQ(metric_lines(stopped + "/metrics.jsonl").back()["step"], first_without_improvement);
+    EXPECT_TRUE(checkpoints_in(stopped).count(first_without_improvement));
+    EXPECT_CONTAINS(log,
+                    "grove: early stopping: 1 evaluations in a row did not improve eval_reward by more than 0 on "
+                    "the best");
+    EXPECT_CONTAINS(log, "the run ends after step " + std::to_string(first_without_improvement) + " of 6");
+    EXPECT_EQ(max_difference(model_of(stopped), model_of(out)), 0.0) << "the same best checkpoint's model";
 
     EXPECT_CONTAINS(grove::test::error_message([] {
                         grove::Trainer(manifest("best_loss", {"data.eval_source=\"prompts.jsonl\"", "train.eval_steps=2",

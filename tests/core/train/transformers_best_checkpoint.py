@@ -6,8 +6,9 @@ CASES.json holds
   "settings":    TrainingArguments keyword arguments; each gives {"metric_for_best_model",
                  "greater_is_better"} as TrainingArguments and Trainer resolve them, or {"error": message}
                  when either refuses them;
-  "evaluations": {"greater_is_better", "values"}; each gives, per value in order, whether
-                 Trainer._determine_best_metric finds it a new best;
+  "evaluations": {"greater_is_better", "values", "patience", "threshold"}; each gives, per value in
+                 order, [whether Trainer._determine_best_metric finds it a new best, whether an
+                 EarlyStoppingCallback(patience, threshold) stops training there] (patience null: no callback);
   "rotations":   {"steps", "limit", "best"}; each gives the checkpoint steps Trainer._rotate_checkpoints
                  deletes from folders checkpoint-<step> with save_total_limit = limit and the best
                  checkpoint's step `best` (or null).
@@ -19,7 +20,7 @@ import tempfile
 import types
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import EarlyStoppingCallback, Trainer, TrainerControl, TrainingArguments
 
 
 def resolved_settings(kwargs, output_dir):
@@ -33,14 +34,22 @@ def resolved_settings(kwargs, output_dir):
 
 
 def new_bests(case):
+    args = types.SimpleNamespace(metric_for_best_model="m", greater_is_better=case["greater_is_better"],
+                                 save_strategy="steps")
     trainer = types.SimpleNamespace(
-        args=types.SimpleNamespace(metric_for_best_model="m", greater_is_better=case["greater_is_better"],
-                                   save_strategy="steps"),
-        state=types.SimpleNamespace(best_metric=None, best_global_step=None, global_step=0))
+        args=args, state=types.SimpleNamespace(best_metric=None, best_global_step=None, global_step=0))
+    stopping = None
+    if case["patience"] is not None:
+        stopping = EarlyStoppingCallback(early_stopping_patience=case["patience"],
+                                         early_stopping_threshold=case["threshold"])
+    control = TrainerControl()
     found = []
     for step, value in enumerate(case["values"], start=1):
         trainer.state.global_step = step
-        found.append(bool(Trainer._determine_best_metric(trainer, {"eval_m": value}, None)))
+        metrics = {"eval_m": value}
+        if stopping:  # Trainer._evaluate calls the callbacks' on_evaluate before it judges the best
+            stopping.on_evaluate(args, trainer.state, control, metrics)
+        found.append([bool(Trainer._determine_best_metric(trainer, metrics, None)), control.should_training_stop])
     return found
 
 
