@@ -1621,6 +1621,47 @@ TEST(Trainer, TwoProcessesEvaluateAsOne) {
     }
 }
 
+// Two ranks judge every evaluation alike (their metrics are gathered), so they save the same new
+// bests, stop early together and end with the best checkpoint's model, as one process would.
+TEST(Trainer, TwoProcessesKeepTheBestCheckpointAsOne) {
+    auto m = manifest("best_nproc", {});
+    const std::string command =
+        std::string(GROVE_EXECUTABLE) + " train " + m.path() +
+        " --overwrite --nproc 2 --set train.max_steps=6 --set train.per_device_train_batch_size=4"
+        " --set train.eval_steps=1 --set train.num_generations_eval=2 --set 'data.eval_source=\"prompts.jsonl\"'"
+        " --set 'train.metric_for_best_model=\"completions/mean_length\"' --set train.load_best_model_at_end=true"
+        " --set 'output.save_strategy=\"best\"' --set train.early_stopping_patience=2 2>" +
+        fs::path(m.path()).parent_path().string() + "/stderr.txt";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const std::string out = m.string("output.dir");
+    // the new bests (longer is better here) and where two evaluations in a row without one end the run
+    std::set<int64_t> expected;
+    double best = 0;
+    int64_t without = 0, last = 0, best_step = 0;
+    for (const auto& line : metric_lines(out + "/metrics.jsonl")) {
+        const double length = line["eval_completions/mean_length"];
+        last = line["step"];
+        if (expected.empty() || length > best) {
+            best = length, without = 0, best_step = last;
+            expected.insert(last);
+        } else if (++without == 2) {
+            break;
+        }
+    }
+    EXPECT_EQ(metric_lines(out + "/metrics.jsonl").back()["step"], last) << "the run ends where the count reaches 2";
+    expected.insert(last);  // and a checkpoint where it ends
+    std::set<int64_t> saved;
+    for (const auto& entry : fs::directory_iterator(out))
+        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
+            saved.insert(std::stoll(folder.substr(11)));
+    EXPECT_EQ(saved, expected);
+    auto model_of = [](const std::string& folder) {
+        auto model = grove::Model::load(folder, "cpu", "float32");
+        return snapshot(*model);
+    };
+    EXPECT_EQ(max_difference(model_of(out), model_of(out + "/checkpoint-" + std::to_string(best_step))), 0.0);
+}
+
 // ZeRO stage 1 (train.shard_optimizer_state): two ranks that each keep and update half of the
 // tensors give the unsharded update bit for bit, their checkpoint holds the same optimizer state
 // (gathered to rank 0), and a sharded run resumes exactly from it; with AdamW and with Adafactor,
