@@ -70,6 +70,7 @@ int train(const std::vector<std::string>& args) {
         c.backend = placed.backend;
         c.device = placed.device;
         c.nccl_required_by = placed.nccl_required_by;
+        c.timeout_seconds = int(RunConfig::from(manifest).train.ddp_timeout);
         o.device = placed.device;
         group = std::make_unique<ProcessGroup>(c);
         o.rank = c.rank;

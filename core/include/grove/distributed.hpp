@@ -46,9 +46,10 @@ struct ProcessGroupConfig {
     int rank = 0, world_size = 1;
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
-    // A rank that never arrives fails the rendezvous or a Gloo collective after this long; under
-    // NCCL, torch's watchdog aborts the process (SIGABRT) instead.
-    int timeout_seconds = 600;
+    // A rank that never arrives fails the rendezvous or a Gloo collective after this long (the
+    // manifest's train.ddp_timeout; transformers' default); under NCCL, torch's watchdog aborts the
+    // process (SIGABRT) instead.
+    int timeout_seconds = 1800;
     CollectiveBackend backend = CollectiveBackend::gloo;
     std::string device = "cpu";  // this rank's device; a GPU ("cuda:N") becomes the process's current one
     // NCCL only: when two ranks turn out to share a GPU, empty falls back to Gloo, else the error

@@ -152,6 +152,7 @@ struct TrainSection {
     int64_t seed = 42;
     MixedPrecision mixed_precision = MixedPrecision::automatic;
     DdpBackend ddp_backend = DdpBackend::automatic;  // several processes: how they exchange tensors
+    int64_t ddp_timeout = 1800;                      // and how long a rank waits for the others (seconds)
     bool shard_optimizer_state = false;              // several processes: ZeRO stage 1
     Interval eval;                                   // evaluate on data.eval_source (default: never)
     bool eval_on_start = false;                      // and before the first step (a step-0 line)

@@ -378,6 +378,12 @@ const std::vector<KeySpec>& manifest_schema() {
                      "device; auto = nccl when every local process has a GPU of its own, else gloo"),
                  "auto|gloo|nccl"),
             "ddp_backend"),
+        trl(range(key("train", "ddp_timeout", T::integer, "1800",
+                      "several processes: seconds a rank waits for the others to join a collective (or the "
+                      "rendezvous) before the run stops with an error; raise it when a generation, evaluation or "
+                      "reward can take longer"),
+                  1, kMaxCount),
+            "ddp_timeout"),
         trl(pick(key("train", "eval_strategy", T::string, nullptr,
                      "evaluate on data.eval_source: steps = every eval_steps, epoch = at each epoch's end (and the "
                      "run's), no = never; eval_* metrics in that step's line; unset = steps when eval_steps is set, "

@@ -379,6 +379,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     t.seed = m.integer("train.seed");
     t.mixed_precision = mixed_precision_from_name(m.string("train.mixed_precision"));
     t.ddp_backend = ddp_backend_from_name(m.string("train.ddp_backend"));
+    t.ddp_timeout = m.integer("train.ddp_timeout");
     t.shard_optimizer_state = m.boolean("train.shard_optimizer_state");
     t.eval = evaluation_interval(m, c.manifest_path);
     t.num_generations_eval = m.optional_integer("train.num_generations_eval").value_or(c.generation.num_generations);

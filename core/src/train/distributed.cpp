@@ -239,13 +239,32 @@ void ProcessGroup::bucketed(const std::vector<at::Tensor>& tensors,
     }
 }
 
+namespace {
+// A collective's end. When the other ranks do not join it within the timeout, the error names the
+// setting (train.ddp_timeout): a rank still busy with a long generation or reward looks alike.
+void finish(c10d::Work& work, const ProcessGroupConfig& config, const char* collective) {
+    try {
+        work.wait();
+    } catch (const std::exception& e) {
+        const std::string what = e.what();
+        if (what.find("imed out") == std::string::npos && what.find("imeout") == std::string::npos) throw;
+        throw Error(ErrorKind::runtime,
+                    "rank " + std::to_string(config.rank) + " waited " + std::to_string(config.timeout_seconds) +
+                        " s (train.ddp_timeout) for the other ranks to join a " + collective +
+                        ": one has stopped, or is still busy (a long generation, evaluation or reward); if a step can take "
+                        "that long, raise train.ddp_timeout (" +
+                        what.substr(0, what.find('\n')) + ")");
+    }
+}
+}  // namespace
+
 // With one rank the collectives still run (nothing short-circuits), so a one-rank group checks the
 // backend itself: the device kit's NCCL check on a machine with one GPU.
 void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, bool max) {
     bucketed(tensors, [&](std::vector<at::Tensor>& buffer) {
         c10d::AllreduceOptions options;
         options.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-        impl_->group->allreduce(buffer, options)->wait();
+        finish(*impl_->group->allreduce(buffer, options), config_, "sum or maximum");
     });
 }
 
@@ -257,7 +276,7 @@ at::Tensor ProcessGroup::all_gather_rows(const at::Tensor& local) {
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < config_.world_size; ++r) outputs[0].push_back(at::empty_like(input));
     std::vector<at::Tensor> inputs{input};
-    impl_->group->allgather(outputs, inputs)->wait();
+    finish(*impl_->group->allgather(outputs, inputs), config_, "gather");
     return at::cat(outputs[0], 0).to(local.device());
 }
 
@@ -265,7 +284,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
     bucketed(tensors, [&](std::vector<at::Tensor>& buffer) {
         c10d::BroadcastOptions options;
         options.rootRank = root;
-        impl_->group->broadcast(buffer, options)->wait();
+        finish(*impl_->group->broadcast(buffer, options), config_, "broadcast");
     });
 }
 
@@ -279,7 +298,7 @@ void ProcessGroup::broadcast_from_owners(const std::vector<at::Tensor>& tensors,
     }
 }
 
-void ProcessGroup::barrier() { impl_->group->barrier()->wait(); }
+void ProcessGroup::barrier() { finish(*impl_->group->barrier(), config_, "barrier"); }
 
 double ProcessGroup::sum(double value) {
     std::vector<at::Tensor> t{at::full({1}, value, at::kDouble)};

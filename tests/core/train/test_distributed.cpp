@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <optional>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -250,6 +251,31 @@ TEST(Collectives, GlooOnTheCpu) {
     // 16-byte buckets: most calls span several buckets, and tensors larger than one go alone
     run_ranks(2, gloo, {"cpu", "cpu"}, gloo, 16);
     run_ranks(3, gloo, {"cpu", "cpu", "cpu"}, gloo, 16);
+}
+
+// A rank that does not join a collective within the timeout (the manifest's train.ddp_timeout)
+// stops the waiting one with an error that names the setting, not Gloo's bare timeout.
+TEST(Collectives, ACollectiveTheOthersDoNotJoinInTimeNamesTheTimeoutSetting) {
+    const int port = grove::free_loopback_port();
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank)
+        ranks.emplace_back([&, rank] {
+            try {
+                auto config = rank_config(rank, 2, port, CollectiveBackend::gloo, "cpu", "");
+                config.timeout_seconds = 2;
+                grove::ProcessGroup group(config);
+                if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(5));  // busy past the timeout
+                group.barrier();
+            } catch (const std::exception& e) {
+                errors[size_t(rank)] = e.what();
+            }
+        });
+    for (auto& t : ranks) t.join();
+    EXPECT_CONTAINS(errors[0],
+                    "rank 0 waited 2 s (train.ddp_timeout) for the other ranks to join a barrier: one has "
+                    "stopped, or is still busy");
+    EXPECT_FALSE(errors[1].empty()) << "the late rank finds the others gone";
 }
 
 TEST(Collectives, GlooWithTwoRanksSharingOneGpu) {
