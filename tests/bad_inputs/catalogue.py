@@ -86,11 +86,11 @@ def edit_json(path, change):
     write(path, json.dumps(j))
 
 
-def trained(steps=2):
+def trained(steps=2, extra=""):
     """A run folder trained for `steps` steps with a checkpoint after each."""
     def setup(d):
         run_folder()(d)
-        subprocess.run(f"{GROVE} train grove.toml --set train.max_steps={steps} --set output.save_steps=1",
+        subprocess.run(f"{GROVE} train grove.toml --set train.max_steps={steps} --set output.save_steps=1 {extra}",
                        shell=True, cwd=d, check=True, capture_output=True)
     return setup
 
@@ -391,6 +391,9 @@ case("runs", "a checkpoint file deleted", TRAIN + " --resume --set train.max_ste
      lambda d: (trained()(d), os.remove(f"{d}/out/checkpoint-2/optimizer.safetensors")))
 case("runs", "trainer_state.json cut short", TRAIN + " --resume --set train.max_steps=3", 5, "is not valid JSON",
      lambda d: (trained()(d), write(f"{d}/out/checkpoint-2/trainer_state.json", '{"global_step": 2, "mic')))
+case("runs", "a resume from a checkpoint that holds only the model (output.save_only_model)",
+     TRAIN + " --resume out/checkpoint-2 --set train.max_steps=4", 2, "holds only the model",
+     trained(3, "--set output.save_only_model=true"))
 case("runs", "a checkpoint resumed on another model", TRAIN + " --resume --set train.max_steps=3", 5,
      "the checkpoint was written for another model",
      lambda d: (trained()(d), shutil.rmtree(f"{d}/model"),

@@ -165,6 +165,7 @@ struct OutputSection {
     std::string dir;
     Interval save{IntervalStrategy::steps, 500};  // a run also saves at its end and when stopped by a signal
     std::optional<int64_t> save_total_limit;
+    bool save_only_model = false;  // checkpoints during the run without what a resume needs
 };
 
 struct LoggingSection {

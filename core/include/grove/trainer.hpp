@@ -41,7 +41,8 @@ public:
     // SIGINT or SIGTERM when one stopped the last run() (after it wrote a checkpoint), else 0
     int stop_signal() const;
     // Writes <output>/checkpoint-<step> atomically (temporary folder, then rename); keeps the last K.
-    std::string save_checkpoint();
+    // `model_only` (output.save_only_model) leaves out what only a resume needs.
+    std::string save_checkpoint(bool model_only = false);
 
     int64_t global_step() const;
     int64_t total_steps() const;

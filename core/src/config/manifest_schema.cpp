@@ -495,6 +495,10 @@ const std::vector<KeySpec>& manifest_schema() {
         trl(range(key("output", "save_total_limit", T::integer, nullptr, "keep only the newest N checkpoints; unset keeps all"),
                   1, kInf),
             "save_total_limit"),
+        trl(key("output", "save_only_model", T::boolean, "false",
+                "checkpoints during the run hold the model alone, not the optimizer's state a resume needs (a "
+                "fraction of the disk); the run's last checkpoint, and one a signal stops it at, stay whole"),
+            "save_only_model"),
 
         trl(pick(key("logging", "logging_strategy", T::string, "\"steps\"",
                      "when to print a progress line: steps = every logging_steps, epoch = at each epoch's end, no = "

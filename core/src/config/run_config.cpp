@@ -426,6 +426,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.output.save = {save_strategy_from_name(m.string("output.save_strategy")),
                      interval_steps(m, "output.save_steps", c.manifest_path)};
     c.output.save_total_limit = m.optional_integer("output.save_total_limit");
+    c.output.save_only_model = m.boolean("output.save_only_model");
     c.train.best_model = best_model_settings(m, c);
     c.logging.progress_lines = {interval_strategy_from_name(m.string("logging.logging_strategy")),
                                 interval_steps(m, "logging.logging_steps", c.manifest_path)};

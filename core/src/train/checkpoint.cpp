@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <csignal>
 #include <cstdlib>
@@ -160,14 +161,22 @@ at::Tensor saved_tensor(const SafetensorsFile& f, const std::string& name, at::I
     return saved;
 }
 
-// Every file of a checkpoint folder but trainer_state.json (which records them), with its size and
-// checksum, by path relative to the folder.
+// Every file of a checkpoint folder but trainer_state.json (which records them), by path relative to
+// the folder.
+std::set<std::string> checkpoint_files(const fs::path& folder) {
+    std::set<std::string> files;
+    for (const auto& entry : fs::recursive_directory_iterator(folder))
+        if (entry.is_regular_file() && entry.path().filename() != "trainer_state.json")
+            files.insert(fs::relative(entry.path(), folder).generic_string());
+    return files;
+}
+
+// Each of them with its size and checksum.
 json checksum_files(const fs::path& folder) {
     json files = json::object();
-    for (const auto& entry : fs::recursive_directory_iterator(folder)) {
-        if (!entry.is_regular_file() || entry.path().filename() == "trainer_state.json") continue;
-        const FileChecksum sum = file_checksum(entry.path().string());
-        files[fs::relative(entry.path(), folder).generic_string()] = {{"bytes", sum.bytes}, {"xxh3", sum.xxh3}};
+    for (const std::string& file : checkpoint_files(folder)) {
+        const FileChecksum sum = file_checksum((folder / file).string());
+        files[file] = {{"bytes", sum.bytes}, {"xxh3", sum.xxh3}};
     }
     return files;
 }
@@ -292,38 +301,48 @@ void test_kill_point(const char* point, int64_t step) {
     if (wanted == here || wanted == here + "@" + (rank ? rank : "0")) ::kill(::getpid(), SIGKILL);
 }
 
+std::optional<int64_t> Checkpoints::newest_resumable(std::optional<int64_t> before) const {
+    std::optional<int64_t> newest;
+    for (int64_t step : checkpoint_steps(output_)) {
+        if (before && step >= *before) break;
+        std::ifstream in(fs::path(output_) / checkpoint_name(step) / "trainer_state.json");
+        const json st = json::parse(in, nullptr, false);
+        if (st.is_object() && !st.value("model_only", false)) newest = step;
+    }
+    return newest;
+}
+
 std::string Checkpoints::resume_advice(const std::string& damaged) const {
-    std::optional<int64_t> damaged_step = checkpoint_step(fs::path(damaged).filename().string());
-    std::optional<int64_t> previous;
-    for (int64_t step : checkpoint_steps(output_))
-        if (!damaged_step || step < *damaged_step) previous = step;
+    const std::optional<int64_t> previous = newest_resumable(checkpoint_step(fs::path(damaged).filename().string()));
     if (previous)
         return "resume from the previous checkpoint: --resume " + (fs::path(output_) / checkpoint_name(*previous)).string();
     return "no earlier checkpoint is left; start again with --overwrite";
 }
 
 std::string Checkpoints::save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
-                              const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last) {
+                              const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last,
+                              bool model_only) {
     const std::string name = checkpoint_name(state.progress.global_step);
     if (state.progress.best.step == state.progress.global_step) state.progress.best.checkpoint = state.progress.global_step;
     try {
-        return write(state, inside_generation_batch, manifest_path, export_model, keep_last);
+        return write(state, inside_generation_batch, manifest_path, export_model, keep_last, model_only);
     } catch (const std::exception& e) {  // a full disk, a folder made read-only: the earlier checkpoints are whole
         std::error_code ignored;
         fs::remove_all(fs::path(output_) / (".tmp-" + name), ignored);
-        auto latest = latest_checkpoint(output_);
+        const std::optional<int64_t> whole = newest_resumable(std::nullopt);
+        const std::string last = whole ? (fs::path(output_) / checkpoint_name(*whole)).string() : "";
         throw Error(ErrorKind::runtime,
                     "could not write " + (fs::path(output_) / name).string() + ": " + e.what() + ". " +
-                        (latest ? "The last checkpoint, " + *latest +
-                                      ", is whole: free space or fix the folder, then "
-                                      "resume with --resume"
-                                : std::string("No checkpoint was written yet: free space or fix the folder, then start "
-                                              "again with --overwrite")));
+                        (whole ? "The last checkpoint, " + last +
+                                     ", is whole: free space or fix the folder, then resume with --resume " + last
+                               : std::string("No checkpoint was written yet: free space or fix the folder, then start "
+                                             "again with --overwrite")));
     }
 }
 
 std::string Checkpoints::write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
-                               const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last) {
+                               const std::function<void(const std::string&)>& export_model, std::optional<int64_t> keep_last,
+                               bool model_only) {
     const TrainingProgress& progress = state.progress;
     const std::string name = checkpoint_name(progress.global_step);
     const fs::path final_dir = fs::path(output_) / name, tmp = fs::path(output_) / (".tmp-" + name);
@@ -333,21 +352,27 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
         fs::create_directories(tmp);
     }
     if (group_) group_->barrier();
-    if (inside_generation_batch)
+    if (inside_generation_batch && !model_only)
         save_tensors((tmp / buffer_file_name(rank_)).string(), micro_batch_tensors(state.unused_micro_batches));
-    save_optimizer((tmp / "optimizer.safetensors").string(), state);
+    if (!model_only) save_optimizer((tmp / "optimizer.safetensors").string(), state);
     test_kill_point("shards", progress.global_step);  // this rank's part written, nothing renamed
     if (group_) group_->barrier();
     if (rank_ != 0) {  // rank 0 writes the rest and renames; the others wait for it
         if (group_) group_->barrier();
         return final_dir.string();
     }
+    const std::set<std::string> resume_files = checkpoint_files(tmp);
     export_model(tmp.string());
+    json model_files = json::array();  // what users load, and load_best_model_at_end copies
+    for (const std::string& file : checkpoint_files(tmp))
+        if (!resume_files.count(file)) model_files.push_back(file);
     if (!resolved_manifest_.empty()) write_file_atomically((tmp / kResolvedManifestFile).string(), resolved_manifest_);
-    std::vector<std::pair<std::string, at::Tensor>> trainable;
-    for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
-    save_tensors((tmp / "trainable.safetensors").string(), trainable);
-    if (state.reference_moves) save_tensors((tmp / kReferenceFile).string(), state.reference);
+    if (!model_only) {
+        std::vector<std::pair<std::string, at::Tensor>> trainable;
+        for (size_t i = 0; i < state.trainable.size(); ++i) trainable.emplace_back("p" + std::to_string(i), state.trainable[i]);
+        save_tensors((tmp / "trainable.safetensors").string(), trainable);
+        if (state.reference_moves) save_tensors((tmp / kReferenceFile).string(), state.reference);
+    }
     test_kill_point("save", progress.global_step);
     json st = progress_json(progress);
     if (progress.best.checkpoint)
@@ -357,6 +382,8 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     st["world_size"] = world_size_;
     st["reward_columns"] = reward_columns_json(reward_columns_);
     st["manifest"] = manifest_path;
+    st["model_files"] = model_files;
+    if (model_only) st["model_only"] = true;
     st["files"] = checksum_files(tmp);  // written last: a checkpoint is whole when its state names every file
     write_file_atomically((tmp / "trainer_state.json").string(), st.dump(2) + "\n");
     fs::remove_all(final_dir);
@@ -486,6 +513,16 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     } catch (const Error& e) {
         throw Error(e.kind(), std::string(e.what()) + "; " + resume_advice(dir));
     }
+    if (st.value("model_only", false)) {
+        const std::optional<int64_t> whole = newest_resumable(std::nullopt);
+        throw Error(
+            ErrorKind::usage,
+            dir + " holds only the model (output.save_only_model = true), without the optimizer's state a resume needs; " +
+                (whole ? "resume from the run's last whole checkpoint, --resume " +
+                             (fs::path(output_) / checkpoint_name(*whole)).string()
+                       : std::string("start again with --overwrite")) +
+                ", or start a new run from its model (model.path = \"" + dir + "\")");
+    }
     if (saved_world != world_size_)
         throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +
                                           "the same number (this run has " + std::to_string(world_size_) + ")");
@@ -524,24 +561,7 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     state.progress = progress;
 }
 
-void Checkpoints::restore_trainable(int64_t step, const std::vector<at::Tensor>& trainable) const {
-    const fs::path dir = fs::path(output_) / checkpoint_name(step);
-    const std::string state_file = (dir / "trainer_state.json").string();
-    std::ifstream in(state_file);
-    const json st = json::parse(in, nullptr, false);
-    if (!in || st.is_discarded() || !st.is_object() || !st.contains("files"))
-        throw Error(ErrorKind::input, state_file + " is missing or damaged: the checkpoint cannot be loaded");
-    verify_files(dir.string(), st["files"]);
-    SafetensorsFile weights((dir / "trainable.safetensors").string());
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < trainable.size(); ++i) {
-        at::Tensor p = trainable[i];
-        p.copy_(saved_tensor(weights, "p" + std::to_string(i), p.sizes()));
-    }
-}
-
-bool Checkpoints::load_best(const BestModelSettings& settings, const BestSoFar& best, const std::vector<at::Tensor>& trainable,
-                            std::ostream* log) const {
+bool Checkpoints::write_best_model(const BestModelSettings& settings, const BestSoFar& best, std::ostream* log) const {
     if (!settings.load_at_end) return false;
     const std::string metric = settings.metric.value_or("eval_loss");
     if (!best.checkpoint) {
@@ -550,14 +570,26 @@ bool Checkpoints::load_best(const BestModelSettings& settings, const BestSoFar& 
                  << ", so the model is the last step's\n";
         return false;
     }
+    const fs::path dir = fs::path(output_) / checkpoint_name(*best.checkpoint);
     try {
-        restore_trainable(*best.checkpoint, trainable);
-    } catch (const Error& e) {
-        throw Error(e.kind(), "train.load_best_model_at_end: " + std::string(e.what()) + "; the run's last checkpoint, " +
-                                  latest_checkpoint(output_).value_or("?") + ", is whole");
+        std::ifstream in(dir / "trainer_state.json");
+        const json st = json::parse(in, nullptr, false);  // a missing file is discarded too
+        if (!st.is_object() || !st.contains("files") || !st.contains("model_files"))
+            throw Error(ErrorKind::input, (dir / "trainer_state.json").string() + " is missing or damaged");
+        verify_files(dir.string(), st["files"]);
+        for (const json& file : st["model_files"]) {  // each file whole or not at all
+            const fs::path to = fs::path(output_) / file.get<std::string>(), partial = to.string() + ".tmp";
+            fs::create_directories(to.parent_path());
+            fs::copy_file(dir / file.get<std::string>(), partial, fs::copy_options::overwrite_existing);
+            fs::rename(partial, to);
+        }
+    } catch (const std::exception& e) {
+        throw Error(ErrorKind::runtime, "train.load_best_model_at_end: could not copy the model of " + dir.string() + " into " +
+                                            output_ + ": " + e.what() + "; the run's checkpoints are whole");
     }
     if (!log) return true;
-    *log << "grove: train.load_best_model_at_end: the model is " << checkpoint_name(*best.checkpoint) << "'s, ";
+    *log << "grove: train.load_best_model_at_end: the model written to " << output_ << " is "
+         << checkpoint_name(*best.checkpoint) << "'s, ";
     if (best.step == best.checkpoint)
         *log << "whose " << metric << " " << best.metric.value_or(NAN) << " was the best\n";
     else  // save_steps a multiple of eval_steps leaves evaluations without a checkpoint, as in transformers

@@ -119,11 +119,11 @@ public:
     // files users load (rank 0 only). When the step is the best evaluation's, state.progress.best
     // records that this checkpoint holds it. With `keep_last` (save_total_limit) set, older
     // checkpoints beyond it are deleted, never the best one (checkpoints_beyond_limit).
+    // `model_only` (output.save_only_model) leaves out what only a resume needs: the optimizer's
+    // state, the trainable tensors and a generation batch's rest; such a checkpoint is not resumed.
     std::string save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
-                     const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
-    // Copies the trainable tensors saved in checkpoint-<step> into `trainable` (load_best_model_at_end),
-    // its files checked against their checksums first.
-    void restore_trainable(int64_t step, const std::vector<at::Tensor>& trainable) const;
+                     const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last,
+                     bool model_only = false);
     // `folder` is a checkpoint folder or "latest". Every file is checked against the sizes and
     // checksums written with it; errors name the file and the checkpoint to resume from instead.
     void restore(const std::string& folder, CheckpointedState& state) const;
@@ -135,15 +135,16 @@ public:
     // repeats the original only with the same settings.
     void warn_of_changed_settings(const std::string& folder, std::ostream* log) const;
 
-    // train.load_best_model_at_end, once the run has finished: the best checkpoint's trainable tensors
-    // into `trainable`, with a line to `log` (when set) naming it; without one (no evaluation was
-    // saved) the line says the last step's model stays. True when it loaded.
-    bool load_best(const BestModelSettings& settings, const BestSoFar& best, const std::vector<at::Tensor>& trainable,
-                   std::ostream* log) const;
+    // train.load_best_model_at_end, once the run has finished (rank 0): the best checkpoint's model
+    // files (what export_model wrote there, checked against their checksums) copied into output.dir,
+    // with a line to `log` (when set) naming it; without one (no checkpoint is at a best evaluation)
+    // the line says so and nothing is copied. True when it copied.
+    bool write_best_model(const BestModelSettings& settings, const BestSoFar& best, std::ostream* log) const;
 
 private:
     std::string write(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
-                      const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last);
+                      const std::function<void(const std::string& folder)>& export_model, std::optional<int64_t> keep_last,
+                      bool model_only);
     // Writes the optimizer's moments to `file` (rank 0). Sharded, every rank takes part: rank 0
     // receives each moment from its owner as the file is written, one at a time.
     void save_optimizer(const std::string& file, const CheckpointedState& state) const;
@@ -151,6 +152,9 @@ private:
     void verify_files(const std::string& dir, const nlohmann::json& files) const;
     // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.
     std::string resume_advice(const std::string& damaged) const;
+    // The newest checkpoint a resume can start from (whole: not output.save_only_model's), before
+    // step `before` when set.
+    std::optional<int64_t> newest_resumable(std::optional<int64_t> before) const;
     // A checkpoint folder, with "latest" resolved to the newest one.
     std::string folder_of(const std::string& folder) const;
 

@@ -360,15 +360,16 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
             *log << "sft step " << step + 1 << "/" << total << "  loss " << stepped.loss << "  grad_norm " << grad_norm
                  << (logged.count("eval_loss") ? "  eval_loss " + std::to_string(logged.at("eval_loss")) : "") << "\n"
                  << std::flush;
-        if (checkpoint_due(c.output, step + 1, total, epoch_steps, evaluation.new_best) || evaluation.stop_early)
-            checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit);
+        const bool last = step + 1 == total || evaluation.stop_early;  // stays whole: it can always be resumed
+        if (last || checkpoint_due(c.output, step + 1, total, epoch_steps, evaluation.new_best))
+            checkpoints.save(state, false, c.manifest_path, export_model, c.output.save_total_limit,
+                             c.output.save_only_model && !last);
         if (evaluation.stop_early) {
             if (log) *log << early_stopping_note(c.train.best_model, progress.best, step + 1, total);
             break;
         }
     }
-    checkpoints.load_best(c.train.best_model, progress.best, params, log);
-    export_model(output);
+    if (!checkpoints.write_best_model(c.train.best_model, progress.best, log)) export_model(output);
     result.output = output;
     return result;
 }

@@ -663,13 +663,13 @@ std::map<std::string, double> Trainer::step() {
     return metrics;
 }
 
-std::string Trainer::save_checkpoint() {
+std::string Trainer::save_checkpoint(bool model_only) {
     State& s = *s_;
     CheckpointedState state = s.checkpointed_state();
     s.progress.rollouts_bytes = s.log->rollouts_bytes();
     return s.checkpoints->save(
         state, s.inside_generation_batch(), s.config.manifest_path, [&](const std::string& folder) { s.export_model(folder); },
-        s.config.output.save_total_limit);
+        s.config.output.save_total_limit, model_only);
 }
 
 int64_t Trainer::run() {
@@ -705,9 +705,10 @@ int64_t Trainer::run() {
                 ? record_evaluation(c.train.best_model, metrics, s.progress.global_step, s.progress.best)
                 : EvaluationOutcome{};
         s.stopped_early = evaluation.stop_early;
-        if (checkpoint_due(c.output, s.progress.global_step, s.total, s.steps_per_epoch, evaluation.new_best) || stop ||
-            s.stopped_early) {
-            std::string dir = save_checkpoint();
+        // the run's last checkpoint stays whole, so that it can always be resumed (or extended)
+        const bool last = s.progress.global_step == s.total || stop || s.stopped_early;
+        if (last || checkpoint_due(c.output, s.progress.global_step, s.total, s.steps_per_epoch, evaluation.new_best)) {
+            std::string dir = save_checkpoint(c.output.save_only_model && !last);
             if (s.options.log && stop && s.options.rank == 0)
                 *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
         }
@@ -717,9 +718,8 @@ int64_t Trainer::run() {
     }
     s.stop_signal = int(g_stop_requested);
     // load_best_model_at_end: the best checkpoint's model beside the checkpoints, as TRL's save_model() writes it
-    if ((s.progress.global_step == s.total || s.stopped_early) && s.options.rank == 0 &&
-        s.checkpoints->load_best(c.train.best_model, s.progress.best, s.params, s.options.log))
-        s.export_model(c.output.dir);
+    if ((s.progress.global_step == s.total || s.stopped_early) && s.options.rank == 0)
+        s.checkpoints->write_best_model(c.train.best_model, s.progress.best, s.options.log);
     if (s.options.log && ran > 0 && s.options.rank == 0) {
         if (s.options.progress_bar && s.progress.global_step != s.total) *s.options.log << "\n";
         const double elapsed = seconds_since(start);

@@ -542,7 +542,7 @@ TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
     EXPECT_EQ(state["best_model_checkpoint"], out + "/checkpoint-1");
     EXPECT_TRUE(same_weights(out, out + "/checkpoint-1")) << "output.dir has the best checkpoint's model";
     EXPECT_FALSE(same_weights(out, out + "/checkpoint-4"));
-    EXPECT_CONTAINS(log, "train.load_best_model_at_end: the model is checkpoint-1's, whose eval_loss");
+    EXPECT_CONTAINS(log, "train.load_best_model_at_end: the model written to " + out + " is checkpoint-1's, whose eval_loss");
 
     // stopped after step 2 and resumed: the best comes back with the checkpoint
     run("resumed", "--set train.max_steps=2");
@@ -591,6 +591,57 @@ TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
                     "train.metric_for_best_model = \"reward\": the run's evaluation logs no eval_reward; it "
                     "logs entropy, loss, mean_token_accuracy, num_tokens: name one of those");
     EXPECT_FALSE(fs::exists(dir + "/refused/checkpoint-1"));
+}
+
+// output.save_only_model (TrainingArguments' save_only_model): checkpoints during the run hold the
+// model alone, at a fraction of the size; the run's last one stays whole, so the run can still be
+// resumed or extended. --resume refuses a model-only checkpoint with what to do instead, and
+// load_best_model_at_end copies the model of a model-only best checkpoint.
+TEST(Sft, SaveOnlyModelLeavesOutTheResumeStateButNotAtTheEnd) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_model_only";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    write_pairs(dir + "/pairs.jsonl");
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
+                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
+                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 3e-3\nmax_steps = 4\n"
+                                        "eval_steps = 1\nmetric_for_best_model = \"loss\"\ngreater_is_better = true\n"
+                                        "load_best_model_at_end = true\n[output]\nsave_steps = 1\n";
+    auto run = [&](const std::string& out, const std::string& extra) {
+        return grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir + "/" + out + "\"' " + extra +
+                                      " 2>&1");
+    };
+    ASSERT_EQ(run("whole", "").exit_code, 0);
+    const auto r = run("model_only", "--set output.save_only_model=true");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const std::string out = dir + "/model_only";
+    EXPECT_EQ(checkpoint_steps_in(out), (std::set<int64_t>{1, 2, 3, 4}));
+    auto bytes = [](const std::string& folder) {
+        uintmax_t total = 0;
+        for (const auto& entry : fs::recursive_directory_iterator(folder))
+            if (entry.is_regular_file()) total += entry.file_size();
+        return total;
+    };
+    for (int step : {1, 2, 3}) {
+        const std::string checkpoint = out + "/checkpoint-" + std::to_string(step);
+        EXPECT_FALSE(fs::exists(checkpoint + "/optimizer.safetensors")) << checkpoint;
+        EXPECT_FALSE(fs::exists(checkpoint + "/trainable.safetensors")) << checkpoint;
+        EXPECT_LT(bytes(checkpoint) * 3, bytes(out + "/checkpoint-4")) << "the model alone";
+        EXPECT_TRUE(same_weights(checkpoint, dir + "/whole/checkpoint-" + std::to_string(step))) << "the same training";
+    }
+    EXPECT_TRUE(fs::exists(out + "/checkpoint-4/optimizer.safetensors")) << "the last checkpoint stays whole";
+    EXPECT_TRUE(same_weights(out, out + "/checkpoint-1")) << "the best model, copied from a model-only checkpoint";
+
+    const auto refused = run("model_only", "--set output.save_only_model=true --resume " + out + "/checkpoint-2");
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_CONTAINS(refused.out, out +
+                                     "/checkpoint-2 holds only the model (output.save_only_model = true), without the "
+                                     "optimizer's state a resume needs");
+    EXPECT_CONTAINS(refused.out, "resume from the run's last whole checkpoint, --resume " + out +
+                                     "/checkpoint-4, or start a new run from its model (model.path = \"" + out +
+                                     "/checkpoint-2\")");
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's

@@ -1551,7 +1551,7 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
     EXPECT_EQ(state["best_model_checkpoint"], out + "/checkpoint-" + std::to_string(best_step));
     EXPECT_EQ(max_difference(model_of(out), model_of(out + "/checkpoint-" + std::to_string(best_step))), 0.0);
     EXPECT_GT(max_difference(model_of(out), model_of(out + "/checkpoint-6")), 0.0);
-    EXPECT_CONTAINS(log, "the model is checkpoint-" + std::to_string(best_step) + "'s, whose eval_reward");
+    EXPECT_CONTAINS(log, " is checkpoint-" + std::to_string(best_step) + "'s, whose eval_reward");
 
     std::set<int64_t> saved_at_bests = new_bests;
     saved_at_bests.insert(6);
