@@ -35,6 +35,22 @@ void write_pairs(const std::string& path) {
              << "\n";
 }
 
+// A folder `name` under the tests' trainer folder holding the pairs (training and held-out data) and
+// an sft.toml for the tiny Llama in batches of 4, followed by `settings` (more [train] keys first).
+std::string pairs_run(const std::string& name, const std::string& settings) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/" + name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    write_pairs(dir + "/pairs.jsonl");
+    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
+                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
+                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
+                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
+                                        "[train]\nper_device_train_batch_size = 4\n"
+                                     << settings;
+    return dir;
+}
+
 // Whether two model folders hold the same tensors in model.safetensors.
 bool same_weights(const std::string& a_folder, const std::string& b_folder) {
     grove::SafetensorsFile a(a_folder + "/model.safetensors"), b(b_folder + "/model.safetensors");
@@ -422,17 +438,9 @@ TEST(Sft, EpochsCountStepsAsTransformersTrainer) {
 // train.eval_steps and eval_on_start: TRL's evaluation of data.eval_source (SftLoss.EvaluationMatchesTrlEvaluate
 // checks the figures) in the lines of step 0 and of every second step
 TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
-    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_eval";
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    write_pairs(dir + "/pairs.jsonl");
-    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
-                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
-                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
-                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
-                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 3e-3\nmax_steps = 4\n"
-                                        "eval_steps = 2\neval_on_start = true\nper_device_eval_batch_size = 3\n"
-                                        "[output]\ndir = \"out\"\n";
+    const std::string dir = pairs_run("sft_eval",
+                                      "learning_rate = 3e-3\nmax_steps = 4\neval_steps = 2\neval_on_start = true\n"
+                                      "per_device_eval_batch_size = 3\n[output]\ndir = \"out\"\n");
     auto r = grove::test::run_grove("sft " + dir + "/sft.toml 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     std::vector<nlohmann::json> lines;
@@ -506,18 +514,10 @@ TEST(Sft, EvaluatesTheHeldOutExamplesEveryNSteps) {
 // it as transformers does, a resume goes on from the best it saved, and load_best_model_at_end
 // writes its model into output.dir at the end. save_strategy = "best" saves only new bests.
 TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
-    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_best";
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    write_pairs(dir + "/pairs.jsonl");
-    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
-                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
-                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
-                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
-                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 3e-3\nmax_steps = 4\n"
-                                        "lr_scheduler_type = \"constant\"\neval_steps = 1\nmetric_for_best_model = \"loss\"\n"
-                                        "greater_is_better = true\nload_best_model_at_end = true\n"
-                                        "[output]\nsave_steps = 1\nsave_total_limit = 2\n";
+    const std::string dir = pairs_run("sft_best",
+                                      "learning_rate = 3e-3\nmax_steps = 4\nlr_scheduler_type = \"constant\"\neval_steps = 1\n"
+                                      "metric_for_best_model = \"loss\"\ngreater_is_better = true\n"
+                                      "load_best_model_at_end = true\n[output]\nsave_steps = 1\nsave_total_limit = 2\n");
     auto run = [&](const std::string& out, const std::string& extra) {
         auto r = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir + "/" + out + "\"' " + extra +
                                         " 2>&1");
@@ -598,17 +598,9 @@ TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
 // resumed or extended. --resume refuses a model-only checkpoint with what to do instead, and
 // load_best_model_at_end copies the model of a model-only best checkpoint.
 TEST(Sft, SaveOnlyModelLeavesOutTheResumeStateButNotAtTheEnd) {
-    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/sft_model_only";
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    write_pairs(dir + "/pairs.jsonl");
-    std::ofstream(dir + "/sft.toml") << "[model]\npath = \"" << GROVE_TEST_BINARY_DIR
-                                     << "/models/tiny/llama_gqa\"\nchat_template = \"none\"\n"
-                                        "[data]\nsource = \"pairs.jsonl\"\neval_source = \"pairs.jsonl\"\n"
-                                        "[[rewards]]\nplugin = \"correctness\"\n[generation]\nnum_generations = 4\n"
-                                        "[train]\nper_device_train_batch_size = 4\nlearning_rate = 3e-3\nmax_steps = 4\n"
-                                        "eval_steps = 1\nmetric_for_best_model = \"loss\"\ngreater_is_better = true\n"
-                                        "load_best_model_at_end = true\n[output]\nsave_steps = 1\n";
+    const std::string dir = pairs_run("sft_model_only",
+                                      "learning_rate = 3e-3\nmax_steps = 4\neval_steps = 1\nmetric_for_best_model = \"loss\"\n"
+                                      "greater_is_better = true\nload_best_model_at_end = true\n[output]\nsave_steps = 1\n");
     auto run = [&](const std::string& out, const std::string& extra) {
         return grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir + "/" + out + "\"' " + extra +
                                       " 2>&1");
