@@ -204,10 +204,22 @@ std::vector<int64_t> checkpoint_steps(const std::string& output) {
 }
 }  // namespace
 
+std::optional<int64_t> newest_resumable_step(const std::string& output, std::optional<int64_t> before) {
+    std::optional<int64_t> newest;
+    for (int64_t step : checkpoint_steps(output)) {
+        if (before && step >= *before) break;
+        std::ifstream in(fs::path(output) / checkpoint_name(step) / "trainer_state.json");
+        const json st = json::parse(in, nullptr, false);
+        // a damaged state is the resume's to report; only a model-only checkpoint is passed over
+        if (!st.is_object() || !st.value("model_only", false)) newest = step;
+    }
+    return newest;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& output) {
-    auto steps = checkpoint_steps(output);
-    if (steps.empty()) return std::nullopt;
-    return (fs::path(output) / checkpoint_name(steps.back())).string();
+    const std::optional<int64_t> step = newest_resumable_step(output);
+    if (!step) return std::nullopt;
+    return (fs::path(output) / checkpoint_name(*step)).string();
 }
 
 bool holds_run(const std::string& output) {
@@ -240,10 +252,20 @@ RunStart run_start(const std::string& output, const std::string& model_path, con
     if (start.clear && std::mismatch(folder.begin(), folder.end(), model.begin(), model.end()).first == folder.end())
         throw Error(ErrorKind::usage, "--overwrite would delete " + output + ", which holds the model it trains (model.path " +
                                           model_path + "): set output.dir to another folder");
-    if (start.resume_from == std::string("latest") && !latest_checkpoint(output)) {
-        // killed before its first checkpoint: the run resumes from its beginning
-        if (log) *log << "grove: " << output << " has no checkpoint yet; starting from step 0\n";
+    if (start.resume_from != std::string("latest")) return start;
+    const std::optional<int64_t> resumable = newest_resumable_step(output);
+    const std::vector<int64_t> steps = checkpoint_steps(output);
+    if (!resumable) {  // killed before its first checkpoint: the run resumes from its beginning
+        if (log)
+            *log << "grove: " << output
+                 << (steps.empty() ? " has no checkpoint yet"
+                                   : " has no checkpoint to resume from yet (its checkpoints hold only the model: "
+                                     "output.save_only_model)")
+                 << "; starting from step 0\n";
         start.resume_from.reset();
+    } else if (steps.back() != *resumable && log) {
+        *log << "grove: resuming from " << checkpoint_name(*resumable) << ", the newest checkpoint that holds what a resume "
+             << "needs; " << checkpoint_name(steps.back()) << " holds only the model (output.save_only_model)\n";
     }
     return start;
 }
@@ -301,19 +323,9 @@ void test_kill_point(const char* point, int64_t step) {
     if (wanted == here || wanted == here + "@" + (rank ? rank : "0")) ::kill(::getpid(), SIGKILL);
 }
 
-std::optional<int64_t> Checkpoints::newest_resumable(std::optional<int64_t> before) const {
-    std::optional<int64_t> newest;
-    for (int64_t step : checkpoint_steps(output_)) {
-        if (before && step >= *before) break;
-        std::ifstream in(fs::path(output_) / checkpoint_name(step) / "trainer_state.json");
-        const json st = json::parse(in, nullptr, false);
-        if (st.is_object() && !st.value("model_only", false)) newest = step;
-    }
-    return newest;
-}
-
 std::string Checkpoints::resume_advice(const std::string& damaged) const {
-    const std::optional<int64_t> previous = newest_resumable(checkpoint_step(fs::path(damaged).filename().string()));
+    const std::optional<int64_t> previous =
+        newest_resumable_step(output_, checkpoint_step(fs::path(damaged).filename().string()));
     if (previous)
         return "resume from the previous checkpoint: --resume " + (fs::path(output_) / checkpoint_name(*previous)).string();
     return "no earlier checkpoint is left; start again with --overwrite";
@@ -329,7 +341,7 @@ std::string Checkpoints::save(const CheckpointedState& state, bool inside_genera
     } catch (const std::exception& e) {  // a full disk, a folder made read-only: the earlier checkpoints are whole
         std::error_code ignored;
         fs::remove_all(fs::path(output_) / (".tmp-" + name), ignored);
-        const std::optional<int64_t> whole = newest_resumable(std::nullopt);
+        const std::optional<int64_t> whole = newest_resumable_step(output_);
         const std::string last = whole ? (fs::path(output_) / checkpoint_name(*whole)).string() : "";
         throw Error(ErrorKind::runtime,
                     "could not write " + (fs::path(output_) / name).string() + ": " + e.what() + ". " +
@@ -394,9 +406,12 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     fs::remove(tmp_link);
     fs::create_directory_symlink(name, tmp_link);
     fs::rename(tmp_link, link);
-    if (keep_last)
+    if (keep_last) {
+        // after a model-only checkpoint, the newest whole one stays too: the run can still be resumed
+        const std::optional<int64_t> resumable = model_only ? newest_resumable_step(output_) : std::nullopt;
         for (int64_t step : checkpoints_beyond_limit(checkpoint_steps(output_), *keep_last, progress.best.checkpoint))
-            fs::remove_all(fs::path(output_) / checkpoint_name(step));
+            if (step != resumable) fs::remove_all(fs::path(output_) / checkpoint_name(step));
+    }
     if (group_) group_->barrier();
     return final_dir.string();
 }
@@ -514,14 +529,16 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         throw Error(e.kind(), std::string(e.what()) + "; " + resume_advice(dir));
     }
     if (st.value("model_only", false)) {
-        const std::optional<int64_t> whole = newest_resumable(std::nullopt);
+        const std::optional<int64_t> whole = newest_resumable_step(output_);
         throw Error(
             ErrorKind::usage,
             dir + " holds only the model (output.save_only_model = true), without the optimizer's state a resume needs; " +
                 (whole ? "resume from the run's last whole checkpoint, --resume " +
                              (fs::path(output_) / checkpoint_name(*whole)).string()
                        : std::string("start again with --overwrite")) +
-                ", or start a new run from its model (model.path = \"" + dir + "\")");
+                (fs::exists(fs::path(dir) / "config.json")
+                     ? ", or start a new run from its model (model.path = \"" + dir + "\")"
+                     : std::string()));
     }
     if (saved_world != world_size_)
         throw Error(ErrorKind::usage, dir + " was written by " + std::to_string(saved_world) + " process(es); resume it with " +

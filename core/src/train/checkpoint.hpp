@@ -61,7 +61,10 @@ struct CheckpointedState {
 // "checkpoint-<step>" and back; nullopt for any other folder name.
 std::string checkpoint_name(int64_t step);
 std::optional<int64_t> checkpoint_step(const std::string& folder_name);
-// The newest checkpoint folder of a run, or nullopt.
+// The newest checkpoint of a run that a resume can start from (whole: not one of
+// output.save_only_model's), before step `before` when set; nullopt when there is none.
+std::optional<int64_t> newest_resumable_step(const std::string& output_dir, std::optional<int64_t> before = std::nullopt);
+// That checkpoint's folder (what --resume latest resumes), or nullopt.
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
 // True when the folder holds a run's files (metrics, state or checkpoints).
 bool holds_run(const std::string& output_dir);
@@ -152,9 +155,6 @@ private:
     void verify_files(const std::string& dir, const nlohmann::json& files) const;
     // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.
     std::string resume_advice(const std::string& damaged) const;
-    // The newest checkpoint a resume can start from (whole: not output.save_only_model's), before
-    // step `before` when set.
-    std::optional<int64_t> newest_resumable(std::optional<int64_t> before) const;
     // A checkpoint folder, with "latest" resolved to the newest one.
     std::string folder_of(const std::string& folder) const;
 

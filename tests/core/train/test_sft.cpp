@@ -634,6 +634,35 @@ TEST(Sft, SaveOnlyModelLeavesOutTheResumeStateButNotAtTheEnd) {
     EXPECT_CONTAINS(refused.out, "resume from the run's last whole checkpoint, --resume " + out +
                                      "/checkpoint-4, or start a new run from its model (model.path = \"" + out +
                                      "/checkpoint-2\")");
+
+    // killed while writing step 4's (whole) checkpoint, with save_total_limit = 1: the newest whole
+    // checkpoint (2) outlived the model-only 3, and --resume goes on from it, naming the one it passes over
+    const std::string resumed = pairs_run("sft_model_only_resume",
+                                          "learning_rate = 3e-3\nmax_steps = 4\n[output]\n"
+                                          "dir = \"out\"\nsave_steps = 1\nsave_only_model = true\n"
+                                          "save_total_limit = 1\n");
+    const std::string sft = std::string(GROVE_EXECUTABLE) + " sft " + resumed + "/sft.toml ";
+    EXPECT_EQ(grove::test::run_command(sft + "--set train.max_steps=2 2>&1").exit_code, 0);
+    const auto killed = grove::test::run_command("GROVE_TEST_KILL_AT=save:4 " + sft + "--resume 2>&1");
+    EXPECT_NE(killed.exit_code, 0);
+    EXPECT_EQ(checkpoint_steps_in(resumed + "/out"), (std::set<int64_t>{2, 3})) << killed.out;
+    const auto again = grove::test::run_command(sft + "--resume 2>&1");
+    EXPECT_EQ(again.exit_code, 0) << again.out;
+    EXPECT_CONTAINS(again.out,
+                    "grove: resuming from checkpoint-2, the newest checkpoint that holds what a resume needs; "
+                    "checkpoint-3 holds only the model (output.save_only_model)");
+    EXPECT_EQ(checkpoint_steps_in(resumed + "/out"), (std::set<int64_t>{4}));
+    // every checkpoint model-only (the whole one lost): --resume starts again from step 0, and says why
+    fs::remove_all(resumed + "/out/checkpoint-4");
+    EXPECT_EQ(
+        grove::test::run_command(sft + "--set train.max_steps=3 --set output.save_total_limit=10 --overwrite 2>&1").exit_code,
+        0);
+    fs::remove_all(resumed + "/out/checkpoint-3");
+    const auto from_zero = grove::test::run_command(sft + "--resume 2>&1");
+    EXPECT_EQ(from_zero.exit_code, 0) << from_zero.out;
+    EXPECT_CONTAINS(from_zero.out,
+                    "has no checkpoint to resume from yet (its checkpoints hold only the model: "
+                    "output.save_only_model); starting from step 0");
 }
 
 // [adapter] lora (TRL's peft_config): grove sft trains the adapter alone and saves it in PEFT's
