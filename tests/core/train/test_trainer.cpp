@@ -1578,6 +1578,34 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
                     "completions/clipped_ratio, completions/max_length");
 }
 
+// output.save_only_model in grove train: a checkpoint inside a generation batch leaves out the rest
+// of the batch with the optimizer's state; the run's last one, inside a batch too, keeps both, and a
+// run resumed from it ends as a straight one.
+TEST(Trainer, SaveOnlyModelKeepsTheLastCheckpointWholeInsideAGenerationBatch) {
+    const std::vector<std::string> settings{"train.per_device_train_batch_size=4", "train.steps_per_generation=2",
+                                            "train.lr_scheduler_type=\"constant\"", "output.save_steps=1",
+                                            "output.save_only_model=true"};
+    auto with = [&](std::vector<std::string> more) {
+        more.insert(more.end(), settings.begin(), settings.end());
+        return more;
+    };
+    grove::Trainer straight(manifest("model_only_straight", with({"train.max_steps=4"})), fresh());
+    straight.run();
+    auto m = manifest("model_only_resumed", with({"train.max_steps=3"}));
+    grove::Trainer(m, fresh()).run();
+    const std::string out = m.string("output.dir");
+    for (const char* file : {"buffer.safetensors", "optimizer.safetensors", "trainable.safetensors"}) {
+        EXPECT_FALSE(fs::exists(out + "/checkpoint-1/" + file)) << file << ": step 1 is inside a generation batch";
+        EXPECT_TRUE(fs::exists(out + "/checkpoint-3/" + file)) << file << ": the last checkpoint is whole";
+    }
+    EXPECT_TRUE(fs::exists(out + "/checkpoint-1/model.safetensors"));
+    grove::TrainerOptions resume;
+    resume.resume = "latest";
+    grove::Trainer second(grove::Manifest::load(m.path(), with({"train.max_steps=4"})), resume);
+    second.run();
+    EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
+}
+
 // train.eval_on_start (TRL's eval_on_start): the starting point, as a step-0 line of metrics.jsonl
 // holding only the evaluation, equal to `grove eval` of the model before training.
 TEST(Trainer, EvaluationOnStartIsAStepZeroLine) {
