@@ -271,7 +271,6 @@ RunStart run_start(const std::string& output, const std::string& model_path, con
 }
 
 bool checkpoint_due(const OutputSection& output, int64_t step, int64_t total, double steps_per_epoch, bool new_best) {
-    if (step == total) return true;
     return output.save.strategy == IntervalStrategy::best ? new_best : output.save.due(step, total, steps_per_epoch);
 }
 

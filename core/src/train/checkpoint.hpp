@@ -88,8 +88,8 @@ Manifest manifest_to_resume(const Manifest& manifest, const std::optional<std::s
 // model loads, so a read-only or missing folder costs seconds, not the steps before a checkpoint.
 void prepare_output_folder(const std::string& output_dir, bool clear);
 
-// Whether a checkpoint is written after optimizer step `step` of `total`: where output.save_strategy
-// says (under "best", after an evaluation that found a new best: `new_best`), and at the run's last step.
+// Whether output.save_strategy asks for a checkpoint after optimizer step `step` of `total` (under
+// "best", after an evaluation that found a new best: `new_best`). The run's last step saves anyway.
 bool checkpoint_due(const OutputSection& output, int64_t step, int64_t total, double steps_per_epoch, bool new_best);
 
 // Torch's random generator (the adapter's dropout masks) is not in a checkpoint: every optimizer step

@@ -138,8 +138,7 @@ struct Trainer::State {
     int64_t batches_without_tool_calls = 0;  // consecutive generation batches (for the warning below)
     std::unique_ptr<Checkpoints> checkpoints;
     std::unique_ptr<RunLog> log;
-    int stop_signal = 0;         // the signal that stopped the last run(), 0 if none
-    bool stopped_early = false;  // train.early_stopping_patience ended the last run()
+    int stop_signal = 0;  // the signal that stopped the last run(), 0 if none
     void (*previous_sigint)(int) = SIG_DFL;
     void (*previous_sigterm)(int) = SIG_DFL;
 
@@ -676,6 +675,7 @@ int64_t Trainer::run() {
     State& s = *s_;
     const RunConfig& c = s.config;
     int64_t ran = 0;
+    bool stopped_early = false;  // train.early_stopping_patience ended the run
     std::optional<double> first_reward, last_reward;
     auto start = Clock::now();
     if (c.train.eval_on_start && s.progress.global_step == 0) {  // the starting point, as a line of step 0
@@ -704,21 +704,21 @@ int64_t Trainer::run() {
             c.train.eval.due(s.progress.global_step, s.total, s.steps_per_epoch)
                 ? record_evaluation(c.train.best_model, metrics, s.progress.global_step, s.progress.best)
                 : EvaluationOutcome{};
-        s.stopped_early = evaluation.stop_early;
+        stopped_early = evaluation.stop_early;
         // the run's last checkpoint stays whole, so that it can always be resumed (or extended)
-        const bool last = s.progress.global_step == s.total || stop || s.stopped_early;
+        const bool last = s.progress.global_step == s.total || stop || stopped_early;
         if (last || checkpoint_due(c.output, s.progress.global_step, s.total, s.steps_per_epoch, evaluation.new_best)) {
             std::string dir = save_checkpoint(c.output.save_only_model && !last);
             if (s.options.log && stop && s.options.rank == 0)
                 *s.options.log << "grove: stopped by signal; checkpoint written to " << dir << "\n";
         }
-        if (s.stopped_early && s.options.log && s.options.rank == 0)
+        if (stopped_early && s.options.log && s.options.rank == 0)
             *s.options.log << early_stopping_note(c.train.best_model, s.progress.best, s.progress.global_step, s.total);
-        if (stop || s.stopped_early) break;
+        if (stop || stopped_early) break;
     }
     s.stop_signal = int(g_stop_requested);
     // load_best_model_at_end: the best checkpoint's model beside the checkpoints, as TRL's save_model() writes it
-    if ((s.progress.global_step == s.total || s.stopped_early) && s.options.rank == 0)
+    if ((s.progress.global_step == s.total || stopped_early) && s.options.rank == 0)
         s.checkpoints->write_best_model(c.train.best_model, s.progress.best, s.options.log);
     if (s.options.log && ran > 0 && s.options.rank == 0) {
         if (s.options.progress_bar && s.progress.global_step != s.total) *s.options.log << "\n";

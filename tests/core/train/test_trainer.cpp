@@ -1361,6 +1361,21 @@ std::vector<nlohmann::json> metric_lines(const std::string& file) {
     for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
     return out;
 }
+
+// The steps of the checkpoint folders a run's output folder holds.
+std::set<int64_t> checkpoint_steps_in(const std::string& output) {
+    std::set<int64_t> steps;
+    for (const auto& entry : fs::directory_iterator(output))
+        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
+            steps.insert(std::stoll(folder.substr(11)));
+    return steps;
+}
+
+// The tensors of the model a folder holds, as Grove loads it.
+std::map<std::string, at::Tensor> model_of(const std::string& folder) {
+    auto model = grove::Model::load(folder, "cpu", "float32");
+    return snapshot(*model);
+}
 }  // namespace
 
 // torch.distributed (Gloo): `grove train --nproc 2` with 4 completions per rank equals one process
@@ -1460,10 +1475,8 @@ TEST(Trainer, StrategiesSaveEvaluateAndPrintWhereTransformersWould) {
         std::ostringstream log;
         options.log = &log;
         grove::Trainer(m, options).run();
-        std::set<int64_t> checkpoints, evaluated, printed;
-        for (const auto& entry : fs::directory_iterator(m.string("output.dir")))
-            if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
-                checkpoints.insert(std::stoll(folder.substr(11)));
+        const std::set<int64_t> checkpoints = checkpoint_steps_in(m.string("output.dir"));
+        std::set<int64_t> evaluated, printed;
         for (const auto& line : metric_lines(m.string("output.dir") + "/metrics.jsonl"))
             if (line.contains("eval_reward")) evaluated.insert(line["step"].get<int64_t>());
         std::istringstream lines(log.str());
@@ -1514,17 +1527,6 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
         if (log_text) *log_text = log.str();
         return m.string("output.dir");
     };
-    auto checkpoints_in = [](const std::string& out) {
-        std::set<int64_t> steps;
-        for (const auto& entry : fs::directory_iterator(out))
-            if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
-                steps.insert(std::stoll(folder.substr(11)));
-        return steps;
-    };
-    auto model_of = [](const std::string& folder) {
-        auto model = grove::Model::load(folder, "cpu", "float32");
-        return snapshot(*model);
-    };
     std::string log;
     const std::string out = run("best_kept", {"output.save_steps=2", "output.save_total_limit=1"}, &log);
     // the best as transformers' _determine_best_metric finds it: strictly better than every earlier one
@@ -1543,7 +1545,8 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
         }
     ASSERT_NE(best_step, 0);
     ASSERT_NE(best_step, 6) << "an earlier evaluation is the best here (the case this test is for)";
-    EXPECT_EQ(checkpoints_in(out), (std::set<int64_t>{best_step, 6})) << "save_total_limit = 1 keeps the best and the last";
+    EXPECT_EQ(checkpoint_steps_in(out), (std::set<int64_t>{best_step, 6}))
+        << "save_total_limit = 1 keeps the best and the last";
     std::ifstream state_file(out + "/checkpoint-6/trainer_state.json");
     const auto state = nlohmann::json::parse(state_file);
     EXPECT_EQ(state["best_global_step"], best_step);
@@ -1555,14 +1558,14 @@ TEST(Trainer, TheBestEvaluationsCheckpointIsKeptAndItsModelWrittenAtTheEnd) {
 
     std::set<int64_t> saved_at_bests = new_bests;
     saved_at_bests.insert(6);
-    EXPECT_EQ(checkpoints_in(run("best_saved", {"output.save_strategy=\"best\""})), saved_at_bests);
+    EXPECT_EQ(checkpoint_steps_in(run("best_saved", {"output.save_strategy=\"best\""})), saved_at_bests);
 
     // early stopping: the run ends at that evaluation, with a checkpoint, and the best model as before
     ASSERT_NE(first_without_improvement, 0);
     ASSERT_LT(first_without_improvement, 6);
     const std::string stopped = run("stopped_early", {"output.save_steps=2", "train.early_stopping_patience=1"}, &log);
     EXPECT_EQ(metric_lines(stopped + "/metrics.jsonl").back()["step"], first_without_improvement);
-    EXPECT_TRUE(checkpoints_in(stopped).count(first_without_improvement));
+    EXPECT_TRUE(checkpoint_steps_in(stopped).count(first_without_improvement));
     EXPECT_CONTAINS(log,
                     "grove: early stopping: 1 evaluations in a row did not improve eval_reward by more than 0 on "
                     "the best");
@@ -1678,15 +1681,7 @@ TEST(Trainer, TwoProcessesKeepTheBestCheckpointAsOne) {
     }
     EXPECT_EQ(metric_lines(out + "/metrics.jsonl").back()["step"], last) << "the run ends where the count reaches 2";
     expected.insert(last);  // and a checkpoint where it ends
-    std::set<int64_t> saved;
-    for (const auto& entry : fs::directory_iterator(out))
-        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
-            saved.insert(std::stoll(folder.substr(11)));
-    EXPECT_EQ(saved, expected);
-    auto model_of = [](const std::string& folder) {
-        auto model = grove::Model::load(folder, "cpu", "float32");
-        return snapshot(*model);
-    };
+    EXPECT_EQ(checkpoint_steps_in(out), expected);
     EXPECT_EQ(max_difference(model_of(out), model_of(out + "/checkpoint-" + std::to_string(best_step))), 0.0);
 }
 
