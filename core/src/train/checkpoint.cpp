@@ -593,12 +593,22 @@ bool Checkpoints::write_best_model(const BestModelSettings& settings, const Best
         if (!st.is_object() || !st.contains("files") || !st.contains("model_files"))
             throw Error(ErrorKind::input, (dir / "trainer_state.json").string() + " is missing or damaged");
         verify_files(dir.string(), st["files"]);
-        for (const json& file : st["model_files"]) {  // each file whole or not at all
-            const fs::path to = fs::path(output_) / file.get<std::string>(), partial = to.string() + ".tmp";
-            fs::create_directories(to.parent_path());
-            fs::copy_file(dir / file.get<std::string>(), partial, fs::copy_options::overwrite_existing);
-            fs::rename(partial, to);
+        // every file copied beside its place first, then all renamed: a failed copy leaves the
+        // folder's model as it was, never part old and part new
+        std::vector<std::pair<fs::path, fs::path>> copies;  // (partial, final)
+        try {
+            for (const json& file : st["model_files"]) {
+                const fs::path to = fs::path(output_) / file.get<std::string>();
+                copies.emplace_back(to.string() + ".tmp", to);
+                fs::create_directories(to.parent_path());
+                fs::copy_file(dir / file.get<std::string>(), copies.back().first, fs::copy_options::overwrite_existing);
+            }
+        } catch (...) {
+            std::error_code ignored;
+            for (const auto& [partial, to] : copies) fs::remove(partial, ignored);
+            throw;
         }
+        for (const auto& [partial, to] : copies) fs::rename(partial, to);
     } catch (const std::exception& e) {
         throw Error(ErrorKind::runtime, "train.load_best_model_at_end: could not copy the model of " + dir.string() + " into " +
                                             output_ + ": " + e.what() + "; the run's checkpoints are whole");

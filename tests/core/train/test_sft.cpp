@@ -591,6 +591,18 @@ TEST(Sft, TheBestCheckpointIsKeptResumedAndItsModelWrittenAtTheEnd) {
                     "train.metric_for_best_model = \"reward\": the run's evaluation logs no eval_reward; it "
                     "logs entropy, loss, mean_token_accuracy, num_tokens: name one of those");
     EXPECT_FALSE(fs::exists(dir + "/refused/checkpoint-1"));
+
+    // a copy that fails (a folder where the last model file's copy goes) leaves output.dir without a
+    // part of the best model: every file is copied before any takes its place
+    fs::create_directories(dir + "/blocked/tokenizer_config.json.tmp/in_the_way");
+    auto blocked = grove::test::run_grove("sft " + dir + "/sft.toml --set 'output.dir=\"" + dir + "/blocked\"' 2>&1");
+    EXPECT_NE(blocked.exit_code, 0);
+    EXPECT_CONTAINS(blocked.out, "train.load_best_model_at_end: could not copy the model of " + dir +
+                                     "/blocked/checkpoint-1 into " + dir + "/blocked");
+    EXPECT_CONTAINS(blocked.out, "the run's checkpoints are whole");
+    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "model.safetensors.tmp", "config.json.tmp"})
+        EXPECT_FALSE(fs::exists(dir + "/blocked/" + file)) << file;
+    EXPECT_TRUE(same_weights(dir + "/blocked/checkpoint-4", out + "/checkpoint-4"));
 }
 
 // output.save_only_model (TrainingArguments' save_only_model): checkpoints during the run hold the
