@@ -157,6 +157,9 @@ case("manifest", "sync_ref_model without a reference (beta = 0)", "check grove.t
      run_folder('[loss]\nsync_ref_model = true\n'))
 case("manifest", "sync_ref_model with LoRA", "check grove.toml", 3, "use plugin = \"full\", or remove sync_ref_model",
      run_folder('[loss]\nsync_ref_model = true\nbeta = 0.1\n[adapter]\nplugin = "lora"\n'))
+case("manifest", "a LoRA initialisation that rewrites the base weights (PEFT's init_lora_weights=\"pissa\")",
+     "check grove.toml", 3, "is not available",
+     run_folder('[adapter]\nplugin = "lora"\nconfig = { init_lora_weights = "pissa" }\n'))
 case("manifest", "enable_thinking = false for a template without that switch",
      "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,

@@ -31,7 +31,7 @@ plugin = "grpo"
 TEST(Cli, VersionAndHelp) {
     auto r = run_grove("--version");
     EXPECT_EQ(r.exit_code, 0);
-    EXPECT_CONTAINS(r.out, "(plugin ABI 1.12)");
+    EXPECT_CONTAINS(r.out, "(plugin ABI 1.13)");
     r = run_grove("--help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_CONTAINS(r.out, "check MANIFEST");

@@ -130,8 +130,143 @@ TEST(Lora, DropoutAppliesOnlyWhileTraining) {
     EXPECT_FALSE(at::allclose(adapted->delta(x), eval1));  // half the inputs dropped, the rest doubled
 }
 
+// DoRA: y = b + (m / n) (W + s B A) x, n = ||W + s B A|| per output row, m starting at ||W||.
+TEST(Lora, DoraRescalesEachOutputRowToItsMagnitudeAndMergesTheSame) {
+    at::manual_seed(4);
+    auto dora = make("lora", "r = 2\nalpha = 6.0\nuse_dora = true");
+    grove::AdapterHost host(dora);
+    auto layer = q_proj(6, 5, true);
+    auto adapted = host.attach(layer);
+    ASSERT_EQ(adapted->parameters().size(), 3u);
+    EXPECT_EQ(adapted->parameters()[2].first, "base_model.model.model.layers.3.self_attn.q_proj.lora_magnitude_vector");
+    at::Tensor A = adapted->parameters()[0].second, B = adapted->parameters()[1].second, m = adapted->parameters()[2].second;
+    EXPECT_TRUE(at::allclose(m, layer.weight.norm(2, {1}), 1e-6, 1e-7)) << "m starts as the rows' norms of W";
+    at::Tensor x = at::randn({3, 5});
+    EXPECT_TRUE(at::allclose(adapted->forward(x), at::linear(x, layer.weight, *layer.bias), 1e-5, 1e-6))
+        << "a new DoRA adapter leaves the layer as it was";
+    {
+        at::NoGradGuard no_grad;
+        B.normal_();
+        m.mul_(at::rand({6}) + 0.5);
+    }
+    at::Tensor V = layer.weight + 3.0 * at::matmul(B, A).detach();
+    at::Tensor expected = at::linear(x, (m.detach() / V.norm(2, {1})).unsqueeze(1) * V, *layer.bias);
+    at::Tensor y = adapted->forward(x);
+    EXPECT_TRUE(at::allclose(y, expected, 1e-5, 1e-5));
+    EXPECT_TRUE(at::allclose(at::linear(x, layer.weight + adapted->merged_delta(), *layer.bias), y, 1e-5, 1e-5));
+    // the norm is a constant in backward: dL/dm = sum over rows of x of (V x / n) * dL/dy
+    y.sum().backward();
+    EXPECT_TRUE(at::allclose(m.grad(), (at::linear(x, V) / V.norm(2, {1})).sum(0), 1e-5, 1e-5));
+    EXPECT_FALSE(layer.weight.grad().defined());
+}
+
+// With dropout, DoRA's base term is W dropout(x), as in PEFT: outside training it is W x again.
+TEST(Lora, DoraDropoutDropsTheBaseTermToo) {
+    at::manual_seed(5);
+    auto dora = make("lora", "r = 2\nuse_dora = true\ndropout = 0.5");
+    grove::AdapterHost host(dora);
+    auto layer = q_proj(4, 1, false);  // one input: dropout keeps it doubled or zeroes it
+    auto adapted = host.attach(layer);
+    {
+        at::NoGradGuard no_grad;
+        adapted->parameters()[2].second.mul_(2.0);  // m = 2 ||W|| with B = 0: the delta is W dropout(x)
+    }
+    at::Tensor x = at::randn({200, 1});
+    host.set_training(false);
+    EXPECT_TRUE(at::allclose(adapted->delta(x), at::linear(x, layer.weight), 1e-5, 1e-5));
+    host.set_training(true);
+    at::Tensor delta = adapted->delta(x), doubled = 2.0 * at::linear(x, layer.weight);
+    at::Tensor kept = (delta - doubled).abs().amax(1) < 1e-5, dropped = delta.abs().amax(1) < 1e-7;
+    EXPECT_TRUE((kept | dropped).all().item<bool>()) << "each row is W (2x) or 0";
+    EXPECT_GT(kept.sum().item<int64_t>(), 50);
+    EXPECT_GT(dropped.sum().item<int64_t>(), 50);
+}
+
+// target_modules as PEFT reads a list: a name, or its ending after a dot; then layers_to_transform
+// and exclude_modules; rank_pattern and alpha_pattern pick a layer's rank and scale.
+TEST(Lora, ChoosesLayersRanksAndScalesAsPeft) {
+    auto lora = make("lora",
+                     "r = 4\nalpha = 8.0\ntarget_modules = [\"self_attn.q_proj\", \"up_proj\"]\n"
+                     "layers_to_transform = [1, 3]\nexclude_modules = [\"model.layers.1.mlp.up_proj\"]\n"
+                     "rank_pattern = { \"layers.3.self_attn.q_proj\" = 2 }\nalpha_pattern = { \"q_proj\" = 1.0 }");
+    grove::AdapterHost host(lora);
+    auto layer_at = [](const std::string& name, uint32_t index) {
+        grove::LinearLayer layer = q_proj(4, 4, false);
+        layer.name = name;
+        layer.layer_index = index;
+        return layer;
+    };
+    EXPECT_FALSE(host.attach(layer_at("model.layers.3.self_attn.k_proj", 3)));
+    EXPECT_FALSE(host.attach(layer_at("model.layers.3.cross_attn.q_proj", 3))) << "self_attn.q_proj names one module";
+    EXPECT_FALSE(host.attach(layer_at("model.layers.0.self_attn.q_proj", 0))) << "layer 0 is not transformed";
+    EXPECT_FALSE(host.attach(layer_at("model.layers.1.mlp.up_proj", 1))) << "excluded";
+    EXPECT_FALSE(host.attach(layer_at("model.layers.1.mlp.my_up_proj", 1))) << "not an ending after a dot";
+    auto up = host.attach(layer_at("model.layers.3.mlp.up_proj", 3));
+    ASSERT_TRUE(up);
+    EXPECT_EQ(up->parameters()[0].second.size(0), 4);
+    auto q = host.attach(layer_at("model.layers.3.self_attn.q_proj", 3));
+    ASSERT_TRUE(q);
+    EXPECT_EQ(q->parameters()[0].second.size(0), 2) << "rank_pattern";
+    at::Tensor A = q->parameters()[0].second, B = q->parameters()[1].second;
+    {
+        at::NoGradGuard no_grad;
+        B.normal_();
+    }
+    EXPECT_TRUE(at::allclose(q->merged_delta(), 0.5 * at::matmul(B, A), 1e-5, 1e-6)) << "alpha_pattern's 1.0 over rank 2";
+    auto q1 = host.attach(layer_at("model.layers.1.self_attn.q_proj", 1));
+    ASSERT_TRUE(q1);
+    EXPECT_EQ(q1->parameters()[0].second.size(0), 4) << "the pattern names layer 3 only";
+    auto config = nlohmann::json::parse(host.saved_config_json());
+    EXPECT_EQ(config["layers_to_transform"], nlohmann::json::array({1, 3}));
+    EXPECT_EQ(config["rank_pattern"]["layers.3.self_attn.q_proj"], 2);
+    EXPECT_EQ(config["alpha_pattern"]["q_proj"], 1.0);
+    EXPECT_EQ(config["exclude_modules"], nlohmann::json::array({"model.layers.1.mlp.up_proj"}));
+}
+
+// PEFT takes the first pattern in its file's order; a TOML table keeps none, so two patterns that
+// give one module different ranks are refused, naming both and the module.
+TEST(Lora, PatternsThatDisagreeOnAModuleAreRefused) {
+    auto agreeing = make("lora", "rank_pattern = { \"q_proj\" = 2, \"self_attn.q_proj\" = 2 }");
+    grove::AdapterHost fine(agreeing);
+    auto q = fine.attach(q_proj(4, 4, false));
+    ASSERT_TRUE(q);
+    EXPECT_EQ(q->parameters()[0].second.size(0), 2);
+    auto lora = make("lora", "rank_pattern = { \"q_proj\" = 2, \"self_attn.q_proj\" = 4 }");
+    grove::AdapterHost host(lora);
+    try {
+        host.attach(q_proj(4, 4, false));
+        ADD_FAILURE() << "two ranks for one module";
+    } catch (const grove::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'q_proj' and 'self_attn.q_proj' both match model.layers.3.self_attn.q_proj"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+// init_lora_weights: "gaussian" draws A with std 1/r, "false" draws B too (the adapter acts at once)
+TEST(Lora, InitLoraWeightsAsPeft) {
+    at::manual_seed(6);
+    auto gaussian = make("lora", "r = 4\ninit_lora_weights = \"gaussian\"");
+    grove::AdapterHost g(gaussian);
+    grove::LinearLayer wide = q_proj(64, 512, false);
+    auto a = g.attach(wide);
+    EXPECT_NEAR(a->parameters()[0].second.std().item<double>(), 0.25, 0.01);
+    EXPECT_TRUE(at::equal(a->parameters()[1].second, at::zeros_like(a->parameters()[1].second)));
+    auto random = make("lora", "r = 4\ninit_lora_weights = \"false\"");
+    grove::AdapterHost f(random);
+    auto b = f.attach(wide);
+    at::Tensor B = b->parameters()[1].second;
+    EXPECT_GT(B.abs().max().item<double>(), 0.0);
+    EXPECT_LE(B.abs().max().item<double>(), 1.0 / std::sqrt(4.0) + 1e-6);  // Kaiming-uniform(a = sqrt(5)), fan_in r
+    EXPECT_EQ(nlohmann::json::parse(f.saved_config_json())["init_lora_weights"], false);
+    EXPECT_EQ(nlohmann::json::parse(g.saved_config_json())["init_lora_weights"], "gaussian");
+}
+
 TEST(Lora, BadConfigurationNamesTheKey) {
-    for (const char* config : {"r = 0", "alpha = -1.0", "dropout = 1.0", "target_modules = []"}) {
+    for (const char* config :
+         {"r = 0", "alpha = -1.0", "dropout = 1.0", "target_modules = []", "init_lora_weights = \"pissa\"",
+          "rank_pattern = { q_proj = 0 }", "rank_pattern = { \"(q\" = 2 }", "rank_pattern = { q_proj = 2.5 }",
+          "alpha_pattern = { q_proj = -1.0 }", "layers_to_transform = [-1]"}) {
         try {
             make("lora", config);
             ADD_FAILURE() << "accepted " << config;

@@ -138,7 +138,14 @@ PIN(grove_tensor_ops, mul, 40);
 PIN(grove_tensor_ops, scale, 48);
 PIN(grove_tensor_ops, dropout, 56);
 PIN(grove_tensor_ops, shape, 64);
-PIN_SIZE(grove_tensor_ops, 72);
+PIN(grove_tensor_ops, base_weight, 72); /* ABI 1.13 */
+PIN(grove_tensor_ops, base_output, 80);
+PIN(grove_tensor_ops, parameter_from, 88);
+PIN(grove_tensor_ops, detach, 96);
+PIN(grove_tensor_ops, div, 104);
+PIN(grove_tensor_ops, row_norm, 112);
+PIN(grove_tensor_ops, reshape, 120);
+PIN_SIZE(grove_tensor_ops, 128);
 
 PIN(grove_linear_info, struct_size, 0);
 PIN(grove_linear_info, name, 8);

@@ -52,8 +52,9 @@ public:
     ~AdaptedLinear();
     // y = x W^T + b + adapter delta(x)
     at::Tensor forward(const at::Tensor& x) const;
-    // only the adapter's delta(x)
-    at::Tensor delta(const at::Tensor& x) const;
+    // only the adapter's delta(x); `base_output` is the layer's x W^T + b when the caller has it
+    // (an adapter that rescales the layer reuses it), or undefined
+    at::Tensor delta(const at::Tensor& x, const at::Tensor& base_output = {}) const;
     // the [out, in] weight delta that merging adds to W
     at::Tensor merged_delta() const;
     bool can_merge() const;  // the plugin implements merged_delta
@@ -75,7 +76,7 @@ class Model;
 // The model's trainable tensors with the adapter attached (or its base weights, for full training);
 // an adapter that left none (target_modules matching no layer) is a plugin error naming
 // `adapter_use`'s origin and the model's layer names.
-std::vector<at::Tensor> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
-                                                       const std::string& adapter_name);
+std::vector<std::pair<std::string, at::Tensor>> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
+                                                                               const std::string& adapter_name);
 
 }  // namespace grove

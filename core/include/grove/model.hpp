@@ -159,7 +159,9 @@ public:
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
     // Base weights train (full fine-tuning) or stay frozen (adapters; inference).
     void set_base_trainable(bool trainable);
-    // Every tensor that currently requires a gradient: base weights and/or adapter parameters.
+    // Every tensor that currently requires a gradient: base weights and/or adapter parameters,
+    // named as saved (an adapter's under PEFT's "base_model.model." prefix).
+    std::vector<std::pair<std::string, at::Tensor>> trainable_named_parameters() const;
     std::vector<at::Tensor> trainable_parameters() const;
     // Every linear layer of the decoder stack, for adapters.
     std::vector<Linear*> linear_layers();

@@ -47,10 +47,10 @@ public:
     void restore(int64_t steps, const std::vector<std::vector<at::Tensor>>& state);
 
 protected:
-    // Weight decay applies to tensors of two or more dimensions only (not to norms and biases), as
-    // Trainer's decay groups leave them out. `updated[i]` false: this optimizer keeps no state for
-    // params[i] and leaves it alone (another rank updates it, ZeRO stage 1); empty: it updates every tensor.
-    Optimizer(std::vector<at::Tensor> params, std::vector<bool> updated);
+    // Weight decay applies to params[i] where decays[i] (weight_decay_applies of its name).
+    // `updated[i]` false: this optimizer keeps no state for params[i] and leaves it alone (another
+    // rank updates it, ZeRO stage 1); empty: it updates every tensor.
+    Optimizer(std::vector<at::Tensor> params, std::vector<bool> decays, std::vector<bool> updated);
     // zeros for every slot of every updated tensor; a subclass's constructor calls it
     void allocate_state();
 
@@ -67,7 +67,7 @@ struct AdamWOptions {
 // torch.optim.AdamW. Slots: exp_avg, exp_avg_sq, in the tensor's type.
 class AdamW final : public Optimizer {
 public:
-    AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated = {});
+    AdamW(std::vector<at::Tensor> params, std::vector<bool> decays, AdamWOptions options, std::vector<bool> updated = {});
     //   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
     //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
     void step(double lr) override;
@@ -84,7 +84,7 @@ private:
 // column (slots exp_avg_sq_row and exp_avg_sq_col); any other tensor keeps exp_avg_sq. Float32 state.
 class Adafactor final : public Optimizer {
 public:
-    Adafactor(std::vector<at::Tensor> params, double weight_decay, std::vector<bool> updated = {});
+    Adafactor(std::vector<at::Tensor> params, std::vector<bool> decays, double weight_decay, std::vector<bool> updated = {});
     //   b2 = 1 - t^-0.8;  v = b2 v + (1-b2) (g^2 + 1e-30)  (per row and column for a matrix)
     //   u = g / sqrt(v);  u /= max(1, rms(u));  p -= lr*wd*p;  p -= lr u
     void step(double lr) override;
@@ -95,8 +95,14 @@ private:
     double weight_decay_;
 };
 
-// train.optim's optimizer over `params` with train's settings (`updated` as Optimizer's).
-std::unique_ptr<Optimizer> make_optimizer(const TrainSection& train, std::vector<at::Tensor> params,
+// Whether train.weight_decay applies to the trainable tensor saved as `name`: transformers'
+// Trainer.get_decay_parameter_names leaves out biases and norms by name ("bias", "layernorm",
+// "rmsnorm", a ".norm" or "_norm" component); everything else decays, DoRA's 1-D magnitudes too.
+bool weight_decay_applies(const std::string& name);
+
+// train.optim's optimizer over `params` (named as saved) with train's settings (`updated` as Optimizer's).
+std::unique_ptr<Optimizer> make_optimizer(const TrainSection& train,
+                                          const std::vector<std::pair<std::string, at::Tensor>>& params,
                                           std::vector<bool> updated = {});
 // A warning line when train has AdamW settings that train.optim does not use; else empty.
 std::string ignored_optimizer_settings_warning(const TrainSection& train);

@@ -20,6 +20,11 @@ struct grove_op_context {
     std::deque<std::pair<std::string, at::Tensor>>* parameters = nullptr;
     std::string layer_name;
     at::TensorOptions options;
+    // the layer's own tensors, for adapters that rescale it (ABI 1.13); base_output only in forward()
+    at::Tensor base_weight;
+    at::Tensor input;         // forward()'s x
+    at::Tensor layer_output;  // W x + b for `input` when the caller had it
+    std::optional<at::Tensor> bias;
 };
 
 namespace grove {
@@ -45,16 +50,21 @@ grove_tensor run_op(grove_op_context* ctx, const char* op, Fn&& fn) {
     }
 }
 
+// Why a parameter called `name` cannot be declared now, or "" if it can.
+std::string parameter_refusal(const grove_op_context* ctx, const char* name) {
+    if (!ctx->parameters) return "parameters can only be created in attach()";
+    if (!name || !*name) return "a parameter needs a name";
+    for (const auto& [existing, tensor] : *ctx->parameters)
+        if (existing == name) return "parameter '" + std::string(name) + "' declared twice";
+    return "";
+}
+
 grove_status op_parameter(grove_op_context* ctx, const char* name, uint32_t ndim, const int64_t* shape, uint32_t init,
                           double init_arg, grove_tensor* out, grove_error_sink* err) {
-    if (!ctx->parameters)
-        return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "parameters can only be created in attach()");
-    if (!name || !*name || ndim == 0 || ndim > 4)
-        return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "a parameter needs a name and 1 to 4 dimensions");
-    for (const auto& [existing, tensor] : *ctx->parameters)
-        if (existing == name)
-            return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr,
-                              ("parameter '" + std::string(name) + "' declared twice").c_str());
+    if (const std::string refusal = parameter_refusal(ctx, name); !refusal.empty())
+        return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, refusal.c_str());
+    if (ndim == 0 || ndim > 4)
+        return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "a parameter needs 1 to 4 dimensions");
     std::vector<int64_t> sizes(shape, shape + ndim);
     for (int64_t s : sizes)
         if (s <= 0) return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "parameter sizes must be positive");
@@ -95,6 +105,40 @@ grove_status op_parameter(grove_op_context* ctx, const char* name, uint32_t ndim
     return GROVE_OK;
 }
 
+grove_status op_parameter_from(grove_op_context* ctx, const char* name, grove_tensor initial, grove_tensor* out,
+                               grove_error_sink* err) {
+    if (const std::string refusal = parameter_refusal(ctx, name); !refusal.empty())
+        return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, refusal.c_str());
+    if (!initial) return grove_fail(err, GROVE_ERROR_INVALID_ARGUMENT, nullptr, "a parameter needs an initial tensor");
+    at::Tensor p;
+    try {
+        p = unwrap(initial).detach().to(ctx->options, /*non_blocking=*/false, /*copy=*/true);
+    } catch (const std::exception& e) {
+        return grove_fail(err, GROVE_ERROR_INTERNAL, nullptr, e.what());
+    }
+    p.requires_grad_(true);
+    ctx->parameters->emplace_back(name, p);
+    *out = reinterpret_cast<grove_tensor>(&ctx->parameters->back().second);
+    return GROVE_OK;
+}
+
+grove_tensor op_base_weight(grove_op_context* ctx) {
+    return run_op(ctx, "base_weight", [&] {
+        if (!ctx->base_weight.defined()) throw std::invalid_argument("no layer weight in this call");
+        return ctx->base_weight.detach();
+    });
+}
+grove_tensor op_base_output(grove_op_context* ctx, grove_tensor x) {
+    return run_op(ctx, "base_output", [&] {
+        if (!ctx->input.defined()) throw std::invalid_argument("only forward() has a layer output");
+        const at::Tensor& in = unwrap(x);
+        // PEFT's DoRA also takes the layer's output less its bias
+        if (in.is_same(ctx->input) && ctx->layer_output.defined())
+            return ctx->bias ? ctx->layer_output - *ctx->bias : ctx->layer_output;
+        return at::linear(in, ctx->base_weight.detach());
+    });
+}
+
 grove_tensor op_linear(grove_op_context* ctx, grove_tensor x, grove_tensor w) {
     return run_op(ctx, "linear", [&] { return at::linear(unwrap(x), unwrap(w)); });
 }
@@ -122,8 +166,38 @@ uint32_t op_shape(grove_op_context*, grove_tensor a, int64_t* sizes, uint32_t ma
     return uint32_t(t.dim());
 }
 
-const grove_tensor_ops kOps = {
-    sizeof(grove_tensor_ops), op_parameter, op_linear, op_matmul, op_add, op_mul, op_scale, op_dropout, op_shape};
+grove_tensor op_detach(grove_op_context* ctx, grove_tensor a) {
+    return run_op(ctx, "detach", [&] { return unwrap(a).detach(); });
+}
+grove_tensor op_div(grove_op_context* ctx, grove_tensor a, grove_tensor b) {
+    return run_op(ctx, "div", [&] { return unwrap(a) / unwrap(b); });
+}
+grove_tensor op_row_norm(grove_op_context* ctx, grove_tensor a) {
+    return run_op(ctx, "row_norm", [&] {
+        if (unwrap(a).dim() != 2) throw std::invalid_argument("row_norm takes a 2-D tensor");
+        return at::linalg_vector_norm(unwrap(a), 2, /*dim=*/{1});
+    });
+}
+grove_tensor op_reshape(grove_op_context* ctx, grove_tensor a, uint32_t ndim, const int64_t* shape) {
+    return run_op(ctx, "reshape", [&] { return unwrap(a).reshape(at::IntArrayRef(shape, ndim)); });
+}
+
+const grove_tensor_ops kOps = {sizeof(grove_tensor_ops),
+                               op_parameter,
+                               op_linear,
+                               op_matmul,
+                               op_add,
+                               op_mul,
+                               op_scale,
+                               op_dropout,
+                               op_shape,
+                               op_base_weight,
+                               op_base_output,
+                               op_parameter_from,
+                               op_detach,
+                               op_div,
+                               op_row_norm,
+                               op_reshape};
 
 std::string short_name(const std::string& name) {
     auto dot = name.rfind('.');
@@ -169,6 +243,7 @@ std::unique_ptr<AdaptedLinear> AdapterHost::attach(const LinearLayer& layer) {
     ctx.parameters = &adapted->parameters_;
     ctx.layer_name = layer.name;
     ctx.options = layer.weight.options().requires_grad(false);
+    ctx.base_weight = layer.weight;
     ErrorCapture capture;
     void* state = nullptr;
     grove_status status =
@@ -195,10 +270,14 @@ AdaptedLinear::~AdaptedLinear() {
     if (state_ && GROVE_HAS_FIELD(api, grove_adapter_api, detach) && api->detach) api->detach(host_.adapter_.handle(), state_);
 }
 
-at::Tensor AdaptedLinear::delta(const at::Tensor& x) const {
+at::Tensor AdaptedLinear::delta(const at::Tensor& x, const at::Tensor& base_output) const {
     grove_op_context ctx;
     ctx.training = host_.training_;
     ctx.layer_name = layer_.name;
+    ctx.base_weight = layer_.weight;
+    ctx.input = x;
+    ctx.layer_output = base_output;
+    ctx.bias = layer_.bias;
     ctx.temporaries.push_back(x);
     grove_tensor x_handle = reinterpret_cast<grove_tensor>(&ctx.temporaries.back());
     auto params = parameter_handles(parameters_);
@@ -224,7 +303,7 @@ at::Tensor AdaptedLinear::delta(const at::Tensor& x) const {
 
 at::Tensor AdaptedLinear::forward(const at::Tensor& x) const {
     at::Tensor base = layer_.bias ? at::linear(x, layer_.weight, *layer_.bias) : at::linear(x, layer_.weight);
-    return base + delta(x);
+    return base + delta(x, base);
 }
 
 bool AdaptedLinear::can_merge() const {
@@ -239,6 +318,7 @@ at::Tensor AdaptedLinear::merged_delta() const {
     grove_op_context ctx;
     ctx.training = false;
     ctx.layer_name = layer_.name;
+    ctx.base_weight = layer_.weight;
     auto params = parameter_handles(parameters_);
     grove_tensor out = nullptr;
     ErrorCapture capture;
@@ -253,9 +333,9 @@ at::Tensor AdaptedLinear::merged_delta() const {
     return result;
 }
 
-std::vector<at::Tensor> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
-                                                       const std::string& adapter_name) {
-    std::vector<at::Tensor> params = model.trainable_parameters();
+std::vector<std::pair<std::string, at::Tensor>> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
+                                                                               const std::string& adapter_name) {
+    std::vector<std::pair<std::string, at::Tensor>> params = model.trainable_named_parameters();
     if (params.empty())
         throw Error(ErrorKind::plugin, adapter_use.origin + ": the adapter '" + adapter_name +
                                            "' left no trainable parameter: check its target_modules against the model's "

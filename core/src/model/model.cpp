@@ -741,7 +741,7 @@ at::Tensor Linear::base(const at::Tensor& x) const { return linear_for_scope(x, 
 
 at::Tensor Linear::operator()(const at::Tensor& x) const {
     at::Tensor y = base(x);
-    if (adapter && (!adapters_enabled || *adapters_enabled)) y = y + adapter->delta(x);
+    if (adapter && (!adapters_enabled || *adapters_enabled)) y = y + adapter->delta(x, y);
     return y;
 }
 
@@ -1742,15 +1742,21 @@ void Model::set_base_trainable(bool trainable) {
     for (auto& [name, tensor] : named_parameters()) tensor.requires_grad_(trainable);
 }
 
-std::vector<at::Tensor> Model::trainable_parameters() const {
-    std::vector<at::Tensor> out;
-    for (const auto& [name, tensor] : named_parameters())
-        if (tensor.requires_grad()) out.push_back(tensor);
+std::vector<std::pair<std::string, at::Tensor>> Model::trainable_named_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& named : named_parameters())
+        if (named.second.requires_grad()) out.push_back(named);
     for (const auto& layer : layers_)
         for (const Linear* lin : layer->linears())
             if (lin->adapter)
-                for (const auto& [name, tensor] : lin->adapter->parameters())
-                    if (tensor.requires_grad()) out.push_back(tensor);
+                for (const auto& named : lin->adapter->parameters())
+                    if (named.second.requires_grad()) out.push_back(named);
+    return out;
+}
+
+std::vector<at::Tensor> Model::trainable_parameters() const {
+    std::vector<at::Tensor> out;
+    for (auto& [name, tensor] : trainable_named_parameters()) out.push_back(tensor);
     return out;
 }
 

@@ -4,17 +4,27 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cctype>
+#include <regex>
 #include <cmath>
 #include <stdexcept>
 #include <tuple>
 
 namespace grove {
 
-Optimizer::Optimizer(std::vector<at::Tensor> params, std::vector<bool> updated)
-        : params_(std::move(params)), updated_(std::move(updated)) {
+Optimizer::Optimizer(std::vector<at::Tensor> params, std::vector<bool> decays, std::vector<bool> updated)
+        : params_(std::move(params)), decay_(std::move(decays)), updated_(std::move(updated)) {
     if (updated_.empty()) updated_.assign(params_.size(), true);
     if (updated_.size() != params_.size()) throw std::invalid_argument("Optimizer: one `updated` flag per tensor");
-    for (const at::Tensor& p : params_) decay_.push_back(p.dim() >= 2);
+    if (decay_.size() != params_.size()) throw std::invalid_argument("Optimizer: one `decays` flag per tensor");
+}
+
+bool weight_decay_applies(const std::string& name) {
+    // the patterns transformers searches each parameter's lower-cased name for
+    static const std::regex excluded("bias|layernorm|rmsnorm|(^|\\.)norm($|\\.)|_norm($|\\.)");
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    return !std::regex_search(lower, excluded);
 }
 
 void Optimizer::allocate_state() {
@@ -63,8 +73,8 @@ void Optimizer::restore(int64_t steps, const std::vector<std::vector<at::Tensor>
     }
 }
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::vector<bool> updated)
-        : Optimizer(std::move(params), std::move(updated)), o_(options) {
+AdamW::AdamW(std::vector<at::Tensor> params, std::vector<bool> decays, AdamWOptions options, std::vector<bool> updated)
+        : Optimizer(std::move(params), std::move(decays), std::move(updated)), o_(options) {
     allocate_state();
 }
 
@@ -90,8 +100,8 @@ void AdamW::step(double lr) {
     }
 }
 
-Adafactor::Adafactor(std::vector<at::Tensor> params, double weight_decay, std::vector<bool> updated)
-        : Optimizer(std::move(params), std::move(updated)), weight_decay_(weight_decay) {
+Adafactor::Adafactor(std::vector<at::Tensor> params, std::vector<bool> decays, double weight_decay, std::vector<bool> updated)
+        : Optimizer(std::move(params), std::move(decays), std::move(updated)), weight_decay_(weight_decay) {
     allocate_state();
 }
 
@@ -140,10 +150,18 @@ void Adafactor::step(double lr) {
     }
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainSection& t, std::vector<at::Tensor> params, std::vector<bool> updated) {
+std::unique_ptr<Optimizer> make_optimizer(const TrainSection& t, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                          std::vector<bool> updated) {
+    std::vector<at::Tensor> tensors;
+    std::vector<bool> decays;
+    for (const auto& [name, tensor] : params) {
+        tensors.push_back(tensor);
+        decays.push_back(weight_decay_applies(name));
+    }
     if (t.optim == OptimizerKind::adafactor)
-        return std::make_unique<Adafactor>(std::move(params), t.weight_decay, std::move(updated));
-    return std::make_unique<AdamW>(std::move(params), AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay},
+        return std::make_unique<Adafactor>(std::move(tensors), std::move(decays), t.weight_decay, std::move(updated));
+    return std::make_unique<AdamW>(std::move(tensors), std::move(decays),
+                                   AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay},
                                    std::move(updated));
 }
 

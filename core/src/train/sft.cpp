@@ -267,8 +267,10 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     const SftObjective objective{c.sft.dft, c.router_aux_loss_coef_for(model->config())};
     const SftNoise noise{c.sft.neftune_noise_alpha, padding_free_batches(sft_data_options(c))};
-    std::vector<at::Tensor> params = trainable_parameters_or_refuse(*model, c.adapter, adapter.info().name);
-    const std::unique_ptr<Optimizer> optimizer_owner = make_optimizer(c.train, params);
+    const auto named_params = trainable_parameters_or_refuse(*model, c.adapter, adapter.info().name);
+    std::vector<at::Tensor> params;
+    for (const auto& [name, tensor] : named_params) params.push_back(tensor);
+    const std::unique_ptr<Optimizer> optimizer_owner = make_optimizer(c.train, named_params);
     Optimizer& optimizer = *optimizer_owner;
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const double epoch_steps = double(steps_per_epoch(c.train, int64_t(examples.size())));

@@ -223,13 +223,14 @@ void Trainer::State::load() {
     if (reference && c.model.cast_lm_head_to_fp32) reference->keep_lm_head_in_float32();  // as TRL casts both
     c.check_adapter(adapter->info().name, full);
 
-    params = trainable_parameters_or_refuse(*model, c.adapter, adapter->info().name);
+    const auto named_params = trainable_parameters_or_refuse(*model, c.adapter, adapter->info().name);
+    for (const auto& [name, tensor] : named_params) params.push_back(tensor);
     std::vector<bool> updated;  // empty: all
     if (c.train.shard_optimizer_state && options.group) {
         owners = shard_owners(params, options.world_size);
         for (int owner : owners) updated.push_back(owner == options.rank);
     }
-    optimizer = make_optimizer(c.train, params, updated);
+    optimizer = make_optimizer(c.train, named_params, updated);
     if (options.group) {  // every rank starts from rank 0's trainable weights
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> shared = params;

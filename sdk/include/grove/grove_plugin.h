@@ -78,7 +78,7 @@ typedef enum grove_plugin_kind {
  * each side reads only as far as the other side's struct_size says.
  */
 #define GROVE_ABI_MAJOR 1
-#define GROVE_ABI_MINOR 12
+#define GROVE_ABI_MINOR 13
 
 /* Symbols a plugin exports need default visibility (build with -fvisibility=hidden). */
 #if defined(_WIN32)
@@ -451,6 +451,16 @@ struct grove_reduction_api {
  * made it (grove_adapter.json). `grove export --merge` re-creates your adapter from that record,
  * attaches it, loads the parameters and adds merged_delta() to each layer's weight, so implement
  * merged_delta() exactly as the weight change forward() applies.
+ *
+ * Adapters that rescale the layer (ABI 1.13). DoRA (the lora plugin's use_dora) multiplies each
+ * output row of W + BA by a trained magnitude over that row's norm. Such an adapter needs the layer
+ * itself, so the op table has (check GROVE_HAS_FIELD(ops, grove_tensor_ops, base_weight) first; an
+ * older host lacks them):
+ *   base_weight()     W [out, in], read-only and without gradient, in attach, forward and merged_delta;
+ *   base_output(x)    forward() only: W x without the bias (free for the x the host passed in);
+ *   parameter_from()  a parameter that starts as a copy of a tensor you computed (the rows' norms of W);
+ *   detach(), div(), row_norm(), reshape()  the arithmetic the rescaling needs.
+ * The host still adds what forward() returns to W x + b, so return (scale - 1) * W x + scale * delta.
  */
 typedef struct grove_tensor_opaque* grove_tensor;
 typedef struct grove_op_context grove_op_context; /* the host's, per call */
@@ -479,6 +489,23 @@ typedef struct grove_tensor_ops {
     grove_tensor (*dropout)(grove_op_context* ctx, grove_tensor a, double p);
     /* number of dimensions; writes up to max_dims sizes */
     uint32_t (*shape)(grove_op_context* ctx, grove_tensor a, int64_t* sizes, uint32_t max_dims);
+    /* ABI 1.13 (see "Adapters that rescale the layer" above) */
+    /* the current layer's weight W [out, in]: read-only, no gradient flows into it */
+    grove_tensor (*base_weight)(grove_op_context* ctx);
+    /* forward() only: W x without the bias, for this call's x or a tensor shaped like it (x after
+     * dropout); for x itself, and for dropout's unchanged x outside training, the host has it already */
+    grove_tensor (*base_output)(grove_op_context* ctx, grove_tensor x);
+    /* attach() only: a trainable parameter whose initial value is a copy of `initial` */
+    grove_status (*parameter_from)(grove_op_context* ctx, const char* name, grove_tensor initial, grove_tensor* out,
+                                   grove_error_sink* err);
+    /* the same values with no gradient flowing back through them */
+    grove_tensor (*detach)(grove_op_context* ctx, grove_tensor a);
+    /* a / b, elementwise, broadcasting as add and mul do */
+    grove_tensor (*div)(grove_op_context* ctx, grove_tensor a, grove_tensor b);
+    /* the L2 norm of each row of a 2-D tensor: [rows, cols] -> [rows] */
+    grove_tensor (*row_norm)(grove_op_context* ctx, grove_tensor a);
+    /* the same values in another shape; one size may be -1 (inferred) */
+    grove_tensor (*reshape)(grove_op_context* ctx, grove_tensor a, uint32_t ndim, const int64_t* shape);
 } grove_tensor_ops;
 /* Ops return NULL on failure (shape mismatch, ...): the host has then already recorded why; return
  * any non-OK status and it will report the first failure. */

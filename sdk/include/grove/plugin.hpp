@@ -89,6 +89,11 @@ public:
         if (!v) return fallback;
         return std::vector<std::string>(v->string_array, v->string_array + v->array_length);
     }
+    std::vector<int64_t> get_ints(const char* key, std::vector<int64_t> fallback) const {
+        const grove_config_value* v = grove_config_find(config_, key);
+        if (!v) return fallback;
+        return std::vector<int64_t>(v->int_array, v->int_array + v->array_length);
+    }
     const char* raw_toml() const { return config_ && config_->raw_toml ? config_->raw_toml : ""; }
     // The folder relative paths are relative to: the manifest's (ABI 1.7), else the current one.
     std::string base_dir() const {
@@ -156,8 +161,32 @@ public:
     grove_tensor mul(grove_tensor a, grove_tensor b) const { return check(ops_->mul(ctx_, a, b)); }
     grove_tensor scale(grove_tensor a, double f) const { return check(ops_->scale(ctx_, a, f)); }
     grove_tensor dropout(grove_tensor a, double p) const { return check(ops_->dropout(ctx_, a, p)); }
+    // ABI 1.13, for adapters that rescale the layer; an older host has none of them
+    bool rescaling_available() const { return GROVE_HAS_FIELD(ops_, grove_tensor_ops, reshape); }
+    grove_tensor base_weight() const { return check(need_rescaling()->base_weight(ctx_)); }
+    grove_tensor base_output(grove_tensor x) const { return check(need_rescaling()->base_output(ctx_, x)); }
+    grove_tensor parameter_from(const char* name, grove_tensor initial) const {
+        grove_tensor out = nullptr;
+        ErrorCapture capture;
+        if (need_rescaling()->parameter_from(ctx_, name, initial, &out, &capture.sink) != GROVE_OK)
+            throw Error(GROVE_ERROR_INVALID_ARGUMENT, capture.message);
+        return out;
+    }
+    grove_tensor detach(grove_tensor a) const { return check(need_rescaling()->detach(ctx_, a)); }
+    grove_tensor div(grove_tensor a, grove_tensor b) const { return check(need_rescaling()->div(ctx_, a, b)); }
+    grove_tensor row_norm(grove_tensor a) const { return check(need_rescaling()->row_norm(ctx_, a)); }
+    grove_tensor reshape(grove_tensor a, std::vector<int64_t> shape) const {
+        return check(need_rescaling()->reshape(ctx_, a, static_cast<uint32_t>(shape.size()), shape.data()));
+    }
 
 private:
+    const grove_tensor_ops* need_rescaling() const {
+        if (!rescaling_available())
+            throw Error(GROVE_ERROR_UNSUPPORTED,
+                        "this Grove's tensor-op table predates ABI 1.13 (base_weight, row_norm, ...): "
+                        "run the plugin with a Grove built against SDK 1.13 or newer");
+        return ops_;
+    }
     struct ErrorCapture {
         grove_error_sink sink{sizeof(grove_error_sink), this, &ErrorCapture::report};
         std::string message;

@@ -109,8 +109,14 @@ TEST(ShardedOptimizer, SharesTogetherMakeTheWholeUpdate) {
         const std::vector<int> owners = grove::shard_owners(whole, 2);
         std::vector<bool> mine0, mine1;
         for (int o : owners) mine0.push_back(o == 0), mine1.push_back(o == 1);
-        auto all = grove::make_optimizer(settings, whole), first = grove::make_optimizer(settings, rank0, mine0),
-             second = grove::make_optimizer(settings, rank1, mine1);
+        auto named = [](const std::vector<at::Tensor>& tensors) {  // a matrix, a norm, a matrix
+            const char* names[] = {"a.weight", "a.norm.weight", "b.weight"};
+            std::vector<std::pair<std::string, at::Tensor>> out;
+            for (size_t i = 0; i < tensors.size(); ++i) out.emplace_back(names[i], tensors[i]);
+            return out;
+        };
+        auto all = grove::make_optimizer(settings, named(whole)), first = grove::make_optimizer(settings, named(rank0), mine0),
+             second = grove::make_optimizer(settings, named(rank1), mine1);
         for (int step = 0; step < 3; ++step) {
             for (size_t i = 0; i < initial.size(); ++i) {
                 at::Tensor grad = at::randn(initial[i].sizes());

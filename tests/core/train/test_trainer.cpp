@@ -326,6 +326,76 @@ TEST(Trainer, Qwen2MoeLoraOnTheSharedExpertLoadsInPeft) {
     expect_trains_and_loads_in_peft(t, "qwen2_moe_shared");
 }
 
+namespace {
+// Two steps of the tiny llama with LoRA configured by `adapter_config` (a TOML table), then
+// check_peft_training.py loads the checkpoint in PEFT, which must create the same tensors, give
+// Grove's logits and gradients, decay the tensors Grove decays and merge to Grove's merged export.
+void expect_peft_trains_alike(const std::string& tag, const std::string& adapter_config) {
+    grove::Trainer t(manifest("peft_" + tag, {"adapter.plugin=\"lora\"", "adapter.config=" + adapter_config,
+                                              "train.max_steps=2", "train.per_device_train_batch_size=8"}),
+                     fresh());
+    t.step();
+    t.step();  // B moves from the first step, A and the magnitudes from the second
+    const std::string checkpoint = t.save_checkpoint();
+    std::vector<std::pair<std::string, at::Tensor>> file;
+    at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0);
+    file.emplace_back("input_ids", ids);
+    const auto trainable = t.model().trainable_named_parameters();
+    for (const auto& [name, p] : trainable) p.mutable_grad() = at::Tensor();
+    at::Tensor logits = t.model().forward(ids, at::ones_like(ids), at::arange(0, 12, at::kLong).unsqueeze(0));
+    at::cross_entropy_loss(logits[0].slice(0, 0, 11), ids[0].slice(0, 1, 12)).backward();
+    file.emplace_back("logits", logits.detach().contiguous());
+    for (const auto& [name, p] : trainable) {
+        ASSERT_TRUE(p.grad().defined()) << name;
+        file.emplace_back("grad." + name, p.grad().contiguous());
+        file.emplace_back("decays." + name, at::scalar_tensor(grove::weight_decay_applies(name) ? 1.0f : 0.0f));
+    }
+    grove::save_tensors(checkpoint + "/grove_training.safetensors", file);
+    const std::string merged = checkpoint + "-merged";
+    grove::export_merged(checkpoint, kModel, merged);
+    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
+                                "/tests/core/train/check_peft_training.py " + checkpoint + " " + kModel + " " + checkpoint +
+                                "/grove_training.safetensors " + merged;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+}  // namespace
+
+// DoRA (use_dora): a magnitude per output row, saved as PEFT's lora_magnitude_vector, trained as
+// PEFT trains it (its row norm held constant in backward) and merged as PEFT merges it; here with
+// another rank and alpha for some layers (rank_pattern, alpha_pattern) and the gaussian init.
+TEST(Trainer, DoraWithRankAndAlphaPatternsTrainsAndMergesAsPeft) {
+    expect_peft_trains_alike("dora",
+                             R"({ r = 4, alpha = 8.0, use_dora = true, init_lora_weights = "gaussian", )"
+                             R"(target_modules = ["q_proj", "v_proj", "mlp.down_proj"], rank_pattern = { "v_proj" = 2 }, )"
+                             R"(alpha_pattern = { "model.layers.1.mlp.down_proj" = 3.0 } })");
+}
+
+// PEFT's choice of layers: a module named by its ending after a dot, layers_to_transform,
+// exclude_modules; rsLoRA and an adapter that starts non-zero (init_lora_weights = "false").
+TEST(Trainer, LoraLayerSelectionAndInitsAreThoseOfPeft) {
+    expect_peft_trains_alike("layers", R"({ r = 3, alpha = 6.0, use_rslora = true, init_lora_weights = "false", )"
+                                       R"(target_modules = ["self_attn.q_proj", "k_proj", "gate_proj", "up_proj"], )"
+                                       R"(layers_to_transform = [1], exclude_modules = ["model.layers.1.mlp.up_proj"] })");
+}
+
+// train.weight_decay leaves out exactly the tensors transformers' Trainer leaves out
+// (get_decay_parameter_names), by name, on every family's tiny checkpoint.
+TEST(Trainer, WeightDecayAppliesWhereTransformersAppliesIt) {
+    nlohmann::json flags;
+    for (const char* name :
+         {"llama_gqa", "mistral_mha", "mixtral_experts", "olmo2_post_norm", "olmoe_experts", "phi3_longrope", "qwen2_tied",
+          "qwen2_moe_shared", "qwen3_qknorm", "qwen3_moe_experts", "smollm3_nope", "gemma2_softcap", "gemma3_window"}) {
+        const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/" + name;
+        for (const auto& [tensor, p] : grove::Model::load(dir)->named_parameters())
+            flags[dir][tensor] = grove::weight_decay_applies(tensor);
+    }
+    const std::string file = (fs::temp_directory_path() / "grove_weight_decay.json").string();
+    std::ofstream(file) << flags.dump();
+    const std::string command =
+        std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR + "/tests/core/train/check_weight_decay.py " + file;
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
 // Text prompts are tokenized as TRL 1.16 tokenizes them (processing_class(text=prompts)): with the
 // tokenizer's special tokens, here Gemma's <bos>, without which Gemma generates garbage (TRL #3520,
 // when TRL left them out); until 2026-11-27 Grove left them out too.
