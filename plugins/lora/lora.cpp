@@ -93,23 +93,30 @@ struct Lora {
             if (!(a > 0)) throw config_error("alpha_pattern", "every alpha must be > 0");
         for (int64_t index : layers_to_transform)
             if (index < 0) throw config_error("layers_to_transform", "decoder layers are numbered from 0");
+        if (all_linear() && !layers_to_transform.empty())  // PEFT's LoraConfig refuses it too
+            throw config_error("layers_to_transform",
+                               "cannot narrow [\"all-linear\"]: list the modules in target_modules instead, e.g. "
+                               "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]");
     }
+    bool all_linear() const { return targets.size() == 1 && targets[0] == "all-linear"; }
 
-    // PEFT's check_target_module_exists for a list: the whole name, or a suffix after a dot
-    static bool names(const std::vector<std::string>& list, const std::string& name) {
+    // PEFT's check_target_module_exists for a list: the whole name, or its ending after a dot
+    static bool names_whole(const std::vector<std::string>& list, const std::string& name) {
+        return std::find(list.begin(), list.end(), name) != list.end();
+    }
+    static bool names_ending(const std::vector<std::string>& list, const std::string& name) {
         return std::any_of(list.begin(), list.end(), [&](const std::string& t) {
-            return name == t || (name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0 &&
-                                 name[name.size() - t.size() - 1] == '.');
+            return name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0 &&
+                   name[name.size() - t.size() - 1] == '.';
         });
     }
     bool targets_layer(const grove_linear_info& layer) const {
-        if (names(excluded, layer.name)) return false;
-        bool targeted = targets.size() == 1 && targets[0] == "all-linear" ? std::string(layer.short_name) != "lm_head"
-                                                                          : names(targets, layer.name);
-        if (targeted && !layers_to_transform.empty())
-            targeted = std::find(layers_to_transform.begin(), layers_to_transform.end(), int64_t(layer.layer_index)) !=
-                       layers_to_transform.end();
-        return targeted;
+        if (names_whole(excluded, layer.name) || names_ending(excluded, layer.name)) return false;
+        if (all_linear()) return std::string(layer.short_name) != "lm_head";
+        if (names_whole(targets, layer.name)) return true;  // as in PEFT, layers_to_transform does not narrow a whole name
+        if (!names_ending(targets, layer.name)) return false;
+        return layers_to_transform.empty() || std::find(layers_to_transform.begin(), layers_to_transform.end(),
+                                                        int64_t(layer.layer_index)) != layers_to_transform.end();
     }
 
     void* attach(const grove_linear_info& layer, const grove::sdk::Ops& ops) {
@@ -155,7 +162,8 @@ struct Lora {
     }
     void detach(void*) {}
     std::string saved_config_json() const {
-        // PEFT LoraConfig fields (peft >= 0.7); base_model_name_or_path is filled in by the host
+        // PEFT LoraConfig fields (peft >= 0.7); use_dora (0.9) and exclude_modules (0.14) only when
+        // set, so an older PEFT still loads a plain adapter. base_model_name_or_path: the host's
         nlohmann::json j = {
             {"peft_type", "LORA"},
             {"task_type", "CAUSAL_LM"},
@@ -163,10 +171,7 @@ struct Lora {
             {"lora_alpha", alpha},
             {"lora_dropout", dropout},
             {"use_rslora", use_rslora},
-            {"use_dora", use_dora},
-            {"target_modules",
-             targets.size() == 1 && targets[0] == "all-linear" ? nlohmann::json("all-linear") : nlohmann::json(targets)},
-            {"exclude_modules", excluded.empty() ? nlohmann::json(nullptr) : nlohmann::json(excluded)},
+            {"target_modules", all_linear() ? nlohmann::json("all-linear") : nlohmann::json(targets)},
             {"layers_to_transform",
              layers_to_transform.empty() ? nlohmann::json(nullptr) : nlohmann::json(layers_to_transform)},
             {"layers_pattern", nullptr},
@@ -178,6 +183,8 @@ struct Lora {
             {"init_lora_weights", init == "gaussian" ? nlohmann::json("gaussian") : nlohmann::json(init == "true")},
             {"modules_to_save", nullptr},
             {"base_model_name_or_path", nullptr}};
+        if (use_dora) j["use_dora"] = true;
+        if (!excluded.empty()) j["exclude_modules"] = excluded;
         return j.dump(2);
     }
 

@@ -183,10 +183,12 @@ TEST(Lora, DoraDropoutDropsTheBaseTermToo) {
 }
 
 // target_modules as PEFT reads a list: a name, or its ending after a dot; then layers_to_transform
-// and exclude_modules; rank_pattern and alpha_pattern pick a layer's rank and scale.
+// (which narrows endings, not whole names) and exclude_modules; rank_pattern and alpha_pattern pick
+// a layer's rank and scale.
 TEST(Lora, ChoosesLayersRanksAndScalesAsPeft) {
     auto lora = make("lora",
-                     "r = 4\nalpha = 8.0\ntarget_modules = [\"self_attn.q_proj\", \"up_proj\"]\n"
+                     "r = 4\nalpha = 8.0\n"
+                     "target_modules = [\"self_attn.q_proj\", \"up_proj\", \"model.layers.0.self_attn.v_proj\"]\n"
                      "layers_to_transform = [1, 3]\nexclude_modules = [\"model.layers.1.mlp.up_proj\"]\n"
                      "rank_pattern = { \"layers.3.self_attn.q_proj\" = 2 }\nalpha_pattern = { \"q_proj\" = 1.0 }");
     grove::AdapterHost host(lora);
@@ -201,6 +203,7 @@ TEST(Lora, ChoosesLayersRanksAndScalesAsPeft) {
     EXPECT_FALSE(host.attach(layer_at("model.layers.0.self_attn.q_proj", 0))) << "layer 0 is not transformed";
     EXPECT_FALSE(host.attach(layer_at("model.layers.1.mlp.up_proj", 1))) << "excluded";
     EXPECT_FALSE(host.attach(layer_at("model.layers.1.mlp.my_up_proj", 1))) << "not an ending after a dot";
+    EXPECT_TRUE(host.attach(layer_at("model.layers.0.self_attn.v_proj", 0))) << "a whole name, in any layer";
     auto up = host.attach(layer_at("model.layers.3.mlp.up_proj", 3));
     ASSERT_TRUE(up);
     EXPECT_EQ(up->parameters()[0].second.size(0), 4);
@@ -263,10 +266,10 @@ TEST(Lora, InitLoraWeightsAsPeft) {
 }
 
 TEST(Lora, BadConfigurationNamesTheKey) {
-    for (const char* config :
-         {"r = 0", "alpha = -1.0", "dropout = 1.0", "target_modules = []", "init_lora_weights = \"pissa\"",
-          "rank_pattern = { q_proj = 0 }", "rank_pattern = { \"(q\" = 2 }", "rank_pattern = { q_proj = 2.5 }",
-          "alpha_pattern = { q_proj = -1.0 }", "layers_to_transform = [-1]"}) {
+    for (const char* config : {"r = 0", "alpha = -1.0", "dropout = 1.0", "target_modules = []", "init_lora_weights = \"pissa\"",
+                               "rank_pattern = { q_proj = 0 }", "rank_pattern = { \"(q\" = 2 }",
+                               "rank_pattern = { q_proj = 2.5 }", "alpha_pattern = { q_proj = -1.0 }",
+                               "layers_to_transform = [-1]", "layers_to_transform = [0]\ntarget_modules = [\"all-linear\"]"}) {
         try {
             make("lora", config);
             ADD_FAILURE() << "accepted " << config;

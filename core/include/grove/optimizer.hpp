@@ -98,6 +98,8 @@ private:
 // Whether train.weight_decay applies to the trainable tensor saved as `name`: transformers'
 // Trainer.get_decay_parameter_names leaves out biases and norms by name ("bias", "layernorm",
 // "rmsnorm", a ".norm" or "_norm" component); everything else decays, DoRA's 1-D magnitudes too.
+// transformers also leaves out every nn.LayerNorm by its type (GPT-2's ln_1); a family whose
+// LayerNorm names match none of those patterns needs them added here.
 bool weight_decay_applies(const std::string& name);
 
 // train.optim's optimizer over `params` (named as saved) with train's settings (`updated` as Optimizer's).

@@ -593,8 +593,8 @@ bool Checkpoints::write_best_model(const BestModelSettings& settings, const Best
         if (!st.is_object() || !st.contains("files") || !st.contains("model_files"))
             throw Error(ErrorKind::input, (dir / "trainer_state.json").string() + " is missing or damaged");
         verify_files(dir.string(), st["files"]);
-        // every file copied beside its place first, then all renamed: a failed copy leaves the
-        // folder's model as it was, never part old and part new
+        // every file copied beside its place first, then all renamed: a failed copy (a full disk)
+        // leaves the folder's model as it was; only a failing rename could leave it mixed
         std::vector<std::pair<fs::path, fs::path>> copies;  // (partial, final)
         try {
             for (const json& file : st["model_files"]) {
@@ -603,12 +603,12 @@ bool Checkpoints::write_best_model(const BestModelSettings& settings, const Best
                 fs::create_directories(to.parent_path());
                 fs::copy_file(dir / file.get<std::string>(), copies.back().first, fs::copy_options::overwrite_existing);
             }
+            for (const auto& [partial, to] : copies) fs::rename(partial, to);  // within one folder: no copying
         } catch (...) {
             std::error_code ignored;
             for (const auto& [partial, to] : copies) fs::remove(partial, ignored);
             throw;
         }
-        for (const auto& [partial, to] : copies) fs::rename(partial, to);
     } catch (const std::exception& e) {
         throw Error(ErrorKind::runtime, "train.load_best_model_at_end: could not copy the model of " + dir.string() + " into " +
                                             output_ + ": " + e.what() + "; the run's checkpoints are whole");

@@ -71,6 +71,8 @@ merged = model.merge_and_unload().state_dict()
 grove_merged = {}
 for f in glob.glob(os.path.join(merged_dir, "*.safetensors")):
     grove_merged.update(load_file(f))
+if set(grove_merged) - set(merged):
+    failures.append(f"Grove's merged export has tensors PEFT's merge lacks: {sorted(set(grove_merged) - set(merged))}")
 merge_diff = max((merged[k].float() - v.float()).abs().max().item() for k, v in grove_merged.items() if k in merged)
 if merge_diff > 1e-5:
     failures.append(f"merged weights differ by {merge_diff}")
