@@ -40,19 +40,65 @@ PluginUse peft_lora_import(const std::string& path) {
     if (c.value("peft_type", "") != "LORA")
         throw Error(ErrorKind::input,
                     path + ": peft_type must be LORA: only PEFT LoRA folders import without a grove_adapter.json");
+    // what the lora plugin cannot rebuild would merge into another model without a word: refused
+    auto set = [&](const char* key) { return c.contains(key) && !c[key].is_null() && c[key] != nlohmann::json::array(); };
+    for (const char* key : {"modules_to_save", "layers_pattern", "trainable_token_indices", "target_parameters"})
+        if (set(key))
+            throw Error(
+                ErrorKind::input,
+                path + ": " + key +
+                    " is set, which Grove's lora adapter does not take; merge this adapter with PEFT (merge_and_unload)");
+    if (c.value("bias", "none") != "none" || c.value("lora_bias", false) || c.value("fan_in_fan_out", false))
+        throw Error(ErrorKind::input, path +
+                                          ": bias, lora_bias or fan_in_fan_out is set, which Grove's lora adapter does not "
+                                          "take; merge this adapter with PEFT (merge_and_unload)");
+    if (const nlohmann::json init = c.value("init_lora_weights", nlohmann::json(true)); init.is_string() && init != "gaussian")
+        throw Error(ErrorKind::input, path + ": init_lora_weights is \"" + init.get<std::string>() +
+                                          "\", so the adapter is relative to base weights PEFT rewrote; convert it with PEFT "
+                                          "(save_pretrained's path_initial_model_for_weight_conversion) or merge it there");
     toml::table config;
     try {
         config.insert("r", c.at("r").get<int64_t>());
         config.insert("alpha", c.at("lora_alpha").get<double>());
         config.insert("dropout", c.value("lora_dropout", 0.0));
         config.insert("use_rslora", c.value("use_rslora", false));
-        toml::array targets;
-        const nlohmann::json& t = c.at("target_modules");
-        if (t.is_string())
-            targets.push_back(t.get<std::string>());
-        else
-            for (const auto& name : t) targets.push_back(name.get<std::string>());
-        config.insert("target_modules", std::move(targets));
+        config.insert("use_dora", c.value("use_dora", false));
+        auto names = [&](const char* key) {
+            toml::array list;
+            const nlohmann::json& v = c.at(key);
+            if (v.is_string() && v != "all-linear")
+                throw Error(
+                    ErrorKind::input,
+                    path + ": " + key + " is a regular expression (\"" + v.get<std::string>() +
+                        "\"), which Grove's lora adapter does not take; merge this adapter with PEFT (merge_and_unload)");
+            if (v.is_string())
+                list.push_back(v.get<std::string>());
+            else
+                for (const auto& name : v) list.push_back(name.get<std::string>());
+            return list;
+        };
+        config.insert("target_modules", names("target_modules"));
+        if (set("exclude_modules")) config.insert("exclude_modules", names("exclude_modules"));
+        if (set("layers_to_transform")) {
+            toml::array layers;
+            const nlohmann::json& v = c.at("layers_to_transform");
+            if (v.is_number_integer())
+                layers.push_back(v.get<int64_t>());
+            else
+                for (const auto& index : v) layers.push_back(index.get<int64_t>());
+            config.insert("layers_to_transform", std::move(layers));
+        }
+        for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+            if (!set(key) || c[key].empty()) continue;
+            toml::table patterns;
+            for (const auto& [pattern, value] : c[key].items()) {
+                if (value.is_number_integer())
+                    patterns.insert(pattern, value.get<int64_t>());
+                else
+                    patterns.insert(pattern, value.get<double>());
+            }
+            config.insert(key, std::move(patterns));
+        }
     } catch (const nlohmann::json::exception& e) {
         throw Error(ErrorKind::input, path + ": " + e.what());
     }

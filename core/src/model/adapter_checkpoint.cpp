@@ -101,16 +101,21 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
             target.copy_(tensor_from_entry(*entry, weights_path));
         }
         // PEFT wraps every layer its target names match, also those Grove does not compute (a multimodal
-        // Gemma 3's vision tower): a zero lora_B there changes nothing; any other would be lost here
+        // Gemma 3's vision tower): a zero lora_B there changes nothing, and its lora_A nothing without
+        // it; any other tensor left over (a non-zero lora_B, a DoRA magnitude) would be lost here
         std::set<std::string> attached;
         for (const auto& [name, tensor] : parameters) attached.insert(name);
-        for (const TensorEntry& entry : weights.tensors())
-            if (!attached.count(entry.name) && entry.name.find("lora_B") != std::string::npos &&
-                tensor_from_entry(entry, weights_path).count_nonzero().item<int64_t>() > 0)
-                throw Error(ErrorKind::input,
-                            weights_path + ": \"" + entry.name + "\" adapts a layer " + base_dir +
-                                " has but Grove does not compute (a vision tower?), and is not zero: merging "
-                                "without it would change the model; merge this adapter with PEFT (merge_and_unload)");
+        for (const TensorEntry& entry : weights.tensors()) {
+            if (attached.count(entry.name) || entry.name.find("lora_A") != std::string::npos) continue;
+            if (entry.name.find("lora_B") != std::string::npos &&
+                tensor_from_entry(entry, weights_path).count_nonzero().item<int64_t>() == 0)
+                continue;
+            throw Error(ErrorKind::input, weights_path + ": \"" + entry.name +
+                                              "\" is not a tensor of the adapter Grove rebuilt from " + use.origin +
+                                              " (a layer Grove does not compute, such as a vision tower, or a setting it does "
+                                              "not take): merging without it would change the model; merge this adapter "
+                                              "with PEFT (merge_and_unload)");
+        }
     }
     model->merge_adapters();  // before adapter_host and adapter go out of scope
     return model;

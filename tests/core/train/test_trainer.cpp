@@ -378,6 +378,41 @@ TEST(Trainer, LoraLayerSelectionAndInitsAreThoseOfPeft) {
                                        R"(layers_to_transform = [1], exclude_modules = ["model.layers.1.mlp.up_proj"] })");
 }
 
+// An adapter PEFT saved (no grove_adapter.json) merges with PEFT's LoraConfig as PEFT merges it:
+// DoRA magnitudes, rank and alpha patterns, layers_to_transform, exclude_modules and rsLoRA are
+// read from its adapter_config.json (make_peft_adapters.py); settings the lora plugin does not take
+// (modules_to_save) are refused rather than merged without.
+TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
+    const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/peft_made";
+    fs::remove_all(dir);
+    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
+                                "/tests/core/train/make_peft_adapters.py " + kModel + " " + dir;
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const auto base = grove::Model::load(kModel)->named_parameters();
+    for (const char* name : {"dora_patterns", "layers"}) {
+        SCOPED_TRACE(name);
+        const std::string merged = dir + "/" + name + "-grove";
+        grove::export_merged(dir + "/" + name, kModel, merged);
+        const auto grove_merged = grove::Model::load(merged)->named_parameters();
+        const std::string peft_file = dir + "/" + name + ".merged.safetensors";
+        grove::SafetensorsFile peft(peft_file);
+        double worst = 0.0;
+        int changed = 0;
+        for (size_t i = 0; i < grove_merged.size(); ++i) {
+            const auto& [tensor, weights] = grove_merged[i];
+            const grove::TensorEntry* entry = peft.find(tensor);
+            if (!entry) continue;  // lm_head, left out of PEFT's file
+            worst = std::max(worst, (weights - grove::tensor_from_entry(*entry, peft_file)).abs().max().item<double>());
+            changed += !at::equal(weights, base[i].second);
+        }
+        EXPECT_LT(worst, 1e-5) << "PEFT's merged weights";
+        EXPECT_EQ(changed, std::string(name) == "dora_patterns" ? 6 : 2) << "the adapted layers, and no others";
+    }
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::export_merged(dir + "/modules_to_save", kModel, dir + "/modules_to_save-grove"); }),
+                    "modules_to_save is set, which Grove's lora adapter does not take");
+}
+
 // train.weight_decay leaves out exactly the tensors transformers' Trainer leaves out
 // (get_decay_parameter_names), by name, on every family's tiny checkpoint.
 TEST(Trainer, WeightDecayAppliesWhereTransformersAppliesIt) {
@@ -455,7 +490,7 @@ TEST(Trainer, Gemma3MultimodalCheckpointTrainsLoraOnItsTextModel) {
     tensors.back().second.fill_(0.5);
     grove::save_tensors(file, tensors);
     EXPECT_CONTAINS(grove::test::error_message([&] { grove::export_merged(checkpoint, base, checkpoint + "-merged-2"); }),
-                    "lora_B.weight\" adapts a layer");
+                    "lora_B.weight\" is not a tensor of the adapter Grove rebuilt");
 }
 
 // 6 steps straight == 3 steps, checkpoint, a new process-like trainer resuming, 3 more steps. With
