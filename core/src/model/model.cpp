@@ -1804,7 +1804,9 @@ void Model::merge_adapters() {
     for (auto& layer : layers_)
         for (Linear* lin : layer->linears()) {
             if (!lin->adapter) continue;
-            lin->weight.add_(lin->adapter->merged_delta().to(lin->weight.device(), lin->weight.scalar_type()));
+            // summed in float32 and rounded once, as generation_copy merges: a bfloat16 weight would
+            // otherwise round the delta and then the sum (DoRA's delta is nearly -W + its rescaling)
+            lin->weight.copy_(lin->weight.to(at::kFloat) + lin->adapter->merged_delta().to(lin->weight.device(), at::kFloat));
             lin->adapter.reset();
         }
 }
