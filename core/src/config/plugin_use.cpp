@@ -41,20 +41,24 @@ PluginUse peft_lora_import(const std::string& path) {
         throw Error(ErrorKind::input,
                     path + ": peft_type must be LORA: only PEFT LoRA folders import without a grove_adapter.json");
     // what the lora plugin cannot rebuild would merge into another model without a word: refused
-    auto set = [&](const char* key) { return c.contains(key) && !c[key].is_null() && c[key] != nlohmann::json::array(); };
-    for (const char* key : {"modules_to_save", "layers_pattern", "trainable_token_indices", "target_parameters"})
+    auto set = [&](const std::string& key) {
+        if (!c.contains(key)) return false;
+        const nlohmann::json& v = c[key];
+        return !(v.is_null() || v == false || ((v.is_array() || v.is_object()) && v.empty()) || (key == "bias" && v == "none"));
+    };
+    for (const char* key :
+         {"modules_to_save", "layers_pattern", "trainable_token_indices", "target_parameters", "bias", "lora_bias",
+          "fan_in_fan_out", "use_qalora", "alora_invocation_tokens", "arrow_config", "layer_replication", "megatron_config"})
         if (set(key))
             throw Error(
                 ErrorKind::input,
                 path + ": " + key +
                     " is set, which Grove's lora adapter does not take; merge this adapter with PEFT (merge_and_unload)");
-    if (c.value("bias", "none") != "none" || c.value("lora_bias", false) || c.value("fan_in_fan_out", false))
-        throw Error(ErrorKind::input, path +
-                                          ": bias, lora_bias or fan_in_fan_out is set, which Grove's lora adapter does not "
-                                          "take; merge this adapter with PEFT (merge_and_unload)");
-    if (const nlohmann::json init = c.value("init_lora_weights", nlohmann::json(true)); init.is_string() && init != "gaussian")
-        throw Error(ErrorKind::input, path + ": init_lora_weights is \"" + init.get<std::string>() +
-                                          "\", so the adapter is relative to base weights PEFT rewrote; convert it with PEFT "
+    // these start the adapter from the base or from activations and leave the base as it was
+    if (const nlohmann::json init = c.value("init_lora_weights", nlohmann::json(true));
+        init.is_string() && init != "gaussian" && init != "eva" && init != "orthogonal")
+        throw Error(ErrorKind::input, path + ": init_lora_weights is " + init.dump() +
+                                          ", so the adapter is relative to base weights PEFT rewrote; convert it with PEFT "
                                           "(save_pretrained's path_initial_model_for_weight_conversion) or merge it there");
     toml::table config;
     try {

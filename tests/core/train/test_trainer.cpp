@@ -397,6 +397,7 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
         const std::string peft_file = dir + "/" + name + ".merged.safetensors";
         grove::SafetensorsFile peft(peft_file);
         double worst = 0.0;
+        size_t compared = 0;
         int changed = 0;
         for (size_t i = 0; i < grove_merged.size(); ++i) {
             const auto& [tensor, weights] = grove_merged[i];
@@ -404,7 +405,9 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
             if (!entry) continue;  // lm_head, left out of PEFT's file
             worst = std::max(worst, (weights - grove::tensor_from_entry(*entry, peft_file)).abs().max().item<double>());
             changed += !at::equal(weights, base[i].second);
+            ++compared;
         }
+        EXPECT_EQ(compared, peft.tensors().size()) << "every tensor of PEFT's merged model has Grove's name";
         EXPECT_LT(worst, 1e-5) << "PEFT's merged weights";
         EXPECT_EQ(changed, std::string(name) == "dora_patterns" ? 6 : 2) << "the adapted layers, and no others";
     }
