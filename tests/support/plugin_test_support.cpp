@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <filesystem>
 #include <cstdio>
 
 #include "grove/error.hpp"
@@ -62,6 +63,14 @@ std::string error_message(const std::function<void()>& f) {
         return e.what();
     }
     return "(no error)";
+}
+
+std::set<int64_t> checkpoint_steps_in(const std::string& output) {
+    std::set<int64_t> steps;
+    for (const auto& entry : std::filesystem::directory_iterator(output))
+        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
+            steps.insert(std::stoll(folder.substr(11)));
+    return steps;
 }
 
 }  // namespace grove::test

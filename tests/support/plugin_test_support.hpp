@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ CommandResult run_grove(const std::string& args);
 
 // The message of the grove::Error that `f` throws, or "(no error)".
 std::string error_message(const std::function<void()>& f);
+
+// The steps of the checkpoint folders (checkpoint-N) a run's output folder holds.
+std::set<int64_t> checkpoint_steps_in(const std::string& output);
 
 }  // namespace grove::test
 

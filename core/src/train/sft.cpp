@@ -267,10 +267,8 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();
     const SftObjective objective{c.sft.dft, c.router_aux_loss_coef_for(model->config())};
     const SftNoise noise{c.sft.neftune_noise_alpha, padding_free_batches(sft_data_options(c))};
-    const auto named_params = trainable_parameters_or_refuse(*model, c.adapter, adapter.info().name);
-    std::vector<at::Tensor> params;
-    for (const auto& [name, tensor] : named_params) params.push_back(tensor);
-    const std::unique_ptr<Optimizer> optimizer_owner = make_optimizer(c.train, named_params);
+    const std::unique_ptr<Optimizer> optimizer_owner =
+        make_optimizer(c.train, trainable_parameters_or_refuse(*model, c.adapter, adapter.info().name));
     Optimizer& optimizer = *optimizer_owner;
     const int64_t total = total_steps(c.train, int64_t(examples.size()));
     const double epoch_steps = double(steps_per_epoch(c.train, int64_t(examples.size())));
@@ -281,7 +279,7 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     TrainingProgress progress;
     std::vector<MicroBatch> no_buffer;  // SFT has no generation batch to carry over
     const std::vector<int> every_tensor_here;
-    CheckpointedState state{progress, no_buffer, params, optimizer, every_tensor_here};
+    CheckpointedState state{progress, no_buffer, optimizer.params(), optimizer, every_tensor_here};
     Checkpoints checkpoints(output, 0, 1, nullptr, manifest.resolved_toml(true), {});  // SFT has no rewards
     ExampleOrder order(int64_t(examples.size()), c.train.seed);
     if (start.resume_from) {

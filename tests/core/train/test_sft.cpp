@@ -25,6 +25,7 @@
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
+using grove::test::checkpoint_steps_in;
 
 namespace {
 // 8 prompt-completion rows: "I + 2 =" -> " I+2"
@@ -60,14 +61,6 @@ bool same_weights(const std::string& a_folder, const std::string& b_folder) {
             return false;
     }
     return true;
-}
-
-std::set<int64_t> checkpoint_steps_in(const std::string& output) {
-    std::set<int64_t> steps;
-    for (const auto& entry : fs::directory_iterator(output))
-        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
-            steps.insert(std::stoll(folder.substr(11)));
-    return steps;
 }
 }  // namespace
 

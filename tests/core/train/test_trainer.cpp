@@ -39,6 +39,7 @@
 #include "plugin_test_support.hpp"
 
 namespace fs = std::filesystem;
+using grove::test::checkpoint_steps_in;
 
 namespace {
 
@@ -1468,15 +1469,6 @@ std::vector<nlohmann::json> metric_lines(const std::string& file) {
     std::ifstream in(file);
     for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
     return out;
-}
-
-// The steps of the checkpoint folders a run's output folder holds.
-std::set<int64_t> checkpoint_steps_in(const std::string& output) {
-    std::set<int64_t> steps;
-    for (const auto& entry : fs::directory_iterator(output))
-        if (const std::string folder = entry.path().filename().string(); folder.rfind("checkpoint-", 0) == 0)
-            steps.insert(std::stoll(folder.substr(11)));
-    return steps;
 }
 
 // The tensors of the model a folder holds, as Grove loads it.
