@@ -35,7 +35,11 @@ public:
     virtual OptimizerKind kind() const = 0;
 
     const std::vector<at::Tensor>& params() const { return params_; }
+    // step() calls so far
     int64_t steps() const { return steps_; }
+    // per tensor, the steps in which it had a gradient: its own count t for bias correction, as torch
+    // keeps state["step"] per tensor (an expert no token reached in a whole step is not stepped)
+    const std::vector<int64_t>& tensor_steps() const { return tensor_steps_; }
     bool updates(size_t i) const { return updated_[i]; }
     // What this optimizer keeps for params[i], on every rank; and the tensors, in that order (none
     // where it does not update params[i]).
@@ -44,7 +48,7 @@ public:
     // Every tensor this optimizer keeps, named as slots() say, for checkpoints.
     std::vector<std::pair<std::string, at::Tensor>> state() const;
     // `state[i]` in slots(i)'s order; entries for tensors this optimizer does not update are ignored.
-    void restore(int64_t steps, const std::vector<std::vector<at::Tensor>>& state);
+    void restore(int64_t steps, std::vector<int64_t> tensor_steps, const std::vector<std::vector<at::Tensor>>& state);
 
 protected:
     // Weight decay applies to params[i] where decays[i] (weight_decay_applies of its name).
@@ -53,11 +57,16 @@ protected:
     Optimizer(std::vector<at::Tensor> params, std::vector<bool> decays, std::vector<bool> updated);
     // zeros for every slot of every updated tensor; a subclass's constructor calls it
     void allocate_state();
+    // Counts a step() call and, for every tensor with a gradient, its own step (on every rank, also
+    // for tensors another rank updates: their gradients are the same everywhere). The tensors this
+    // optimizer now updates, with their step counts.
+    std::vector<size_t> begin_step();
 
     std::vector<at::Tensor> params_;
     std::vector<std::vector<at::Tensor>> state_;
     std::vector<bool> decay_, updated_;
     int64_t steps_ = 0;
+    std::vector<int64_t> tensor_steps_;
 };
 
 struct AdamWOptions {

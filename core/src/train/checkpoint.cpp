@@ -180,6 +180,18 @@ json checksum_files(const fs::path& folder) {
     }
     return files;
 }
+
+// Each trained tensor's own optimizer step count; checkpoints written before Grove counted them
+// per tensor had every tensor at optimizer_steps.
+std::vector<int64_t> saved_tensor_steps(const json& st, const std::string& file, int64_t optimizer_steps, size_t tensors) {
+    if (!st.contains("optimizer_tensor_steps")) return std::vector<int64_t>(tensors, optimizer_steps);
+    std::vector<int64_t> steps =
+        json_integers(st["optimizer_tensor_steps"], file + ": optimizer_tensor_steps", 0, optimizer_steps);
+    if (steps.size() != tensors)
+        throw Error(ErrorKind::input, file + ": optimizer_tensor_steps has " + std::to_string(steps.size()) +
+                                          " counts, and this run trains " + std::to_string(tensors) + " tensors");
+    return steps;
+}
 }  // namespace
 
 std::string checkpoint_name(int64_t step) { return "checkpoint-" + std::to_string(step); }
@@ -389,6 +401,7 @@ std::string Checkpoints::write(const CheckpointedState& state, bool inside_gener
     if (progress.best.checkpoint)
         st["best_model_checkpoint"] = (fs::path(output_) / checkpoint_name(*progress.best.checkpoint)).string();
     st["optimizer_steps"] = state.optimizer.steps();
+    st["optimizer_tensor_steps"] = state.optimizer.tensor_steps();
     st["optimizer"] = optimizer_name(state.optimizer.kind());
     st["world_size"] = world_size_;
     st["reward_columns"] = reward_columns_json(reward_columns_);
@@ -512,6 +525,7 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
     TrainingProgress progress;
     progress.entropy.coef = state.progress.entropy.coef;
     int64_t optimizer_steps = 0;
+    std::vector<int64_t> tensor_steps;
     int64_t saved_world = 1;
     std::string saved_optimizer = optimizer_name(OptimizerKind::adamw);  // checkpoints before train.optim: AdamW's
     try {
@@ -519,6 +533,7 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         if (!st.is_object()) throw Error(ErrorKind::input, state_file.string() + ": not a JSON object");
         progress = progress_from_json(st, progress, state_file.string());
         optimizer_steps = json_integer(st.at("optimizer_steps"), state_file.string() + ": optimizer_steps", 0);
+        tensor_steps = saved_tensor_steps(st, state_file.string(), optimizer_steps, state.trainable.size());
         if (st.contains("world_size")) saved_world = json_integer(st["world_size"], state_file.string() + ": world_size", 1);
         if (st.contains("optimizer")) saved_optimizer = st["optimizer"].get<std::string>();
         if (st.contains("files")) verify_files(dir, st["files"]);
@@ -560,7 +575,7 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
                 optimizer_state[i].push_back(saved_tensor(optimizer, slot.name + "." + std::to_string(i), slot.shape));
         }
     }
-    state.optimizer.restore(optimizer_steps, optimizer_state);
+    state.optimizer.restore(optimizer_steps, std::move(tensor_steps), optimizer_state);
     if (const fs::path file = fs::path(dir) / kReferenceFile; !state.reference.empty() && fs::exists(file)) {
         SafetensorsFile reference(file.string());
         at::NoGradGuard no_grad;

@@ -13,7 +13,8 @@
 namespace grove {
 
 Optimizer::Optimizer(std::vector<at::Tensor> params, std::vector<bool> decays, std::vector<bool> updated)
-        : params_(std::move(params)), decay_(std::move(decays)), updated_(std::move(updated)) {
+        : params_(std::move(params)), decay_(std::move(decays)), updated_(std::move(updated)),
+          tensor_steps_(params_.size(), 0) {
     if (updated_.empty()) updated_.assign(params_.size(), true);
     if (updated_.size() != params_.size()) throw std::invalid_argument("Optimizer: one `updated` flag per tensor");
     if (decay_.size() != params_.size()) throw std::invalid_argument("Optimizer: one `decays` flag per tensor");
@@ -64,9 +65,22 @@ std::vector<std::pair<std::string, at::Tensor>> Optimizer::state() const {
     return out;
 }
 
-void Optimizer::restore(int64_t steps, const std::vector<std::vector<at::Tensor>>& state) {
+std::vector<size_t> Optimizer::begin_step() {
+    ++steps_;
+    std::vector<size_t> stepped;
+    for (size_t i = 0; i < params_.size(); ++i) {
+        if (!params_[i].grad().defined()) continue;
+        ++tensor_steps_[i];
+        if (updated_[i]) stepped.push_back(i);
+    }
+    return stepped;
+}
+
+void Optimizer::restore(int64_t steps, std::vector<int64_t> tensor_steps, const std::vector<std::vector<at::Tensor>>& state) {
+    if (tensor_steps.size() != params_.size()) throw std::invalid_argument("Optimizer::restore: one step count per tensor");
     at::NoGradGuard no_grad;
     steps_ = steps;
+    tensor_steps_ = std::move(tensor_steps);
     for (size_t i = 0; i < params_.size(); ++i) {
         if (!updated_[i]) continue;
         for (size_t k = 0; k < state_[i].size(); ++k) state_[i][k].copy_(state[i][k]);
@@ -85,11 +99,10 @@ std::vector<OptimizerSlot> AdamW::slots(size_t i) const {
 
 void AdamW::step(double lr) {
     at::NoGradGuard no_grad;
-    ++steps_;
-    double bias1 = 1.0 - std::pow(o_.beta1, double(steps_)), bias2 = 1.0 - std::pow(o_.beta2, double(steps_));
-    for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t i : begin_step()) {
         at::Tensor& p = params_[i];
-        if (!updated_[i] || !p.grad().defined()) continue;
+        const double t = double(tensor_steps_[i]);
+        const double bias1 = 1.0 - std::pow(o_.beta1, t), bias2 = 1.0 - std::pow(o_.beta2, t);
         at::Tensor g = p.grad();
         at::Tensor &exp_avg = state_[i][0], &exp_avg_sq = state_[i][1];
         if (o_.weight_decay != 0.0 && decay_[i]) p.mul_(1.0 - lr * o_.weight_decay);
@@ -122,11 +135,9 @@ constexpr double kAdafactorEps = 1e-30, kAdafactorClip = 1.0, kAdafactorDecayRat
 
 void Adafactor::step(double lr) {
     at::NoGradGuard no_grad;
-    ++steps_;
-    const double beta2 = 1.0 - std::pow(double(steps_), kAdafactorDecayRate);
-    for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t i : begin_step()) {
         at::Tensor& p = params_[i];
-        if (!updated_[i] || !p.grad().defined()) continue;
+        const double beta2 = 1.0 - std::pow(double(tensor_steps_[i]), kAdafactorDecayRate);
         const at::Tensor g = p.grad().to(at::kFloat);
         at::Tensor update = g.pow(2).add_(kAdafactorEps);
         if (state_[i].size() == 2) {  // a matrix: the row and column means stand for the whole

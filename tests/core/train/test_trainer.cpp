@@ -435,6 +435,53 @@ TEST(Trainer, WeightDecayAppliesWhereTransformersAppliesIt) {
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
+// A tensor without a gradient in a step (an expert that no token reached) is left alone and its
+// bias correction counts only its own steps, as torch.optim.AdamW and transformers' Adafactor count
+// them; until 2026-11-29 Grove corrected every tensor with the number of optimizer steps.
+TEST(Trainer, ATensorWithoutAGradientKeepsItsOwnStepCountAsInTorch) {
+    constexpr int kSteps = 5;
+    const std::vector<std::set<size_t>> missing{{}, {2}, {1}, {2}, {}};  // per step, the tensors without a gradient
+    at::manual_seed(7);
+    const std::vector<std::pair<std::string, at::Tensor>> initial{
+        {"a.weight", at::randn({6, 4})}, {"a.norm.weight", at::randn({4})}, {"experts.1.weight", at::randn({3, 3})}};
+    std::vector<std::pair<std::string, at::Tensor>> file;
+    std::vector<std::vector<at::Tensor>> grads(kSteps);
+    for (size_t i = 0; i < initial.size(); ++i) {
+        file.emplace_back("initial." + std::to_string(i), initial[i].second);
+        file.emplace_back("decays." + std::to_string(i), at::full({1}, double(grove::weight_decay_applies(initial[i].first))));
+    }
+    for (int s = 0; s < kSteps; ++s)
+        for (size_t i = 0; i < initial.size(); ++i) {
+            grads[size_t(s)].push_back(missing[size_t(s)].count(i) ? at::Tensor() : at::randn(initial[i].second.sizes()));
+            if (grads[size_t(s)][i].defined())
+                file.emplace_back("grad." + std::to_string(s) + "." + std::to_string(i), grads[size_t(s)][i]);
+        }
+    grove::TrainSection settings;
+    settings.adam_beta2 = 0.99;
+    settings.weight_decay = 0.1;
+    for (grove::OptimizerKind kind : {grove::OptimizerKind::adamw, grove::OptimizerKind::adafactor}) {
+        settings.optim = kind;
+        std::vector<std::pair<std::string, at::Tensor>> params;
+        for (const auto& [name, t] : initial) params.emplace_back(name, t.clone());
+        auto optimizer = grove::make_optimizer(settings, params);
+        for (int s = 0; s < kSteps; ++s) {
+            for (size_t i = 0; i < params.size(); ++i)
+                if (grads[size_t(s)][i].defined()) params[i].second.mutable_grad() = grads[size_t(s)][i].clone();
+            optimizer->step(1e-2);
+            optimizer->zero_grad();
+        }
+        EXPECT_EQ(optimizer->steps(), kSteps);
+        EXPECT_EQ(optimizer->tensor_steps(), (std::vector<int64_t>{5, 4, 3}));
+        for (size_t i = 0; i < params.size(); ++i)
+            file.emplace_back(std::string(grove::optimizer_name(kind)) + "." + std::to_string(i), params[i].second);
+    }
+    const std::string tensors = (fs::temp_directory_path() / "grove_optimizer_steps.safetensors").string();
+    grove::save_tensors(tensors, file);
+    const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
+                                "/tests/core/train/check_optimizer_steps.py " + tensors + " 5 0.01 0.99 0.1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
 // Text prompts are tokenized as TRL 1.16 tokenizes them (processing_class(text=prompts)): with the
 // tokenizer's special tokens, here Gemma's <bos>, without which Gemma generates garbage (TRL #3520,
 // when TRL left them out); until 2026-11-27 Grove left them out too.
@@ -531,6 +578,33 @@ TEST(Trainer, ResumeContinuesExactly) {
     EXPECT_EQ(max_difference(snapshot(second.model()), snapshot(straight.model())), 0.0);
     std::string saved = second.save_checkpoint();
     EXPECT_EQ(fs::read_symlink(fs::path(saved).parent_path() / "latest"), fs::path("checkpoint-6")) << "moved on";
+}
+
+// A mixture of experts whose experts some steps do not reach resumes exactly: each tensor's own
+// step count (ATensorWithoutAGradientKeepsItsOwnStepCountAsInTorch) is in the checkpoint.
+TEST(Trainer, ResumeOfAMixtureOfExpertsKeepsEachTensorsStepCount) {
+    const std::string moe = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_moe_experts";
+    std::vector<std::string> settings{"model.path=\"" + moe + "\"", "train.max_steps=4",
+                                      "train.per_device_train_batch_size=2"};
+    grove::Trainer straight(manifest("moe_straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
+    auto second = resumed_after(manifest("moe_resumed", settings), 2);
+    for (int i = 2; i < 4; ++i) {
+        auto got = second->step();
+        for (const char* key : {"loss", "grad_norm"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+    auto tensor_steps = [](grove::Trainer& t) {
+        const std::string saved = t.save_checkpoint();
+        return nlohmann::json::parse(std::ifstream(saved + "/trainer_state.json"))["optimizer_tensor_steps"]
+            .get<std::vector<int64_t>>();
+    };
+    const std::vector<int64_t> counts = tensor_steps(straight);
+    EXPECT_EQ(tensor_steps(*second), counts);
+    EXPECT_LT(*std::min_element(counts.begin(), counts.end()), 4) << "some expert missed a step: the test tests something";
+    EXPECT_EQ(*std::max_element(counts.begin(), counts.end()), 4);
 }
 
 // LoRA dropout draws its masks from torch's generator, which a checkpoint does not save: each step
