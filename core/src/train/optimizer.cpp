@@ -13,7 +13,9 @@
 namespace grove {
 
 Optimizer::Optimizer(std::vector<at::Tensor> params, std::vector<bool> decays, std::vector<bool> updated)
-        : params_(std::move(params)), decay_(std::move(decays)), updated_(std::move(updated)),
+        : params_(std::move(params)),
+          decay_(std::move(decays)),
+          updated_(std::move(updated)),
           tensor_steps_(params_.size(), 0) {
     if (updated_.empty()) updated_.assign(params_.size(), true);
     if (updated_.size() != params_.size()) throw std::invalid_argument("Optimizer: one `updated` flag per tensor");

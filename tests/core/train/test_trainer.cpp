@@ -584,8 +584,7 @@ TEST(Trainer, ResumeContinuesExactly) {
 // step count (ATensorWithoutAGradientKeepsItsOwnStepCountAsInTorch) is in the checkpoint.
 TEST(Trainer, ResumeOfAMixtureOfExpertsKeepsEachTensorsStepCount) {
     const std::string moe = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_moe_experts";
-    std::vector<std::string> settings{"model.path=\"" + moe + "\"", "train.max_steps=4",
-                                      "train.per_device_train_batch_size=2"};
+    std::vector<std::string> settings{"model.path=\"" + moe + "\"", "train.max_steps=4", "train.per_device_train_batch_size=2"};
     grove::Trainer straight(manifest("moe_straight", settings), fresh());
     std::vector<std::map<std::string, double>> expected;
     for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
