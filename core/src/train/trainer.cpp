@@ -612,13 +612,25 @@ std::map<std::string, double> Trainer::step() {
                                             "Lower train.learning_rate or set train.max_grad_norm; the last checkpoint in " +
                                             c.output.dir + " is intact");
     if (group) {  // DDP: the mean of the ranks' gradients (the reductions already count every rank's tokens)
+        // a tensor no rank reached (an expert) keeps no gradient, as under torch's DDP with
+        // find_unused_parameters (Trainer's default), so the optimizer leaves it alone
+        std::vector<float> reached_here(s.params.size(), 0.0f);
         std::vector<at::Tensor> grads;
-        for (at::Tensor& param : s.params) {
-            if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
+        for (size_t i = 0; i < s.params.size(); ++i) {
+            at::Tensor& param = s.params[i];
+            if (param.grad().defined())
+                reached_here[i] = 1.0f;
+            else
+                param.mutable_grad() = at::zeros_like(param);
             grads.push_back(param.grad());
         }
+        std::vector<at::Tensor> reached{at::tensor(reached_here)};
+        group->all_reduce_max(reached);
         group->all_reduce_sum(grads);
         for (at::Tensor& g : grads) g.div_(double(group->world_size()));
+        const auto* reached_by = reached[0].data_ptr<float>();
+        for (size_t i = 0; i < s.params.size(); ++i)
+            if (reached_by[i] == 0.0f) s.params[i].mutable_grad().reset();
         loss_sum = group->sum(loss_sum) / double(group->world_size());  // TRL logs the loss averaged over ranks
     }
     // global gradient norm before clipping (what HF logs), then clip
