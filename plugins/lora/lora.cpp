@@ -58,6 +58,25 @@ struct Patterns {
     }
 };
 
+// target_modules_regex / exclude_modules_regex: PEFT's target_modules or exclude_modules given as
+// one string, a regular expression the module's whole name must match (Python's re.fullmatch)
+struct WholeNameRegex {
+    std::string pattern;
+    std::optional<std::regex> regex;
+
+    WholeNameRegex(const grove::sdk::Config& config, const char* key) {
+        if (!config.has(key)) return;
+        pattern = config.get_string(key, "");
+        try {
+            regex.emplace(pattern);
+        } catch (const std::regex_error& e) {
+            throw config_error(key, "'" + pattern + "' is not a regular expression: " + e.what());
+        }
+    }
+    bool set() const { return regex.has_value(); }
+    bool matches(const std::string& name) const { return regex && std::regex_match(name, *regex); }
+};
+
 // What one adapted layer uses: its rank and scale (rank_pattern / alpha_pattern may differ per layer)
 struct LayerSpec {
     int64_t r;
@@ -74,12 +93,26 @@ struct Lora {
               init(config.get_string("init_lora_weights", "true")),
               targets(config.get_strings("target_modules", {"q_proj", "v_proj"})),
               excluded(config.get_strings("exclude_modules", {})),
+              target_regex(config, "target_modules_regex"),
+              exclude_regex(config, "exclude_modules_regex"),
               rank_pattern(config, "rank_pattern"),
               alpha_pattern(config, "alpha_pattern"),
               layers_to_transform(config.get_ints("layers_to_transform", {})) {
         if (r <= 0) throw config_error("r", "the rank must be a positive integer (typical: 8, 16, 64)");
         if (!(alpha > 0)) throw config_error("alpha", "must be > 0 (typical: r or 2*r)");
         if (!(dropout >= 0 && dropout < 1)) throw config_error("dropout", "must be in [0, 1)");
+        if (target_regex.set() && config.has("target_modules"))
+            throw config_error("target_modules_regex",
+                               "is PEFT's target_modules as one regular expression: give it or "
+                               "target_modules, not both");
+        if (exclude_regex.set() && config.has("exclude_modules"))
+            throw config_error("exclude_modules_regex",
+                               "is PEFT's exclude_modules as one regular expression: give it or "
+                               "exclude_modules, not both");
+        if (target_regex.set() && !layers_to_transform.empty())  // PEFT's LoraConfig refuses it too
+            throw config_error("layers_to_transform",
+                               "does not narrow target_modules_regex (PEFT refuses it with a string "
+                               "target_modules); write the layers into the expression");
         if (targets.empty())
             throw config_error("target_modules", "name at least one module, e.g. [\"q_proj\", \"v_proj\"] or [\"all-linear\"]");
         if (init != "true" && init != "false" && init != "gaussian")
@@ -98,7 +131,7 @@ struct Lora {
                                "cannot narrow [\"all-linear\"]: list the modules in target_modules instead, e.g. "
                                "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]");
     }
-    bool all_linear() const { return targets.size() == 1 && targets[0] == "all-linear"; }
+    bool all_linear() const { return !target_regex.set() && targets.size() == 1 && targets[0] == "all-linear"; }
 
     // PEFT's check_target_module_exists for a list: the whole name, or its ending after a dot
     static bool names_whole(const std::vector<std::string>& list, const std::string& name) {
@@ -112,6 +145,8 @@ struct Lora {
     }
     bool targets_layer(const grove_linear_info& layer) const {
         if (names_whole(excluded, layer.name) || names_ending(excluded, layer.name)) return false;
+        if (exclude_regex.matches(layer.name)) return false;
+        if (target_regex.set()) return target_regex.matches(layer.name);
         if (all_linear()) return std::string(layer.short_name) != "lm_head";
         if (names_whole(targets, layer.name)) return true;  // as in PEFT, layers_to_transform does not narrow a whole name
         if (!names_ending(targets, layer.name)) return false;
@@ -171,7 +206,9 @@ struct Lora {
             {"lora_alpha", alpha},
             {"lora_dropout", dropout},
             {"use_rslora", use_rslora},
-            {"target_modules", all_linear() ? nlohmann::json("all-linear") : nlohmann::json(targets)},
+            {"target_modules", target_regex.set() ? nlohmann::json(target_regex.pattern)
+                               : all_linear()     ? nlohmann::json("all-linear")
+                                                  : nlohmann::json(targets)},
             {"layers_to_transform",
              layers_to_transform.empty() ? nlohmann::json(nullptr) : nlohmann::json(layers_to_transform)},
             {"layers_pattern", nullptr},
@@ -185,6 +222,7 @@ struct Lora {
             {"base_model_name_or_path", nullptr}};
         if (use_dora) j["use_dora"] = true;
         if (!excluded.empty()) j["exclude_modules"] = excluded;
+        if (exclude_regex.set()) j["exclude_modules"] = exclude_regex.pattern;
         return j.dump(2);
     }
 
@@ -203,6 +241,7 @@ struct Lora {
     bool use_rslora, use_dora;
     std::string init;
     std::vector<std::string> targets, excluded;
+    WholeNameRegex target_regex, exclude_regex;
     Patterns<int64_t> rank_pattern;
     Patterns<double> alpha_pattern;
     std::vector<int64_t> layers_to_transform;
@@ -215,8 +254,14 @@ const grove_config_key kLoraKeys[] = {
     grove::sdk::key("dropout", GROVE_VALUE_FLOAT, "0.0", "dropout on the adapter's input while training"),
     grove::sdk::key("target_modules", GROVE_VALUE_STRING_ARRAY, "[\"q_proj\", \"v_proj\"]",
                     "linear layers to adapt: a module's name or its ending after a dot (\"q_proj\", \"mlp.down_proj\"), "
-                    "or [\"all-linear\"] (all but lm_head)"),
+                    "or [\"all-linear\"] (all but lm_head); PEFT's string form (a regular expression): "
+                    "target_modules_regex"),
+    grove::sdk::key("target_modules_regex", GROVE_VALUE_STRING, "(unset)",
+                    "instead of target_modules: a regular expression the layer's whole name matches, as PEFT takes a "
+                    "string target_modules, e.g. 'model\\.layers\\.[0-3]\\..*_proj'"),
     grove::sdk::key("exclude_modules", GROVE_VALUE_STRING_ARRAY, "[]", "linear layers to leave alone, named as target_modules"),
+    grove::sdk::key("exclude_modules_regex", GROVE_VALUE_STRING, "(unset)",
+                    "instead of exclude_modules: a regular expression the layer's whole name matches"),
     grove::sdk::key("layers_to_transform", GROVE_VALUE_INT_ARRAY, "[]",
                     "adapt only these decoder layers, by index from 0 (empty: every layer)"),
     grove::sdk::key("use_rslora", GROVE_VALUE_BOOL, "false", "rank-stabilised scaling alpha / sqrt(r)"),
@@ -229,7 +274,7 @@ const grove_config_key kLoraKeys[] = {
     grove::sdk::key("alpha_pattern", GROVE_VALUE_TABLE, "{}", "another alpha for modules whose name ends with a pattern"),
 };
 constexpr auto kLora = grove::sdk::adapter_descriptor<Lora>(
-    "lora", "1.1.0", "low-rank adapters (LoRA, DoRA) on selected linear layers, saved in PEFT's layout",
+    "lora", "1.2.0", "low-rank adapters (LoRA, DoRA) on selected linear layers, saved in PEFT's layout",
     GROVE_PLUGIN_DETERMINISTIC, kLoraKeys);
 }  // namespace
 

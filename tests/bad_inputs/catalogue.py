@@ -160,6 +160,9 @@ case("manifest", "sync_ref_model with LoRA", "check grove.toml", 3, "use plugin 
 case("manifest", "a LoRA initialisation that rewrites the base weights (PEFT's init_lora_weights=\"pissa\")",
      "check grove.toml", 3, "is not available",
      run_folder('[adapter]\nplugin = "lora"\nconfig = { init_lora_weights = "pissa" }\n'))
+case("manifest", "LoRA target_modules as one regular expression (PEFT's string form)", "check grove.toml", 3,
+     "target_modules_regex",
+     run_folder('[adapter]\nplugin = "lora"\nconfig = { target_modules = \'.*\\.q_proj\' }\n'))
 case("manifest", "enable_thinking = false for a template without that switch",
      "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,

@@ -259,11 +259,39 @@ TEST(Lora, InitLoraWeightsAsPeft) {
     EXPECT_EQ(nlohmann::json::parse(g.saved_config_json())["init_lora_weights"], "gaussian");
 }
 
+// target_modules_regex / exclude_modules_regex: PEFT's string target_modules and exclude_modules,
+// regular expressions the whole module name must match (re.fullmatch), saved back as strings.
+TEST(Lora, TargetsARegularExpressionAsPeftTakesAString) {
+    auto lora = make("lora", R"(target_modules_regex = 'model\.layers\.[13]\.self_attn\.(q|v)_proj')"
+                             "\n"
+                             R"(exclude_modules_regex = '.*\.3\.self_attn\.v_proj')");
+    grove::AdapterHost host(lora);
+    auto attaches = [&](const std::string& name) {
+        grove::LinearLayer layer = q_proj(4, 4, false);
+        layer.name = name;
+        return host.attach(layer) != nullptr;
+    };
+    EXPECT_TRUE(attaches("model.layers.1.self_attn.q_proj"));
+    EXPECT_TRUE(attaches("model.layers.3.self_attn.q_proj"));
+    EXPECT_TRUE(attaches("model.layers.1.self_attn.v_proj"));
+    EXPECT_FALSE(attaches("model.layers.3.self_attn.v_proj")) << "excluded";
+    EXPECT_FALSE(attaches("model.layers.2.self_attn.q_proj")) << "another layer";
+    EXPECT_FALSE(attaches("model.layers.13.self_attn.q_proj")) << "the whole name must match, not its ending";
+    EXPECT_FALSE(attaches("model.layers.1.self_attn.q_proj.extra")) << "nor its beginning";
+    auto config = nlohmann::json::parse(host.saved_config_json());
+    EXPECT_EQ(config["target_modules"], R"(model\.layers\.[13]\.self_attn\.(q|v)_proj)");
+    EXPECT_EQ(config["exclude_modules"], R"(.*\.3\.self_attn\.v_proj)");
+}
+
 TEST(Lora, BadConfigurationNamesTheKey) {
-    for (const char* config : {"r = 0", "alpha = -1.0", "dropout = 1.0", "target_modules = []", "init_lora_weights = \"pissa\"",
-                               "rank_pattern = { q_proj = 0 }", "rank_pattern = { \"(q\" = 2 }",
-                               "rank_pattern = { q_proj = 2.5 }", "alpha_pattern = { q_proj = -1.0 }",
-                               "layers_to_transform = [-1]", "layers_to_transform = [0]\ntarget_modules = [\"all-linear\"]"}) {
+    for (const char* config :
+         {"r = 0", "alpha = -1.0", "dropout = 1.0", "target_modules = []", "init_lora_weights = \"pissa\"",
+          "rank_pattern = { q_proj = 0 }", "rank_pattern = { \"(q\" = 2 }", "rank_pattern = { q_proj = 2.5 }",
+          "alpha_pattern = { q_proj = -1.0 }", "layers_to_transform = [-1]",
+          "layers_to_transform = [0]\ntarget_modules = [\"all-linear\"]", "target_modules_regex = \"(q\"",
+          "exclude_modules_regex = \"[\"", "target_modules_regex = \"q_proj\"\ntarget_modules = [\"q_proj\"]",
+          "exclude_modules_regex = \"q_proj\"\nexclude_modules = [\"q_proj\"]",
+          "layers_to_transform = [1]\ntarget_modules_regex = \".*q_proj\""}) {
         try {
             make("lora", config);
             ADD_FAILURE() << "accepted " << config;

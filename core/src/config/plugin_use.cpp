@@ -67,22 +67,22 @@ PluginUse peft_lora_import(const std::string& path) {
         config.insert("dropout", c.value("lora_dropout", 0.0));
         config.insert("use_rslora", c.value("use_rslora", false));
         config.insert("use_dora", c.value("use_dora", false));
-        auto names = [&](const char* key) {
-            toml::array list;
+        // a list, "all-linear", or one regular expression over the whole name (the lora plugin's *_regex key)
+        auto insert_names = [&](const std::string& key) {
             const nlohmann::json& v = c.at(key);
-            if (v.is_string() && v != "all-linear")
-                throw Error(
-                    ErrorKind::input,
-                    path + ": " + key + " is a regular expression (\"" + v.get<std::string>() +
-                        "\"), which Grove's lora adapter does not take; merge this adapter with PEFT (merge_and_unload)");
+            if (v.is_string() && v != "all-linear") {
+                config.insert(key + "_regex", v.get<std::string>());
+                return;
+            }
+            toml::array list;
             if (v.is_string())
                 list.push_back(v.get<std::string>());
             else
                 for (const auto& name : v) list.push_back(name.get<std::string>());
-            return list;
+            config.insert(key, std::move(list));
         };
-        config.insert("target_modules", names("target_modules"));
-        if (set("exclude_modules")) config.insert("exclude_modules", names("exclude_modules"));
+        insert_names("target_modules");
+        if (set("exclude_modules")) insert_names("exclude_modules");
         if (set("layers_to_transform")) {
             toml::array layers;
             const nlohmann::json& v = c.at("layers_to_transform");

@@ -18,6 +18,8 @@ configs = {
     "layers": LoraConfig(r=3, lora_alpha=5, use_rslora=True, target_modules=["q_proj", "k_proj", "up_proj"],
                          layers_to_transform=1, exclude_modules=["model.layers.1.self_attn.k_proj"],
                          init_lora_weights=False),
+    "regex": LoraConfig(r=2, lora_alpha=4, target_modules=r"model\.layers\.\d+\.(self_attn\.o_proj|mlp\.gate_proj)",
+                        exclude_modules=r"model\.layers\.0\.mlp\..*", init_lora_weights=False),
     "modules_to_save": LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["lm_head"]),
 }
 torch.manual_seed(0)

@@ -379,6 +379,14 @@ TEST(Trainer, LoraLayerSelectionAndInitsAreThoseOfPeft) {
                                        R"(layers_to_transform = [1], exclude_modules = ["model.layers.1.mlp.up_proj"] })");
 }
 
+// PEFT's target_modules and exclude_modules as one string, a regular expression over the whole
+// module name (target_modules_regex, exclude_modules_regex), saved back as strings PEFT reads.
+TEST(Trainer, LoraRegexTargetsAreThoseOfPeft) {
+    expect_peft_trains_alike("regex", R"({ r = 2, alpha = 4.0, init_lora_weights = "false", )"
+                                      R"(target_modules_regex = 'model\.layers\.\d+\.(self_attn\.[qk]_proj|mlp\.up_proj)', )"
+                                      R"(exclude_modules_regex = 'model\.layers\.0\.self_attn\.k_proj' })");
+}
+
 // An adapter PEFT saved (no grove_adapter.json) merges with PEFT's LoraConfig as PEFT merges it:
 // DoRA magnitudes, rank and alpha patterns, layers_to_transform, exclude_modules and rsLoRA are
 // read from its adapter_config.json (make_peft_adapters.py); settings the lora plugin does not take
@@ -390,7 +398,7 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
                                 "/tests/core/train/make_peft_adapters.py " + kModel + " " + dir;
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     const auto base = grove::Model::load(kModel)->named_parameters();
-    for (const char* name : {"dora_patterns", "layers"}) {
+    for (const char* name : {"dora_patterns", "layers", "regex"}) {
         SCOPED_TRACE(name);
         const std::string merged = dir + "/" + name + "-grove";
         grove::export_merged(dir + "/" + name, kModel, merged);
@@ -410,7 +418,10 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
         }
         EXPECT_EQ(compared, peft.tensors().size()) << "every tensor of PEFT's merged model has Grove's name";
         EXPECT_LT(worst, 1e-5) << "PEFT's merged weights";
-        EXPECT_EQ(changed, std::string(name) == "dora_patterns" ? 6 : 2) << "the adapted layers, and no others";
+        EXPECT_EQ(changed, std::string(name) == "dora_patterns" ? 6
+                           : std::string(name) == "regex"       ? 3
+                                                                : 2)
+            << "the adapted layers, and no others";
     }
     EXPECT_CONTAINS(grove::test::error_message(
                         [&] { grove::export_merged(dir + "/modules_to_save", kModel, dir + "/modules_to_save-grove"); }),
@@ -1597,6 +1608,43 @@ TEST(Trainer, TwoProcessesGiveTheSingleProcessUpdate) {
         EXPECT_FALSE(fs::exists(outputs[2] + "/checkpoint-2/buffer.rank1.safetensors"))
             << "a checkpoint at a generation boundary";
     }
+}
+
+// A mixture of experts over two processes: an expert that neither rank's tokens reached keeps no
+// gradient, as under torch's DDP with find_unused_parameters, so AdamW leaves it alone, weight decay
+// included, as one process does; each tensor's step count agrees too. Until 2026-11-29 the ranks
+// gave it a zero gradient and decayed it. One step, from a model trained 3 steps (the tiny model's
+// routing reaches every expert at first; the routing after a step depends on rounding).
+TEST(Trainer, TwoProcessesLeaveAnExpertNoRankReachedAlone) {
+    const std::string tiny = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_moe_experts";
+    auto source = manifest("ddp_moe_source", {"model.path=\"" + tiny + "\"", "train.max_steps=3",
+                                              "train.per_device_train_batch_size=2", "logging.save_rollouts=true"});
+    grove::Trainer(source, fresh()).run();
+    const std::string rollouts = source.string("output.dir") + "/rollouts.jsonl";
+    const std::string trained = source.string("output.dir") + "/checkpoint-3";
+    const std::string moe = "model.path=\"" + trained + "\"";
+    const std::map<std::string, at::Tensor> initial = model_of(trained);
+    std::map<int, std::set<std::string>> unchanged;
+    std::map<int, std::vector<int64_t>> tensor_steps;
+    for (int nproc : {1, 2}) {
+        auto m = manifest("ddp_moe_" + std::to_string(nproc), {});
+        const std::string command =
+            std::string(GROVE_EXECUTABLE) + " train " + m.path() + " --overwrite --nproc " + std::to_string(nproc) +
+            " --set '" + moe + "' --set 'rollouts.path=\"" + rollouts + "\"' --set train.max_steps=1" +
+            " --set output.save_steps=1 --set train.per_device_train_batch_size=" + std::to_string(2 / nproc) +
+            " --set train.weight_decay=0.1 2>" + fs::path(m.path()).parent_path().string() + "/stderr.txt";
+        ASSERT_EQ(std::system(command.c_str()), 0) << command;
+        const std::string checkpoint = m.string("output.dir") + "/checkpoint-1";
+        for (const auto& [name, weights] : model_of(checkpoint))
+            if (at::equal(weights, initial.at(name))) unchanged[nproc].insert(name);
+        tensor_steps[nproc] = nlohmann::json::parse(std::ifstream(checkpoint + "/trainer_state.json"))["optimizer_tensor_steps"]
+                                  .get<std::vector<int64_t>>();
+    }
+    EXPECT_EQ(unchanged[2], unchanged[1]) << "the tensors the step left alone";
+    EXPECT_EQ(tensor_steps[2], tensor_steps[1]);
+    const auto without_gradient = size_t(std::count(tensor_steps[1].begin(), tensor_steps[1].end(), 0));
+    EXPECT_GT(without_gradient, 0u) << "some expert was not reached: the test tests something";
+    EXPECT_GE(unchanged[1].size(), without_gradient) << "left alone: those, and tensors whose gradient was 0";
 }
 
 // TRL's evaluation during training (train.eval_steps): every second step's line has eval_* metrics,
