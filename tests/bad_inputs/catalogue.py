@@ -163,6 +163,9 @@ case("manifest", "a LoRA initialisation that rewrites the base weights (PEFT's i
 case("manifest", "LoRA target_modules as one regular expression (PEFT's string form)", "check grove.toml", 3,
      "target_modules_regex",
      run_folder('[adapter]\nplugin = "lora"\nconfig = { target_modules = \'.*\\.q_proj\' }\n'))
+case("manifest", "LoRA modules_to_save naming a module the model does not have", "train grove.toml", 3,
+     "ends the name of no module",
+     run_folder('[adapter]\nplugin = "lora"\nmodules_to_save = ["lm_heads"]\n'))
 case("manifest", "enable_thinking = false for a template without that switch",
      "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,

@@ -25,6 +25,10 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
 // The adapter that made a checkpoint folder: its grove_adapter.json, else peft_lora_import().
 PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir);
 
+// The checkpoint's modules_to_save (PEFT's; trained whole beside the adapter), from its
+// grove_adapter.json, else its adapter_config.json; empty when it has none.
+std::vector<std::string> modules_to_save_of_checkpoint(const std::string& adapter_dir);
+
 // The base model with the checkpoint's adapter merged into its weights. `plugin_dirs` are searched
 // before the default plugin path.
 std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const std::string& base_dir,

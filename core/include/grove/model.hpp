@@ -177,12 +177,21 @@ public:
     // layer inputs, for one extra forward pass. Gradients are the same as without it.
     void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
     bool gradient_checkpointing() const { return gradient_checkpointing_; }
-    // With adapters disabled the model is the base model (TRL's reference for PEFT runs).
-    void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
-    // W += each attached adapter's merged_delta, then the adapters are detached (merging a checkpoint).
+    // With adapters disabled the model is the base model (TRL's reference for PEFT runs): attached
+    // adapters are skipped and modules_to_save compute with their original weights.
+    void set_adapters_enabled(bool enabled);
+    // W += each attached adapter's merged_delta, then the adapters are detached (merging a checkpoint);
+    // the modules_to_save keep their trained weights.
     void merge_adapters();
-    // Adapter parameters under their saved (PEFT) names.
+    // Adapter parameters under their saved (PEFT) names, the modules_to_save's weights last.
     std::vector<std::pair<std::string, at::Tensor>> adapter_parameters() const;
+    // PEFT's modules_to_save beside an adapter: every module whose name ends with one of `targets`
+    // (as a string, PEFT's rule; e.g. "lm_head", "embed_tokens") trains whole, saved as
+    // base_model.model.<tensor>, while the reference pass uses a frozen copy of its original
+    // weights. Refused, naming the target: one that names no module, a module holding an adapted
+    // layer, or lm_head / embed_tokens of a model that ties them (Grove keeps one matrix for both).
+    void train_whole_modules(const std::vector<std::string>& targets);
+    const std::vector<std::string>& modules_to_save() const { return modules_to_save_; }
 
     // Writes config.json, generation_config.json and model.safetensors (atomically) into folder.
     void save(const std::string& folder) const;
@@ -223,6 +232,13 @@ private:
     at::Tensor inv_freq_;                // [head_dim / 2], float32
     at::Tensor local_inv_freq_;          // Gemma 3's sliding layers' (rope_local_base_freq); undefined otherwise
     bool adapters_enabled_ = true;
+    // a module_to_save's tensor: the model's own (trained), an alias of its storage, and the original
+    struct WholeModuleTensor {
+        std::string name;
+        at::Tensor trained, trained_storage, original;
+    };
+    std::vector<std::string> modules_to_save_;
+    std::vector<WholeModuleTensor> whole_module_tensors_;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;
     // Gemma3ForConditionalGeneration: the tensors Grove does not compute with (vision tower,

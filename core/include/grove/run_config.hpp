@@ -221,6 +221,7 @@ struct RunConfig {
     LoggingSection logging;
     std::vector<PluginUse> rewards;
     PluginUse adapter, reduction, objective;
+    std::vector<std::string> modules_to_save;  // [adapter] modules_to_save (PEFT's)
     EnvironmentSection environment;
     int world_size = 1;
 
@@ -229,7 +230,7 @@ struct RunConfig {
     static RunConfig from(const Manifest& manifest, Kind kind = Kind::grpo);
     // The rules that need the adapter plugin: loss.sync_ref_model moves a reference model apart from
     // the policy, so an adapter that keeps the base model as its reference (LoRA) is refused, naming
-    // [adapter]. `grove train` and `grove check` both call it.
+    // [adapter]; so is modules_to_save with an adapter that trains every base weight already. `grove train` and `grove check` both call it.
     void check_adapter(const std::string& adapter_name, bool trains_base_weights) const;
     // model.chat_template resolved against the checkpoint's tokenizer_config.json, with
     // model.enable_thinking; a switch the template lacks is a manifest error naming the file.

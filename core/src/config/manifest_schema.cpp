@@ -155,6 +155,11 @@ const std::vector<KeySpec>& manifest_schema() {
 
         key("adapter", "plugin", T::string, "\"full\"", "what trains: full (all base weights) or lora"),
         key("adapter", "config", T::table, "{}", "the adapter's settings, e.g. { r = 16, alpha = 32 }"),
+        trl(key("adapter", "modules_to_save", T::string_array, "[]",
+                "modules trained whole beside the adapter, as PEFT's modules_to_save (a module whose name ends with "
+                "one: \"lm_head\", \"embed_tokens\"); saved in the adapter's file; the reference model keeps the "
+                "originals"),
+            "modules_to_save"),
 
         trl(key("reduction", "plugin", T::string, "\"dapo\"",
                 "loss normalisation: grpo, bnpo, dr_grpo, dapo or luspo (TRL's loss_type; docs/objectives.md)"),

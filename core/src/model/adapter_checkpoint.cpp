@@ -50,9 +50,23 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
     } else {
         config["base_model_name_or_path"] = fs::absolute(base_model_dir).string();
     }
+    if (!model.modules_to_save().empty()) config["modules_to_save"] = model.modules_to_save();
     write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
     json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
+    if (!model.modules_to_save().empty()) record["modules_to_save"] = model.modules_to_save();
     write_file_atomically((fs::path(folder) / kAdapterRecord).string(), record.dump(2) + "\n");
+}
+
+std::vector<std::string> modules_to_save_of_checkpoint(const std::string& adapter_dir) {
+    const fs::path record_path = fs::path(adapter_dir) / kAdapterRecord;
+    const fs::path file = fs::exists(record_path) ? record_path : fs::path(adapter_dir) / "adapter_config.json";
+    const json j = read_json_file(file);
+    if (!j.contains("modules_to_save") || j["modules_to_save"].is_null()) return {};
+    try {
+        return j["modules_to_save"].get<std::vector<std::string>>();
+    } catch (const json::exception&) {
+        throw Error(ErrorKind::input, file.string() + ": modules_to_save is not a list of module names");
+    }
 }
 
 PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir) {
@@ -79,6 +93,7 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
     // into the adapter when destroyed) goes first
     auto model = Model::load(base_dir, device, dtype);
     model->attach_adapter(adapter_host);
+    model->train_whole_modules(modules_to_save_of_checkpoint(adapter_dir));
     const std::string weights_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
     SafetensorsFile weights(weights_path);
     const auto parameters = model->adapter_parameters();

@@ -333,6 +333,14 @@ at::Tensor AdaptedLinear::merged_delta() const {
     return result;
 }
 
+void train_modules_to_save(Model& model, const std::vector<std::string>& modules, const PluginUse& adapter_use) {
+    try {
+        model.train_whole_modules(modules);
+    } catch (const Error& e) {
+        throw Error(ErrorKind::manifest, adapter_use.origin + " " + e.what());
+    }
+}
+
 std::vector<std::pair<std::string, at::Tensor>> trainable_parameters_or_refuse(Model& model, const PluginUse& adapter_use,
                                                                                const std::string& adapter_name) {
     std::vector<std::pair<std::string, at::Tensor>> params = model.trainable_named_parameters();

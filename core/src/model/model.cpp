@@ -1743,14 +1743,15 @@ void Model::set_base_trainable(bool trainable) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::trainable_named_parameters() const {
+    if (!whole_module_tensors_.empty() || has_adapters()) {  // adapters: named as saved
+        std::vector<std::pair<std::string, at::Tensor>> out;
+        for (const auto& named : adapter_parameters())
+            if (named.second.requires_grad()) out.push_back(named);
+        return out;
+    }
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (const auto& named : named_parameters())
         if (named.second.requires_grad()) out.push_back(named);
-    for (const auto& layer : layers_)
-        for (const Linear* lin : layer->linears())
-            if (lin->adapter)
-                for (const auto& named : lin->adapter->parameters())
-                    if (named.second.requires_grad()) out.push_back(named);
     return out;
 }
 
@@ -1809,6 +1810,8 @@ void Model::merge_adapters() {
             lin->weight.copy_(lin->weight.to(at::kFloat) + lin->adapter->merged_delta().to(lin->weight.device(), at::kFloat));
             lin->adapter.reset();
         }
+    whole_module_tensors_.clear();  // their trained weights are the model's now
+    modules_to_save_.clear();
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
@@ -1817,7 +1820,62 @@ std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() cons
         for (const Linear* lin : layer->linears())
             if (lin->adapter)
                 for (const auto& p : lin->adapter->parameters()) out.push_back(p);
+    for (const WholeModuleTensor& t : whole_module_tensors_) out.emplace_back("base_model.model." + t.name, t.trained);
     return out;
+}
+
+namespace {
+// PEFT's _set_trainable: a module whose name ends with the target, as a string ("lm_head",
+// "embed_tokens", "norm" - which "input_layernorm" ends with too); a tensor is in every module
+// whose name is a dotted prefix of its own
+bool in_module_ending_with(const std::string& tensor, const std::string& target) {
+    for (size_t dot = tensor.find('.'); dot != std::string::npos; dot = tensor.find('.', dot + 1))
+        if (dot >= target.size() && tensor.compare(dot - target.size(), target.size(), target) == 0) return true;
+    return false;
+}
+}  // namespace
+
+void Model::train_whole_modules(const std::vector<std::string>& targets) {
+    if (targets.empty()) return;
+    const std::string embedding = named_parameters().front().first;  // <decoder>embed_tokens.weight
+    std::vector<std::string> modules;
+    for (const std::string& target : targets) {
+        if (target.empty()) throw Error(ErrorKind::input, "modules_to_save: an empty module name");
+        if (config_.tie_word_embeddings &&
+            (in_module_ending_with("lm_head.weight", target) || in_module_ending_with(embedding, target)))
+            throw Error(ErrorKind::input,
+                        "modules_to_save: \"" + target +
+                            "\" names lm_head or embed_tokens, which this model ties "
+                            "(tie_word_embeddings): Grove keeps one matrix for both and cannot train a copy of one of them "
+                            "(PEFT would untie them); train the whole model ([adapter] plugin = \"full\") instead");
+        for (const Linear* lin : linear_layers())
+            if (lin->adapter && in_module_ending_with(lin->name + ".weight", target))
+                throw Error(ErrorKind::input, "modules_to_save: \"" + target + "\" takes in " + lin->name +
+                                                  ", which the adapter already adapts; leave one of them out");
+        bool found = false;
+        for (auto& [name, tensor] : named_parameters()) {
+            if (!in_module_ending_with(name, target)) continue;
+            found = true;
+            const bool taken = std::any_of(whole_module_tensors_.begin(), whole_module_tensors_.end(),
+                                           [&](const WholeModuleTensor& t) { return t.name == name; });
+            if (taken) continue;
+            whole_module_tensors_.push_back({name, tensor, tensor.detach(), tensor.detach().clone()});
+            tensor.requires_grad_(true);
+        }
+        if (!found)
+            throw Error(ErrorKind::input, "modules_to_save: \"" + target +
+                                              "\" ends the name of no module of this model (e.g. \"lm_head\", "
+                                              "\"embed_tokens\", \"model.norm\")");
+        modules.push_back(target);
+    }
+    modules_to_save_ = modules;
+}
+
+void Model::set_adapters_enabled(bool enabled) {
+    if (enabled == adapters_enabled_) return;
+    adapters_enabled_ = enabled;
+    at::NoGradGuard no_grad;  // repoints the tensors the layers hold at the other weights; gradients stay
+    for (WholeModuleTensor& t : whole_module_tensors_) t.trained.set_(enabled ? t.trained_storage : t.original);
 }
 
 void Model::save(const std::string& folder) const {

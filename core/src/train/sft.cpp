@@ -259,9 +259,13 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     const std::vector<SftExample> examples = load_sft_examples(*source, sft_data_options(c), *tokenizer, chat, eos, log);
 
     const bool full = adapter_host.trains_base_weights();
+    c.check_adapter(adapter.info().name, full);
     model->set_base_trainable(full);
     at::manual_seed(uint64_t(c.train.seed));  // the adapter's initialisation
-    if (!full) model->attach_adapter(adapter_host);
+    if (!full) {
+        model->attach_adapter(adapter_host);
+        train_modules_to_save(*model, c.modules_to_save, c.adapter);
+    }
     adapter_host.set_training(true);  // the adapter's dropout, as PEFT trains with it
     std::optional<at::DeviceType> autocast_device;
     if (c.bf16_autocast(model->device().is_cuda())) autocast_device = model->device().type();

@@ -217,7 +217,10 @@ void Trainer::State::load() {
     adapter_host = std::make_unique<AdapterHost>(*adapter);
     const bool full = adapter_host->trains_base_weights();
     model->set_base_trainable(full);
-    if (!full) model->attach_adapter(*adapter_host);
+    if (!full) {
+        model->attach_adapter(*adapter_host);
+        train_modules_to_save(*model, c.modules_to_save, c.adapter);
+    }
     // beta = 0 loads no reference model at all (docs/grpo.md#kl-to-the-reference); LoRA uses the base model
     if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, device, c.model.dtype);
     if (reference && c.model.cast_lm_head_to_fp32) reference->keep_lm_head_in_float32();  // as TRL casts both

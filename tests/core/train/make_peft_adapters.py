@@ -20,7 +20,9 @@ configs = {
                          init_lora_weights=False),
     "regex": LoraConfig(r=2, lora_alpha=4, target_modules=r"model\.layers\.\d+\.(self_attn\.o_proj|mlp\.gate_proj)",
                         exclude_modules=r"model\.layers\.0\.mlp\..*", init_lora_weights=False),
-    "modules_to_save": LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["lm_head"]),
+    "modules_to_save": LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["lm_head", "model.norm"],
+                                  init_lora_weights=False),
+    "layers_pattern": LoraConfig(r=2, target_modules=["q_proj"], layers_to_transform=[1], layers_pattern="layers"),
 }
 torch.manual_seed(0)
 for name, config in configs.items():
@@ -30,6 +32,8 @@ for name, config in configs.items():
             if p.requires_grad:  # trained-looking values, magnitudes included
                 p.mul_(1.0 + 0.5 * torch.rand_like(p))
     model.save_pretrained(os.path.join(out, name))
-    merged = {k: v.contiguous() for k, v in model.merge_and_unload().state_dict().items() if k != "lm_head.weight"}
+    # lm_head as the base has it is left out (the merged export of a tied model has none)
+    merged = {k: v.contiguous() for k, v in model.merge_and_unload().state_dict().items()
+              if k != "lm_head.weight" or "lm_head" in (config.modules_to_save or [])}
     save_file(merged, os.path.join(out, f"{name}.merged.safetensors"))
 print(f"PEFT adapters in {out}: {', '.join(configs)}")

@@ -331,9 +331,11 @@ namespace {
 // Two steps of the tiny llama with LoRA configured by `adapter_config` (a TOML table), then
 // check_peft_training.py loads the checkpoint in PEFT, which must create the same tensors, give
 // Grove's logits and gradients, decay the tensors Grove decays and merge to Grove's merged export.
-void expect_peft_trains_alike(const std::string& tag, const std::string& adapter_config) {
+void expect_peft_trains_alike(const std::string& tag, const std::string& adapter_config,
+                              const std::string& modules_to_save = "[]") {
     grove::Trainer t(manifest("peft_" + tag, {"adapter.plugin=\"lora\"", "adapter.config=" + adapter_config,
-                                              "train.max_steps=2", "train.per_device_train_batch_size=8"}),
+                                              "adapter.modules_to_save=" + modules_to_save, "train.max_steps=2",
+                                              "train.per_device_train_batch_size=8"}),
                      fresh());
     t.step();
     t.step();  // B moves from the first step, A and the magnitudes from the second
@@ -387,10 +389,51 @@ TEST(Trainer, LoraRegexTargetsAreThoseOfPeft) {
                                       R"(exclude_modules_regex = 'model\.layers\.0\.self_attn\.k_proj' })");
 }
 
+// PEFT's modules_to_save: lm_head and the final norm train whole beside LoRA, saved under PEFT's
+// names; PEFT loads them with Grove's logits and gradients and merges them as Grove does.
+TEST(Trainer, ModulesToSaveTrainWholeAsPeftTrainsThem) {
+    expect_peft_trains_alike("modules_to_save", R"({ r = 2, target_modules = ["q_proj"] })", R"(["lm_head", "model.norm"])");
+}
+
+// With modules_to_save the reference pass (adapters disabled) is the base model: the saved modules
+// compute with their original weights there, and with their trained ones otherwise; a tied model's
+// lm_head is refused, naming the setting.
+TEST(Trainer, ModulesToSaveKeepTheirOriginalsForTheReference) {
+    grove::Trainer t(manifest("modules_to_save_reference",
+                              {"adapter.plugin=\"lora\"", "adapter.config={ r = 2, target_modules = [\"q_proj\"] }",
+                               "adapter.modules_to_save=[\"lm_head\", \"embed_tokens\"]", "loss.beta=0.1", "train.max_steps=2",
+                               "train.per_device_train_batch_size=4"}),
+                     fresh());
+    t.step();
+    t.step();
+    const at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0), positions = at::arange(0, 12, at::kLong).unsqueeze(0);
+    auto logits = [&](grove::Model& m) {
+        at::NoGradGuard no_grad;
+        return m.forward(ids, at::ones_like(ids), positions);
+    };
+    const auto base = grove::Model::load(kModel);
+    const at::Tensor trained = logits(t.model());
+    t.model().set_adapters_enabled(false);
+    EXPECT_TRUE(at::equal(logits(t.model()), logits(*base))) << "the reference is the base model";
+    t.model().set_adapters_enabled(true);
+    EXPECT_TRUE(at::equal(logits(t.model()), trained)) << "the trained weights are back";
+    EXPECT_FALSE(at::allclose(trained, logits(*base))) << "the training moved the policy";
+    std::set<std::string> names;
+    for (const auto& [name, p] : t.model().trainable_named_parameters()) names.insert(name);
+    EXPECT_TRUE(names.count("base_model.model.lm_head.weight"));
+    EXPECT_TRUE(names.count("base_model.model.model.embed_tokens.weight"));
+    const auto tied = grove::Model::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen2_tied");
+    EXPECT_CONTAINS(grove::test::error_message([&] { tied->train_whole_modules({"lm_head"}); }),
+                    "modules_to_save: \"lm_head\" names lm_head or embed_tokens, which this model ties");
+    EXPECT_CONTAINS(grove::test::error_message([&] { base->train_whole_modules({"lm_head", "lm_heads"}); }),
+                    "\"lm_heads\" ends the name of no module of this model");
+}
+
 // An adapter PEFT saved (no grove_adapter.json) merges with PEFT's LoraConfig as PEFT merges it:
 // DoRA magnitudes, rank and alpha patterns, layers_to_transform, exclude_modules and rsLoRA are
-// read from its adapter_config.json (make_peft_adapters.py); settings the lora plugin does not take
-// (modules_to_save) are refused rather than merged without.
+// read from its adapter_config.json (make_peft_adapters.py), and modules_to_save take the saved
+// modules' weights; settings the lora plugin does not take (layers_pattern) are refused rather than
+// merged without.
 TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/peft_made";
     fs::remove_all(dir);
@@ -398,7 +441,7 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
                                 "/tests/core/train/make_peft_adapters.py " + kModel + " " + dir;
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     const auto base = grove::Model::load(kModel)->named_parameters();
-    for (const char* name : {"dora_patterns", "layers", "regex"}) {
+    for (const char* name : {"dora_patterns", "layers", "regex", "modules_to_save"}) {
         SCOPED_TRACE(name);
         const std::string merged = dir + "/" + name + "-grove";
         grove::export_merged(dir + "/" + name, kModel, merged);
@@ -418,14 +461,12 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
         }
         EXPECT_EQ(compared, peft.tensors().size()) << "every tensor of PEFT's merged model has Grove's name";
         EXPECT_LT(worst, 1e-5) << "PEFT's merged weights";
-        EXPECT_EQ(changed, std::string(name) == "dora_patterns" ? 6
-                           : std::string(name) == "regex"       ? 3
-                                                                : 2)
-            << "the adapted layers, and no others";
+        const std::map<std::string, int> adapted{{"dora_patterns", 6}, {"layers", 2}, {"regex", 3}, {"modules_to_save", 4}};
+        EXPECT_EQ(changed, adapted.at(name)) << "the adapted layers and saved modules, and no others";
     }
     EXPECT_CONTAINS(grove::test::error_message(
-                        [&] { grove::export_merged(dir + "/modules_to_save", kModel, dir + "/modules_to_save-grove"); }),
-                    "modules_to_save is set, which Grove's lora adapter does not take");
+                        [&] { grove::export_merged(dir + "/layers_pattern", kModel, dir + "/layers_pattern-grove"); }),
+                    "layers_pattern is set, which Grove's lora adapter does not take");
 }
 
 // train.weight_decay leaves out exactly the tensors transformers' Trainer leaves out
@@ -632,6 +673,28 @@ TEST(Trainer, ResumeWithLoraDropoutContinuesExactly) {
         for (const char* key : {"loss", "grad_norm"})
             EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
     }
+    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+}
+
+// modules_to_save resume exactly: their trained weights are in the checkpoint, and the reference
+// (beta > 0) keeps the originals, which the resumed run reads from the base model again.
+TEST(Trainer, ResumeWithModulesToSaveContinuesExactly) {
+    std::vector<std::string> settings{"train.max_steps=4",
+                                      "train.per_device_train_batch_size=4",
+                                      "loss.beta=0.1",
+                                      "adapter.plugin=\"lora\"",
+                                      "adapter.config={ r = 2, target_modules = [\"v_proj\"] }",
+                                      "adapter.modules_to_save=[\"lm_head\", \"embed_tokens\"]"};
+    grove::Trainer straight(manifest("modules_to_save_straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
+    auto second = resumed_after(manifest("modules_to_save_resumed", settings), 2);
+    for (int i = 2; i < 4; ++i) {
+        auto got = second->step();
+        for (const char* key : {"loss", "grad_norm", "kl"})
+            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_GT(expected[3]["kl"], 0.0) << "the reference differs from the policy";
     EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
 }
 
