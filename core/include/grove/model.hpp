@@ -157,6 +157,9 @@ public:
 
     // Parameters under their checkpoint names (tied lm_head is not listed separately).
     std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+    // The same under transformers' module names (Gemma3ForConditionalGeneration's
+    // model.language_model.* rather than its checkpoint's language_model.model.*), as PEFT names them.
+    std::vector<std::pair<std::string, at::Tensor>> module_named_parameters() const;
     // Base weights train (full fine-tuning) or stay frozen (adapters; inference).
     void set_base_trainable(bool trainable);
     // Every tensor that currently requires a gradient: base weights and/or adapter parameters,

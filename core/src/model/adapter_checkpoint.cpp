@@ -97,7 +97,7 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
     const std::string weights_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
     SafetensorsFile weights(weights_path);
     const auto parameters = model->adapter_parameters();
-    if (parameters.empty())
+    if (!model->has_adapters())
         throw Error(ErrorKind::input,
                     adapter_dir + ": its adapter '" + adapter.info().name + "' attaches to no layer of " + base_dir);
     {

@@ -334,6 +334,11 @@ at::Tensor AdaptedLinear::merged_delta() const {
 }
 
 void train_modules_to_save(Model& model, const std::vector<std::string>& modules, const PluginUse& adapter_use) {
+    if (!modules.empty() && !model.has_adapters())  // PEFT refuses target_modules that match nothing too
+        throw Error(ErrorKind::plugin, adapter_use.origin +
+                                           ": the adapter attaches to no layer: check its target_modules "
+                                           "against the model's layer names (" +
+                                           join(model.linear_module_names(), ", ") + ")");
     try {
         model.train_whole_modules(modules);
     } catch (const Error& e) {

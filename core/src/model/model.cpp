@@ -1708,6 +1708,12 @@ void Model::keep_lm_head_in_float32() {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const {
+    std::vector<std::pair<std::string, at::Tensor>> out = module_named_parameters();
+    for (auto& [name, tensor] : out) name = checkpoint_tensor_name(config_, name);
+    return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::module_named_parameters() const {
     std::vector<std::pair<std::string, at::Tensor>> out;
     const std::string decoder = decoder_path(config_);
     out.emplace_back(decoder + "embed_tokens.weight", embed_tokens_);
@@ -1734,7 +1740,6 @@ std::vector<std::pair<std::string, at::Tensor>> Model::named_parameters() const 
     }
     out.emplace_back(decoder + "norm.weight", norm_);
     if (lm_head_) out.emplace_back("lm_head.weight", *lm_head_);
-    for (auto& [name, tensor] : out) name = checkpoint_tensor_name(config_, name);
     return out;
 }
 
@@ -1810,6 +1815,7 @@ void Model::merge_adapters() {
             lin->weight.copy_(lin->weight.to(at::kFloat) + lin->adapter->merged_delta().to(lin->weight.device(), at::kFloat));
             lin->adapter.reset();
         }
+    for (WholeModuleTensor& t : whole_module_tensors_) t.trained.requires_grad_(false);
     whole_module_tensors_.clear();  // their trained weights are the model's now
     modules_to_save_.clear();
 }
@@ -1837,8 +1843,9 @@ bool in_module_ending_with(const std::string& tensor, const std::string& target)
 
 void Model::train_whole_modules(const std::vector<std::string>& targets) {
     if (targets.empty()) return;
-    const std::string embedding = named_parameters().front().first;  // <decoder>embed_tokens.weight
-    std::vector<std::string> modules;
+    // transformers' module names, as PEFT matches and saves them (Gemma 3's model.language_model.*)
+    const std::vector<std::pair<std::string, at::Tensor>> tensors = module_named_parameters();
+    const std::string embedding = tensors.front().first;  // <decoder>embed_tokens.weight
     for (const std::string& target : targets) {
         if (target.empty()) throw Error(ErrorKind::input, "modules_to_save: an empty module name");
         if (config_.tie_word_embeddings &&
@@ -1852,30 +1859,32 @@ void Model::train_whole_modules(const std::vector<std::string>& targets) {
             if (lin->adapter && in_module_ending_with(lin->name + ".weight", target))
                 throw Error(ErrorKind::input, "modules_to_save: \"" + target + "\" takes in " + lin->name +
                                                   ", which the adapter already adapts; leave one of them out");
-        bool found = false;
-        for (auto& [name, tensor] : named_parameters()) {
-            if (!in_module_ending_with(name, target)) continue;
-            found = true;
-            const bool taken = std::any_of(whole_module_tensors_.begin(), whole_module_tensors_.end(),
-                                           [&](const WholeModuleTensor& t) { return t.name == name; });
-            if (taken) continue;
-            whole_module_tensors_.push_back({name, tensor, tensor.detach(), tensor.detach().clone()});
-            tensor.requires_grad_(true);
-        }
+        const bool found = std::any_of(tensors.begin(), tensors.end(),
+                                       [&](const auto& named) { return in_module_ending_with(named.first, target); });
         if (!found)
             throw Error(ErrorKind::input, "modules_to_save: \"" + target +
                                               "\" ends the name of no module of this model (e.g. \"lm_head\", "
                                               "\"embed_tokens\", \"model.norm\")");
-        modules.push_back(target);
     }
-    modules_to_save_ = modules;
+    // in the model's order, whatever the targets' order: a checkpoint lists trained tensors by position
+    for (const auto& [name, tensor] : tensors) {
+        const std::string& tensor_name = name;  // a structured binding cannot be captured in C++17
+        auto ends_module = [&](const std::string& target) { return in_module_ending_with(tensor_name, target); };
+        if (std::none_of(targets.begin(), targets.end(), ends_module)) continue;
+        whole_module_tensors_.push_back({name, tensor, tensor.detach(), tensor.detach().clone()});
+        whole_module_tensors_.back().trained.requires_grad_(true);
+    }
+    modules_to_save_ = targets;
 }
 
 void Model::set_adapters_enabled(bool enabled) {
     if (enabled == adapters_enabled_) return;
     adapters_enabled_ = enabled;
+    if (whole_module_tensors_.empty()) return;
     at::NoGradGuard no_grad;  // repoints the tensors the layers hold at the other weights; gradients stay
     for (WholeModuleTensor& t : whole_module_tensors_) t.trained.set_(enabled ? t.trained_storage : t.original);
+    // autocast caches a weight's lower-precision cast by tensor, which now holds other values
+    at::autocast::clear_cache();
 }
 
 void Model::save(const std::string& folder) const {

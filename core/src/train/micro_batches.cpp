@@ -68,10 +68,13 @@ void add_old_and_reference_logprobs(std::vector<MicroBatch>& batches, const Logp
         if (!s.need_reference) continue;
         if (s.reference) {
             b.ref_logps = logprobs_no_grad(*s.reference, b, s.temperature).cpu();
-        } else {  // LoRA: the base model is the adapter switched off
-            s.policy->set_adapters_enabled(false);
+        } else {  // LoRA: the base model is the adapter switched off, and on again whatever happens
+            struct AdaptersOff {
+                Model& model;
+                explicit AdaptersOff(Model& m) : model(m) { model.set_adapters_enabled(false); }
+                ~AdaptersOff() { model.set_adapters_enabled(true); }
+            } off(*s.policy);
             b.ref_logps = logprobs_no_grad(*s.policy, b, s.temperature).cpu();
-            s.policy->set_adapters_enabled(true);
         }
     }
 }

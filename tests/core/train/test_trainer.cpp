@@ -28,6 +28,7 @@
 #include "grove/optimizer.hpp"
 #include "grove/policy_loss.hpp"
 #include "grove/safetensors.hpp"
+#include "model/autocast.hpp"
 #include "model/tensor_io.hpp"
 #include "grove/trainer.hpp"
 #include "grove/adapter_checkpoint.hpp"
@@ -417,6 +418,14 @@ TEST(Trainer, ModulesToSaveKeepTheirOriginalsForTheReference) {
     EXPECT_TRUE(at::equal(logits(t.model()), logits(*base))) << "the reference is the base model";
     t.model().set_adapters_enabled(true);
     EXPECT_TRUE(at::equal(logits(t.model()), trained)) << "the trained weights are back";
+    {  // autocast caches a weight's bf16 cast by tensor: the reference must not reuse the trained one's
+        grove::AutocastScope bf16(at::kCPU);
+        logits(t.model());
+        t.model().set_adapters_enabled(false);
+        const at::Tensor reference = logits(t.model());
+        t.model().set_adapters_enabled(true);
+        EXPECT_TRUE(at::equal(reference, logits(*base))) << "under autocast too";
+    }
     EXPECT_FALSE(at::allclose(trained, logits(*base))) << "the training moved the policy";
     std::set<std::string> names;
     for (const auto& [name, p] : t.model().trainable_named_parameters()) names.insert(name);
@@ -427,6 +436,21 @@ TEST(Trainer, ModulesToSaveKeepTheirOriginalsForTheReference) {
                     "modules_to_save: \"lm_head\" names lm_head or embed_tokens, which this model ties");
     EXPECT_CONTAINS(grove::test::error_message([&] { base->train_whole_modules({"lm_head", "lm_heads"}); }),
                     "\"lm_heads\" ends the name of no module of this model");
+    auto order_of = [](const std::vector<std::string>& targets) {  // checkpoints list trained tensors by position
+        auto model = grove::Model::load(kModel);
+        model->train_whole_modules(targets);
+        std::vector<std::string> names;
+        for (const auto& [name, p] : model->adapter_parameters()) names.push_back(name);
+        return names;
+    };
+    EXPECT_EQ(order_of({"model.norm", "lm_head"}), order_of({"lm_head", "model.norm"}));
+    EXPECT_CONTAINS(grove::test::error_message([&] {
+                        grove::Trainer(manifest("modules_to_save_no_lora",
+                                                {"adapter.plugin=\"lora\"", "adapter.config={ target_modules = [\"qq_proj\"] }",
+                                                 "adapter.modules_to_save=[\"lm_head\"]"}),
+                                       fresh());
+                    }),
+                    "the adapter attaches to no layer");
 }
 
 // An adapter PEFT saved (no grove_adapter.json) merges with PEFT's LoraConfig as PEFT merges it:
