@@ -106,6 +106,33 @@ double max_difference(const std::map<std::string, at::Tensor>& a, const std::map
     return worst;
 }
 
+// `name`_straight trains 4 steps; `name`_resumed is resumed after 2 (resumed_after). The resumed
+// steps log the straight run's `keys` and end on its weights. Both trainers and the straight run's
+// metrics, for further checks.
+struct StraightAndResumed {
+    std::unique_ptr<grove::Trainer> straight, resumed;
+    std::vector<std::map<std::string, double>> straight_metrics;
+};
+StraightAndResumed expect_resume_continues_exactly(const std::string& name, const std::vector<std::string>& settings,
+                                                   const std::vector<const char*>& keys) {
+    auto straight = std::make_unique<grove::Trainer>(manifest(name + "_straight", settings), fresh());
+    std::vector<std::map<std::string, double>> expected;
+    for (int i = 0; i < 4; ++i) expected.push_back(straight->step());
+    auto resumed = resumed_after(manifest(name + "_resumed", settings), 2);
+    for (int i = 2; i < 4; ++i) {
+        auto got = resumed->step();
+        for (const char* key : keys) EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
+    }
+    EXPECT_EQ(max_difference(snapshot(resumed->model()), snapshot(straight->model())), 0.0);
+    return {std::move(straight), std::move(resumed), std::move(expected)};
+}
+
+// Each trained tensor's optimizer step count, as a checkpoint folder's trainer_state.json keeps it
+std::vector<int64_t> saved_tensor_steps(const std::string& checkpoint) {
+    return nlohmann::json::parse(std::ifstream(checkpoint + "/trainer_state.json"))["optimizer_tensor_steps"]
+        .get<std::vector<int64_t>>();
+}
+
 }  // namespace
 
 // (batch 4, accumulation 1) and (batch 2, accumulation 2) see the same generation batch and must
@@ -660,24 +687,11 @@ TEST(Trainer, ResumeContinuesExactly) {
 // step count (ATensorWithoutAGradientKeepsItsOwnStepCountAsInTorch) is in the checkpoint.
 TEST(Trainer, ResumeOfAMixtureOfExpertsKeepsEachTensorsStepCount) {
     const std::string moe = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_moe_experts";
-    std::vector<std::string> settings{"model.path=\"" + moe + "\"", "train.max_steps=4", "train.per_device_train_batch_size=2"};
-    grove::Trainer straight(manifest("moe_straight", settings), fresh());
-    std::vector<std::map<std::string, double>> expected;
-    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
-    auto second = resumed_after(manifest("moe_resumed", settings), 2);
-    for (int i = 2; i < 4; ++i) {
-        auto got = second->step();
-        for (const char* key : {"loss", "grad_norm"})
-            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
-    }
-    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
-    auto tensor_steps = [](grove::Trainer& t) {
-        const std::string saved = t.save_checkpoint();
-        return nlohmann::json::parse(std::ifstream(saved + "/trainer_state.json"))["optimizer_tensor_steps"]
-            .get<std::vector<int64_t>>();
-    };
-    const std::vector<int64_t> counts = tensor_steps(straight);
-    EXPECT_EQ(tensor_steps(*second), counts);
+    const auto [straight, resumed, metrics] = expect_resume_continues_exactly(
+        "moe", {"model.path=\"" + moe + "\"", "train.max_steps=4", "train.per_device_train_batch_size=2"},
+        {"loss", "grad_norm"});
+    const std::vector<int64_t> counts = saved_tensor_steps(straight->save_checkpoint());
+    EXPECT_EQ(saved_tensor_steps(resumed->save_checkpoint()), counts);
     EXPECT_LT(*std::min_element(counts.begin(), counts.end()), 4) << "some expert missed a step: the test tests something";
     EXPECT_EQ(*std::max_element(counts.begin(), counts.end()), 4);
 }
@@ -685,19 +699,11 @@ TEST(Trainer, ResumeOfAMixtureOfExpertsKeepsEachTensorsStepCount) {
 // LoRA dropout draws its masks from torch's generator, which a checkpoint does not save: each step
 // reseeds it from (train.seed, step), so a resumed run draws the masks the straight run drew.
 TEST(Trainer, ResumeWithLoraDropoutContinuesExactly) {
-    std::vector<std::string> settings{"train.max_steps=4", "train.per_device_train_batch_size=4", "adapter.plugin=\"lora\"",
-                                      "adapter.config={ r = 4, alpha = 8.0, dropout = 0.3, target_modules = [\"q_proj\", "
-                                      "\"v_proj\", \"down_proj\"] }"};
-    grove::Trainer straight(manifest("lora_dropout_straight", settings), fresh());
-    std::vector<std::map<std::string, double>> expected;
-    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
-    auto second = resumed_after(manifest("lora_dropout_resumed", settings), 2);
-    for (int i = 2; i < 4; ++i) {
-        auto got = second->step();
-        for (const char* key : {"loss", "grad_norm"})
-            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
-    }
-    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+    expect_resume_continues_exactly("lora_dropout",
+                                    {"train.max_steps=4", "train.per_device_train_batch_size=4", "adapter.plugin=\"lora\"",
+                                     "adapter.config={ r = 4, alpha = 8.0, dropout = 0.3, target_modules = [\"q_proj\", "
+                                     "\"v_proj\", \"down_proj\"] }"},
+                                    {"loss", "grad_norm"});
 }
 
 // modules_to_save resume exactly: their trained weights are in the checkpoint, and the reference
@@ -709,17 +715,8 @@ TEST(Trainer, ResumeWithModulesToSaveContinuesExactly) {
                                       "adapter.plugin=\"lora\"",
                                       "adapter.config={ r = 2, target_modules = [\"v_proj\"] }",
                                       "adapter.modules_to_save=[\"lm_head\", \"embed_tokens\"]"};
-    grove::Trainer straight(manifest("modules_to_save_straight", settings), fresh());
-    std::vector<std::map<std::string, double>> expected;
-    for (int i = 0; i < 4; ++i) expected.push_back(straight.step());
-    auto second = resumed_after(manifest("modules_to_save_resumed", settings), 2);
-    for (int i = 2; i < 4; ++i) {
-        auto got = second->step();
-        for (const char* key : {"loss", "grad_norm", "kl"})
-            EXPECT_DOUBLE_EQ(got[key], expected[size_t(i)][key]) << key << " at step " << i;
-    }
-    EXPECT_GT(expected[3]["kl"], 0.0) << "the reference differs from the policy";
-    EXPECT_EQ(max_difference(snapshot(second->model()), snapshot(straight.model())), 0.0);
+    const auto run = expect_resume_continues_exactly("modules_to_save", settings, {"loss", "grad_norm", "kl"});
+    EXPECT_GT(run.straight_metrics[3].at("kl"), 0.0) << "the reference differs from the policy";
 }
 
 // A resume names each setting that changed since its checkpoint was written (here max_steps, which
@@ -1724,8 +1721,7 @@ TEST(Trainer, TwoProcessesLeaveAnExpertNoRankReachedAlone) {
         const std::string checkpoint = m.string("output.dir") + "/checkpoint-1";
         for (const auto& [name, weights] : model_of(checkpoint))
             if (at::equal(weights, initial.at(name))) unchanged[nproc].insert(name);
-        tensor_steps[nproc] = nlohmann::json::parse(std::ifstream(checkpoint + "/trainer_state.json"))["optimizer_tensor_steps"]
-                                  .get<std::vector<int64_t>>();
+        tensor_steps[nproc] = saved_tensor_steps(checkpoint);
     }
     EXPECT_EQ(unchanged[2], unchanged[1]) << "the tensors the step left alone";
     EXPECT_EQ(tensor_steps[2], tensor_steps[1]);
