@@ -25,9 +25,14 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
 // The adapter that made a checkpoint folder: its grove_adapter.json, else peft_lora_import().
 PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir);
 
-// The checkpoint's modules_to_save (PEFT's; trained whole beside the adapter), from its
-// grove_adapter.json, else its adapter_config.json; empty when it has none.
-std::vector<std::string> modules_to_save_of_checkpoint(const std::string& adapter_dir);
+// The checkpoint's modules_to_save (PEFT's; trained whole beside the adapter) and its
+// ensure_weight_tying, from its grove_adapter.json, else its adapter_config.json; no modules when
+// it has none.
+struct SavedModulesToSave {
+    std::vector<std::string> modules;
+    bool ensure_weight_tying = false;
+};
+SavedModulesToSave modules_to_save_of_checkpoint(const std::string& adapter_dir);
 
 // The base model with the checkpoint's adapter merged into its weights. `plugin_dirs` are searched
 // before the default plugin path.

@@ -188,13 +188,19 @@ public:
     void merge_adapters();
     // Adapter parameters under their saved (PEFT) names, the modules_to_save's weights last.
     std::vector<std::pair<std::string, at::Tensor>> adapter_parameters() const;
+    // adapter_parameters() as PEFT's adapter file holds them: a tied embedding trained whole is
+    // saved under lm_head's name too, as PEFT saves it with ensure_weight_tying.
+    std::vector<std::pair<std::string, at::Tensor>> saved_adapter_tensors() const;
     // PEFT's modules_to_save beside an adapter: every module whose name ends with one of `targets`
     // (as a string, PEFT's rule; e.g. "lm_head", "embed_tokens") trains whole, saved as
     // base_model.model.<tensor>, while the reference pass uses a frozen copy of its original
-    // weights. Refused, naming the target: one that names no module, a module holding an adapted
-    // layer, or lm_head / embed_tokens of a model that ties them (Grove keeps one matrix for both).
-    void train_whole_modules(const std::vector<std::string>& targets);
+    // weights. On a model that ties lm_head to embed_tokens, Grove keeps one matrix for both: it
+    // trains whole with `ensure_weight_tying` and "embed_tokens" named without "lm_head" (PEFT's
+    // only way that keeps them tied). Refused, naming the target: one that names no module, a
+    // module holding an adapted layer, or a tied lm_head / embed_tokens otherwise.
+    void train_whole_modules(const std::vector<std::string>& targets, bool ensure_weight_tying = false);
     const std::vector<std::string>& modules_to_save() const { return modules_to_save_; }
+    bool ensures_weight_tying() const { return ensure_weight_tying_; }
 
     // Writes config.json, generation_config.json and model.safetensors (atomically) into folder.
     void save(const std::string& folder) const;
@@ -241,6 +247,7 @@ private:
         at::Tensor trained, trained_storage, original;
     };
     std::vector<std::string> modules_to_save_;
+    bool ensure_weight_tying_ = false;
     std::vector<WholeModuleTensor> whole_module_tensors_;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;

@@ -222,6 +222,7 @@ struct RunConfig {
     std::vector<PluginUse> rewards;
     PluginUse adapter, reduction, objective;
     std::vector<std::string> modules_to_save;  // [adapter] modules_to_save (PEFT's)
+    bool ensure_weight_tying = false;          // [adapter] ensure_weight_tying (PEFT's)
     EnvironmentSection environment;
     int world_size = 1;
 

@@ -160,6 +160,10 @@ const std::vector<KeySpec>& manifest_schema() {
                 "one: \"lm_head\", \"embed_tokens\"); saved in the adapter's file; the reference model keeps the "
                 "originals"),
             "modules_to_save"),
+        trl(key("adapter", "ensure_weight_tying", T::boolean, "false",
+                "with modules_to_save = [\"embed_tokens\"] on a model that ties its embeddings, train the tied "
+                "matrix whole (lm_head with it), as PEFT's ensure_weight_tying"),
+            "ensure_weight_tying"),
 
         trl(key("reduction", "plugin", T::string, "\"dapo\"",
                 "loss normalisation: grpo, bnpo, dr_grpo, dapo or luspo (TRL's loss_type; docs/objectives.md)"),

@@ -443,6 +443,7 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
     c.rewards = m.rewards();
     c.adapter = m.adapter();
     c.modules_to_save = m.strings("adapter.modules_to_save");
+    c.ensure_weight_tying = m.boolean("adapter.ensure_weight_tying");
     c.reduction = m.reduction();
     c.objective = m.objective();
     c.environment.use = m.environment();

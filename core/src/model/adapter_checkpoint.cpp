@@ -37,7 +37,7 @@ json read_json_file(const fs::path& path) {
 
 void save_adapter_checkpoint(const std::string& folder, const Model& model, const AdapterHost& adapter,
                              const PluginUse& adapter_use, const std::string& base_model_dir) {
-    save_tensors((fs::path(folder) / "adapter_model.safetensors").string(), model.adapter_parameters(), {{"format", "pt"}});
+    save_tensors((fs::path(folder) / "adapter_model.safetensors").string(), model.saved_adapter_tensors(), {{"format", "pt"}});
     const std::string saved = adapter.saved_config_json();
     json config = saved.empty() ? json::object() : json::parse(saved, nullptr, false);
     if (!config.is_object())
@@ -50,23 +50,30 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
     } else {
         config["base_model_name_or_path"] = fs::absolute(base_model_dir).string();
     }
-    if (!model.modules_to_save().empty()) config["modules_to_save"] = model.modules_to_save();
-    write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
     json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
-    if (!model.modules_to_save().empty()) record["modules_to_save"] = model.modules_to_save();
+    for (json* j : {&config, &record}) {
+        if (!model.modules_to_save().empty()) (*j)["modules_to_save"] = model.modules_to_save();
+        if (model.ensures_weight_tying()) (*j)["ensure_weight_tying"] = true;
+    }
+    write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
     write_file_atomically((fs::path(folder) / kAdapterRecord).string(), record.dump(2) + "\n");
 }
 
-std::vector<std::string> modules_to_save_of_checkpoint(const std::string& adapter_dir) {
+SavedModulesToSave modules_to_save_of_checkpoint(const std::string& adapter_dir) {
     const fs::path record_path = fs::path(adapter_dir) / kAdapterRecord;
     const fs::path file = fs::exists(record_path) ? record_path : fs::path(adapter_dir) / "adapter_config.json";
     const json j = read_json_file(file);
-    if (!j.contains("modules_to_save") || j["modules_to_save"].is_null()) return {};
+    SavedModulesToSave saved;
+    if (!j.contains("modules_to_save") || j["modules_to_save"].is_null()) return saved;
     try {
-        return j["modules_to_save"].get<std::vector<std::string>>();
+        saved.modules = j["modules_to_save"].get<std::vector<std::string>>();
     } catch (const json::exception&) {
         throw Error(ErrorKind::input, file.string() + ": modules_to_save is not a list of module names");
     }
+    const json tying = j.value("ensure_weight_tying", json(false));
+    if (!tying.is_boolean()) throw Error(ErrorKind::input, file.string() + ": ensure_weight_tying is not true or false");
+    saved.ensure_weight_tying = tying.get<bool>();
+    return saved;
 }
 
 PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir) {
@@ -93,10 +100,11 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
     // into the adapter when destroyed) goes first
     auto model = Model::load(base_dir, device, dtype);
     model->attach_adapter(adapter_host);
-    model->train_whole_modules(modules_to_save_of_checkpoint(adapter_dir));
+    const SavedModulesToSave saved = modules_to_save_of_checkpoint(adapter_dir);
+    model->train_whole_modules(saved.modules, saved.ensure_weight_tying);
     const std::string weights_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
     SafetensorsFile weights(weights_path);
-    const auto parameters = model->adapter_parameters();
+    const auto parameters = model->saved_adapter_tensors();  // a tied lm_head's name reads into the embedding
     if (!model->has_adapters())
         throw Error(ErrorKind::input,
                     adapter_dir + ": its adapter '" + adapter.info().name + "' attaches to no layer of " + base_dir);

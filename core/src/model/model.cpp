@@ -1818,6 +1818,7 @@ void Model::merge_adapters() {
     for (WholeModuleTensor& t : whole_module_tensors_) t.trained.requires_grad_(false);
     whole_module_tensors_.clear();  // their trained weights are the model's now
     modules_to_save_.clear();
+    ensure_weight_tying_ = false;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
@@ -1827,6 +1828,14 @@ std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() cons
             if (lin->adapter)
                 for (const auto& p : lin->adapter->parameters()) out.push_back(p);
     for (const WholeModuleTensor& t : whole_module_tensors_) out.emplace_back("base_model.model." + t.name, t.trained);
+    return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::saved_adapter_tensors() const {
+    std::vector<std::pair<std::string, at::Tensor>> out = adapter_parameters();
+    const bool tied_embedding_trains = config_.tie_word_embeddings && !whole_module_tensors_.empty() &&
+                                       whole_module_tensors_.front().trained.is_same(embed_tokens_);
+    if (tied_embedding_trains) out.emplace_back("base_model.model.lm_head.weight", embed_tokens_);
     return out;
 }
 
@@ -1841,20 +1850,29 @@ bool in_module_ending_with(const std::string& tensor, const std::string& target)
 }
 }  // namespace
 
-void Model::train_whole_modules(const std::vector<std::string>& targets) {
+void Model::train_whole_modules(const std::vector<std::string>& targets, bool ensure_weight_tying) {
     if (targets.empty()) return;
     // transformers' module names, as PEFT matches and saves them (Gemma 3's model.language_model.*)
     const std::vector<std::pair<std::string, at::Tensor>> tensors = module_named_parameters();
     const std::string embedding = tensors.front().first;  // <decoder>embed_tokens.weight
     for (const std::string& target : targets) {
         if (target.empty()) throw Error(ErrorKind::input, "modules_to_save: an empty module name");
-        if (config_.tie_word_embeddings &&
-            (in_module_ending_with("lm_head.weight", target) || in_module_ending_with(embedding, target)))
-            throw Error(ErrorKind::input,
-                        "modules_to_save: \"" + target +
-                            "\" names lm_head or embed_tokens, which this model ties "
-                            "(tie_word_embeddings): Grove keeps one matrix for both and cannot train a copy of one of them "
-                            "(PEFT would untie them); train the whole model ([adapter] plugin = \"full\") instead");
+        const bool names_head = in_module_ending_with("lm_head.weight", target);
+        if (config_.tie_word_embeddings && (names_head || in_module_ending_with(embedding, target))) {
+            if (!ensure_weight_tying)
+                throw Error(ErrorKind::input,
+                            "modules_to_save: \"" + target +
+                                "\" names lm_head or embed_tokens, which this model ties (tie_word_embeddings): PEFT "
+                                "would train an untied copy of one of them, and Grove keeps one matrix for both; to train "
+                                "that matrix whole, set [adapter] ensure_weight_tying = true and name \"embed_tokens\" "
+                                "without \"lm_head\" (PEFT's ensure_weight_tying)");
+            if (names_head)
+                throw Error(ErrorKind::input,
+                            "modules_to_save: \"" + target +
+                                "\" names lm_head, which this model ties to embed_tokens: with ensure_weight_tying, PEFT "
+                                "keeps them tied only when \"embed_tokens\" is named without \"lm_head\" (it unties "
+                                "them otherwise); name \"embed_tokens\" alone, which trains lm_head with it");
+        }
         for (const Linear* lin : linear_layers())
             if (lin->adapter && in_module_ending_with(lin->name + ".weight", target))
                 throw Error(ErrorKind::input, "modules_to_save: \"" + target + "\" takes in " + lin->name +
@@ -1875,6 +1893,7 @@ void Model::train_whole_modules(const std::vector<std::string>& targets) {
         whole_module_tensors_.back().trained.requires_grad_(true);
     }
     modules_to_save_ = targets;
+    ensure_weight_tying_ = ensure_weight_tying;
 }
 
 void Model::set_adapters_enabled(bool enabled) {

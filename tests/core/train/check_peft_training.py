@@ -9,7 +9,8 @@ name>", 1 or 0). Checked against PEFT and transformers:
     (target_modules, exclude_modules, layers_to_transform, rank_pattern);
   - PEFT's logits equal Grove's, and so do PEFT's gradients of the same loss (DoRA's detached norm);
   - transformers' Trainer decays the tensors Grove decays (get_decay_parameter_names);
-  - PEFT's merge_and_unload gives the weights of Grove's merged export (MERGED_DIR)."""
+  - PEFT's merge_and_unload gives the weights of Grove's merged export (MERGED_DIR), and keeps a
+    tied lm_head tied as the export does."""
 import glob
 import os
 import re
@@ -67,7 +68,8 @@ for name in trainable:
     if grove_decays != (name in decayed):
         failures.append(f"{name}: transformers decays it: {name in decayed}, Grove: {grove_decays}")
 
-merged = model.merge_and_unload().state_dict()
+unloaded = model.merge_and_unload()
+merged = unloaded.state_dict()
 grove_merged = {}
 for f in glob.glob(os.path.join(merged_dir, "*.safetensors")):
     grove_merged.update(load_file(f))
@@ -76,6 +78,10 @@ if set(grove_merged) - set(merged):
 merge_diff = max((merged[k].float() - v.float()).abs().max().item() for k, v in grove_merged.items() if k in merged)
 if merge_diff > 1e-5:
     failures.append(f"merged weights differ by {merge_diff}")
+# a tied model's export holds only embed_tokens: it is right only if PEFT's merge keeps them tied
+if getattr(unloaded.config, "tie_word_embeddings", False) and "lm_head.weight" not in grove_merged:
+    if not torch.equal(unloaded.get_output_embeddings().weight, unloaded.get_input_embeddings().weight):
+        failures.append("PEFT's merge unties lm_head from embed_tokens, Grove's export keeps them tied")
 
 if failures:
     sys.exit("\n".join(failures))

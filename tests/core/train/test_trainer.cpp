@@ -359,12 +359,18 @@ namespace {
 // Two steps of the tiny llama with LoRA configured by `adapter_config` (a TOML table), then
 // check_peft_training.py loads the checkpoint in PEFT, which must create the same tensors, give
 // Grove's logits and gradients, decay the tensors Grove decays and merge to Grove's merged export.
-void expect_peft_trains_alike(const std::string& tag, const std::string& adapter_config,
-                              const std::string& modules_to_save = "[]") {
-    grove::Trainer t(manifest("peft_" + tag, {"adapter.plugin=\"lora\"", "adapter.config=" + adapter_config,
-                                              "adapter.modules_to_save=" + modules_to_save, "train.max_steps=2",
-                                              "train.per_device_train_batch_size=8"}),
-                     fresh());
+// Returns the checkpoint folder.
+std::string expect_peft_trains_alike(const std::string& tag, const std::string& adapter_config,
+                                     const std::string& modules_to_save = "[]", const std::string& base = kModel,
+                                     const std::vector<std::string>& settings = {}) {
+    std::vector<std::string> overrides{"model.path=\"" + base + "\"",
+                                       "adapter.plugin=\"lora\"",
+                                       "adapter.config=" + adapter_config,
+                                       "adapter.modules_to_save=" + modules_to_save,
+                                       "train.max_steps=2",
+                                       "train.per_device_train_batch_size=8"};
+    overrides.insert(overrides.end(), settings.begin(), settings.end());
+    grove::Trainer t(manifest("peft_" + tag, overrides), fresh());
     t.step();
     t.step();  // B moves from the first step, A and the magnitudes from the second
     const std::string checkpoint = t.save_checkpoint();
@@ -377,17 +383,21 @@ void expect_peft_trains_alike(const std::string& tag, const std::string& adapter
     at::cross_entropy_loss(logits[0].slice(0, 0, 11), ids[0].slice(0, 1, 12)).backward();
     file.emplace_back("logits", logits.detach().contiguous());
     for (const auto& [name, p] : trainable) {
-        ASSERT_TRUE(p.grad().defined()) << name;
+        if (!p.grad().defined()) {
+            ADD_FAILURE() << name << " has no gradient";
+            return checkpoint;
+        }
         file.emplace_back("grad." + name, p.grad().contiguous());
         file.emplace_back("decays." + name, at::scalar_tensor(grove::weight_decay_applies(name) ? 1.0f : 0.0f));
     }
     grove::save_tensors(checkpoint + "/grove_training.safetensors", file);
     const std::string merged = checkpoint + "-merged";
-    grove::export_merged(checkpoint, kModel, merged);
+    grove::export_merged(checkpoint, base, merged);
     const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
-                                "/tests/core/train/check_peft_training.py " + checkpoint + " " + kModel + " " + checkpoint +
+                                "/tests/core/train/check_peft_training.py " + checkpoint + " " + base + " " + checkpoint +
                                 "/grove_training.safetensors " + merged;
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return checkpoint;
 }
 }  // namespace
 
@@ -421,6 +431,32 @@ TEST(Trainer, LoraRegexTargetsAreThoseOfPeft) {
 // names; PEFT loads them with Grove's logits and gradients and merges them as Grove does.
 TEST(Trainer, ModulesToSaveTrainWholeAsPeftTrainsThem) {
     expect_peft_trains_alike("modules_to_save", R"({ r = 2, target_modules = ["q_proj"] })", R"(["lm_head", "model.norm"])");
+}
+
+// A model that ties lm_head to embed_tokens (Qwen2.5-0.5B, SmolLM2) trains the tied matrix whole with
+// ensure_weight_tying and "embed_tokens", as PEFT does: one tensor, saved under both names; PEFT's
+// tensors, logits, gradients and merge. Without ensure_weight_tying, or with lm_head named, PEFT
+// would untie them (or fail): refused, naming the fix.
+TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
+    const std::string tied = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_qknorm";
+    const std::string checkpoint = expect_peft_trains_alike("tied_embedding", R"({ r = 2, target_modules = ["q_proj"] })",
+                                                            R"(["embed_tokens"])", tied, {"adapter.ensure_weight_tying=true"});
+    const std::string file = checkpoint + "/adapter_model.safetensors";
+    grove::SafetensorsFile saved(file);
+    const grove::TensorEntry* head = saved.find("base_model.model.lm_head.weight");
+    const grove::TensorEntry* embedding = saved.find("base_model.model.model.embed_tokens.weight");
+    ASSERT_TRUE(head && embedding) << "both names, as PEFT saves them";
+    EXPECT_TRUE(at::equal(grove::tensor_from_entry(*head, file), grove::tensor_from_entry(*embedding, file)));
+    const auto config = nlohmann::json::parse(std::ifstream(checkpoint + "/adapter_config.json"));
+    EXPECT_EQ(config.value("ensure_weight_tying", false), true);
+    const auto model = grove::Model::load(tied);
+    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens"}); }),
+                    "set [adapter] ensure_weight_tying = true and name \"embed_tokens\" without \"lm_head\"");
+    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens", "lm_head"}, true); }),
+                    "\"lm_head\" names lm_head, which this model ties to embed_tokens");
+    model->train_whole_modules({"embed_tokens"}, true);
+    ASSERT_EQ(model->adapter_parameters().size(), 1u) << "one matrix, trained once";
+    EXPECT_EQ(model->saved_adapter_tensors().size(), 2u);
 }
 
 // With modules_to_save the reference pass (adapters disabled) is the base model: the saved modules
