@@ -334,11 +334,20 @@ void test_kill_point(const char* point, int64_t step) {
     if (wanted == here || wanted == here + "@" + (rank ? rank : "0")) ::kill(::getpid(), SIGKILL);
 }
 
+namespace {
+// "a/checkpoint-2/" as "a/checkpoint-2": its parent is then the output folder of the run that wrote
+// it, which --resume DIR may name apart from this run's
+fs::path normalized_folder(const std::string& folder) {
+    fs::path p = fs::path(folder).lexically_normal();
+    return p.filename().empty() ? p.parent_path() : p;
+}
+}  // namespace
+
 std::string Checkpoints::resume_advice(const std::string& damaged) const {
+    const fs::path checkpoint = normalized_folder(damaged), writer = checkpoint.parent_path();
     const std::optional<int64_t> previous =
-        newest_resumable_step(output_, checkpoint_step(fs::path(damaged).filename().string()));
-    if (previous)
-        return "resume from the previous checkpoint: --resume " + (fs::path(output_) / checkpoint_name(*previous)).string();
+        newest_resumable_step(writer.string(), checkpoint_step(checkpoint.filename().string()));
+    if (previous) return "resume from the previous checkpoint: --resume " + (writer / checkpoint_name(*previous)).string();
     return "no earlier checkpoint is left; start again with --overwrite";
 }
 
@@ -543,12 +552,12 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
         throw Error(e.kind(), std::string(e.what()) + "; " + resume_advice(dir));
     }
     if (st.value("model_only", false)) {
-        const std::optional<int64_t> whole = newest_resumable_step(output_);
+        const fs::path writer = normalized_folder(dir).parent_path();
+        const std::optional<int64_t> whole = newest_resumable_step(writer.string());
         throw Error(
             ErrorKind::usage,
             dir + " holds only the model (output.save_only_model = true), without the optimizer's state a resume needs; " +
-                (whole ? "resume from the run's last whole checkpoint, --resume " +
-                             (fs::path(output_) / checkpoint_name(*whole)).string()
+                (whole ? "resume from the run's last whole checkpoint, --resume " + (writer / checkpoint_name(*whole)).string()
                        : std::string("start again with --overwrite")) +
                 (fs::exists(fs::path(dir) / "config.json")
                      ? ", or start a new run from its model (model.path = \"" + dir + "\")"

@@ -639,6 +639,10 @@ TEST(Sft, SaveOnlyModelLeavesOutTheResumeStateButNotAtTheEnd) {
     EXPECT_CONTAINS(refused.out, "resume from the run's last whole checkpoint, --resume " + out +
                                      "/checkpoint-4, or start a new run from its model (model.path = \"" + out +
                                      "/checkpoint-2\")");
+    // another run resuming that checkpoint is told of the whole one in the folder it named
+    const auto elsewhere = run("elsewhere", "--resume " + out + "/checkpoint-2/");
+    EXPECT_NE(elsewhere.exit_code, 0);
+    EXPECT_CONTAINS(elsewhere.out, "resume from the run's last whole checkpoint, --resume " + out + "/checkpoint-4");
 
     // killed while writing step 4's (whole) checkpoint, with save_total_limit = 1: the newest whole
     // checkpoint (2) outlived the model-only 3, and --resume goes on from it, naming the one it passes over
