@@ -457,6 +457,21 @@ TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
     model->train_whole_modules({"embed_tokens"}, true);
     ASSERT_EQ(model->adapter_parameters().size(), 1u) << "one matrix, trained once";
     EXPECT_EQ(model->saved_adapter_tensors().size(), 2u);
+    // the reference pass computes the embedding and the head with the original matrix
+    const at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0), positions = at::arange(0, 12, at::kLong).unsqueeze(0);
+    auto logits = [&] {
+        at::NoGradGuard no_grad;
+        return model->forward(ids, at::ones_like(ids), positions);
+    };
+    const at::Tensor original = logits();
+    {
+        at::NoGradGuard no_grad;
+        model->adapter_parameters().front().second.add_(0.5);
+    }
+    EXPECT_FALSE(at::allclose(logits(), original));
+    model->set_adapters_enabled(false);
+    EXPECT_TRUE(at::equal(logits(), original));
+    model->set_adapters_enabled(true);
 }
 
 // With modules_to_save the reference pass (adapters disabled) is the base model: the saved modules
@@ -753,6 +768,12 @@ TEST(Trainer, ResumeWithModulesToSaveContinuesExactly) {
                                       "adapter.modules_to_save=[\"lm_head\", \"embed_tokens\"]"};
     const auto run = expect_resume_continues_exactly("modules_to_save", settings, {"loss", "grad_norm", "kl"});
     EXPECT_GT(run.straight_metrics[3].at("kl"), 0.0) << "the reference differs from the policy";
+    // a tied embedding trained whole (ensure_weight_tying), its frozen original the reference's
+    settings.back() = "adapter.modules_to_save=[\"embed_tokens\"]";
+    settings.push_back("adapter.ensure_weight_tying=true");
+    settings.push_back("model.path=\"" + std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_qknorm\"");
+    const auto tied = expect_resume_continues_exactly("tied_modules_to_save", settings, {"loss", "grad_norm", "kl"});
+    EXPECT_GT(tied.straight_metrics[3].at("kl"), 0.0);
 }
 
 // A resume names each setting that changed since its checkpoint was written (here max_steps, which
