@@ -1,8 +1,10 @@
 """Adapters made by PEFT itself, for Grove to merge without a grove_adapter.json (peft_lora_import).
-    make_peft_adapters.py BASE_DIR OUT_DIR
+    make_peft_adapters.py BASE_DIR OUT_DIR [TIED_BASE_DIR]
 Each OUT_DIR/NAME is PEFT's save_pretrained folder of a LoRA on BASE_DIR with every weight moved
 away from its initial value (so nothing is trivially the identity), beside NAME.merged.safetensors,
-PEFT's merge_and_unload of it: the weights Grove's merge must give."""
+PEFT's merge_and_unload of it: the weights Grove's merge must give. With TIED_BASE_DIR (a model
+that ties lm_head to embed_tokens), also "tied_embedding": its embedding trained whole with
+ensure_weight_tying."""
 import os
 import sys
 
@@ -12,6 +14,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 base, out = sys.argv[1:3]
+tied_base = sys.argv[3] if len(sys.argv) > 3 else None
 configs = {
     "dora_patterns": LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "mlp.down_proj"], use_dora=True,
                                 rank_pattern={"v_proj": 2}, alpha_pattern={"down_proj": 3}, init_lora_weights=False),
@@ -24,9 +27,13 @@ configs = {
                                   init_lora_weights=False),
     "layers_pattern": LoraConfig(r=2, target_modules=["q_proj"], layers_to_transform=[1], layers_pattern="layers"),
 }
+jobs = [(base, name, config) for name, config in configs.items()]
+if tied_base:
+    jobs.append((tied_base, "tied_embedding", LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["embed_tokens"],
+                                                         ensure_weight_tying=True, init_lora_weights=False)))
 torch.manual_seed(0)
-for name, config in configs.items():
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
+for model_dir, name, config in jobs:
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), config)
     with torch.no_grad():
         for tensor_name, p in model.named_parameters():
             if p.requires_grad:  # trained-looking values, magnitudes included
@@ -36,4 +43,4 @@ for name, config in configs.items():
     merged = {k: v.contiguous() for k, v in model.merge_and_unload().state_dict().items()
               if k != "lm_head.weight" or "lm_head" in (config.modules_to_save or [])}
     save_file(merged, os.path.join(out, f"{name}.merged.safetensors"))
-print(f"PEFT adapters in {out}: {', '.join(configs)}")
+print(f"PEFT adapters in {out}: {', '.join(name for _, name, _ in jobs)}")

@@ -45,6 +45,8 @@ using grove::test::checkpoint_steps_in;
 namespace {
 
 const std::string kModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/llama_gqa";
+// ties lm_head to embed_tokens, with a tokenizer
+const std::string kTiedModel = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_qknorm";
 const std::string kLowIds = GROVE_TEST_LOW_IDS_PLUGIN;
 const std::string kRankOne = GROVE_TEST_RANK_ONE_PLUGIN;
 
@@ -438,9 +440,9 @@ TEST(Trainer, ModulesToSaveTrainWholeAsPeftTrainsThem) {
 // tensors, logits, gradients and merge. Without ensure_weight_tying, or with lm_head named, PEFT
 // would untie them (or fail): refused, naming the fix.
 TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
-    const std::string tied = std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_qknorm";
-    const std::string checkpoint = expect_peft_trains_alike("tied_embedding", R"({ r = 2, target_modules = ["q_proj"] })",
-                                                            R"(["embed_tokens"])", tied, {"adapter.ensure_weight_tying=true"});
+    const std::string checkpoint =
+        expect_peft_trains_alike("tied_embedding", R"({ r = 2, target_modules = ["q_proj"] })", R"(["embed_tokens"])",
+                                 kTiedModel, {"adapter.ensure_weight_tying=true"});
     const std::string file = checkpoint + "/adapter_model.safetensors";
     grove::SafetensorsFile saved(file);
     const grove::TensorEntry* head = saved.find("base_model.model.lm_head.weight");
@@ -449,7 +451,7 @@ TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
     EXPECT_TRUE(at::equal(grove::tensor_from_entry(*head, file), grove::tensor_from_entry(*embedding, file)));
     const auto config = nlohmann::json::parse(std::ifstream(checkpoint + "/adapter_config.json"));
     EXPECT_EQ(config.value("ensure_weight_tying", false), true);
-    const auto model = grove::Model::load(tied);
+    const auto model = grove::Model::load(kTiedModel);
     EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens"}); }),
                     "set [adapter] ensure_weight_tying = true and name \"embed_tokens\" without \"lm_head\"");
     EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens", "lm_head"}, true); }),
@@ -534,19 +536,20 @@ TEST(Trainer, ModulesToSaveKeepTheirOriginalsForTheReference) {
 // An adapter PEFT saved (no grove_adapter.json) merges with PEFT's LoraConfig as PEFT merges it:
 // DoRA magnitudes, rank and alpha patterns, layers_to_transform, exclude_modules and rsLoRA are
 // read from its adapter_config.json (make_peft_adapters.py), and modules_to_save take the saved
-// modules' weights; settings the lora plugin does not take (layers_pattern) are refused rather than
-// merged without.
+// modules' weights (a tied embedding with ensure_weight_tying too); settings the lora plugin does
+// not take (layers_pattern) are refused rather than merged without.
 TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
     const std::string dir = std::string(GROVE_TEST_BINARY_DIR) + "/trainer/peft_made";
     fs::remove_all(dir);
     const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
-                                "/tests/core/train/make_peft_adapters.py " + kModel + " " + dir;
+                                "/tests/core/train/make_peft_adapters.py " + kModel + " " + dir + " " + kTiedModel;
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    const auto base = grove::Model::load(kModel)->named_parameters();
-    for (const char* name : {"dora_patterns", "layers", "regex", "modules_to_save"}) {
+    for (const char* name : {"dora_patterns", "layers", "regex", "modules_to_save", "tied_embedding"}) {
         SCOPED_TRACE(name);
+        const std::string base_dir = std::string(name) == "tied_embedding" ? kTiedModel : kModel;
+        const auto base = grove::Model::load(base_dir)->named_parameters();
         const std::string merged = dir + "/" + name + "-grove";
-        grove::export_merged(dir + "/" + name, kModel, merged);
+        grove::export_merged(dir + "/" + name, base_dir, merged);
         const auto grove_merged = grove::Model::load(merged)->named_parameters();
         const std::string peft_file = dir + "/" + name + ".merged.safetensors";
         grove::SafetensorsFile peft(peft_file);
@@ -563,7 +566,8 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
         }
         EXPECT_EQ(compared, peft.tensors().size()) << "every tensor of PEFT's merged model has Grove's name";
         EXPECT_LT(worst, 1e-5) << "PEFT's merged weights";
-        const std::map<std::string, int> adapted{{"dora_patterns", 6}, {"layers", 2}, {"regex", 3}, {"modules_to_save", 4}};
+        const std::map<std::string, int> adapted{
+            {"dora_patterns", 6}, {"layers", 2}, {"regex", 3}, {"modules_to_save", 4}, {"tied_embedding", 3}};
         EXPECT_EQ(changed, adapted.at(name)) << "the adapted layers and saved modules, and no others";
     }
     EXPECT_CONTAINS(grove::test::error_message(
@@ -771,7 +775,7 @@ TEST(Trainer, ResumeWithModulesToSaveContinuesExactly) {
     // a tied embedding trained whole (ensure_weight_tying), its frozen original the reference's
     settings.back() = "adapter.modules_to_save=[\"embed_tokens\"]";
     settings.push_back("adapter.ensure_weight_tying=true");
-    settings.push_back("model.path=\"" + std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen3_qknorm\"");
+    settings.push_back("model.path=\"" + kTiedModel + "\"");
     const auto tied = expect_resume_continues_exactly("tied_modules_to_save", settings, {"loss", "grad_norm", "kl"});
     EXPECT_GT(tied.straight_metrics[3].at("kl"), 0.0);
 }
