@@ -203,11 +203,12 @@ void RunConfig::check_adapter(const std::string& adapter_name, bool trains_base_
                                              adapter_name +
                                              "' adapter the reference is the frozen base model (as in TRL, which refuses "
                                              "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
-    if (!modules_to_save.empty() && trains_base_weights)
+    if ((!modules_to_save.empty() || ensure_weight_tying) && trains_base_weights)
         throw Error(ErrorKind::manifest,
-                    adapter.origin + ": modules_to_save trains modules whole beside an adapter, and the '" + adapter_name +
-                        "' adapter trains every base weight already: remove "
-                        "modules_to_save, or use plugin = \"lora\"");
+                    adapter.origin +
+                        ": modules_to_save (and ensure_weight_tying) train modules whole beside an adapter, "
+                        "and the '" +
+                        adapter_name + "' adapter trains every base weight already: remove them, or use plugin = \"lora\"");
 }
 
 double RunConfig::router_aux_loss_coef_for(const ModelConfig& model) const {

@@ -1833,8 +1833,10 @@ std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() cons
 
 std::vector<std::pair<std::string, at::Tensor>> Model::saved_adapter_tensors() const {
     std::vector<std::pair<std::string, at::Tensor>> out = adapter_parameters();
-    const bool tied_embedding_trains = config_.tie_word_embeddings && !whole_module_tensors_.empty() &&
-                                       whole_module_tensors_.front().trained.is_same(embed_tokens_);
+    const bool tied_embedding_trains =
+        ensure_weight_tying_ && config_.tie_word_embeddings &&
+        std::any_of(whole_module_tensors_.begin(), whole_module_tensors_.end(),
+                    [&](const WholeModuleTensor& t) { return t.trained.is_same(embed_tokens_); });
     if (tied_embedding_trains) out.emplace_back("base_model.model.lm_head.weight", embed_tokens_);
     return out;
 }
@@ -1848,6 +1850,39 @@ bool in_module_ending_with(const std::string& tensor, const std::string& target)
         if (dot >= target.size() && tensor.compare(dot - target.size(), target.size(), target) == 0) return true;
     return false;
 }
+
+// PEFT 0.18.1's handling of lm_head and embed_tokens in modules_to_save (tuners_utils'
+// _check_tied_modules, which looks for the exact names): Grove takes the one case that keeps a tied
+// model's single matrix, and refuses those where PEFT would train an untied copy, fail, or tie a
+// model that does not tie them.
+void check_embedding_target(const std::string& target, bool names_head, bool tied, bool ensure_weight_tying) {
+    const std::string named = "modules_to_save: \"" + target + "\" names ";
+    if (!tied) {
+        if (ensure_weight_tying && (target == "embed_tokens" || target == "lm_head"))
+            throw Error(ErrorKind::input, named +
+                                              "lm_head or embed_tokens, which this model does not tie "
+                                              "(tie_word_embeddings = false), with ensure_weight_tying: PEFT 0.18.1 would "
+                                              "tie them anyway (or fail), a PEFT bug; leave ensure_weight_tying out");
+        return;
+    }
+    if (!ensure_weight_tying)
+        throw Error(ErrorKind::input, named +
+                                          "lm_head or embed_tokens, which this model ties (tie_word_embeddings): PEFT "
+                                          "would train an untied copy of one of them, and Grove keeps one matrix for both; "
+                                          "to train that matrix whole, set [adapter] ensure_weight_tying = true and name "
+                                          "\"embed_tokens\" without \"lm_head\" (PEFT's ensure_weight_tying)");
+    if (names_head)
+        throw Error(ErrorKind::input, named +
+                                          "lm_head, which this model ties to embed_tokens: with ensure_weight_tying, PEFT "
+                                          "keeps them tied only when \"embed_tokens\" is named without \"lm_head\" (it "
+                                          "unties them, or fails with lm_head alone); name \"embed_tokens\" alone, which "
+                                          "trains lm_head with it");
+    if (target != "embed_tokens")
+        throw Error(ErrorKind::input, named +
+                                          "embed_tokens, which this model ties to lm_head: with ensure_weight_tying, PEFT "
+                                          "ties them only when modules_to_save holds \"embed_tokens\" exactly (it trains "
+                                          "an untied copy otherwise); name it \"embed_tokens\"");
+}
 }  // namespace
 
 void Model::train_whole_modules(const std::vector<std::string>& targets, bool ensure_weight_tying) {
@@ -1858,21 +1893,8 @@ void Model::train_whole_modules(const std::vector<std::string>& targets, bool en
     for (const std::string& target : targets) {
         if (target.empty()) throw Error(ErrorKind::input, "modules_to_save: an empty module name");
         const bool names_head = in_module_ending_with("lm_head.weight", target);
-        if (config_.tie_word_embeddings && (names_head || in_module_ending_with(embedding, target))) {
-            if (!ensure_weight_tying)
-                throw Error(ErrorKind::input,
-                            "modules_to_save: \"" + target +
-                                "\" names lm_head or embed_tokens, which this model ties (tie_word_embeddings): PEFT "
-                                "would train an untied copy of one of them, and Grove keeps one matrix for both; to train "
-                                "that matrix whole, set [adapter] ensure_weight_tying = true and name \"embed_tokens\" "
-                                "without \"lm_head\" (PEFT's ensure_weight_tying)");
-            if (names_head)
-                throw Error(ErrorKind::input,
-                            "modules_to_save: \"" + target +
-                                "\" names lm_head, which this model ties to embed_tokens: with ensure_weight_tying, PEFT "
-                                "keeps them tied only when \"embed_tokens\" is named without \"lm_head\" (it unties "
-                                "them otherwise); name \"embed_tokens\" alone, which trains lm_head with it");
-        }
+        if (names_head || in_module_ending_with(embedding, target))
+            check_embedding_target(target, names_head, config_.tie_word_embeddings, ensure_weight_tying);
         for (const Linear* lin : linear_layers())
             if (lin->adapter && in_module_ending_with(lin->name + ".weight", target))
                 throw Error(ErrorKind::input, "modules_to_save: \"" + target + "\" takes in " + lin->name +

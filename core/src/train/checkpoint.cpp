@@ -335,20 +335,27 @@ void test_kill_point(const char* point, int64_t step) {
 }
 
 namespace {
-// "a/checkpoint-2/" as "a/checkpoint-2": its parent is then the output folder of the run that wrote
-// it, which --resume DIR may name apart from this run's
+// "a/checkpoint-2/" as "a/checkpoint-2" ("checkpoint-2" as "./checkpoint-2"): its parent is then the
+// output folder of the run that wrote it, which --resume DIR may name apart from this run's
 fs::path normalized_folder(const std::string& folder) {
     fs::path p = fs::path(folder).lexically_normal();
-    return p.filename().empty() ? p.parent_path() : p;
+    if (p.filename().empty()) p = p.parent_path();
+    return p.has_parent_path() ? p : fs::path(".") / p;
 }
 }  // namespace
+
+std::string Checkpoints::start_again_advice(const fs::path& writer) const {
+    std::error_code ignored;
+    return fs::weakly_canonical(writer, ignored) == fs::weakly_canonical(output_, ignored) ? "start again with --overwrite"
+                                                                                           : "start without --resume";
+}
 
 std::string Checkpoints::resume_advice(const std::string& damaged) const {
     const fs::path checkpoint = normalized_folder(damaged), writer = checkpoint.parent_path();
     const std::optional<int64_t> previous =
         newest_resumable_step(writer.string(), checkpoint_step(checkpoint.filename().string()));
     if (previous) return "resume from the previous checkpoint: --resume " + (writer / checkpoint_name(*previous)).string();
-    return "no earlier checkpoint is left; start again with --overwrite";
+    return "no earlier checkpoint is left; " + start_again_advice(writer);
 }
 
 std::string Checkpoints::save(const CheckpointedState& state, bool inside_generation_batch, const std::string& manifest_path,
@@ -558,7 +565,7 @@ void Checkpoints::restore(const std::string& folder, CheckpointedState& state) c
             ErrorKind::usage,
             dir + " holds only the model (output.save_only_model = true), without the optimizer's state a resume needs; " +
                 (whole ? "resume from the run's last whole checkpoint, --resume " + (writer / checkpoint_name(*whole)).string()
-                       : std::string("start again with --overwrite")) +
+                       : start_again_advice(writer)) +
                 (fs::exists(fs::path(dir) / "config.json")
                      ? ", or start a new run from its model (model.path = \"" + dir + "\")"
                      : std::string()));

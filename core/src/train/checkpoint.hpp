@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -153,8 +154,12 @@ private:
     void save_optimizer(const std::string& file, const CheckpointedState& state) const;
     // Every file trainer_state.json lists exists with its size and checksum; throws naming the file.
     void verify_files(const std::string& dir, const nlohmann::json& files) const;
-    // What to do when `damaged` cannot be resumed: the previous checkpoint, or start again.
+    // What to do when `damaged` cannot be resumed: the previous checkpoint of the run that wrote it,
+    // or start again.
     std::string resume_advice(const std::string& damaged) const;
+    // Starting again: --overwrite when `writer` (a checkpoint's run folder) is this run's output,
+    // which it would clear; else without --resume.
+    std::string start_again_advice(const std::filesystem::path& writer) const;
     // A checkpoint folder, with "latest" resolved to the newest one.
     std::string folder_of(const std::string& folder) const;
 

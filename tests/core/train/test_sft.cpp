@@ -643,6 +643,10 @@ TEST(Sft, SaveOnlyModelLeavesOutTheResumeStateButNotAtTheEnd) {
     const auto elsewhere = run("elsewhere", "--resume " + out + "/checkpoint-2/");
     EXPECT_NE(elsewhere.exit_code, 0);
     EXPECT_CONTAINS(elsewhere.out, "resume from the run's last whole checkpoint, --resume " + out + "/checkpoint-4");
+    const auto relative =
+        grove::test::run_command("cd " + out + " && " + GROVE_EXECUTABLE + " sft " + dir + "/sft.toml --set 'output.dir=\"" +
+                                 dir + "/elsewhere\"' --resume checkpoint-2 2>&1");
+    EXPECT_CONTAINS(relative.out, "resume from the run's last whole checkpoint, --resume ./checkpoint-4");
 
     // killed while writing step 4's (whole) checkpoint, with save_total_limit = 1: the newest whole
     // checkpoint (2) outlived the model-only 3, and --resume goes on from it, naming the one it passes over
@@ -667,6 +671,10 @@ TEST(Sft, SaveOnlyModelLeavesOutTheResumeStateButNotAtTheEnd) {
         grove::test::run_command(sft + "--set train.max_steps=3 --set output.save_total_limit=10 --overwrite 2>&1").exit_code,
         0);
     fs::remove_all(resumed + "/out/checkpoint-3");
+    const auto other = grove::test::run_command(sft + "--set 'output.dir=\"" + resumed + "/other\"' --resume " + resumed +
+                                                "/out/checkpoint-2 2>&1");
+    EXPECT_NE(other.exit_code, 0);
+    EXPECT_CONTAINS(other.out, "without the optimizer's state a resume needs; start without --resume");
     const auto from_zero = grove::test::run_command(sft + "--resume 2>&1");
     EXPECT_EQ(from_zero.exit_code, 0) << from_zero.out;
     EXPECT_CONTAINS(from_zero.out,

@@ -456,6 +456,17 @@ TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
                     "set [adapter] ensure_weight_tying = true and name \"embed_tokens\" without \"lm_head\"");
     EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens", "lm_head"}, true); }),
                     "\"lm_head\" names lm_head, which this model ties to embed_tokens");
+    // PEFT ties only the exact name, and 0.18.1 ties a model that does not tie them too
+    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"model.embed_tokens"}, true); }),
+                    "holds \"embed_tokens\" exactly (it trains an untied copy otherwise)");
+    EXPECT_CONTAINS(
+        grove::test::error_message([&] { grove::Model::load(kModel)->train_whole_modules({"embed_tokens"}, true); }),
+        "which this model does not tie (tie_word_embeddings = false), with ensure_weight_tying");
+    EXPECT_NO_THROW(grove::Model::load(kModel)->train_whole_modules({"model.norm"}, true)) << "PEFT ignores it there";
+    EXPECT_CONTAINS(grove::test::error_message([&] {
+                        grove::Trainer(manifest("ensure_weight_tying_full", {"adapter.ensure_weight_tying=true"}), fresh());
+                    }),
+                    "modules_to_save (and ensure_weight_tying) train modules whole beside an adapter");
     model->train_whole_modules({"embed_tokens"}, true);
     ASSERT_EQ(model->adapter_parameters().size(), 1u) << "one matrix, trained once";
     EXPECT_EQ(model->saved_adapter_tensors().size(), 2u);
