@@ -166,6 +166,9 @@ case("manifest", "LoRA target_modules as one regular expression (PEFT's string f
 case("manifest", "LoRA modules_to_save naming a module the model does not have", "train grove.toml", 3,
      "ends the name of no module",
      run_folder('[adapter]\nplugin = "lora"\nmodules_to_save = ["lm_heads"]\n'))
+case("manifest", "LoRA trainable_token_indices with an id beyond the vocabulary", "train grove.toml", 3,
+     "is no token of this model",
+     run_folder('[adapter]\nplugin = "lora"\ntrainable_token_indices = [3, 100000]\n'))
 case("manifest", "enable_thinking = false for a template without that switch",
      "check grove.toml --set model.enable_thinking=false", 3, "has no thinking switch", run_folder())
 case("manifest", "train.eval_steps without held-out prompts", "check grove.toml --set train.eval_steps=10", 3,

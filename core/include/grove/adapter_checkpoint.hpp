@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grove/beside_adapter.hpp"
 #include "grove/manifest.hpp"
 
 namespace grove {
@@ -25,14 +26,9 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
 // The adapter that made a checkpoint folder: its grove_adapter.json, else peft_lora_import().
 PluginUse adapter_use_of_checkpoint(const std::string& adapter_dir);
 
-// The checkpoint's modules_to_save (PEFT's; trained whole beside the adapter) and its
-// ensure_weight_tying, from its grove_adapter.json, else its adapter_config.json; no modules when
-// it has none.
-struct SavedModulesToSave {
-    std::vector<std::string> modules;
-    bool ensure_weight_tying = false;
-};
-SavedModulesToSave modules_to_save_of_checkpoint(const std::string& adapter_dir);
+// What the checkpoint trained beside its adapter (modules_to_save, ensure_weight_tying,
+// trainable_token_indices), from its grove_adapter.json, else its adapter_config.json.
+BesideAdapter beside_adapter_of_checkpoint(const std::string& adapter_dir);
 
 // The base model with the checkpoint's adapter merged into its weights. `plugin_dirs` are searched
 // before the default plugin path.

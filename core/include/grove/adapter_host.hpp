@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "grove/beside_adapter.hpp"
 #include "grove/plugin_host.hpp"
 
 namespace grove {
@@ -73,10 +74,9 @@ private:
 };
 
 class Model;
-// Model::train_whole_modules(modules, ensure_weight_tying) beside the attached adapter; its refusals
-// are manifest errors naming `adapter_use`'s origin ([adapter] in the manifest).
-void train_modules_to_save(Model& model, const std::vector<std::string>& modules, bool ensure_weight_tying,
-                           const PluginUse& adapter_use);
+// Model::train_beside_adapter(beside) with the adapter attached; its refusals are manifest errors
+// naming `adapter_use`'s origin ([adapter] in the manifest).
+void train_beside_adapter(Model& model, const BesideAdapter& beside, const PluginUse& adapter_use);
 // The model's trainable tensors with the adapter attached (or its base weights, for full training);
 // an adapter that left none (target_modules matching no layer) is a plugin error naming
 // `adapter_use`'s origin and the model's layer names.

@@ -18,7 +18,7 @@ class table;
 
 namespace grove {
 
-enum class KeyType { string, integer, number, boolean, string_array, table };
+enum class KeyType { string, integer, number, boolean, string_array, table, integer_array };
 
 struct KeySpec {
     const char* section;  // "model", "generation", ...; "" = top level; "rewards[]" = each reward
@@ -80,6 +80,7 @@ public:
     std::optional<bool> optional_boolean(const std::string& key) const;
     std::optional<std::string> optional_string(const std::string& key) const;
     std::vector<std::string> strings(const std::string& key) const;
+    std::vector<int64_t> integers(const std::string& key) const;
 
     const std::vector<PluginUse>& rewards() const { return rewards_; }
     const PluginUse& adapter() const { return adapter_; }

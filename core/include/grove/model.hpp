@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "grove/beside_adapter.hpp"
 #include "grove/model_config.hpp"
 
 namespace grove {
@@ -127,7 +128,8 @@ public:
                        KVCache* cache = nullptr) const {
         return logits(hidden_states(input_ids, attention_mask, position_ids, cache));
     }
-    const at::Tensor& lm_head_weight() const;
+    // the output layer's weight: lm_head's, or a tied model's embedding (with its trained token rows)
+    at::Tensor lm_head_weight() const;
     // A sequence classifier's head (score.weight, [num_labels, hidden]); undefined for a causal LM.
     const at::Tensor& score_weight() const { return score_; }
 
@@ -186,21 +188,26 @@ public:
     // W += each attached adapter's merged_delta, then the adapters are detached (merging a checkpoint);
     // the modules_to_save keep their trained weights.
     void merge_adapters();
-    // Adapter parameters under their saved (PEFT) names, the modules_to_save's weights last.
+    // Adapter parameters under their saved (PEFT) names, then the modules_to_save's weights, then
+    // the trained token rows.
     std::vector<std::pair<std::string, at::Tensor>> adapter_parameters() const;
     // adapter_parameters() as PEFT's adapter file holds them: a tied embedding trained whole is
     // saved under lm_head's name too, as PEFT saves it with ensure_weight_tying.
     std::vector<std::pair<std::string, at::Tensor>> saved_adapter_tensors() const;
-    // PEFT's modules_to_save beside an adapter: every module whose name ends with one of `targets`
-    // (as a string, PEFT's rule; e.g. "lm_head", "embed_tokens") trains whole, saved as
-    // base_model.model.<tensor>, while the reference pass uses a frozen copy of its original
-    // weights. On a model that ties lm_head to embed_tokens, Grove keeps one matrix for both: it
-    // trains whole with `ensure_weight_tying` and "embed_tokens" named without "lm_head" (PEFT's
-    // only way that keeps them tied). Refused, naming the target: one that names no module, a
-    // module holding an adapted layer, or a tied lm_head / embed_tokens otherwise.
-    void train_whole_modules(const std::vector<std::string>& targets, bool ensure_weight_tying = false);
-    const std::vector<std::string>& modules_to_save() const { return modules_to_save_; }
-    bool ensures_weight_tying() const { return ensure_weight_tying_; }
+    // What trains beside the attached adapter (PEFT's additional trainable modules); the reference
+    // pass (adapters disabled) computes with the original weights. Refusals name the setting.
+    //  - modules_to_save: every module whose name ends with one of them (as a string, PEFT's rule;
+    //    e.g. "lm_head", "embed_tokens") trains whole, saved as base_model.model.<tensor>, beside a
+    //    frozen copy of its original. On a model that ties lm_head to embed_tokens, Grove keeps one
+    //    matrix for both: it trains whole with ensure_weight_tying and "embed_tokens" named without
+    //    "lm_head" (PEFT's only way that keeps them tied). Refused: a name that ends no module's, a
+    //    module holding an adapted layer, a tied lm_head / embed_tokens otherwise.
+    //  - trainable_token_indices: those rows of the token embedding (and of a tied lm_head) train,
+    //    as PEFT's trainable tokens: a [k, hidden] tensor that replaces them, starting from their
+    //    values. Refused: an index outside the vocabulary, one given twice, the embedding also
+    //    trained whole.
+    void train_beside_adapter(const BesideAdapter& beside);
+    const BesideAdapter& beside_adapter() const { return beside_adapter_; }
 
     // Writes config.json, generation_config.json and model.safetensors (atomically) into folder.
     void save(const std::string& folder) const;
@@ -246,9 +253,18 @@ private:
         std::string name;
         at::Tensor trained, trained_storage, original;
     };
-    std::vector<std::string> modules_to_save_;
-    bool ensure_weight_tying_ = false;
+    // rows of the embedding that train (PEFT's trainable tokens): `values` [k, hidden] replace rows
+    // `indices` [k]; row_of [vocab] maps a token to its row of `values`, -1 for the others
+    struct TrainedTokenRows {
+        at::Tensor indices, values, row_of;
+    };
+    void train_whole_modules(const std::vector<std::string>& targets, bool ensure_weight_tying);
+    void train_token_rows(const std::vector<int64_t>& indices);
+    // the embedding matrix with the trained token rows in it while adapters are enabled
+    at::Tensor embedding_with_trained_rows() const;
+    BesideAdapter beside_adapter_;
     std::vector<WholeModuleTensor> whole_module_tensors_;
+    std::optional<TrainedTokenRows> token_rows_;
     bool gradient_checkpointing_ = false;
     bool lm_head_float32_ = false;
     // Gemma3ForConditionalGeneration: the tensors Grove does not compute with (vision tower,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grove/beside_adapter.hpp"
 #include "grove/manifest.hpp"
 #include "grove/model_config.hpp"
 
@@ -221,8 +222,7 @@ struct RunConfig {
     LoggingSection logging;
     std::vector<PluginUse> rewards;
     PluginUse adapter, reduction, objective;
-    std::vector<std::string> modules_to_save;  // [adapter] modules_to_save (PEFT's)
-    bool ensure_weight_tying = false;          // [adapter] ensure_weight_tying (PEFT's)
+    BesideAdapter beside_adapter;  // [adapter] modules_to_save, ensure_weight_tying, trainable_token_indices
     EnvironmentSection environment;
     int world_size = 1;
 
@@ -231,7 +231,7 @@ struct RunConfig {
     static RunConfig from(const Manifest& manifest, Kind kind = Kind::grpo);
     // The rules that need the adapter plugin: loss.sync_ref_model moves a reference model apart from
     // the policy, so an adapter that keeps the base model as its reference (LoRA) is refused, naming
-    // [adapter]; so is modules_to_save with an adapter that trains every base weight already. `grove train` and `grove check` both call it.
+    // [adapter]; so is training beside an adapter (modules_to_save, ...) with one that trains every base weight already. `grove train` and `grove check` both call it.
     void check_adapter(const std::string& adapter_name, bool trains_base_weights) const;
     // model.chat_template resolved against the checkpoint's tokenizer_config.json, with
     // model.enable_thinking; a switch the template lacks is a manifest error naming the file.

@@ -51,6 +51,8 @@ const char* type_phrase(KeyType type) {
             return "an array of strings";
         case KeyType::table:
             return "a table, e.g. { key = value }";
+        case KeyType::integer_array:
+            return "an array of integers";
     }
     return "?";
 }
@@ -171,6 +173,16 @@ public:
                 const toml::table* table = node.as_table();
                 if (!table) throw wrong_type();
                 return std::make_unique<toml::table>(*table);
+            }
+            case KeyType::integer_array: {
+                const toml::array* array = node.as_array();
+                if (!array) throw wrong_type();
+                auto out = std::make_unique<toml::array>();
+                for (const auto& element : *array) {
+                    if (!element.is_integer()) throw wrong_type();
+                    out->push_back(*element.value<int64_t>());
+                }
+                return out;
             }
         }
         throw std::logic_error("unhandled key type");
@@ -663,6 +675,14 @@ std::vector<std::string> Manifest::strings(const std::string& key) const {
     std::vector<std::string> out;
     if (n)
         for (const auto& element : *n->as_array()) out.push_back(*element.value<std::string>());
+    return out;
+}
+
+std::vector<int64_t> Manifest::integers(const std::string& key) const {
+    const toml::node* n = lookup(*values_, key, *keys_read_);
+    std::vector<int64_t> out;
+    if (n)
+        for (const auto& element : *n->as_array()) out.push_back(*element.value<int64_t>());
     return out;
 }
 

@@ -164,6 +164,10 @@ const std::vector<KeySpec>& manifest_schema() {
                 "with modules_to_save = [\"embed_tokens\"] on a model that ties its embeddings, train the tied "
                 "matrix whole (lm_head with it), as PEFT's ensure_weight_tying"),
             "ensure_weight_tying"),
+        trl(key("adapter", "trainable_token_indices", T::integer_array, "[]",
+                "token ids whose embedding rows (and a tied lm_head's) train beside the adapter, as PEFT's "
+                "trainable_token_indices (new tokens of a chat template)"),
+            "trainable_token_indices"),
 
         trl(key("reduction", "plugin", T::string, "\"dapo\"",
                 "loss normalisation: grpo, bnpo, dr_grpo, dapo or luspo (TRL's loss_type; docs/objectives.md)"),

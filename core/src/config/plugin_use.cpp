@@ -46,9 +46,8 @@ PluginUse peft_lora_import(const std::string& path) {
         const nlohmann::json& v = c[key];
         return !(v.is_null() || v == false || ((v.is_array() || v.is_object()) && v.empty()) || (key == "bias" && v == "none"));
     };
-    for (const char* key :
-         {"layers_pattern", "trainable_token_indices", "target_parameters", "bias", "lora_bias", "fan_in_fan_out", "use_qalora",
-          "alora_invocation_tokens", "arrow_config", "layer_replication", "megatron_config"})
+    for (const char* key : {"layers_pattern", "target_parameters", "bias", "lora_bias", "fan_in_fan_out", "use_qalora",
+                            "alora_invocation_tokens", "arrow_config", "layer_replication", "megatron_config"})
         if (set(key))
             throw Error(
                 ErrorKind::input,

@@ -203,11 +203,11 @@ void RunConfig::check_adapter(const std::string& adapter_name, bool trains_base_
                                              adapter_name +
                                              "' adapter the reference is the frozen base model (as in TRL, which refuses "
                                              "it with PEFT): use plugin = \"full\", or remove sync_ref_model");
-    if ((!modules_to_save.empty() || ensure_weight_tying) && trains_base_weights)
+    if ((!beside_adapter.empty() || beside_adapter.ensure_weight_tying) && trains_base_weights)
         throw Error(ErrorKind::manifest,
                     adapter.origin +
-                        ": modules_to_save (and ensure_weight_tying) train modules whole beside an adapter, "
-                        "and the '" +
+                        ": modules_to_save, ensure_weight_tying and trainable_token_indices train weights beside an "
+                        "adapter, and the '" +
                         adapter_name + "' adapter trains every base weight already: remove them, or use plugin = \"lora\"");
 }
 
@@ -443,8 +443,9 @@ RunConfig RunConfig::from(const Manifest& m, Kind kind) {
 
     c.rewards = m.rewards();
     c.adapter = m.adapter();
-    c.modules_to_save = m.strings("adapter.modules_to_save");
-    c.ensure_weight_tying = m.boolean("adapter.ensure_weight_tying");
+    c.beside_adapter.modules_to_save = m.strings("adapter.modules_to_save");
+    c.beside_adapter.ensure_weight_tying = m.boolean("adapter.ensure_weight_tying");
+    c.beside_adapter.trainable_token_indices = m.integers("adapter.trainable_token_indices");
     c.reduction = m.reduction();
     c.objective = m.objective();
     c.environment.use = m.environment();

@@ -52,27 +52,35 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
     }
     json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
     for (json* j : {&config, &record}) {
-        if (!model.modules_to_save().empty()) (*j)["modules_to_save"] = model.modules_to_save();
-        if (model.ensures_weight_tying()) (*j)["ensure_weight_tying"] = true;
+        const BesideAdapter& beside = model.beside_adapter();
+        if (!beside.modules_to_save.empty()) (*j)["modules_to_save"] = beside.modules_to_save;
+        if (beside.ensure_weight_tying) (*j)["ensure_weight_tying"] = true;
+        if (!beside.trainable_token_indices.empty()) (*j)["trainable_token_indices"] = beside.trainable_token_indices;
     }
     write_file_atomically((fs::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
     write_file_atomically((fs::path(folder) / kAdapterRecord).string(), record.dump(2) + "\n");
 }
 
-SavedModulesToSave modules_to_save_of_checkpoint(const std::string& adapter_dir) {
+BesideAdapter beside_adapter_of_checkpoint(const std::string& adapter_dir) {
     const fs::path record_path = fs::path(adapter_dir) / kAdapterRecord;
     const fs::path file = fs::exists(record_path) ? record_path : fs::path(adapter_dir) / "adapter_config.json";
     const json j = read_json_file(file);
-    SavedModulesToSave saved;
-    if (!j.contains("modules_to_save") || j["modules_to_save"].is_null()) return saved;
-    try {
-        saved.modules = j["modules_to_save"].get<std::vector<std::string>>();
-    } catch (const json::exception&) {
-        throw Error(ErrorKind::input, file.string() + ": modules_to_save is not a list of module names");
-    }
-    const json tying = j.value("ensure_weight_tying", json(false));
-    if (!tying.is_boolean()) throw Error(ErrorKind::input, file.string() + ": ensure_weight_tying is not true or false");
-    saved.ensure_weight_tying = tying.get<bool>();
+    BesideAdapter saved;
+    auto read = [&](const char* key, auto& into, const char* what) {
+        if (!j.contains(key) || j[key].is_null()) return;
+        try {
+            j[key].get_to(into);
+        } catch (const json::exception&) {
+            throw Error(ErrorKind::input, file.string() + ": " + key + " is not " + what);
+        }
+    };
+    read("modules_to_save", saved.modules_to_save, "a list of module names");
+    read("ensure_weight_tying", saved.ensure_weight_tying, "true or false");
+    if (j.contains("trainable_token_indices") && j["trainable_token_indices"].is_object())
+        throw Error(ErrorKind::input, file.string() +
+                                          ": trainable_token_indices names layers (PEFT's dictionary form), which "
+                                          "Grove does not take; merge this adapter with PEFT (merge_and_unload)");
+    read("trainable_token_indices", saved.trainable_token_indices, "a list of token ids");
     return saved;
 }
 
@@ -100,8 +108,7 @@ std::unique_ptr<Model> load_merged_adapter(const std::string& adapter_dir, const
     // into the adapter when destroyed) goes first
     auto model = Model::load(base_dir, device, dtype);
     model->attach_adapter(adapter_host);
-    const SavedModulesToSave saved = modules_to_save_of_checkpoint(adapter_dir);
-    model->train_whole_modules(saved.modules, saved.ensure_weight_tying);
+    model->train_beside_adapter(beside_adapter_of_checkpoint(adapter_dir));
     const std::string weights_path = (fs::path(adapter_dir) / "adapter_model.safetensors").string();
     SafetensorsFile weights(weights_path);
     const auto parameters = model->saved_adapter_tensors();  // a tied lm_head's name reads into the embedding

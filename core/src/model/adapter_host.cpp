@@ -333,15 +333,14 @@ at::Tensor AdaptedLinear::merged_delta() const {
     return result;
 }
 
-void train_modules_to_save(Model& model, const std::vector<std::string>& modules, bool ensure_weight_tying,
-                           const PluginUse& adapter_use) {
-    if (!modules.empty() && !model.has_adapters())  // PEFT refuses target_modules that match nothing too
+void train_beside_adapter(Model& model, const BesideAdapter& beside, const PluginUse& adapter_use) {
+    if (!beside.empty() && !model.has_adapters())  // PEFT refuses target_modules that match nothing too
         throw Error(ErrorKind::plugin, adapter_use.origin +
                                            ": the adapter attaches to no layer: check its target_modules "
                                            "against the model's layer names (" +
                                            join(model.linear_module_names(), ", ") + ")");
     try {
-        model.train_whole_modules(modules, ensure_weight_tying);
+        model.train_beside_adapter(beside);
     } catch (const Error& e) {
         throw Error(ErrorKind::manifest, adapter_use.origin + " " + e.what());
     }

@@ -571,15 +571,15 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
     // On CUDA, a pass that records gradients keeps no logits for the backward (RecomputedLogprobs):
     // memory is what is short there. The CPU keeps autograd's path, where the recomputed product
     // would cost time and memory is plentiful. A trained entropy needs the logits' graph: autograd's path.
-    const bool recording = at::GradMode::is_enabled() && (hidden.requires_grad() || model.lm_head_weight().requires_grad());
+    const at::Tensor head = model.lm_head_weight();  // once: trained token rows make it a new tensor
+    const bool recording = at::GradMode::is_enabled() && (hidden.requires_grad() || head.requires_grad());
     // (its backward knows no soft-capped logits: Gemma 2 takes autograd's path)
     if (recording && hidden.is_cuda() && B * T > 0 && !(entropy && entropy_graph) && model.config().final_logit_softcap == 0) {
         if (entropy) {
             at::NoGradGuard no_grad;
             token_logprobs(model, hidden, targets, temperature, chunk_rows, entropy);
         }
-        return detail::recomputed_token_logprobs(flat_hidden, model.lm_head_weight(), flat_targets, temperature, chunk_rows)
-            .view({B, T});
+        return detail::recomputed_token_logprobs(flat_hidden, head, flat_targets, temperature, chunk_rows).view({B, T});
     }
     std::vector<at::Tensor> pieces, entropies;
     // one pass even with no positions, so the result stays in the graph of hidden and the head
@@ -587,8 +587,7 @@ at::Tensor token_logprobs(const Model& model, const at::Tensor& hidden, const at
         int64_t n = std::min(chunk_rows, B * T - start);
         // soft-capped in float32, as TRL's fused head computes GRPO's log-probabilities
         at::Tensor logits =
-            model.soft_capped_logits(at::linear(flat_hidden.narrow(0, start, n), model.lm_head_weight()).to(at::kFloat)) /
-            temperature;
+            model.soft_capped_logits(at::linear(flat_hidden.narrow(0, start, n), head).to(at::kFloat)) / temperature;
         at::Tensor picked = logits.gather(-1, flat_targets.narrow(0, start, n)).squeeze(-1);
         at::Tensor normalizer = at::logsumexp(logits, -1);
         pieces.push_back(picked - normalizer);

@@ -1020,7 +1020,13 @@ std::unique_ptr<Model> Model::build(const std::string& folder,
 
 at::Device Model::device() const { return embed_tokens_.device(); }
 at::ScalarType Model::dtype() const { return norm_.scalar_type(); }  // the embedding may be a float32 head
-const at::Tensor& Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embed_tokens_; }
+at::Tensor Model::lm_head_weight() const { return lm_head_ ? *lm_head_ : embedding_with_trained_rows(); }
+
+at::Tensor Model::embedding_with_trained_rows() const {
+    if (!token_rows_ || !adapters_enabled_) return embed_tokens_;
+    // PEFT's get_merged_weights: the rows replaced, differentiable in the trained ones
+    return embed_tokens_.index_copy(0, token_rows_->indices, token_rows_->values.to(embed_tokens_.scalar_type()));
+}
 
 void Model::check_sequence_length(int64_t tokens) const {
     const ModelConfig& c = config_;
@@ -1102,7 +1108,8 @@ std::unique_ptr<Model> Model::generation_copy(at::ScalarType dtype) const {
     };
     // a float32 head stays float32 (a tied one is the embedding matrix)
     m->lm_head_float32_ = lm_head_float32_;
-    m->embed_tokens_ = lm_head_float32_ && !lm_head_ ? embed_tokens_.detach().clone() : cast(embed_tokens_);
+    const at::Tensor embedding = embedding_with_trained_rows().detach();
+    m->embed_tokens_ = lm_head_float32_ && !lm_head_ ? embedding.clone() : cast(embedding);
     for (const auto& from : layers_) {
         auto layer = std::make_unique<Layer>();
         if (from->input_norm.defined()) layer->input_norm = cast(from->input_norm);
@@ -1672,6 +1679,11 @@ at::Tensor Model::packed_hidden_states(const at::Tensor& token_ids, const at::Te
 
 at::Tensor Model::embed(const at::Tensor& ids, const EmbeddingHook& hook) const {
     at::Tensor h = at::embedding(embed_tokens_, ids);
+    if (token_rows_ && adapters_enabled_) {  // the trained rows where the tokens have one (PEFT's values)
+        const at::Tensor rows = token_rows_->row_of.index({ids});
+        const at::Tensor trained = at::embedding(token_rows_->values.to(h.scalar_type()), rows.clamp_min(0));
+        h = at::where((rows >= 0).unsqueeze(-1), trained, h);
+    }
     // transformers scales Gemma 3's embeddings inside its embedding module, Gemma 1 / 2's after it
     const bool scaled_in_module = config_.model_type.rfind("gemma3", 0) == 0;
     if (hook && !scaled_in_module) h = hook(h);
@@ -1748,7 +1760,7 @@ void Model::set_base_trainable(bool trainable) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::trainable_named_parameters() const {
-    if (!whole_module_tensors_.empty() || has_adapters()) {  // adapters: named as saved
+    if (!whole_module_tensors_.empty() || token_rows_ || has_adapters()) {  // adapters: named as saved
         std::vector<std::pair<std::string, at::Tensor>> out;
         for (const auto& named : adapter_parameters())
             if (named.second.requires_grad()) out.push_back(named);
@@ -1817,8 +1829,10 @@ void Model::merge_adapters() {
         }
     for (WholeModuleTensor& t : whole_module_tensors_) t.trained.requires_grad_(false);
     whole_module_tensors_.clear();  // their trained weights are the model's now
-    modules_to_save_.clear();
-    ensure_weight_tying_ = false;
+    if (token_rows_)
+        embed_tokens_.index_copy_(0, token_rows_->indices, token_rows_->values.detach().to(embed_tokens_.scalar_type()));
+    token_rows_.reset();
+    beside_adapter_ = BesideAdapter();
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() const {
@@ -1828,13 +1842,19 @@ std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() cons
             if (lin->adapter)
                 for (const auto& p : lin->adapter->parameters()) out.push_back(p);
     for (const WholeModuleTensor& t : whole_module_tensors_) out.emplace_back("base_model.model." + t.name, t.trained);
+    if (token_rows_) {
+        const std::string embedding = module_named_parameters().front().first;  // <decoder>embed_tokens.weight
+        out.emplace_back("base_model.model." + embedding.substr(0, embedding.size() - std::string(".weight").size()) +
+                             ".token_adapter.trainable_tokens_delta",
+                         token_rows_->values);
+    }
     return out;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::saved_adapter_tensors() const {
     std::vector<std::pair<std::string, at::Tensor>> out = adapter_parameters();
     const bool tied_embedding_trains =
-        ensure_weight_tying_ && config_.tie_word_embeddings &&
+        beside_adapter_.ensure_weight_tying && config_.tie_word_embeddings &&
         std::any_of(whole_module_tensors_.begin(), whole_module_tensors_.end(),
                     [&](const WholeModuleTensor& t) { return t.trained.is_same(embed_tokens_); });
     if (tied_embedding_trains) out.emplace_back("base_model.model.lm_head.weight", embed_tokens_);
@@ -1914,8 +1934,39 @@ void Model::train_whole_modules(const std::vector<std::string>& targets, bool en
         whole_module_tensors_.push_back({name, tensor, tensor.detach(), tensor.detach().clone()});
         whole_module_tensors_.back().trained.requires_grad_(true);
     }
-    modules_to_save_ = targets;
-    ensure_weight_tying_ = ensure_weight_tying;
+}
+
+void Model::train_token_rows(const std::vector<int64_t>& indices) {
+    if (indices.empty()) return;
+    const int64_t vocabulary = embed_tokens_.size(0);
+    std::set<int64_t> seen;
+    for (int64_t index : indices) {
+        if (index < 0 || index >= vocabulary)
+            throw Error(ErrorKind::input, "trainable_token_indices: " + std::to_string(index) +
+                                              " is no token of this model (its vocabulary has " + std::to_string(vocabulary) +
+                                              ": 0 to " + std::to_string(vocabulary - 1) + ")");
+        if (!seen.insert(index).second)
+            throw Error(ErrorKind::input, "trainable_token_indices: " + std::to_string(index) + " is given twice");
+    }
+    for (const WholeModuleTensor& t : whole_module_tensors_)
+        if (t.trained.is_same(embed_tokens_))
+            throw Error(ErrorKind::input,
+                        "trainable_token_indices: the embedding trains whole already (modules_to_save); leave one of "
+                        "them out, as PEFT requires");
+    at::NoGradGuard no_grad;
+    const auto on_device = at::TensorOptions().dtype(at::kLong).device(embed_tokens_.device());
+    TrainedTokenRows rows;
+    rows.indices = at::tensor(indices, at::kLong).to(embed_tokens_.device());
+    rows.values = embed_tokens_.index_select(0, rows.indices).clone().requires_grad_(true);
+    rows.row_of = at::full({vocabulary}, -1, on_device);
+    rows.row_of.index_copy_(0, rows.indices, at::arange(int64_t(indices.size()), on_device));
+    token_rows_ = std::move(rows);
+}
+
+void Model::train_beside_adapter(const BesideAdapter& beside) {
+    train_whole_modules(beside.modules_to_save, beside.ensure_weight_tying);
+    train_token_rows(beside.trainable_token_indices);
+    beside_adapter_ = beside;
 }
 
 void Model::set_adapters_enabled(bool enabled) {

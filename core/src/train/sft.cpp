@@ -264,7 +264,7 @@ SftResult run_sft(const Manifest& given, std::ostream* log, const SftOptions& op
     at::manual_seed(uint64_t(c.train.seed));  // the adapter's initialisation
     if (!full) {
         model->attach_adapter(adapter_host);
-        train_modules_to_save(*model, c.modules_to_save, c.ensure_weight_tying, c.adapter);
+        train_beside_adapter(*model, c.beside_adapter, c.adapter);
     }
     adapter_host.set_training(true);  // the adapter's dropout, as PEFT trains with it
     std::optional<at::DeviceType> autocast_device;

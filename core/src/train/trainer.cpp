@@ -219,7 +219,7 @@ void Trainer::State::load() {
     model->set_base_trainable(full);
     if (!full) {
         model->attach_adapter(*adapter_host);
-        train_modules_to_save(*model, c.modules_to_save, c.ensure_weight_tying, c.adapter);
+        train_beside_adapter(*model, c.beside_adapter, c.adapter);
     }
     // beta = 0 loads no reference model at all (docs/grpo.md#kl-to-the-reference); LoRA uses the base model
     if (c.loss.beta != 0.0 && full) reference = Model::load(c.model.path, device, c.model.dtype);

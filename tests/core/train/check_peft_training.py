@@ -28,7 +28,7 @@ failures = []
 
 def saved_name(peft_name):
     """PEFT's module parameter name as its adapter file names it."""
-    name = re.sub(r"\.default\.weight$", ".weight", peft_name).replace(".modules_to_save.", ".")
+    name = re.sub(r"\.default(\.weight)?$", r"\1", peft_name).replace(".modules_to_save.", ".")
     return re.sub(r"lora_magnitude_vector\.weight$", "lora_magnitude_vector", name)
 
 

@@ -4,7 +4,7 @@ Each OUT_DIR/NAME is PEFT's save_pretrained folder of a LoRA on BASE_DIR with ev
 away from its initial value (so nothing is trivially the identity), beside NAME.merged.safetensors,
 PEFT's merge_and_unload of it: the weights Grove's merge must give. With TIED_BASE_DIR (a model
 that ties lm_head to embed_tokens), also "tied_embedding": its embedding trained whole with
-ensure_weight_tying."""
+ensure_weight_tying, and "tied_trainable_tokens": rows of it trained (trainable_token_indices)."""
 import os
 import sys
 
@@ -28,9 +28,13 @@ configs = {
     "layers_pattern": LoraConfig(r=2, target_modules=["q_proj"], layers_to_transform=[1], layers_pattern="layers"),
 }
 jobs = [(base, name, config) for name, config in configs.items()]
+jobs.append((base, "trainable_tokens", LoraConfig(r=2, target_modules=["q_proj"], trainable_token_indices=[3, 7, 11],
+                                                  init_lora_weights=False)))
 if tied_base:
     jobs.append((tied_base, "tied_embedding", LoraConfig(r=2, target_modules=["q_proj"], modules_to_save=["embed_tokens"],
                                                          ensure_weight_tying=True, init_lora_weights=False)))
+    jobs.append((tied_base, "tied_trainable_tokens", LoraConfig(r=2, target_modules=["q_proj"],
+                                                                trainable_token_indices=[3, 7, 11], init_lora_weights=False)))
 torch.manual_seed(0)
 for model_dir, name, config in jobs:
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), config)

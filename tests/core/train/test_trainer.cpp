@@ -129,6 +129,14 @@ StraightAndResumed expect_resume_continues_exactly(const std::string& name, cons
     return {std::move(straight), std::move(resumed), std::move(expected)};
 }
 
+// [adapter] modules_to_save (and ensure_weight_tying) as the manifest gives them
+grove::BesideAdapter modules_to_save(std::vector<std::string> modules, bool ensure_weight_tying = false) {
+    grove::BesideAdapter beside;
+    beside.modules_to_save = std::move(modules);
+    beside.ensure_weight_tying = ensure_weight_tying;
+    return beside;
+}
+
 // Each trained tensor's optimizer step count, as a checkpoint folder's trainer_state.json keeps it
 std::vector<int64_t> saved_tensor_steps(const std::string& checkpoint) {
     return nlohmann::json::parse(std::ifstream(checkpoint + "/trainer_state.json"))["optimizer_tensor_steps"]
@@ -452,22 +460,25 @@ TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
     const auto config = nlohmann::json::parse(std::ifstream(checkpoint + "/adapter_config.json"));
     EXPECT_EQ(config.value("ensure_weight_tying", false), true);
     const auto model = grove::Model::load(kTiedModel);
-    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens"}); }),
+    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_beside_adapter(modules_to_save({"embed_tokens"})); }),
                     "set [adapter] ensure_weight_tying = true and name \"embed_tokens\" without \"lm_head\"");
-    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"embed_tokens", "lm_head"}, true); }),
-                    "\"lm_head\" names lm_head, which this model ties to embed_tokens");
-    // PEFT ties only the exact name, and 0.18.1 ties a model that does not tie them too
-    EXPECT_CONTAINS(grove::test::error_message([&] { model->train_whole_modules({"model.embed_tokens"}, true); }),
-                    "holds \"embed_tokens\" exactly (it trains an untied copy otherwise)");
     EXPECT_CONTAINS(
-        grove::test::error_message([&] { grove::Model::load(kModel)->train_whole_modules({"embed_tokens"}, true); }),
-        "which this model does not tie (tie_word_embeddings = false), with ensure_weight_tying");
-    EXPECT_NO_THROW(grove::Model::load(kModel)->train_whole_modules({"model.norm"}, true)) << "PEFT ignores it there";
+        grove::test::error_message([&] { model->train_beside_adapter(modules_to_save({"embed_tokens", "lm_head"}, true)); }),
+        "\"lm_head\" names lm_head, which this model ties to embed_tokens");
+    // PEFT ties only the exact name, and 0.18.1 ties a model that does not tie them too
+    EXPECT_CONTAINS(
+        grove::test::error_message([&] { model->train_beside_adapter(modules_to_save({"model.embed_tokens"}, true)); }),
+        "holds \"embed_tokens\" exactly (it trains an untied copy otherwise)");
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::Model::load(kModel)->train_beside_adapter(modules_to_save({"embed_tokens"}, true)); }),
+                    "which this model does not tie (tie_word_embeddings = false), with ensure_weight_tying");
+    EXPECT_NO_THROW(grove::Model::load(kModel)->train_beside_adapter(modules_to_save({"model.norm"}, true)))
+        << "PEFT ignores it there";
     EXPECT_CONTAINS(grove::test::error_message([&] {
                         grove::Trainer(manifest("ensure_weight_tying_full", {"adapter.ensure_weight_tying=true"}), fresh());
                     }),
-                    "modules_to_save (and ensure_weight_tying) train modules whole beside an adapter");
-    model->train_whole_modules({"embed_tokens"}, true);
+                    "modules_to_save, ensure_weight_tying and trainable_token_indices train weights beside an adapter");
+    model->train_beside_adapter(modules_to_save({"embed_tokens"}, true));
     ASSERT_EQ(model->adapter_parameters().size(), 1u) << "one matrix, trained once";
     EXPECT_EQ(model->saved_adapter_tensors().size(), 2u);
     // the reference pass computes the embedding and the head with the original matrix
@@ -485,6 +496,64 @@ TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
     model->set_adapters_enabled(false);
     EXPECT_TRUE(at::equal(logits(), original));
     model->set_adapters_enabled(true);
+}
+
+// PEFT's trainable_token_indices: rows of the embedding (and of a tied lm_head) train beside LoRA,
+// saved as PEFT's trainable_tokens_delta; PEFT loads them with Grove's logits and gradients and
+// merges them as Grove does, on an untied and a tied model (ids 5..16 go through the model).
+TEST(Trainer, TrainableTokensTrainAsPeftTrainsThem) {
+    for (const std::string& base : {kModel, kTiedModel}) {
+        SCOPED_TRACE(base);
+        const std::string checkpoint =
+            expect_peft_trains_alike(base == kModel ? "tokens" : "tokens_tied", R"({ r = 2, target_modules = ["q_proj"] })",
+                                     "[]", base, {"adapter.trainable_token_indices=[5, 9, 13]"});
+        const auto config = nlohmann::json::parse(std::ifstream(checkpoint + "/adapter_config.json"));
+        EXPECT_EQ(config.value("trainable_token_indices", std::vector<int64_t>{}), (std::vector<int64_t>{5, 9, 13}));
+    }
+}
+
+// Trained token rows: the reference pass and the merge-free paths (a generation copy) see what the
+// forward pass sees; refused, naming the setting: an index outside the vocabulary or given twice,
+// the embedding also trained whole, an adapter that trains every weight already.
+TEST(Trainer, TrainableTokensReplaceTheirRowsEverywhereButInTheReference) {
+    for (const std::string& base : {kModel, kTiedModel}) {
+        SCOPED_TRACE(base);
+        const auto model = grove::Model::load(base);
+        grove::BesideAdapter beside;
+        beside.trainable_token_indices = {5, 9, 13};
+        model->train_beside_adapter(beside);
+        const at::Tensor ids = at::arange(5, 17, at::kLong).unsqueeze(0);
+        const at::Tensor positions = at::arange(0, 12, at::kLong).unsqueeze(0);
+        auto logits = [&](const grove::Model& m) {
+            at::NoGradGuard no_grad;
+            return m.forward(ids, at::ones_like(ids), positions);
+        };
+        const at::Tensor original = logits(*model);
+        ASSERT_EQ(model->trainable_named_parameters().size(), 1u);
+        {
+            at::NoGradGuard no_grad;
+            model->trainable_named_parameters().front().second.add_(0.5);
+        }
+        const at::Tensor trained = logits(*model);
+        EXPECT_FALSE(at::allclose(trained, original));
+        EXPECT_TRUE(at::allclose(logits(*model->generation_copy(at::kFloat)), trained, 1e-5, 1e-6))
+            << "generation computes with the trained rows";
+        model->set_adapters_enabled(false);
+        EXPECT_TRUE(at::equal(logits(*model), original)) << "the reference pass: the original rows";
+        model->set_adapters_enabled(true);
+    }
+    auto refusal = [](std::vector<int64_t> indices, std::vector<std::string> modules = {}) {
+        grove::BesideAdapter beside;
+        beside.trainable_token_indices = std::move(indices);
+        beside.modules_to_save = std::move(modules);
+        return grove::test::error_message([&] { grove::Model::load(kModel)->train_beside_adapter(beside); });
+    };
+    EXPECT_CONTAINS(refusal({3, 100000}), "trainable_token_indices: 100000 is no token of this model (its vocabulary has");
+    EXPECT_CONTAINS(refusal({3, 7, 3}), "trainable_token_indices: 3 is given twice");
+    EXPECT_CONTAINS(refusal({3}, {"embed_tokens"}), "the embedding trains whole already (modules_to_save)");
+    EXPECT_CONTAINS(grove::test::error_message(
+                        [&] { grove::Trainer(manifest("tokens_full", {"adapter.trainable_token_indices=[3]"}), fresh()); }),
+                    "modules_to_save, ensure_weight_tying and trainable_token_indices train weights beside an adapter");
 }
 
 // With modules_to_save the reference pass (adapters disabled) is the base model: the saved modules
@@ -523,13 +592,13 @@ TEST(Trainer, ModulesToSaveKeepTheirOriginalsForTheReference) {
     EXPECT_TRUE(names.count("base_model.model.lm_head.weight"));
     EXPECT_TRUE(names.count("base_model.model.model.embed_tokens.weight"));
     const auto tied = grove::Model::load(std::string(GROVE_TEST_BINARY_DIR) + "/models/tiny/qwen2_tied");
-    EXPECT_CONTAINS(grove::test::error_message([&] { tied->train_whole_modules({"lm_head"}); }),
+    EXPECT_CONTAINS(grove::test::error_message([&] { tied->train_beside_adapter(modules_to_save({"lm_head"})); }),
                     "modules_to_save: \"lm_head\" names lm_head or embed_tokens, which this model ties");
-    EXPECT_CONTAINS(grove::test::error_message([&] { base->train_whole_modules({"lm_head", "lm_heads"}); }),
+    EXPECT_CONTAINS(grove::test::error_message([&] { base->train_beside_adapter(modules_to_save({"lm_head", "lm_heads"})); }),
                     "\"lm_heads\" ends the name of no module of this model");
     auto order_of = [](const std::vector<std::string>& targets) {  // checkpoints list trained tensors by position
         auto model = grove::Model::load(kModel);
-        model->train_whole_modules(targets);
+        model->train_beside_adapter(modules_to_save(targets));
         std::vector<std::string> names;
         for (const auto& [name, p] : model->adapter_parameters()) names.push_back(name);
         return names;
@@ -555,9 +624,10 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
     const std::string command = std::string(GROVE_PYTHON) + " " + GROVE_TEST_SOURCE_DIR +
                                 "/tests/core/train/make_peft_adapters.py " + kModel + " " + dir + " " + kTiedModel;
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
-    for (const char* name : {"dora_patterns", "layers", "regex", "modules_to_save", "tied_embedding"}) {
+    for (const std::string name : {"dora_patterns", "layers", "regex", "modules_to_save", "trainable_tokens", "tied_embedding",
+                                   "tied_trainable_tokens"}) {
         SCOPED_TRACE(name);
-        const std::string base_dir = std::string(name) == "tied_embedding" ? kTiedModel : kModel;
+        const std::string base_dir = name.rfind("tied_", 0) == 0 ? kTiedModel : kModel;
         const auto base = grove::Model::load(base_dir)->named_parameters();
         const std::string merged = dir + "/" + name + "-grove";
         grove::export_merged(dir + "/" + name, base_dir, merged);
@@ -577,8 +647,9 @@ TEST(Trainer, AdaptersPeftSavedMergeAsPeftMergesThem) {
         }
         EXPECT_EQ(compared, peft.tensors().size()) << "every tensor of PEFT's merged model has Grove's name";
         EXPECT_LT(worst, 1e-5) << "PEFT's merged weights";
-        const std::map<std::string, int> adapted{
-            {"dora_patterns", 6}, {"layers", 2}, {"regex", 3}, {"modules_to_save", 4}, {"tied_embedding", 3}};
+        const std::map<std::string, int> adapted{{"dora_patterns", 6},        {"layers", 2},           {"regex", 3},
+                                                 {"modules_to_save", 4},      {"trainable_tokens", 3}, {"tied_embedding", 3},
+                                                 {"tied_trainable_tokens", 3}};
         EXPECT_EQ(changed, adapted.at(name)) << "the adapted layers and saved modules, and no others";
     }
     EXPECT_CONTAINS(grove::test::error_message(
@@ -789,6 +860,15 @@ TEST(Trainer, ResumeWithModulesToSaveContinuesExactly) {
     settings.push_back("model.path=\"" + kTiedModel + "\"");
     const auto tied = expect_resume_continues_exactly("tied_modules_to_save", settings, {"loss", "grad_norm", "kl"});
     EXPECT_GT(tied.straight_metrics[3].at("kl"), 0.0);
+    // trained token rows: those of the prompts' tokens, so that they move
+    settings.pop_back();
+    settings.pop_back();
+    std::string rows;
+    for (int64_t id : grove::Tokenizer::load(kModel)->encode("What is 1 + 2?", false))
+        rows += (rows.empty() ? "" : ", ") + std::to_string(id);
+    settings.back() = "adapter.trainable_token_indices=[" + rows + "]";
+    const auto tokens = expect_resume_continues_exactly("trainable_tokens", settings, {"loss", "grad_norm", "kl"});
+    EXPECT_GT(tokens.straight_metrics[3].at("kl"), 0.0);
 }
 
 // A resume names each setting that changed since its checkpoint was written (here max_steps, which
