@@ -1696,9 +1696,16 @@ at::Tensor Model::embed(const at::Tensor& ids, const EmbeddingHook& hook) const 
 }
 
 at::Tensor Model::uncapped_logits(const at::Tensor& hidden) const {
-    if (!lm_head_float32_) return linear_for_scope(hidden, lm_head_weight(), std::nullopt);
-    AutocastScope off(hidden.device().type(), false, at::kBFloat16);
-    return linear_for_scope(hidden.to(at::kFloat), lm_head_weight(), std::nullopt);
+    std::optional<AutocastScope> off;  // a float32 head: the product in float32, outside autocast
+    if (lm_head_float32_) off.emplace(hidden.device().type(), false, at::kBFloat16);
+    const at::Tensor h = lm_head_float32_ ? hidden.to(at::kFloat) : hidden;
+    const bool tied_rows = !lm_head_ && token_rows_ && adapters_enabled_;
+    if (!tied_rows || at::GradMode::is_enabled()) return linear_for_scope(h, lm_head_weight(), std::nullopt);
+    // without gradients (decoding) the trained rows' columns are computed apart rather than a copy
+    // of the whole matrix made per step
+    at::Tensor logits = linear_for_scope(h, embed_tokens_, std::nullopt);
+    const at::Tensor rows = token_rows_->values.to(embed_tokens_.scalar_type());
+    return logits.index_copy_(-1, token_rows_->indices, linear_for_scope(h, rows, std::nullopt));
 }
 
 at::Tensor Model::logits(const at::Tensor& hidden) const { return soft_capped_logits(uncapped_logits(hidden)); }

@@ -504,11 +504,25 @@ TEST(Trainer, ModulesToSaveTrainATiedEmbeddingAsPeftWithEnsureWeightTying) {
 TEST(Trainer, TrainableTokensTrainAsPeftTrainsThem) {
     for (const std::string& base : {kModel, kTiedModel}) {
         SCOPED_TRACE(base);
+        // rows the training moves (a prompt's tokens) and rows the check's input reads (5 to 16)
+        std::vector<int64_t> rows{5, 9};
+        for (int64_t id : grove::Tokenizer::load(base)->encode("What is 1 + 2?", false))
+            if (std::find(rows.begin(), rows.end(), id) == rows.end()) rows.push_back(id);
+        std::string list;
+        for (int64_t id : rows) list += (list.empty() ? "" : ", ") + std::to_string(id);
         const std::string checkpoint =
             expect_peft_trains_alike(base == kModel ? "tokens" : "tokens_tied", R"({ r = 2, target_modules = ["q_proj"] })",
-                                     "[]", base, {"adapter.trainable_token_indices=[5, 9, 13]"});
+                                     "[]", base, {"adapter.trainable_token_indices=[" + list + "]"});
         const auto config = nlohmann::json::parse(std::ifstream(checkpoint + "/adapter_config.json"));
-        EXPECT_EQ(config.value("trainable_token_indices", std::vector<int64_t>{}), (std::vector<int64_t>{5, 9, 13}));
+        EXPECT_EQ(config.value("trainable_token_indices", std::vector<int64_t>{}), rows);
+        const std::string file = checkpoint + "/adapter_model.safetensors";
+        grove::SafetensorsFile saved(file);
+        const grove::TensorEntry* delta =
+            saved.find("base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta");
+        ASSERT_TRUE(delta);
+        const at::Tensor original =
+            grove::Model::load(base)->named_parameters().front().second.index_select(0, at::tensor(rows, at::kLong));
+        EXPECT_FALSE(at::equal(grove::tensor_from_entry(*delta, file), original)) << "the training moved the rows";
     }
 }
 
@@ -528,7 +542,7 @@ TEST(Trainer, TrainableTokensReplaceTheirRowsEverywhereButInTheReference) {
             at::NoGradGuard no_grad;
             return m.forward(ids, at::ones_like(ids), positions);
         };
-        const at::Tensor original = logits(*model);
+        const at::Tensor original = logits(*grove::Model::load(base));
         ASSERT_EQ(model->trainable_named_parameters().size(), 1u);
         {
             at::NoGradGuard no_grad;
@@ -536,6 +550,8 @@ TEST(Trainer, TrainableTokensReplaceTheirRowsEverywhereButInTheReference) {
         }
         const at::Tensor trained = logits(*model);
         EXPECT_FALSE(at::allclose(trained, original));
+        EXPECT_TRUE(at::allclose(model->forward(ids, at::ones_like(ids), positions).detach(), trained, 1e-5, 1e-6))
+            << "with gradients (the matrix with the rows in it) as without (the rows' columns apart)";
         EXPECT_TRUE(at::allclose(logits(*model->generation_copy(at::kFloat)), trained, 1e-5, 1e-6))
             << "generation computes with the trained rows";
         model->set_adapters_enabled(false);
