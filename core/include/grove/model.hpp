@@ -262,6 +262,7 @@ private:
     void train_token_rows(const std::vector<int64_t>& indices);
     // the embedding matrix with the trained token rows in it while adapters are enabled
     at::Tensor embedding_with_trained_rows() const;
+    bool embedding_trains_whole() const;  // a modules_to_save target took in the embedding
     BesideAdapter beside_adapter_;
     std::vector<WholeModuleTensor> whole_module_tensors_;
     std::optional<TrainedTokenRows> token_rows_;

@@ -159,30 +159,18 @@ public:
                 check_range(spec, value, at, name);
                 return std::make_unique<toml::value<double>>(value);
             }
-            case KeyType::string_array: {
+            case KeyType::string_array:
+            case KeyType::integer_array: {
                 const toml::array* array = node.as_array();
-                if (!array) throw wrong_type();
-                auto out = std::make_unique<toml::array>();
-                for (const auto& element : *array) {
-                    if (!element.is_string()) throw wrong_type();
-                    out->push_back(*element.value<std::string>());
-                }
-                return out;
+                const bool strings = spec.type == KeyType::string_array;
+                auto element_fits = [&](const toml::node& e) { return strings ? e.is_string() : e.is_integer(); };
+                if (!array || !std::all_of(array->begin(), array->end(), element_fits)) throw wrong_type();
+                return std::make_unique<toml::array>(*array);
             }
             case KeyType::table: {
                 const toml::table* table = node.as_table();
                 if (!table) throw wrong_type();
                 return std::make_unique<toml::table>(*table);
-            }
-            case KeyType::integer_array: {
-                const toml::array* array = node.as_array();
-                if (!array) throw wrong_type();
-                auto out = std::make_unique<toml::array>();
-                for (const auto& element : *array) {
-                    if (!element.is_integer()) throw wrong_type();
-                    out->push_back(*element.value<int64_t>());
-                }
-                return out;
             }
         }
         throw std::logic_error("unhandled key type");
@@ -670,20 +658,23 @@ std::optional<bool> Manifest::optional_boolean(const std::string& key) const {
     const toml::node* n = lookup(*values_, key, *keys_read_);
     return n ? n->value<bool>() : std::nullopt;
 }
-std::vector<std::string> Manifest::strings(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, *keys_read_);
-    std::vector<std::string> out;
+namespace {
+// an array key's elements (checked against their type when the manifest was read); none when unset
+template <typename T>
+std::vector<T> array_values(const toml::node* n) {
+    std::vector<T> out;
     if (n)
-        for (const auto& element : *n->as_array()) out.push_back(*element.value<std::string>());
+        for (const auto& element : *n->as_array()) out.push_back(*element.value<T>());
     return out;
+}
+}  // namespace
+
+std::vector<std::string> Manifest::strings(const std::string& key) const {
+    return array_values<std::string>(lookup(*values_, key, *keys_read_));
 }
 
 std::vector<int64_t> Manifest::integers(const std::string& key) const {
-    const toml::node* n = lookup(*values_, key, *keys_read_);
-    std::vector<int64_t> out;
-    if (n)
-        for (const auto& element : *n->as_array()) out.push_back(*element.value<int64_t>());
-    return out;
+    return array_values<int64_t>(lookup(*values_, key, *keys_read_));
 }
 
 namespace {

@@ -51,8 +51,8 @@ void save_adapter_checkpoint(const std::string& folder, const Model& model, cons
         config["base_model_name_or_path"] = fs::absolute(base_model_dir).string();
     }
     json record = {{"plugin", adapter_use.plugin}, {"config", plugin_config_toml(adapter_use)}};
+    const BesideAdapter& beside = model.beside_adapter();
     for (json* j : {&config, &record}) {
-        const BesideAdapter& beside = model.beside_adapter();
         if (!beside.modules_to_save.empty()) (*j)["modules_to_save"] = beside.modules_to_save;
         if (beside.ensure_weight_tying) (*j)["ensure_weight_tying"] = true;
         if (!beside.trainable_token_indices.empty()) (*j)["trainable_token_indices"] = beside.trainable_token_indices;

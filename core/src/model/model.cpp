@@ -1849,23 +1849,22 @@ std::vector<std::pair<std::string, at::Tensor>> Model::adapter_parameters() cons
             if (lin->adapter)
                 for (const auto& p : lin->adapter->parameters()) out.push_back(p);
     for (const WholeModuleTensor& t : whole_module_tensors_) out.emplace_back("base_model.model." + t.name, t.trained);
-    if (token_rows_) {
-        const std::string embedding = module_named_parameters().front().first;  // <decoder>embed_tokens.weight
-        out.emplace_back("base_model.model." + embedding.substr(0, embedding.size() - std::string(".weight").size()) +
-                             ".token_adapter.trainable_tokens_delta",
+    if (token_rows_)
+        out.emplace_back("base_model.model." + decoder_path(config_) + "embed_tokens.token_adapter.trainable_tokens_delta",
                          token_rows_->values);
-    }
     return out;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Model::saved_adapter_tensors() const {
     std::vector<std::pair<std::string, at::Tensor>> out = adapter_parameters();
-    const bool tied_embedding_trains =
-        beside_adapter_.ensure_weight_tying && config_.tie_word_embeddings &&
-        std::any_of(whole_module_tensors_.begin(), whole_module_tensors_.end(),
-                    [&](const WholeModuleTensor& t) { return t.trained.is_same(embed_tokens_); });
-    if (tied_embedding_trains) out.emplace_back("base_model.model.lm_head.weight", embed_tokens_);
+    if (beside_adapter_.ensure_weight_tying && config_.tie_word_embeddings && embedding_trains_whole())
+        out.emplace_back("base_model.model.lm_head.weight", embed_tokens_);
     return out;
+}
+
+bool Model::embedding_trains_whole() const {
+    return std::any_of(whole_module_tensors_.begin(), whole_module_tensors_.end(),
+                       [&](const WholeModuleTensor& t) { return t.trained.is_same(embed_tokens_); });
 }
 
 namespace {
@@ -1955,11 +1954,10 @@ void Model::train_token_rows(const std::vector<int64_t>& indices) {
         if (!seen.insert(index).second)
             throw Error(ErrorKind::input, "trainable_token_indices: " + std::to_string(index) + " is given twice");
     }
-    for (const WholeModuleTensor& t : whole_module_tensors_)
-        if (t.trained.is_same(embed_tokens_))
-            throw Error(ErrorKind::input,
-                        "trainable_token_indices: the embedding trains whole already (modules_to_save); leave one of "
-                        "them out, as PEFT requires");
+    if (embedding_trains_whole())
+        throw Error(ErrorKind::input,
+                    "trainable_token_indices: the embedding trains whole already (modules_to_save); leave one of "
+                    "them out, as PEFT requires");
     at::NoGradGuard no_grad;
     const auto on_device = at::TensorOptions().dtype(at::kLong).device(embed_tokens_.device());
     TrainedTokenRows rows;
